@@ -1,0 +1,94 @@
+"""The anekit exception hierarchy: every error anekit raises derives from AnekitError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AnekitError(Exception):
+    """Root of every error anekit raises on purpose."""
+
+
+class FormatError(AnekitError, ValueError):
+    """A binary or text file does not follow its format.
+
+    Carries the format name, the field path, the byte offset, and the expected and actual values,
+    so the message can say exactly where the input went wrong.
+    """
+
+    def __init__(
+        self,
+        fmt: str,
+        field: str,
+        message: str,
+        *,
+        offset: int | None = None,
+        expected: Any = None,
+        actual: Any = None,
+    ) -> None:
+        self.format = fmt
+        self.field = field
+        self.offset = offset
+        self.expected = expected
+        self.actual = actual
+        where = f" at byte {offset:#x}" if offset is not None else ""
+        detail = ""
+        if expected is not None or actual is not None:
+            detail = f" (expected {expected!r}, got {actual!r})"
+        super().__init__(f"[{fmt}] {field}{where}: {message}{detail}")
+
+
+class MilError(AnekitError):
+    """Base of the errors about MIL programs."""
+
+
+class MilSyntaxError(MilError, ValueError):
+    """MIL text that does not parse; carries line, column and the offending line with a caret."""
+
+    def __init__(self, message: str, *, line: int, column: int, line_text: str = "", source: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.line_text = line_text
+        self.source = source
+        where = f"{source}:" if source else ""
+        text = f"[mil.parse] {where}{line}:{column}: {message}"
+        if line_text:
+            caret = " " * (column - 1) + "^"
+            text += f"\n    {line_text}\n    {caret}"
+        super().__init__(text)
+
+
+class MilTypeError(MilError, TypeError):
+    """An ill-typed op: names the op, its inputs' types and what was expected."""
+
+    def __init__(self, op: str, message: str, *, input_types: dict[str, str] | None = None, where: str = "") -> None:
+        self.op = op
+        self.input_types = dict(input_types or {})
+        self.reason = message
+        self.where = where
+        inputs = ", ".join(f"{k}: {v}" for k, v in self.input_types.items())
+        loc = f" ({where})" if where else ""
+        text = f"[{op}]{loc} {message}"
+        if inputs:
+            text += f"; inputs: ({inputs})"
+        super().__init__(text)
+
+
+class UnknownOpError(MilTypeError):
+    """An op name the registry does not know."""
+
+    def __init__(self, op: str, *, where: str = "") -> None:
+        super().__init__(op, f"unknown op '{op}': no such op in the anekit MIL registry", where=where)
+
+
+class MilVerifyError(MilError, ValueError):
+    """A program that parses but breaks an IR rule (SSA, undefined use, type mismatch, missing output).
+
+    ``problems`` lists every finding; the message shows them all.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"[mil.verify] {len(self.problems)} problem(s):\n{body}")

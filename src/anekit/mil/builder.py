@@ -1,0 +1,214 @@
+"""The MIL builder: Python calls -> IR, with automatic names and eager type inference.
+
+    b = Builder()
+    f = b.function("main", opset="ios18")
+    x = f.input("x", tensor("fp16", [1, 64, 1, 16]))
+    y = f.relu(x=f.mul(x=x, y=0.5))
+    f.output(y)
+    program = b.build()
+
+or, for one function, the decorator form::
+
+    @program(inputs={"x": tensor("fp16", [1, 64, 1, 16])})
+    def prog(f, x):
+        return f.relu(x=x)
+
+Every call checks its inputs against the op's spec and infers the output types right away, so a
+shape error is raised at the call that caused it, naming the op and its input types. Python and
+numpy values passed as inputs become named ``const`` ops (floats take the dtype of the op's float
+tensor inputs, so ``mul(x=fp16_tensor, y=0.5)`` makes an fp16 constant).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anekit.errors import MilVerifyError
+from anekit.mil import types as T
+from anekit.mil.ir import DEFAULT_OPSET, DEFAULT_PROGRAM_VERSION, Arg, Block, Function, Op, Program, Var
+from anekit.mil.registry import get_op
+from anekit.mil.values import Literal, blob_literal, build_info, from_python, string_literal
+
+# The header the ANE training kernels use; the in-memory compiler accepts it.
+DEFAULT_BUILD_INFO = {
+    "coremlc-component-MIL": "3510.2.1",
+    "coremlc-version": "3505.4.1",
+    "coremltools-component-milinternal": "",
+    "coremltools-version": "9.0",
+}
+
+_NAME = re.compile(r"[A-Za-z_]\w*\Z")
+
+
+def _check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise MilVerifyError([f"'{name}' is not a valid MIL name (letters, digits, '_'; not starting with a digit)"])
+    return name
+
+
+class FunctionBuilder:
+    """Builds one function; every registered op is a method: ``f.conv(x=..., weight=...)``."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self._names: set[str] = {v.name for v in fn.inputs}
+        self._counters: dict[str, int] = {}
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def _fresh(self, base: str) -> str:
+        n = self._counters.get(base, 0)
+        while f"{base}_{n}" in self._names:
+            n += 1
+        self._counters[base] = n + 1
+        return f"{base}_{n}"
+
+    def _claim(self, name: str | None, base: str) -> str:
+        if name is None:
+            name = self._fresh(base)
+        _check_name(name)
+        if name in self._names:
+            raise MilVerifyError([f"name '{name}' is already used in function '{self.fn.name}'"])
+        self._names.add(name)
+        return name
+
+    # -- inputs, constants, outputs --------------------------------------------------------------
+
+    def input(self, name: str, type_: T.Type) -> Var:
+        """Declare a function input."""
+        v = Var(self._claim(name, "input"), type_)
+        self.fn.inputs.append(v)
+        return v
+
+    def const(self, value: Any, name: str | None = None, dtype: str | None = None) -> Var:
+        """A ``const`` op holding ``value`` (a Literal, or a Python / numpy value; ``dtype`` forces one)."""
+        if isinstance(value, Literal):
+            lit = value
+        elif dtype is not None:
+            from anekit.mil.values import tensor_literal
+
+            lit = tensor_literal(dtype, value)
+        else:
+            lit = from_python(value)
+        out = Var(self._claim(name, "const"), lit.type)
+        attrs = {"name": string_literal(out.name), "val": lit}
+        self.fn.block.ops.append(Op("const", {}, [out], attrs))
+        return out
+
+    def weight(self, type_: T.TensorType, path: str, offset: int, name: str | None = None) -> Var:
+        """A ``const`` whose value is a BLOBFILE reference (``offset`` of the blob's metadata record)."""
+        return self.const(blob_literal(type_, path, offset), name=name)
+
+    def output(self, *vars_: Var) -> None:
+        """Set the function's outputs."""
+        for v in vars_:
+            if not isinstance(v, Var):
+                raise MilVerifyError([f"function outputs must be variables, got {type(v).__name__}"])
+        self.fn.block.outputs = list(vars_)
+
+    # -- ops ---------------------------------------------------------------------------------------
+
+    def op(
+        self,
+        op_type: str,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        attributes: dict[str, Literal] | None = None,
+        **inputs: Any,
+    ) -> Any:
+        """Add an op; returns its output Var (a tuple of Vars for several outputs)."""
+        opdef = get_op(op_type)
+        float_dtype = self._float_dtype(inputs)
+        base = name if name is not None else op_type
+        args: dict[str, Arg] = {}
+        for key, value in inputs.items():
+            if value is None:
+                continue
+            args[key] = self._arg(value, f"{base}_{key}" if name else None, float_dtype)
+        where = f"{name or op_type}"
+        out_types = opdef.type_outputs(args, where)
+        out_name = self._claim(name, op_type)
+        if len(out_types) == 1:
+            outputs = [Var(out_name, out_types[0])]
+        else:
+            outputs = [Var(self._claim(f"{out_name}_{i}", op_type), t) for i, t in enumerate(out_types)]
+        attrs = {"name": string_literal(out_name)}
+        attrs.update(attributes or {})
+        self.fn.block.ops.append(Op(op_type, args, outputs, attrs, version=version))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        get_op(op_type)  # an unknown op is an UnknownOpError naming it
+
+        def call(**kwargs: Any) -> Any:
+            return self.op(op_type, **kwargs)
+
+        call.__name__ = op_type
+        return call
+
+    def _float_dtype(self, inputs: dict[str, Any]) -> str:
+        for v in inputs.values():
+            items = v if isinstance(v, (tuple, list)) else (v,)
+            for item in items:
+                if isinstance(item, Var) and isinstance(item.type, T.TensorType) and item.type.dtype.is_float:
+                    return item.type.dtype.name
+        return "fp32"
+
+    def _arg(self, value: Any, name: str | None, float_dtype: str) -> Arg:
+        if isinstance(value, Var):
+            return value
+        if isinstance(value, tuple) or (
+            isinstance(value, list) and value and all(isinstance(x, Var) for x in value)
+        ):
+            return tuple(self._arg(x, None, float_dtype) for x in value)
+        lit = value if isinstance(value, Literal) else from_python(value, float_dtype)
+        return self.const(lit, name=name)
+
+
+class Builder:
+    """Builds a Program of one or more functions."""
+
+    def __init__(self, version: str = DEFAULT_PROGRAM_VERSION, build: dict[str, str] | None = None) -> None:
+        info = DEFAULT_BUILD_INFO if build is None else build
+        attrs = {"buildInfo": build_info(info)} if info else {}
+        self.prog = Program(version=version, attributes=attrs)
+
+    def function(self, name: str = "main", opset: str = DEFAULT_OPSET) -> FunctionBuilder:
+        _check_name(name)
+        if name in self.prog.functions:
+            raise MilVerifyError([f"function '{name}' is already defined"])
+        fn = Function(name, [], Block(), opset=opset)
+        self.prog.add_function(fn)
+        return FunctionBuilder(fn)
+
+    def build(self) -> Program:
+        for fn in self.prog.functions.values():
+            if not fn.outputs:
+                raise MilVerifyError([f"function '{fn.name}' has no outputs: call output(...)"])
+        return self.prog
+
+
+def program(
+    inputs: dict[str, T.Type],
+    opset: str = DEFAULT_OPSET,
+    name: str = "main",
+    version: str = DEFAULT_PROGRAM_VERSION,
+) -> Callable[[Callable[..., Any]], Program]:
+    """Decorator: the function body builds ``main``; its return value (Var or tuple) is the output."""
+
+    def wrap(body: Callable[..., Any]) -> Program:
+        b = Builder(version=version)
+        f = b.function(name, opset=opset)
+        args = [f.input(k, t) for k, t in inputs.items()]
+        result = body(f, *args)
+        outs: Sequence[Var] = result if isinstance(result, (tuple, list)) else (result,)
+        f.output(*outs)
+        return b.build()
+
+    return wrap
+

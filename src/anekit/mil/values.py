@@ -1,0 +1,137 @@
+"""Typed literal values of MIL: inline tensors and scalars, lists, dicts, and BLOBFILE references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from anekit.mil import types as T
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """``BLOBFILE(path = string("@model_path/weights/x.bin"), offset = uint64(64))``.
+
+    ``offset`` is the byte offset of the blob's metadata record in the weight file, not of its data.
+    """
+
+    path: str
+    offset: int
+
+
+Payload = Union[np.ndarray, BlobRef, tuple]
+
+
+class Literal:
+    """A typed constant as it appears in MIL text: ``tensor<int32, [2]>([1, 1])``, ``fp16(0x1p+0)``.
+
+    The payload is, by type:
+      * TensorType: a numpy array of the dtype's storage type and exactly the type's shape, or a BlobRef;
+      * ListType: a tuple of element Literals;
+      * DictType: a tuple of (key Literal, value Literal) pairs.
+    """
+
+    __slots__ = ("type", "value")
+
+    def __init__(self, type_: T.Type, value: Payload) -> None:
+        self.type = type_
+        self.value = value
+
+    @property
+    def is_blob(self) -> bool:
+        return isinstance(self.value, BlobRef)
+
+    def _key(self) -> tuple[Any, ...]:
+        v = self.value
+        if isinstance(v, np.ndarray):
+            if v.dtype == object:
+                return (self.type, "obj", tuple(v.ravel().tolist()))
+            return (self.type, v.dtype.str, v.shape, v.tobytes())
+        return (self.type, v)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Literal) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        from anekit.mil.printer import format_literal
+
+        return f"Literal({format_literal(self)})"
+
+    def scalar(self) -> Any:
+        """The Python value of a scalar literal (int, float, bool or str)."""
+        if not isinstance(self.value, np.ndarray) or self.value.ndim != 0:
+            raise ValueError(f"literal of type {self.type} is not a scalar")
+        return self.value.item()
+
+
+def tensor_literal(dt: str | T.DType, data: Any, shape: tuple[int, ...] | None = None) -> Literal:
+    """A tensor (or scalar, for shape ()) literal holding ``data`` converted to the dtype's storage."""
+    d = T.dtype(dt)
+    arr = np.asarray(data, dtype=d.np if d.name != "string" else object)
+    if d.name == "bf16":
+        from anekit.fp16 import round_to_bf16
+
+        arr = round_to_bf16(arr.astype(np.float32))
+    if shape is not None:
+        arr = arr.reshape(shape)
+    return Literal(T.TensorType(d, tuple(int(s) for s in arr.shape)), arr)
+
+
+def scalar_literal(dt: str | T.DType, value: Any) -> Literal:
+    """A scalar literal: ``scalar_literal("fp16", 0.5)`` is ``fp16(0x1p-1)``."""
+    return tensor_literal(dt, value, ())
+
+
+def string_literal(value: str) -> Literal:
+    return scalar_literal(T.string, value)
+
+
+def blob_literal(type_: T.TensorType, path: str, offset: int) -> Literal:
+    """A tensor literal whose data lives in a weight file."""
+    return Literal(type_, BlobRef(path, int(offset)))
+
+
+def from_python(value: Any, float_dtype: str = "fp32") -> Literal:
+    """Literal from a Python / numpy value: bool -> bool, int -> int32, float -> ``float_dtype``, str -> string.
+
+    numpy arrays keep their dtype, except float64 which becomes ``float_dtype`` (MIL programs carry
+    fp16/fp32) and int64 which becomes int32.
+    """
+    if isinstance(value, Literal):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return scalar_literal(T.bool_, bool(value))
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.ndarray):
+        return scalar_literal(T.int32, int(value))
+    if isinstance(value, (float, np.floating)) and not isinstance(value, np.ndarray):
+        return scalar_literal(float_dtype, float(value))
+    if isinstance(value, str):
+        return string_literal(value)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "US":
+        return tensor_literal(T.string, arr.astype(object))
+    if arr.dtype == np.float64:
+        return tensor_literal(float_dtype, arr)
+    if arr.dtype == np.int64:
+        return tensor_literal(T.int32, arr)
+    return tensor_literal(T.dtype_of_numpy(arr), arr)
+
+
+def dict_literal(key_type: T.Type, value_type: T.Type, items: dict[Any, Any]) -> Literal:
+    """A ``dict<K, V>`` literal from a Python dict of scalar keys and values."""
+    pairs = []
+    for k, v in items.items():
+        assert isinstance(key_type, T.TensorType) and isinstance(value_type, T.TensorType)
+        pairs.append((scalar_literal(key_type.dtype, k), scalar_literal(value_type.dtype, v)))
+    return Literal(T.DictType(key_type, value_type), tuple(pairs))
+
+
+def build_info(items: dict[str, str], scalar_style: str = "scalar") -> Literal:
+    """The ``buildInfo`` dict of a program header."""
+    s = T.scalar(T.string)
+    return dict_literal(s, s, items)
