@@ -45,7 +45,16 @@ class MilError(AnekitError):
 class MilSyntaxError(MilError, ValueError):
     """MIL text that does not parse; carries line, column and the offending line with a caret."""
 
-    def __init__(self, message: str, *, line: int, column: int, line_text: str = "", source: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int,
+        column: int,
+        line_text: str = "",
+        source: str = "",
+        caret_column: int | None = None,
+    ) -> None:
         self.message = message
         self.line = line
         self.column = column
@@ -54,7 +63,7 @@ class MilSyntaxError(MilError, ValueError):
         where = f"{source}:" if source else ""
         text = f"[mil.parse] {where}{line}:{column}: {message}"
         if line_text:
-            caret = " " * (column - 1) + "^"
+            caret = " " * ((caret_column or column) - 1) + "^"
             text += f"\n    {line_text}\n    {caret}"
         super().__init__(text)
 
@@ -62,7 +71,9 @@ class MilSyntaxError(MilError, ValueError):
 class MilTypeError(MilError, TypeError):
     """An ill-typed op: names the op, its inputs' types and what was expected."""
 
-    def __init__(self, op: str, message: str, *, input_types: dict[str, str] | None = None, where: str = "") -> None:
+    def __init__(
+        self, op: str, message: str, *, input_types: dict[str, str] | None = None, where: str = ""
+    ) -> None:
         self.op = op
         self.input_types = dict(input_types or {})
         self.reason = message

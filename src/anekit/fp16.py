@@ -106,7 +106,9 @@ def _scalar_bits(bits: Any, what: str) -> int:
 def _check_out(out: Any, shape: tuple[int, ...]) -> np.ndarray:
     """Validate an ``out=`` argument: a writeable float32 ndarray of the given shape."""
     if not isinstance(out, np.ndarray) or out.dtype != np.float32:
-        raise Fp16Error(f"out must be a float32 ndarray, got {type(out).__name__} {getattr(out, 'dtype', '')}")
+        raise Fp16Error(
+            f"out must be a float32 ndarray, got {type(out).__name__} {getattr(out, 'dtype', '')}"
+        )
     if out.shape != shape:
         raise Fp16Error(f"out has shape {out.shape}, expected {shape}")
     if not out.flags.writeable:
@@ -214,7 +216,9 @@ _F16_TO_F32_BITS.setflags(write=False)
 # --------------------------------------------------------------------------------------------------------
 
 
-def _round_bf16_block(u: np.ndarray, dst: np.ndarray, xf: np.ndarray, t: np.ndarray, mask: np.ndarray) -> None:
+def _round_bf16_block(
+    u: np.ndarray, dst: np.ndarray, xf: np.ndarray, t: np.ndarray, mask: np.ndarray
+) -> None:
     """Round float32 patterns ``u`` to bfloat16 precision, writing float32 patterns (low half zero) to ``dst``.
 
     ``xf`` is ``u`` viewed as float32; ``dst`` may be ``u`` itself. ``t`` is uint32 and ``mask`` bool scratch.

@@ -44,7 +44,9 @@ _NAME = re.compile(r"[A-Za-z_]\w*\Z")
 
 def _check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise MilVerifyError([f"'{name}' is not a valid MIL name (letters, digits, '_'; not starting with a digit)"])
+        raise MilVerifyError(
+            [f"'{name}' is not a valid MIL name (letters, digits, '_'; not starting with a digit)"]
+        )
     return name
 
 
@@ -211,4 +213,3 @@ def program(
         return b.build()
 
     return wrap
-

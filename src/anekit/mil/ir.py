@@ -21,7 +21,7 @@ DEFAULT_OPSET = "ios18"
 class Var:
     """A named SSA value: a function input or the output of an op."""
 
-    __slots__ = ("name", "type", "op")
+    __slots__ = ("name", "op", "type")
 
     def __init__(self, name: str, type_: T.Type, op: Op | None = None) -> None:
         self.name = name
@@ -47,7 +47,7 @@ Arg = Union[Var, Literal, tuple]
 class Op:
     """One operation: ``outputs = op_type<version>(inputs)[attributes]``."""
 
-    __slots__ = ("op_type", "version", "inputs", "outputs", "attributes", "line")
+    __slots__ = ("attributes", "inputs", "line", "op_type", "outputs", "version")
 
     def __init__(
         self,
@@ -140,7 +140,7 @@ class Block:
 class Function:
     """``func name<opset>(inputs) [attributes] { block } -> (outputs);``"""
 
-    __slots__ = ("name", "opset", "inputs", "block", "attributes", "line")
+    __slots__ = ("attributes", "block", "inputs", "line", "name", "opset")
 
     def __init__(
         self,
@@ -194,7 +194,7 @@ class Function:
 class Program:
     """A MIL program: a version, header attributes (``buildInfo``) and named functions."""
 
-    __slots__ = ("version", "attributes", "functions")
+    __slots__ = ("attributes", "functions", "version")
 
     def __init__(
         self,

@@ -110,11 +110,14 @@ class _Parser:
         end = self.text.find("\n", start)
         line_text = self.text[start : end if end >= 0 else len(self.text)]
         col = pos - start + 1
-        if len(line_text) > 200:  # keep the caret line readable for long generated lines
+        caret = col
+        if len(line_text) > 200:  # show a window of long generated lines around the caret
             lo = max(0, col - 100)
             line_text = line_text[lo : lo + 200]
-            col -= lo
-        raise MilSyntaxError(message, line=line, column=col, line_text=line_text, source=self.source)
+            caret = col - lo
+        raise MilSyntaxError(
+            message, line=line, column=col, line_text=line_text, source=self.source, caret_column=caret
+        )
 
     def line_of(self, pos: int) -> int:
         if self._line_starts is None:
@@ -583,7 +586,12 @@ def parse_program(text: str, source: str = "") -> Program:
     if not isinstance(text, str):
         raise TypeError(f"parse_program takes str, not {type(text).__name__}")
     p = _Parser(text, source)
-    return p.program()
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return p.program()
+    except RecursionError:
+        p._fail("nesting is too deep")
+        raise AssertionError from None  # unreachable
 
 
 def parse_type(text: str) -> T.Type:

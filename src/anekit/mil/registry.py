@@ -45,7 +45,7 @@ class Input:
     default: the value ``reference`` sees when the input is omitted.
     """
 
-    __slots__ = ("dtypes", "rank", "optional", "const", "variadic", "default")
+    __slots__ = ("const", "default", "dtypes", "optional", "rank", "variadic")
 
     def __init__(
         self,
@@ -93,7 +93,7 @@ def describe_types(args: dict[str, Arg]) -> dict[str, str]:
 class InferArgs:
     """What ``OpDef.infer`` sees: the types of the inputs and the values of the constant ones."""
 
-    __slots__ = ("opdef", "args", "where")
+    __slots__ = ("args", "opdef", "where")
 
     def __init__(self, opdef: OpDef, args: dict[str, Arg], where: str = "") -> None:
         self.opdef = opdef
@@ -165,7 +165,7 @@ class InferArgs:
 class RefArgs:
     """What ``OpDef.reference`` sees: input arrays (defaults filled in) and the inferred output types."""
 
-    __slots__ = ("values", "out_types", "opdef")
+    __slots__ = ("opdef", "out_types", "values")
 
     def __init__(self, opdef: OpDef, values: dict[str, Any], out_types: tuple[T.Type, ...] = ()) -> None:
         self.opdef = opdef
@@ -278,7 +278,13 @@ class OpDef:
     def type_outputs(self, args: dict[str, Arg], where: str = "") -> tuple[T.Type, ...]:
         """Check the inputs and apply the type rule: the output types."""
         a = self.check(args, where)
-        out = self.infer(a)
+        try:
+            out = self.infer(a)
+        except MilTypeError:
+            raise
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+            # The one boundary where a type rule's own slip becomes an anekit error naming the op.
+            raise a.error(f"cannot type this op ({type(e).__name__}: {e})") from e
         return out if isinstance(out, tuple) else (out,)
 
     def run(self, values: dict[str, Any], out_types: tuple[T.Type, ...] = ()) -> tuple[Any, ...]:

@@ -97,7 +97,7 @@ def blob_literal(type_: T.TensorType, path: str, offset: int) -> Literal:
 
 
 def from_python(value: Any, float_dtype: str = "fp32") -> Literal:
-    """Literal from a Python / numpy value: bool -> bool, int -> int32, float -> ``float_dtype``, str -> string.
+    """A literal from a Python / numpy value: bool, int -> int32, float -> ``float_dtype``, str -> string.
 
     numpy arrays keep their dtype, except float64 which becomes ``float_dtype`` (MIL programs carry
     fp16/fp32) and int64 which becomes int32.

@@ -155,7 +155,9 @@ def check(prog: Program) -> list[Problem]:
     """Every problem in the program (empty when it verifies)."""
     problems: list[Problem] = []
     if not prog.functions:
-        problems.append(Problem("<program>", None, "program has no functions", MilVerifyError(["no functions"])))
+        problems.append(
+            Problem("<program>", None, "program has no functions", MilVerifyError(["no functions"]))
+        )
     for fn in prog.functions.values():
         problems.extend(_FunctionChecker(fn).run())
     return problems
@@ -171,8 +173,12 @@ def verify(prog: Program) -> Program:
         raise first
     listing = [str(p) for p in problems]
     if isinstance(first, MilTypeError):
-        err = MilTypeError(first.op, first.reason + "\n" + "\n".join(f"  - {p}" for p in listing[1:]),
-                           input_types=first.input_types, where=first.where)
+        err = MilTypeError(
+            first.op,
+            first.reason + "\n" + "\n".join(f"  - {p}" for p in listing[1:]),
+            input_types=first.input_types,
+            where=first.where,
+        )
         err.problems = listing  # type: ignore[attr-defined]
         raise err
     raise MilVerifyError(listing)

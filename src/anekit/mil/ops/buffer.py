@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.mil import types as T
-from anekit.mil.registry import Input, InferArgs, OpDef, RefArgs, register_op
+from anekit.mil.registry import InferArgs, Input, OpDef, RefArgs, register_op
 
 
 @register_op

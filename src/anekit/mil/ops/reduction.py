@@ -60,7 +60,9 @@ class _ReduceAxes(OpDef):
         return out
 
 
-def _simple(fn: Callable[..., np.ndarray]) -> Callable[[OpDef, np.ndarray, tuple[int, ...], bool], np.ndarray]:
+def _simple(
+    fn: Callable[..., np.ndarray],
+) -> Callable[[OpDef, np.ndarray, tuple[int, ...], bool], np.ndarray]:
     def compute(self: OpDef, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return fn(x, axis=axes, keepdims=keep)
 
@@ -247,7 +249,12 @@ class cumsum(OpDef):
             x = np.flip(x, axis)
         out = np.cumsum(x, axis=axis, dtype=x.dtype)
         if a.bool("exclusive"):
-            out = out - x
+            shifted = np.zeros_like(out)
+            src = [slice(None)] * x.ndim
+            dst = [slice(None)] * x.ndim
+            src[axis], dst[axis] = slice(0, -1), slice(1, None)
+            shifted[tuple(dst)] = out[tuple(src)]
+            out = shifted
         if a.bool("reverse"):
             out = np.flip(out, axis)
         return np.ascontiguousarray(out)

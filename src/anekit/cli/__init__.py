@@ -1,0 +1,1 @@
+"""The ``anekit`` command line: thin wrappers over the library."""

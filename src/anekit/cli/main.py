@@ -1,0 +1,37 @@
+"""Entry point of the ``anekit`` command: parses the subcommand and reports anekit errors cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from anekit import __version__
+from anekit.cli import demo, mil_cmd
+from anekit.errors import AnekitError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anekit", description="Program the Apple Neural Engine directly.")
+    parser.add_argument("--version", action="version", version=f"anekit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    mil_cmd.add_parser(sub)
+    demo.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except AnekitError as e:
+        print(f"anekit: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
