@@ -62,9 +62,8 @@ class MilSyntaxError(MilError, ValueError):
         self.source = source
         where = f"{source}:" if source else ""
         text = f"[mil.parse] {where}{line}:{column}: {message}"
-        if line_text:
-            caret = " " * ((caret_column or column) - 1) + "^"
-            text += f"\n    {line_text}\n    {caret}"
+        caret = " " * ((caret_column or column) - 1) + "^"
+        text += f"\n    {line_text}\n    {caret}"
         super().__init__(text)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,9 @@ class Fp16Error(AnekitError, ValueError):
 
 
 # Work on blocks this many elements long so the temporaries stay in cache.
-_CHUNK = 1 << 15
+_CHUNK = 1 << 16
+# Fix-ups touching more than 1/_DENSE_FRACTION of a block are done over the whole block.
+_DENSE_FRACTION = 16
 
 _F32_ABS = np.uint32(0x7FFFFFFF)
 _F32_INF = np.uint32(0x7F800000)
@@ -64,6 +66,22 @@ def _chunks(n: int) -> Iterator[slice]:
     """Yield consecutive slices covering range(n), each at most _CHUNK long."""
     for start in range(0, n, _CHUNK):
         yield slice(start, min(start + _CHUNK, n))
+
+
+def _patch(r: np.ndarray, mask: np.ndarray, a: np.ndarray, fix: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Set ``r[i] = fix(a)[i]`` wherever ``mask[i]``; ``fix`` maps uint32 patterns elementwise.
+
+    A few hits are gathered, fixed and scattered back; when there are many, ``fix`` runs over the whole
+    block (it must accept any pattern) and the result is merged, which is then much cheaper.
+    """
+    hits = np.count_nonzero(mask)
+    if hits == 0:
+        return
+    if hits * _DENSE_FRACTION < mask.size:
+        idx = np.flatnonzero(mask)
+        r[idx] = fix(a[idx])
+    else:
+        np.copyto(r, fix(a), where=mask)
 
 
 def _as_f32(x: npt.ArrayLike) -> np.ndarray:
@@ -126,12 +144,23 @@ def _encode_f16_small(s: np.ndarray) -> np.ndarray:
 
     The value in units of 2**-24 is m * 2**(e - 126), with m the 24-bit significand; shifting right by
     126 - e (at least 14) with round to nearest even gives the half mantissa, and a carry into bit 10
-    lands exactly on the smallest normal half. Shifts of 25 or more always give 0, so they are capped at 31.
+    lands exactly on the smallest normal half. Shifts of 25 or more always give 0, so they are capped at 31;
+    the lower clip only keeps the result small (at most 1024) for patterns outside the intended range.
     """
-    shift = np.minimum(np.uint32(126) - (s >> np.uint32(23)), np.uint32(31))
+    shift = np.clip(np.uint32(126) - (s >> np.uint32(23)), np.uint32(14), np.uint32(31))
     m = (s & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
     half_minus_one = (np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1)
     return (m + half_minus_one + ((m >> shift) & np.uint32(1))) >> shift
+
+
+def _encode_f16_small_minus_one(s: np.ndarray) -> np.ndarray:
+    """``_encode_f16_small`` of ``s + 1``."""
+    return _encode_f16_small(s + np.uint32(1))
+
+
+def _encode_f16_nan(s: np.ndarray) -> np.ndarray:
+    """binary16 NaN (uint32) for |x| NaN patterns ``s``: top 10 payload bits kept, quiet bit forced."""
+    return np.uint32(0x7E00) | ((s >> np.uint32(13)) & np.uint32(0x03FF))
 
 
 def _encode_f16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarray, mask: np.ndarray) -> None:
@@ -152,15 +181,11 @@ def _encode_f16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarr
     np.clip(r_signed, 0, 0x7C00, out=r_signed)  # overflow and inf saturate to inf
     # NaN: keep the top 10 payload bits and force the quiet bit, so the result can never read as inf.
     np.greater(a, _F32_INF, out=mask)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        r[idx] = np.uint32(0x7E00) | ((a[idx] >> np.uint32(13)) & np.uint32(0x03FF))
+    _patch(r, mask, a, _encode_f16_nan)
     # Subnormal results: 0 < |x| < 2**-14 (subtracting 1 first moves zero out of the range).
     np.subtract(a, 1, out=a)
     np.less(a, _F16_SUBNORMAL_LIMIT - np.uint32(1), out=mask)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        r[idx] = _encode_f16_small(a[idx] + np.uint32(1))
+    _patch(r, mask, a, _encode_f16_small_minus_one)
     # Sign.
     np.right_shift(u, 16, out=a)
     np.bitwise_and(a, 0x8000, out=a)
@@ -216,25 +241,25 @@ _F16_TO_F32_BITS.setflags(write=False)
 # --------------------------------------------------------------------------------------------------------
 
 
-def _round_bf16_block(
-    u: np.ndarray, dst: np.ndarray, xf: np.ndarray, t: np.ndarray, mask: np.ndarray
-) -> None:
+def _quiet(s: np.ndarray) -> np.ndarray:
+    """Set the float32 quiet-NaN bit in patterns ``s``."""
+    return s | _F32_QUIET
+
+
+def _round_bf16_block(u: np.ndarray, dst: np.ndarray, xf: np.ndarray, t: np.ndarray, mask: np.ndarray) -> None:
     """Round float32 patterns ``u`` to bfloat16 precision, writing float32 patterns (low half zero) to ``dst``.
 
     ``xf`` is ``u`` viewed as float32; ``dst`` may be ``u`` itself. ``t`` is uint32 and ``mask`` bool scratch.
     """
-    np.isnan(xf, out=mask)
-    idx = np.flatnonzero(mask)
-    nan_bits = (u[idx] | _F32_QUIET) if idx.size else None
     # Round to nearest, ties to even: add 0x7FFF plus the lsb that survives, then drop the low 16 bits.
     # Finite values carry into the exponent correctly, overflowing to inf; NaN is handled apart.
     np.right_shift(u, 16, out=t)
     np.bitwise_and(t, 1, out=t)
     np.add(t, 0x7FFF, out=t)
-    np.add(u, t, out=dst)
-    if nan_bits is not None:
-        dst[idx] = nan_bits
-    np.bitwise_and(dst, np.uint32(0xFFFF0000), out=dst)
+    np.add(t, u, out=t)
+    np.isnan(xf, out=mask)
+    _patch(t, mask, u, _quiet)
+    np.bitwise_and(t, np.uint32(0xFFFF0000), out=dst)
 
 
 def _round_bf16(x: np.ndarray, out: np.ndarray) -> None:
@@ -326,6 +351,16 @@ def from_fp16_array(a: npt.ArrayLike) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _round_fp16_special(s: np.ndarray) -> np.ndarray:
+    """Float32 patterns for |x| patterns ``s`` that round past 65504: inf, or NaN narrowed to binary16."""
+    return np.where(s > _F32_INF, (s & np.uint32(0xFFFFE000)) | _F32_QUIET, _F32_INF)
+
+
+def _round_fp16_small_minus_one(s: np.ndarray) -> np.ndarray:
+    """Float32 patterns of the subnormal half nearest to |x| pattern ``s + 1``."""
+    return _F16_TO_F32_BITS[_encode_f16_small(s + np.uint32(1))]
+
+
 def _round_fp16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarray, mask: np.ndarray) -> None:
     """Round float32 patterns ``u`` to binary16 precision, writing float32 patterns to ``dst`` (uint32).
 
@@ -342,16 +377,11 @@ def _round_fp16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarr
     np.bitwise_and(r, np.uint32(0xFFFFE000), out=r)
     # Past 65504 after rounding (overflow, inf) or NaN: inf, or the NaN narrowed and widened back.
     np.greater(r, _F32_FP16_MAX, out=mask)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        s = a[idx]
-        r[idx] = np.where(s > _F32_INF, (s & np.uint32(0xFFFFE000)) | _F32_QUIET, _F32_INF)
+    _patch(r, mask, a, _round_fp16_special)
     # Subnormal halves, 0 < |x| < 2**-14: the quantum is 2**-24, so go through the half encoding.
     np.subtract(a, 1, out=a)
     np.less(a, _F16_SUBNORMAL_LIMIT - np.uint32(1), out=mask)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        r[idx] = _F16_TO_F32_BITS[_encode_f16_small(a[idx] + np.uint32(1))]
+    _patch(r, mask, a, _round_fp16_small_minus_one)
     np.bitwise_and(u, np.uint32(0x80000000), out=a)
     np.bitwise_or(r, a, out=dst)
 

@@ -24,17 +24,26 @@ from anekit.mil import types as T
 from anekit.mil.ir import Arg, Block, Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
 
+# Leading whitespace and comments are folded into each token (half as many matches to make). Simple
+# scalar literals (``string("x")``, ``int32(1)``, ``fp16(0x1p-1)``) and flat numeric tensor literals are
+# single tokens, converted once per distinct text through a cache.
+_DTYPE_RE = r"(?:fp16|fp32|fp64|bf16|u?int\d+|bool|string)"
 _TOKEN = re.compile(
     r"""
-    (?P<ws>(?:\s+|//[^\n]*|/\*.*?\*/)+)
-  | (?P<ttype>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>)
-  | (?P<hex>[-+]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][-+]?\d+)
-  | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+](?:inf|nan)\b)
-  | (?P<str>"(?:[^"\\\n]|\\.)*")
-  | (?P<id>[A-Za-z_]\w*)
-  | (?P<arrow>->)
-  | (?P<p>[()\[\]{}<>,=;?])
-  | (?P<bad>.)
+    (?:\s+|//[^\n]*|/\*.*?\*/)*
+    (?:
+      (?P<slit>""" + _DTYPE_RE + r"""\((?:"(?:[^"\\\n]|\\.)*"|[-+.\w]*)\))
+    | (?P<tlit>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>\(\[[-+.\w\s,]*\]\))
+    | (?P<ttype>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>)
+    | (?P<hex>[-+]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][-+]?\d+)
+    | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+](?:inf|nan)\b)
+    | (?P<str>"(?:[^"\\\n]|\\.)*")
+    | (?P<id>[A-Za-z_]\w*)
+    | (?P<arrow>->)
+    | (?P<p>[()\[\]{}<>,=;?])
+    | (?P<eof>\Z)
+    | (?P<bad>.)
+    )
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -83,16 +92,15 @@ class _Parser:
         starts: list[int] = []
         for m in _TOKEN.finditer(text):
             kind = m.lastgroup
-            if kind == "ws":
-                continue
+            assert kind is not None
+            start = m.start(kind)
             if kind == "bad":
-                self._fail(f"unexpected character {m.group()!r}", m.start())
-            kinds.append(kind)  # type: ignore[arg-type]
-            vals.append(m.group())
-            starts.append(m.start())
-        kinds.append("eof")
-        vals.append("")
-        starts.append(len(text))
+                self._fail(f"unexpected character {m.group(kind)!r}", start)
+            kinds.append(kind)
+            vals.append(m.group(kind))
+            starts.append(start)
+            if kind == "eof":
+                break
         self.kinds = kinds
         self.vals = vals
         self.starts = starts
@@ -170,9 +178,10 @@ class _Parser:
         self.expect("{")
         prog = Program(version=version, attributes=attributes)
         while not self.accept("}"):
+            name_pos = self.starts[self.i + 1]
             fn = self.function()
             if fn.name in prog.functions:
-                self._fail(f"function '{fn.name}' is defined twice", self.starts[self.i - 1])
+                self._fail(f"function '{fn.name}' is defined twice", name_pos)
             prog.add_function(fn)
         if self.kinds[self.i] != "eof":
             self._fail(f"unexpected text after the program: {self._describe(self.i)}")
@@ -287,7 +296,7 @@ class _Parser:
                         break
                     self.expect(",")
             return tuple(items)
-        if kind == "ttype" or (kind == "id" and self.vals[self.i + 1] in ("(", "<")):
+        if kind in ("slit", "tlit", "ttype") or (kind == "id" and self.vals[self.i + 1] in ("(", "<")):
             return self.literal()
         if kind == "id":
             return self.reference(scope)
@@ -422,6 +431,29 @@ class _Parser:
     # -- literals ----------------------------------------------------------------------------------
 
     def literal(self) -> Literal:
+        kind = self.kinds[self.i]
+        if kind == "slit" or kind == "tlit":
+            lit = _cached_literal(self.vals[self.i])
+            if isinstance(lit, str):
+                self._literal_error()
+            self.i += 1
+            return lit  # type: ignore[return-value]
+        return self.literal_general()
+
+    def _literal_error(self) -> None:
+        """Re-read a malformed one-token literal token by token, to fail at the exact column."""
+        pos = self.starts[self.i]
+        sub = _plain_parser(self.vals[self.i])
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                sub.literal_general()
+            message = f"unexpected {sub._describe(sub.i)}"
+            column = sub.starts[sub.i] + 1
+        except MilSyntaxError as e:
+            message, column = e.message, e.column
+        self._fail(message, pos + column - 1)
+
+    def literal_general(self) -> Literal:
         pos = self.starts[self.i]
         t = self.type_()
         self.expect("(")
@@ -553,6 +585,7 @@ class _Parser:
         raise AssertionError  # unreachable
 
     def blobfile(self) -> BlobRef:
+        start = self.starts[self.i]
         self.i += 1  # BLOBFILE
         self.expect("(")
         fields: dict[str, Any] = {}
@@ -577,8 +610,56 @@ class _Parser:
             self.expect(",")
         missing = [k for k in ("path", "offset") if k not in fields]
         if missing:
-            self._fail(f"BLOBFILE is missing {' and '.join(missing)}", self.starts[self.i - 1])
+            self._fail(f"BLOBFILE is missing {' and '.join(missing)}", start)
         return BlobRef(fields["path"], fields["offset"])
+
+
+@lru_cache(maxsize=8192)
+def _cached_literal(text: str) -> Literal | str:
+    """Literal of a one-token simple literal, or an error message string (then parsed the long way)."""
+    try:
+        sub = _plain_parser(text)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lit = sub.literal_general()
+        if sub.kinds[sub.i] != "eof":
+            return "trailing text"
+    except MilSyntaxError as e:
+        return e.message
+    if isinstance(lit.value, np.ndarray):
+        lit.value.flags.writeable = False  # shared between every op that spells it the same way
+    return lit
+
+
+_PLAIN = re.compile(
+    r"""\s*(?:(?P<ttype>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>)
+    | (?P<hex>[-+]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][-+]?\d+)
+    | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+](?:inf|nan)\b)
+    | (?P<str>"(?:[^"\\\n]|\\.)*") | (?P<id>[A-Za-z_]\w*) | (?P<p>[()\[\],]) | (?P<eof>\Z) | (?P<bad>.))""",
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def _plain_parser(text: str) -> _Parser:
+    """A parser over one literal's text, tokenized without the one-token literal shortcuts."""
+    sub = _Parser.__new__(_Parser)
+    sub.text, sub.source, sub._line_starts, sub.i = text, "", None, 0
+    sub.kinds, sub.vals, sub.starts = _tokenize_plain(text)
+    return sub
+
+
+def _tokenize_plain(text: str) -> tuple[list[str], list[str], list[int]]:
+    kinds: list[str] = []
+    vals: list[str] = []
+    starts: list[int] = []
+    for m in _PLAIN.finditer(text):
+        kind = m.lastgroup
+        assert kind is not None
+        kinds.append(kind)
+        vals.append(m.group(kind))
+        starts.append(m.start(kind))
+        if kind == "eof":
+            break
+    return kinds, vals, starts
 
 
 def parse_program(text: str, source: str = "") -> Program:

@@ -194,12 +194,14 @@ class pow_(_Binary):
 
     x, y: tensor<T> with T in {fp16, fp32, int32}. Output: tensor<T, broadcast shape>.
     Floats: IEEE pow (a negative base to a non-integer power is NaN). int32: computed in float and
-    truncated toward zero (so a negative exponent gives 0 unless |x| == 1).
+    truncated toward zero, so a negative exponent gives 0 unless |x| == 1, and 0 to a negative power
+    (a division by zero) gives 0.
     """
 
     def compute(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if x.dtype.kind in "iu" and y.dtype.kind in "iu":
-            return np.trunc(np.power(x.astype(np.float64), y.astype(np.float64)))
+            p = np.trunc(np.power(x.astype(np.float64), y.astype(np.float64)))
+            return np.where(np.isfinite(p), p, 0)
         return np.power(x, y)
 
 

@@ -16,6 +16,12 @@ BOOL = frozenset({"bool"})
 STRING = frozenset({"string"})
 
 
+def _check_scalars(a: InferArgs, *names: str) -> None:
+    for name in names:
+        if a.has(name) and a.tensor(name).rank != 0:
+            raise a.error(f"{name} must be a scalar, got shape {list(a.tensor(name).shape)}")
+
+
 def _reduce_axes(a: InferArgs, rank: int) -> tuple[int, ...]:
     """The normalised ``axes`` of a reduction; every axis when omitted."""
     axes = a.value("axes")
@@ -44,6 +50,7 @@ class _ReduceAxes(OpDef):
 
     def infer(self, a: InferArgs) -> T.Type:
         x = a.tensor("x")
+        _check_scalars(a, "keep_dims")
         axes = _reduce_axes(a, x.rank)
         return T.TensorType(x.dtype, reduced_shape(x.shape, axes, a.bool("keep_dims")))
 
@@ -175,6 +182,7 @@ class _ReduceArg(OpDef):
         x = a.tensor("x")
         if x.rank < 1:
             raise a.error("x must have rank 1 or more")
+        _check_scalars(a, "axis", "keep_dims", "output_dtype")
         axis = norm_axis(a, a.int("axis"), x.rank)
         out_dt = a.str("output_dtype").lower()
         if out_dt not in ("int32", "uint16"):
@@ -239,6 +247,7 @@ class cumsum(OpDef):
         x = a.tensor("x")
         if x.rank < 1:
             raise a.error("x must have rank 1 or more")
+        _check_scalars(a, "axis", "exclusive", "reverse")
         norm_axis(a, a.int("axis"), x.rank)
         return x
 

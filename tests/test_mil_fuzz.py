@@ -1,0 +1,98 @@
+"""Parser fuzzing: mutated MIL text raises only anekit's own errors, and never hangs."""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+from contextlib import contextmanager
+
+import pytest
+
+from anekit import mil
+from anekit.cli.demo import transformer_layer
+from anekit.errors import AnekitError
+from tests.conftest import corpus_files
+from tests.test_mil_parser import GENERATED
+
+TOKENS = ["(", ")", "[", "]", "{", "}", "<", ">", ",", "=", ";", '"', "->", "0x1p", "0x1.8p-3", "-", "1e9",
+          "tensor<", "fp16", "int8(", "BLOBFILE(", "string(", "bool(", "[]", "?", "//", "/*", "nan", "\n",
+          "99999999999999999999", "tensor<fp16, [", "tensor_buffer<", "list<", "dict<", "func", "program(1.3)",
+          "x", "values = (", "uint64(", "  ", "\\"]
+
+
+def _mutate(text: str, rng: random.Random) -> str:
+    for _ in range(rng.randint(1, 4)):
+        i = rng.randrange(len(text) + 1)
+        j = min(len(text), i + rng.randint(0, 40))
+        kind = rng.randrange(6)
+        if kind == 0:
+            text = text[:i] + text[j:]
+        elif kind == 1:
+            text = text[:i] + rng.choice(TOKENS) + text[i:]
+        elif kind == 2:
+            text = text[:i] + text[i:j] * rng.randint(2, 4) + text[j:]
+        elif kind == 3:
+            text = text[:i]
+        elif kind == 4:
+            text = text[:i] + chr(rng.randrange(32, 127)) + text[i + 1 :]
+        else:
+            k = rng.randrange(len(text) + 1)
+            text = text[:k] + text[i:j] + text[k:]
+    return text
+
+
+@contextmanager
+def _watchdog(seconds: int):
+    """Fail (instead of hanging) if one input takes longer than ``seconds``."""
+    if sys.platform == "win32" or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fire(signum, frame):
+        raise TimeoutError(f"parsing took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _seeds() -> list[tuple[str, str]]:
+    seeds = [("generated", GENERATED), ("demo", mil.to_text(transformer_layer(32, 64, 2, 8)))]
+    seeds += [(p.name, p.read_text(encoding="utf-8")) for p in corpus_files("mil", "*.mil")]
+    return seeds
+
+
+@pytest.mark.parametrize("name, seed", _seeds(), ids=[n for n, _ in _seeds()])
+def test_mutated_text_raises_only_anekit_errors(name, seed):
+    rng = random.Random(f"fuzz-{name}")
+    outcomes = {"parsed": 0, "rejected": 0}
+    for _ in range(400):
+        text = _mutate(seed, rng)
+        with _watchdog(5):
+            try:
+                prog = mil.parse(text)
+            except AnekitError:
+                outcomes["rejected"] += 1
+                continue
+            outcomes["parsed"] += 1
+            mil.check(prog)  # lists problems; must not raise
+            try:
+                mil.verify(prog)
+            except AnekitError:
+                pass
+            mil.parse(mil.to_text(prog))  # what parsed prints back to parseable text
+    assert outcomes["rejected"] > 0 and outcomes["parsed"] >= 0
+
+
+def test_random_bytes_and_deep_nesting_are_rejected_cleanly():
+    rng = random.Random(3)
+    samples = ["(" * 5000, "[" * 5000, "program(1.3){func main(" + "list<" * 3000, "\x00\xff", ""]
+    samples += ["".join(chr(rng.randrange(1, 0x2FF)) for _ in range(200)) for _ in range(50)]
+    for text in samples:
+        with _watchdog(5), pytest.raises(AnekitError):
+            mil.parse(text)
