@@ -30,17 +30,17 @@ from anekit.mil.values import BlobRef, Literal
 _DTYPE_RE = r"(?:fp16|fp32|fp64|bf16|u?int\d+|bool|string)"
 _TOKEN = re.compile(
     r"""
-    (?:\s+|//[^\n]*|/\*.*?\*/)*
+    \s*(?:(?://[^\n]*|/\*.*?\*/)\s*)*
     (?:
-      (?P<slit>""" + _DTYPE_RE + r"""\((?:"(?:[^"\\\n]|\\.)*"|[-+.\w]*)\))
+      (?P<p>[()\[\]{}<>,=;?])
+    | (?P<id>(?!tensor\s*<|""" + _DTYPE_RE + r"""\()[A-Za-z_]\w*)
+    | (?P<slit>""" + _DTYPE_RE + r"""\((?:"(?:[^"\\\n]|\\.)*"|[-+.\w]*)\))
     | (?P<tlit>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>\(\[[-+.\w\s,]*\]\))
     | (?P<ttype>tensor\s*<\s*[A-Za-z_]\w*\s*,\s*\[[^\[\]<>()]*\]\s*>)
+    | (?P<arrow>->)
     | (?P<hex>[-+]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][-+]?\d+)
     | (?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|[-+](?:inf|nan)\b)
     | (?P<str>"(?:[^"\\\n]|\\.)*")
-    | (?P<id>[A-Za-z_]\w*)
-    | (?P<arrow>->)
-    | (?P<p>[()\[\]{}<>,=;?])
     | (?P<eof>\Z)
     | (?P<bad>.)
     )

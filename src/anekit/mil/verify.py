@@ -50,6 +50,8 @@ def types_compatible(declared: T.Type, inferred: T.Type) -> bool:
 
 
 def _opaque_in(t: T.Type) -> bool:
+    if type(t) is T.TensorType:
+        return False
     if isinstance(t, T.OpaqueType):
         return True
     if isinstance(t, T.ListType):
