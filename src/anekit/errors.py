@@ -102,3 +102,59 @@ class MilVerifyError(MilError, ValueError):
         self.problems = list(problems)
         body = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"[mil.verify] {len(self.problems)} problem(s):\n{body}")
+
+
+class BlobFormatError(FormatError):
+    """A MILBlob v2 weight file that is truncated, corrupted or inconsistent."""
+
+    def __init__(
+        self, field: str, message: str, *, offset: int | None = None, expected: Any = None, actual: Any = None
+    ) -> None:
+        super().__init__("milblob", field, message, offset=offset, expected=expected, actual=actual)
+
+
+class AneRuntimeError(AnekitError):
+    """Base of the runtime errors; they follow a kernel's lifecycle (create, compile, load, run, unload)."""
+
+
+class SurfaceCreationFailed(AneRuntimeError):
+    """A surface (IOSurface on the engine) could not be created, or was used with the wrong shape."""
+
+
+class ClassNotFound(AneRuntimeError):
+    """A private framework class is missing (the framework did not load, or changed)."""
+
+
+class DescriptorCreationFailed(AneRuntimeError):
+    """The model descriptor was rejected (MIL text or weight dictionary not accepted)."""
+
+
+class ModelCreationFailed(AneRuntimeError):
+    """The in-memory model object could not be allocated."""
+
+
+class CompilationFailed(AneRuntimeError):
+    """A program did not compile: bad MIL, unknown op, or a weight that does not fit its const."""
+
+
+class LoadFailed(AneRuntimeError):
+    """A compiled kernel could not be loaded (or was used while not loaded)."""
+
+
+class EvalFailed(AneRuntimeError):
+    """Running a kernel failed."""
+
+
+class UnloadFailed(AneRuntimeError):
+    """Unloading a kernel failed."""
+
+
+class CompileBudgetExhausted(AneRuntimeError):
+    """The backend has compiled as many programs as its budget allows (about 100 on the engine)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        super().__init__(
+            f"[runtime] compile budget of {budget} programs is exhausted: the engine needs a fresh process "
+            "(checkpoint and re-execute), or raise compile_budget on a backend that allows it"
+        )
