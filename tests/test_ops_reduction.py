@@ -175,7 +175,7 @@ def loop_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.
     for idx in np.ndindex(*xt.shape[:-1]):
         for i in range(n):
             js = range(i, n) if reverse else range(i + 1)
-            out[idx + (i,)] = math.fsum(xt[idx + (j,)] for j in js if not (exclusive and j == i))
+            out[(*idx, i)] = math.fsum(xt[(*idx, j)] for j in js if not (exclusive and j == i))
     return np.moveaxis(out, -1, axis)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -40,58 +40,46 @@ FP16_MIN_SUBNORMAL = 2.0**-24
 """Smallest positive subnormal binary16 value."""
 FP16_EPS = 2.0**-10
 """Gap between 1.0 and the next binary16 value."""
-BF16_MAX = float(np.uint32(0x7F7F0000).view(np.float32))
-"""Largest finite bfloat16 value, (2 - 2**-7) * 2**127."""
+BF16_MAX = (2.0 - 2.0**-7) * 2.0**127
+"""Largest finite bfloat16 value."""
 
 
 class Fp16Error(AnekitError, ValueError):
     """A half-precision conversion got an argument it cannot convert (bad bit pattern, dtype or shape)."""
 
 
-# Work on blocks this many elements long so the temporaries stay in cache.
-_CHUNK = 1 << 16
-# Fix-ups touching more than 1/_DENSE_FRACTION of a block are done over the whole block.
+# The bulk kernels walk the data in blocks of this many elements, with every intermediate in preallocated
+# scratch: a temporary per numpy call would cost more than the arithmetic.
+_CHUNK = 1 << 15
+# A fix-up hitting more than 1/_DENSE_FRACTION of a block runs over the whole block instead of gathering.
 _DENSE_FRACTION = 16
 
-_F32_ABS = np.uint32(0x7FFFFFFF)
-_F32_INF = np.uint32(0x7F800000)
-_F32_QUIET = np.uint32(0x00400000)
-# |x| below 2**-14 (0x38800000) gives a subnormal half or zero; the exponent rebias is 112 << 23.
-_F16_SUBNORMAL_LIMIT = np.uint32(0x38800000)
-_F16_REBIAS_MINUS_HALF = np.uint32(0x38000000 - 0x0FFF)
-_F32_FP16_MAX = np.uint32(0x477FE000)
+_U32 = np.uint32
+_F32_SIGN = _U32(0x80000000)
+_F32_ABS = _U32(0x7FFFFFFF)
+_F32_INF = _U32(0x7F800000)
+_F32_QUIET = _U32(0x00400000)
+# float32 pattern of 65504, the largest finite half.
+_F32_FP16_MAX = _U32(0x477FE000)
+# |x| patterns below this (2**-14) give a subnormal half or zero.
+_F16_SUBNORMAL_LIMIT = _U32(0x38800000)
+# Exponent rebias 127 - 15 = 112, i.e. 112 << 23, less the 0x0FFF rounding bias added in the same step.
+_F16_REBIAS_MINUS_HALF = _U32(0x38000000 - 0x0FFF)
 
 
-def _chunks(n: int) -> Iterator[slice]:
-    """Yield consecutive slices covering range(n), each at most _CHUNK long."""
-    for start in range(0, n, _CHUNK):
-        yield slice(start, min(start + _CHUNK, n))
-
-
-def _patch(r: np.ndarray, mask: np.ndarray, a: np.ndarray, fix: Callable[[np.ndarray], np.ndarray]) -> None:
-    """Set ``r[i] = fix(a)[i]`` wherever ``mask[i]``; ``fix`` maps uint32 patterns elementwise.
-
-    A few hits are gathered, fixed and scattered back; when there are many, ``fix`` runs over the whole
-    block (it must accept any pattern) and the result is merged, which is then much cheaper.
-    """
-    hits = np.count_nonzero(mask)
-    if hits == 0:
-        return
-    if hits * _DENSE_FRACTION < mask.size:
-        idx = np.flatnonzero(mask)
-        r[idx] = fix(a[idx])
-    else:
-        np.copyto(r, fix(a), where=mask)
+# --------------------------------------------------------------------------------------------------------
+# argument handling
+# --------------------------------------------------------------------------------------------------------
 
 
 def _as_f32(x: npt.ArrayLike) -> np.ndarray:
-    """Convert the input to a float32 ndarray (float64 is rounded to float32, overflow going to inf)."""
+    """Convert the input to a float32 ndarray (float64 is rounded to float32, overflowing to inf)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(x, dtype=np.float32)
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
-    """Return ``a`` itself if C-contiguous, else a C-contiguous copy (keeping 0-d arrays 0-d)."""
+    """Return ``a`` itself if C-contiguous, else a C-contiguous copy (0-d arrays stay 0-d)."""
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
@@ -124,9 +112,8 @@ def _scalar_bits(bits: Any, what: str) -> int:
 def _check_out(out: Any, shape: tuple[int, ...]) -> np.ndarray:
     """Validate an ``out=`` argument: a writeable float32 ndarray of the given shape."""
     if not isinstance(out, np.ndarray) or out.dtype != np.float32:
-        raise Fp16Error(
-            f"out must be a float32 ndarray, got {type(out).__name__} {getattr(out, 'dtype', '')}"
-        )
+        kind = f"ndarray of {out.dtype}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise Fp16Error(f"out must be a float32 ndarray, got {kind}")
     if out.shape != shape:
         raise Fp16Error(f"out has shape {out.shape}, expected {shape}")
     if not out.flags.writeable:
@@ -135,105 +122,196 @@ def _check_out(out: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------------
+# block machinery
+# --------------------------------------------------------------------------------------------------------
+
+
+class _Scratch(NamedTuple):
+    """Scratch buffers for one block: five uint32 and two bool arrays of the block's length."""
+
+    a: np.ndarray
+    r: np.ndarray
+    t1: np.ndarray
+    t2: np.ndarray
+    t3: np.ndarray
+    m1: np.ndarray
+    m2: np.ndarray
+
+
+def _scratch(size: int) -> _Scratch:
+    """Allocate scratch for blocks of up to ``size`` elements."""
+    words = np.empty((5, size), dtype=np.uint32)
+    flags = np.empty((2, size), dtype=np.bool_)
+    return _Scratch(*words, *flags)
+
+
+# A fix-up: (patterns, out, uint32 scratch, uint32 scratch, bool scratch) -> None, all the same length.
+_Fix = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+# A block kernel: (float32 patterns as uint32, destination, scratch) -> None.
+_Kernel = Callable[[np.ndarray, np.ndarray, _Scratch], None]
+
+
+def _run(kernel: _Kernel, src: np.ndarray, dst: np.ndarray) -> None:
+    """Apply ``kernel`` block by block to 1-d uint32 ``src``, writing 1-d ``dst`` (may alias ``src``)."""
+    n = src.size
+    if n == 0:
+        return
+    full = _scratch(min(n, _CHUNK))
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        w = full if stop - start == full.a.size else _Scratch(*(b[: stop - start] for b in full))
+        kernel(src[start:stop], dst[start:stop], w)
+
+
+def _patch(r: np.ndarray, mask: np.ndarray, a: np.ndarray, fix: _Fix, w: _Scratch) -> None:
+    """Set ``r[i]`` to ``fix`` of ``a[i]`` wherever ``mask[i]``; ``mask`` must not be ``w.m2``.
+
+    A few hits are gathered, fixed and scattered back. Many hits run ``fix`` over the whole block (it must
+    accept any pattern) and merge with ``r ^= (r ^ fixed) * mask``, which avoids a slow masked copy.
+    """
+    hits = int(np.count_nonzero(mask))
+    if hits == 0:
+        return
+    if hits * _DENSE_FRACTION < mask.size:
+        idx = np.flatnonzero(mask)
+        s = a[idx]
+        out = np.empty_like(s)
+        fix(s, out, np.empty_like(s), np.empty_like(s), np.empty(hits, dtype=np.bool_))
+        r[idx] = out
+    else:
+        fix(a, w.t1, w.t2, w.t3, w.m2)
+        np.bitwise_xor(w.t1, r, out=w.t1)
+        np.multiply(w.t1, mask, out=w.t1)
+        np.bitwise_xor(r, w.t1, out=r)
+
+
+# --------------------------------------------------------------------------------------------------------
 # binary16 kernels
 # --------------------------------------------------------------------------------------------------------
 
 
-def _encode_f16_small(s: np.ndarray) -> np.ndarray:
-    """binary16 bit patterns (uint32) for |x| patterns ``s`` below 2**-14: subnormal halves and zero, RNE.
+def _fix_f16_nan(s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray) -> None:
+    """Half NaN for |x| NaN patterns: the top 10 payload bits kept and the quiet bit forced, so never inf."""
+    np.right_shift(s, 13, out=out)
+    np.bitwise_and(out, 0x03FF, out=out)
+    np.bitwise_or(out, 0x7E00, out=out)
 
-    The value in units of 2**-24 is m * 2**(e - 126), with m the 24-bit significand; shifting right by
-    126 - e (at least 14) with round to nearest even gives the half mantissa, and a carry into bit 10
-    lands exactly on the smallest normal half. Shifts of 25 or more always give 0, so they are capped at 31;
-    the lower clip only keeps the result small (at most 1024) for patterns outside the intended range.
+
+def _fix_f16_small(s: np.ndarray, out: np.ndarray, shift: np.ndarray, m: np.ndarray, mb: np.ndarray) -> None:
+    """Half patterns for |x| patterns below 2**-14: subnormal halves and zero, round to nearest even.
+
+    With e the biased exponent and m the 24-bit significand, the value in units of 2**-24 is
+    m * 2**(e - 126); shifting right by 126 - e (at least 14) with rounding gives the half mantissa, and a
+    carry into bit 10 lands exactly on the smallest normal half. Shifts of 25 or more always give 0, so
+    they are capped at 31; the floor of 14 only bounds the result (to at most 1024) for larger patterns.
     """
-    shift = np.clip(np.uint32(126) - (s >> np.uint32(23)), np.uint32(14), np.uint32(31))
-    m = (s & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
-    half_minus_one = (np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1)
-    return (m + half_minus_one + ((m >> shift) & np.uint32(1))) >> shift
+    np.right_shift(s, 23, out=shift)
+    np.subtract(126, shift, out=shift)  # wraps for exponents above 126; the clip catches that
+    np.clip(shift, 14, 31, out=shift)
+    np.bitwise_and(s, 0x007FFFFF, out=m)
+    np.bitwise_or(m, 0x00800000, out=m)
+    np.right_shift(m, shift, out=out)
+    np.bitwise_and(out, 1, out=out)  # lsb of the kept part: ties go to even
+    np.add(out, m, out=out)
+    np.subtract(shift, 1, out=m)
+    np.left_shift(1, m, out=m)  # half a unit of the kept part
+    np.add(out, m, out=out)
+    np.subtract(out, 1, out=out)
+    np.right_shift(out, shift, out=out)
 
 
-def _encode_f16_small_minus_one(s: np.ndarray) -> np.ndarray:
-    """``_encode_f16_small`` of ``s + 1``."""
-    return _encode_f16_small(s + np.uint32(1))
-
-
-def _encode_f16_nan(s: np.ndarray) -> np.ndarray:
-    """binary16 NaN (uint32) for |x| NaN patterns ``s``: top 10 payload bits kept, quiet bit forced."""
-    return np.uint32(0x7E00) | ((s >> np.uint32(13)) & np.uint32(0x03FF))
-
-
-def _encode_f16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarray, mask: np.ndarray) -> None:
-    """Encode float32 bit patterns ``u`` (uint32) as binary16 patterns into ``dst`` (uint16), RNE.
-
-    ``a`` and ``r`` are uint32 scratch and ``mask`` bool scratch, all as long as ``u``.
-    """
+def _encode_f16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
+    """Encode float32 patterns ``u`` as binary16 patterns into uint16 ``dst``, round to nearest even."""
+    a, r = w.a, w.r
     r_signed = r.view(np.int32)
     np.bitwise_and(u, _F32_ABS, out=a)
-    # Normal results: rebias the exponent and round the 13 dropped mantissa bits to nearest, ties to even.
-    # A carry out of the mantissa bumps the exponent, which is exactly right, up to and including inf.
-    # Below the rebias point the subtraction goes negative (as int32) and the clip gives +0.
+    # Normal results: rebias the exponent and round away 13 mantissa bits, ties to even. A carry out of the
+    # mantissa bumps the exponent, which is exactly right, up to and including inf (clipped below). Under
+    # the rebias point the difference goes negative as int32 and the clip makes it +0.
     np.right_shift(a, 13, out=r)
     np.bitwise_and(r, 1, out=r)
     np.add(r, a, out=r)
     np.subtract(r, _F16_REBIAS_MINUS_HALF, out=r)
     np.right_shift(r_signed, 13, out=r_signed)
-    np.clip(r_signed, 0, 0x7C00, out=r_signed)  # overflow and inf saturate to inf
-    # NaN: keep the top 10 payload bits and force the quiet bit, so the result can never read as inf.
-    np.greater(a, _F32_INF, out=mask)
-    _patch(r, mask, a, _encode_f16_nan)
-    # Subnormal results: 0 < |x| < 2**-14 (subtracting 1 first moves zero out of the range).
-    np.subtract(a, 1, out=a)
-    np.less(a, _F16_SUBNORMAL_LIMIT - np.uint32(1), out=mask)
-    _patch(r, mask, a, _encode_f16_small_minus_one)
-    # Sign.
+    np.clip(r_signed, 0, 0x7C00, out=r_signed)
+    np.greater(a, _F32_INF, out=w.m1)
+    _patch(r, w.m1, a, _fix_f16_nan, w)
+    # 0 < |x| < 2**-14 (subtracting 1 first moves zero out of the range; zero is already right).
+    np.subtract(a, 1, out=w.t1)
+    np.less(w.t1, _F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
+    _patch(r, w.m1, a, _fix_f16_small, w)
     np.right_shift(u, 16, out=a)
     np.bitwise_and(a, 0x8000, out=a)
     np.bitwise_or(r, a, out=dst, casting="unsafe")
 
 
-def _encode_f16(x: np.ndarray) -> np.ndarray:
-    """Encode a float32 array as uint16 binary16 patterns of the same shape."""
-    src = _contiguous(x).reshape(-1).view(np.uint32)
-    dst = np.empty(x.shape, dtype=np.uint16)
-    flat = dst.reshape(-1)
-    n = src.size
-    if n:
-        block = min(n, _CHUNK)
-        a = np.empty(block, np.uint32)
-        r = np.empty(block, np.uint32)
-        mask = np.empty(block, np.bool_)
-        for sl in _chunks(n):
-            k = sl.stop - sl.start
-            _encode_f16_block(src[sl], flat[sl], a[:k], r[:k], mask[:k])
-    return dst
+def _fix_round_fp16_special(
+    s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray
+) -> None:
+    """float32 patterns for |x| patterns past the half range: inf, or NaN narrowed to a quiet half NaN."""
+    np.maximum(s, _F32_INF, out=out)
+    np.bitwise_and(out, _U32(0xFFFFE000), out=out)
+    np.greater(s, _F32_INF, out=mb)
+    np.multiply(mb, _F32_QUIET, out=t)
+    np.bitwise_or(out, t, out=out)
+
+
+def _fix_round_fp16_small(
+    s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray
+) -> None:
+    """float32 patterns of the subnormal half (or zero) nearest to |x| patterns below 2**-14."""
+    _fix_f16_small(s, t, t2, out, mb)
+    np.take(_F16_TO_F32_BITS, t, out=out, mode="clip")
+
+
+def _round_fp16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
+    """Round float32 patterns ``u`` to binary16 precision, writing float32 patterns to uint32 ``dst``.
+
+    Stays in the float32 format, so there is no encode/decode round trip; ``dst`` may alias ``u``.
+    """
+    a, r = w.a, w.r
+    np.bitwise_and(u, _F32_ABS, out=a)
+    # Round away the low 13 mantissa bits, nearest even, a carry bumping the exponent: right for every
+    # half-normal result and for zero. Results past 65504, NaN and subnormal halves are fixed up below.
+    np.right_shift(a, 13, out=r)
+    np.bitwise_and(r, 1, out=r)
+    np.add(r, 0x0FFF, out=r)
+    np.add(r, a, out=r)
+    np.bitwise_and(r, _U32(0xFFFFE000), out=r)
+    np.greater(r, _F32_FP16_MAX, out=w.m1)
+    _patch(r, w.m1, a, _fix_round_fp16_special, w)
+    np.subtract(a, 1, out=w.t1)
+    np.less(w.t1, _F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
+    _patch(r, w.m1, a, _fix_round_fp16_small, w)
+    np.bitwise_and(u, _F32_SIGN, out=a)
+    np.bitwise_or(r, a, out=dst)
 
 
 def _decode_f16_table() -> np.ndarray:
-    """Build the float32 bit pattern (uint32) of every one of the 65,536 binary16 patterns."""
+    """The float32 pattern (uint32) of each of the 65,536 binary16 patterns, read-only."""
     h = np.arange(1 << 16, dtype=np.uint32)
-    sign = (h & np.uint32(0x8000)) << np.uint32(16)
-    em = h & np.uint32(0x7FFF)
-    exp = em >> np.uint32(10)
-    mant = em & np.uint32(0x03FF)
+    sign = (h & _U32(0x8000)) << _U32(16)
+    em = h & _U32(0x7FFF)
+    exp = em >> _U32(10)
     # Normal: rebias the exponent by 127 - 15 = 112.
-    bits = (em << np.uint32(13)) + np.uint32(112 << 23)
+    bits = (em << _U32(13)) + _U32(112 << 23)
     # Inf and NaN: all-ones exponent; the whole 10-bit payload fits, quiet or signalling alike.
     special = exp == 31
-    bits[special] = (em[special] << np.uint32(13)) + np.uint32(0x70000000)
-    # Zero and subnormal: value = mant * 2**-24; normalise on the leading one at bit p = floor(log2(mant)).
+    bits[special] = (em[special] << _U32(13)) + _U32(0x70000000)
+    # Zero and subnormal: mant * 2**-24, normalised on its leading one at bit p = floor(log2(mant)).
     sub = exp == 0
-    m = mant[sub]
-    p = np.zeros_like(m)
+    mant = em[sub]
+    p = np.zeros_like(mant)
     for k in range(1, 10):
-        p += m >= np.uint32(1 << k)
-    sub_bits = ((p + np.uint32(103)) << np.uint32(23)) | ((m << (np.uint32(23) - p)) & np.uint32(0x007FFFFF))
-    bits[sub] = np.where(m == 0, np.uint32(0), sub_bits)
-    return bits | sign
+        p += mant >= _U32(1 << k)
+    normalised = ((p + _U32(103)) << _U32(23)) | ((mant << (_U32(23) - p)) & _U32(0x007FFFFF))
+    bits[sub] = np.where(mant == 0, _U32(0), normalised)
+    bits |= sign
+    bits.setflags(write=False)
+    return bits
 
 
 _F16_TO_F32_BITS = _decode_f16_table()
-_F16_TO_F32_BITS.setflags(write=False)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -241,45 +319,60 @@ _F16_TO_F32_BITS.setflags(write=False)
 # --------------------------------------------------------------------------------------------------------
 
 
-def _quiet(s: np.ndarray) -> np.ndarray:
-    """Set the float32 quiet-NaN bit in patterns ``s``."""
-    return s | _F32_QUIET
+def _fix_bf16_nan(s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray) -> None:
+    """NaN patterns with the quiet bit set, so truncating the payload can never leave inf."""
+    np.bitwise_or(s, _F32_QUIET, out=out)
 
 
-def _round_bf16_block(u: np.ndarray, dst: np.ndarray, xf: np.ndarray, t: np.ndarray, mask: np.ndarray) -> None:
-    """Round float32 patterns ``u`` to bfloat16 precision, writing float32 patterns (low half zero) to ``dst``.
-
-    ``xf`` is ``u`` viewed as float32; ``dst`` may be ``u`` itself. ``t`` is uint32 and ``mask`` bool scratch.
-    """
-    # Round to nearest, ties to even: add 0x7FFF plus the lsb that survives, then drop the low 16 bits.
-    # Finite values carry into the exponent correctly, overflowing to inf; NaN is handled apart.
-    np.right_shift(u, 16, out=t)
-    np.bitwise_and(t, 1, out=t)
-    np.add(t, 0x7FFF, out=t)
-    np.add(t, u, out=t)
-    np.isnan(xf, out=mask)
-    _patch(t, mask, u, _quiet)
-    np.bitwise_and(t, np.uint32(0xFFFF0000), out=dst)
+def _round_bf16_common(u: np.ndarray, w: _Scratch) -> np.ndarray:
+    """float32 patterns ``u`` rounded to bfloat16 in the high half (low half garbage); returns ``w.r``."""
+    r = w.r
+    # Round to nearest, ties to even: add 0x7FFF plus the lsb that survives, then the caller drops the low
+    # 16 bits. Finite values carry into the exponent correctly, overflowing to inf; NaN is fixed up.
+    np.right_shift(u, 16, out=r)
+    np.bitwise_and(r, 1, out=r)
+    np.add(r, 0x7FFF, out=r)
+    np.add(r, u, out=r)
+    np.isnan(u.view(np.float32), out=w.m1)
+    _patch(r, w.m1, u, _fix_bf16_nan, w)
+    return r
 
 
-def _round_bf16(x: np.ndarray, out: np.ndarray) -> None:
-    """Round contiguous float32 ``x`` into contiguous float32 ``out`` (which may be ``x``)."""
-    src = x.reshape(-1)
-    dst = out.reshape(-1).view(np.uint32)
-    n = src.size
-    if n:
-        block = min(n, _CHUNK)
-        t = np.empty(block, np.uint32)
-        mask = np.empty(block, np.bool_)
-        src_u = src.view(np.uint32)
-        for sl in _chunks(n):
-            k = sl.stop - sl.start
-            _round_bf16_block(src_u[sl], dst[sl], src[sl], t[:k], mask[:k])
+def _round_bf16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
+    """Round float32 patterns ``u`` to bfloat16 precision as float32 patterns in ``dst`` (may alias ``u``)."""
+    np.bitwise_and(_round_bf16_common(u, w), _U32(0xFFFF0000), out=dst)
+
+
+def _encode_bf16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
+    """Encode float32 patterns ``u`` as bfloat16 patterns into uint16 ``dst``."""
+    np.right_shift(_round_bf16_common(u, w), 16, out=dst, casting="unsafe")
 
 
 # --------------------------------------------------------------------------------------------------------
 # public bulk API
 # --------------------------------------------------------------------------------------------------------
+
+
+def _encode(kernel: _Kernel, x: npt.ArrayLike) -> np.ndarray:
+    """Run an encoding kernel over ``x`` (as float32) into a new uint16 array of its shape."""
+    xf = _contiguous(_as_f32(x))
+    dst = np.empty(xf.shape, dtype=np.uint16)
+    _run(kernel, xf.reshape(-1).view(np.uint32), dst.reshape(-1))
+    return dst
+
+
+def _round(kernel: _Kernel, x: npt.ArrayLike, out: np.ndarray | None) -> np.ndarray:
+    """Run a float32 -> float32 rounding kernel over ``x``, into ``out`` if given."""
+    xf = _as_f32(x)
+    if out is not None:
+        _check_out(out, xf.shape)
+    src = _contiguous(xf)
+    res = out if out is not None and out.flags.c_contiguous else np.empty(src.shape, dtype=np.float32)
+    _run(kernel, src.reshape(-1).view(np.uint32), res.reshape(-1).view(np.uint32))
+    if out is not None and res is not out:
+        out[...] = res
+        return out
+    return res
 
 
 def f32_to_f16_bits(x: npt.ArrayLike) -> np.ndarray:
@@ -291,7 +384,7 @@ def f32_to_f16_bits(x: npt.ArrayLike) -> np.ndarray:
     65504 become +-inf, results below 2**-14 are subnormal, -0.0 keeps its sign, and NaN stays NaN with its
     sign, the top 10 payload bits and the quiet bit set.
     """
-    return _encode_f16(_as_f32(x))
+    return _encode(_encode_f16_kernel, x)
 
 
 def f16_bits_to_f32(bits: npt.ArrayLike) -> np.ndarray:
@@ -300,8 +393,18 @@ def f16_bits_to_f32(bits: npt.ArrayLike) -> np.ndarray:
     Every binary16 value is representable in float32, so this is lossless; NaN keeps its sign and payload.
     Raises Fp16Error for non-integer input or values outside 0..65535.
     """
-    b = _as_bits(bits, "fp16")
-    return _F16_TO_F32_BITS[b.reshape(-1)].view(np.float32).reshape(b.shape)
+    b = _contiguous(_as_bits(bits, "fp16"))
+    res = np.empty(b.shape, dtype=np.uint32)
+    src, dst = b.reshape(-1), res.reshape(-1)
+    n = src.size
+    # A table lookup, in blocks through one index buffer: numpy would otherwise widen all indices at once.
+    idx = np.empty(min(n, _CHUNK), dtype=np.intp)
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        k = stop - start
+        idx[:k] = src[start:stop]
+        np.take(_F16_TO_F32_BITS, idx[:k], out=dst[start:stop], mode="clip")
+    return res.view(np.float32)
 
 
 def f32_to_bf16_bits(x: npt.ArrayLike) -> np.ndarray:
@@ -310,12 +413,7 @@ def f32_to_bf16_bits(x: npt.ArrayLike) -> np.ndarray:
     Input handling is as for ``f32_to_f16_bits`` (float64 goes through float32 first). Overflow goes to +-inf,
     subnormals round like any other value, and NaN stays a quiet NaN with its sign and top payload bits.
     """
-    xf = _contiguous(_as_f32(x))
-    tmp = np.empty(xf.shape, dtype=np.float32)
-    _round_bf16(xf, tmp)
-    res = np.empty(xf.shape, dtype=np.uint16)
-    np.right_shift(tmp.view(np.uint32), np.uint32(16), out=res, casting="unsafe")
-    return res
+    return _encode(_encode_bf16_kernel, x)
 
 
 def bf16_bits_to_f32(bits: npt.ArrayLike) -> np.ndarray:
@@ -326,7 +424,7 @@ def bf16_bits_to_f32(bits: npt.ArrayLike) -> np.ndarray:
     """
     b = _as_bits(bits, "bf16")
     res = np.empty(b.shape, dtype=np.uint32)
-    np.left_shift(b, np.uint32(16), out=res, dtype=np.uint32)
+    np.left_shift(b, 16, out=res, dtype=np.uint32)
     return res.view(np.float32)
 
 
@@ -346,98 +444,26 @@ def from_fp16_array(a: npt.ArrayLike) -> np.ndarray:
     return f16_bits_to_f32(arr.view(np.uint16))
 
 
-# --------------------------------------------------------------------------------------------------------
-# rounding float32 -> float32
-# --------------------------------------------------------------------------------------------------------
-
-
-def _round_fp16_special(s: np.ndarray) -> np.ndarray:
-    """Float32 patterns for |x| patterns ``s`` that round past 65504: inf, or NaN narrowed to binary16."""
-    return np.where(s > _F32_INF, (s & np.uint32(0xFFFFE000)) | _F32_QUIET, _F32_INF)
-
-
-def _round_fp16_small_minus_one(s: np.ndarray) -> np.ndarray:
-    """Float32 patterns of the subnormal half nearest to |x| pattern ``s + 1``."""
-    return _F16_TO_F32_BITS[_encode_f16_small(s + np.uint32(1))]
-
-
-def _round_fp16_block(u: np.ndarray, dst: np.ndarray, a: np.ndarray, r: np.ndarray, mask: np.ndarray) -> None:
-    """Round float32 patterns ``u`` to binary16 precision, writing float32 patterns to ``dst`` (uint32).
-
-    Works in the float32 format throughout, so no encode/decode round trip is needed; ``dst`` may be ``u``.
-    ``a`` and ``r`` are uint32 scratch and ``mask`` bool scratch, all as long as ``u``.
-    """
-    np.bitwise_and(u, _F32_ABS, out=a)
-    # Normal range: round away the low 13 mantissa bits, nearest even; a carry bumps the exponent. This is
-    # also exact for zero, and every value that needs more than that is fixed up below.
-    np.right_shift(a, 13, out=r)
-    np.bitwise_and(r, 1, out=r)
-    np.add(r, 0x0FFF, out=r)
-    np.add(r, a, out=r)
-    np.bitwise_and(r, np.uint32(0xFFFFE000), out=r)
-    # Past 65504 after rounding (overflow, inf) or NaN: inf, or the NaN narrowed and widened back.
-    np.greater(r, _F32_FP16_MAX, out=mask)
-    _patch(r, mask, a, _round_fp16_special)
-    # Subnormal halves, 0 < |x| < 2**-14: the quantum is 2**-24, so go through the half encoding.
-    np.subtract(a, 1, out=a)
-    np.less(a, _F16_SUBNORMAL_LIMIT - np.uint32(1), out=mask)
-    _patch(r, mask, a, _round_fp16_small_minus_one)
-    np.bitwise_and(u, np.uint32(0x80000000), out=a)
-    np.bitwise_or(r, a, out=dst)
-
-
-def _round_fp16(x: np.ndarray, out: np.ndarray) -> None:
-    """Round contiguous float32 ``x`` into contiguous float32 ``out`` (which may be ``x``)."""
-    src = x.reshape(-1).view(np.uint32)
-    dst = out.reshape(-1).view(np.uint32)
-    n = src.size
-    if n:
-        block = min(n, _CHUNK)
-        a = np.empty(block, np.uint32)
-        r = np.empty(block, np.uint32)
-        mask = np.empty(block, np.bool_)
-        for sl in _chunks(n):
-            k = sl.stop - sl.start
-            _round_fp16_block(src[sl], dst[sl], a[:k], r[:k], mask[:k])
-
-
 def round_to_fp16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray:
     """Round float32 values to the nearest binary16 value (ties to even) and return them as float32.
 
-    Same results, bit for bit, as ``f16_bits_to_f32(f32_to_f16_bits(x))`` (overflow to +-inf, subnormals,
-    -0.0, quiet NaN), computed directly in the float32 format, which is faster than the round trip and than
-    numpy's ``astype(np.float16).astype(np.float32)``. Float64 input goes through float32 first.
-    ``out``, if given, must be a float32 array of the input's shape and receives the result (it may be
-    the input itself for in-place rounding); it is also returned.
+    Bit for bit ``f16_bits_to_f32(f32_to_f16_bits(x))`` (overflow to +-inf, subnormals, -0.0, quiet NaN),
+    computed directly in the float32 format, which is faster than that round trip and than numpy's
+    ``astype(np.float16).astype(np.float32)``. Float64 input goes through float32 first. ``out``, if given,
+    must be a writeable float32 array of the input's shape; it receives the result and is returned. It may be
+    the input itself, for rounding in place.
     """
-    xf = _as_f32(x)
-    if out is not None:
-        _check_out(out, xf.shape)
-    src = _contiguous(xf)
-    res = out if out is not None and out.flags.c_contiguous else np.empty(src.shape, np.float32)
-    _round_fp16(src, res)
-    if out is not None and res is not out:
-        out[...] = res
-        return out
-    return res
+    return _round(_round_fp16_kernel, x, out)
 
 
 def round_to_bf16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 value (ties to even) and return them as float32.
 
-    Same results as ``bf16_bits_to_f32(f32_to_bf16_bits(x))``; NaN becomes a quiet NaN with its sign and top
-    payload bits. ``out`` works as in ``round_to_fp16``.
+    Bit for bit ``bf16_bits_to_f32(f32_to_bf16_bits(x))``: overflow to +-inf, and NaN becomes a quiet NaN
+    with its sign and top payload bits. Float64 input goes through float32 first; ``out`` works as in
+    ``round_to_fp16``.
     """
-    xf = _as_f32(x)
-    if out is not None:
-        _check_out(out, xf.shape)
-    src = _contiguous(xf)
-    res = out if out is not None and out.flags.c_contiguous else np.empty(src.shape, np.float32)
-    _round_bf16(src, res)
-    if out is not None and res is not out:
-        out[...] = res
-        return out
-    return res
+    return _round(_round_bf16_kernel, x, out)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -451,7 +477,7 @@ def f32_to_fp16(value: float) -> int:
     The value is first converted to float32 (Python floats are float64), then rounded as in
     ``f32_to_f16_bits``: ``f32_to_fp16(1.0) == 0x3C00``, ``f32_to_fp16(65520.0) == 0x7C00`` (inf).
     """
-    return int(_encode_f16(_as_f32(float(value)).reshape(1))[0])
+    return int(f32_to_f16_bits(float(value)))
 
 
 def fp16_to_f32(bits: int) -> float:
@@ -459,8 +485,7 @@ def fp16_to_f32(bits: int) -> float:
 
     Raises Fp16Error if ``bits`` is not an int in 0..65535.
     """
-    b = _scalar_bits(bits, "fp16")
-    return float(_F16_TO_F32_BITS[b : b + 1].view(np.float32)[0])
+    return float(_F16_TO_F32_BITS[_scalar_bits(bits, "fp16")].view(np.float32))
 
 
 def f32_to_bf16(value: float) -> int:
@@ -476,5 +501,4 @@ def bf16_to_f32(bits: int) -> float:
 
     Raises Fp16Error if ``bits`` is not an int in 0..65535.
     """
-    b = _scalar_bits(bits, "bf16")
-    return float(np.uint32(b << 16).view(np.float32))
+    return float(_U32(_scalar_bits(bits, "bf16") << 16).view(np.float32))

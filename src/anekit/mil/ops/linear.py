@@ -628,7 +628,7 @@ class conv_transpose(OpDef):
             raise a.error(f"weight's first dim ({w_in}) must equal x's input channels ({c_in})")
         if isinstance(c_in, int) and c_in % groups:
             raise a.error(f"input channels ({c_in}) are not divisible by groups ({groups})")
-        c_out: T.Dim = c_out_g * groups if isinstance(c_out_g, int) else "?"
+        c_out: T.Dim = c_out_g * groups if isinstance(c_out_g, int) else (c_out_g if groups == 1 else "?")
         _bias_check(a, c_out)
         if a.has("output_shape"):
             vals = a.ints("output_shape")

@@ -1,0 +1,47 @@
+"""The runtime: backends that compile MIL into kernels and run them on surfaces.
+
+``open()`` returns the best backend available: ``ane`` on a Mac whose Neural Engine framework loads,
+otherwise ``sim``; the ``ANEKIT_BACKEND`` environment variable overrides the choice.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from anekit.errors import AnekitError
+from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface
+
+# name -> (module, class); a backend module must import cleanly on every platform.
+BACKENDS = {"sim": ("anekit.runtime.sim", "SimBackend"), "ane": ("anekit.runtime.ane", "AneBackend")}
+
+
+def available() -> list[str]:
+    """Names of the backends that can run on this machine, best first."""
+    names = []
+    for name in ("ane", "sim"):
+        module_name = BACKENDS[name][0]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        probe = getattr(module, "is_available", None)
+        if probe is None or probe():
+            names.append(name)
+    return names
+
+
+def open(name: str | None = None, **options: Any) -> Backend:
+    """A backend by name (``"sim"``, ``"ane"``), or the best available one."""
+    if name is None:
+        name = os.environ.get("ANEKIT_BACKEND") or available()[0]
+    if name not in BACKENDS:
+        raise AnekitError(f"[runtime] unknown backend '{name}' (known: {', '.join(BACKENDS)})")
+    if name not in available():
+        raise AnekitError(f"[runtime] backend '{name}' is not available on this machine")
+    module_name, cls_name = BACKENDS[name]
+    return getattr(importlib.import_module(module_name), cls_name)(**options)
+
+
+__all__ = ["DEFAULT_COMPILE_BUDGET", "Backend", "Kernel", "Surface", "available", "open"]

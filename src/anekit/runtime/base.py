@@ -1,0 +1,301 @@
+"""The backend protocol: Backend.compile -> Kernel (load / run / unload) with Surface buffers.
+
+Every backend implements the same small protocol (DESIGN.md "Backends")::
+
+    backend.compile(program | mil_text, weights={name: bytes | path}) -> Kernel
+    kernel.load(); kernel.run(); kernel.unload()        # also a context manager; unload is idempotent
+    kernel.inputs / kernel.outputs -> [Surface]         # write, run, read: surfaces are reused
+    kernel(x=array, ...) -> {output name: array}         # the same with numpy arrays
+    backend.compile_count, backend.compile_budget
+
+A Surface is a tensor buffer, usually [1, C, 1, S] fp16 (channels = model dim, spatial = sequence).
+``read`` / ``write`` take a channel offset so several results can share one surface ("taps").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from os import PathLike
+from typing import Any, Union
+
+import numpy as np
+
+from anekit.errors import (
+    AnekitError,
+    CompilationFailed,
+    CompileBudgetExhausted,
+    LoadFailed,
+    SurfaceCreationFailed,
+)
+from anekit.mil import types as T
+from anekit.mil.ir import Function, Program
+from anekit.mil.parser import parse_program
+from anekit.mil.verify import verify
+
+DEFAULT_COMPILE_BUDGET = 100  # compiles a real ANE process manages before it must restart
+
+WeightSource = Union[bytes, bytearray, memoryview, str, "PathLike[str]"]
+Weights = Mapping[str, WeightSource]
+
+_surface_ids = itertools.count(1)
+
+
+class Surface:
+    """A tensor buffer shared between the host and the engine; [1, C, 1, S] for ANE tensors.
+
+    ``read(ch_offset, channels)`` returns float32 rows ``(channels, spatial)``; ``write(array,
+    ch_offset)`` stores rows (converted to the surface dtype, fp16 rounding to nearest even).
+    ``view()`` gives the raw buffer as a numpy array of the storage dtype, under the surface's lock.
+    For a tensor of shape [N, C, d2, d3, ...] the rows are the C channels of batch 0 and spatial is
+    d2 * d3 * ... (N must be 1 for channel access).
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: str = "fp16", name: str = "") -> None:
+        if any(not isinstance(d, int) or d <= 0 for d in shape):
+            raise SurfaceCreationFailed(f"[surface] {name or 'surface'}: shape {list(shape)} must be static")
+        self.shape = tuple(shape)
+        self.dtype = T.dtype(dtype)
+        if self.dtype.kind == "string":
+            raise SurfaceCreationFailed(f"[surface] {name}: string tensors cannot live in a surface")
+        self.name = name
+        self.id = next(_surface_ids)
+        self._lock = threading.Lock()
+        self._data = np.zeros(self.shape, dtype=self.dtype.np)
+
+    # -- geometry ----------------------------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)
+
+    @property
+    def channels(self) -> int:
+        return self.shape[1] if len(self.shape) >= 2 else 1
+
+    @property
+    def spatial(self) -> int:
+        n = 1
+        for d in self.shape[2:]:
+            n *= d
+        return n if len(self.shape) >= 2 else (self.shape[0] if self.shape else 1)
+
+    def _rows(self) -> np.ndarray:
+        if len(self.shape) >= 2 and self.shape[0] != 1:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: channel access needs batch 1, shape is {list(self.shape)}"
+            )
+        return self._data.reshape(self.channels, self.spatial)
+
+    def _span(self, ch_offset: int, channels: int | None) -> tuple[int, int]:
+        n = self.channels - ch_offset if channels is None else channels
+        if ch_offset < 0 or n < 0 or ch_offset + n > self.channels:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: channels {ch_offset}..{ch_offset + n} are outside 0..{self.channels}"
+            )
+        return ch_offset, ch_offset + n
+
+    # -- access ------------------------------------------------------------------------------------
+
+    def read(self, ch_offset: int = 0, channels: int | None = None) -> np.ndarray:
+        """A float32 (or the integer dtype's) copy of ``channels`` rows starting at ``ch_offset``."""
+        lo, hi = self._span(ch_offset, channels)
+        with self._lock:
+            rows = self._rows()[lo:hi]
+            return rows.astype(np.float32) if self.dtype.is_float else rows.copy()
+
+    def write(self, array: Any, ch_offset: int = 0) -> None:
+        """Store ``array`` (``(channels, spatial)``, ``[1, channels, 1, spatial]`` or the full shape)."""
+        a = np.asarray(array)
+        if a.shape == self.shape and ch_offset == 0:
+            rows = a.reshape(self.channels, self.spatial) if len(self.shape) >= 2 else a.reshape(1, -1)
+        elif a.ndim == 4 and a.shape[0] == 1 and a.shape[2] == 1:
+            rows = a.reshape(a.shape[1], a.shape[3])
+        elif a.ndim == 2:
+            rows = a
+        elif a.ndim == 1 and self.channels == 1:
+            rows = a.reshape(1, -1)
+        else:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: cannot write an array of shape {list(a.shape)} into "
+                f"{list(self.shape)} (expected (channels, {self.spatial}) rows or the full shape)"
+            )
+        if rows.shape[1] != self.spatial:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: rows have {rows.shape[1]} spatial elements, expected {self.spatial}"
+            )
+        lo, hi = self._span(ch_offset, rows.shape[0])
+        with self._lock:
+            if len(self.shape) >= 2:
+                self._rows()[lo:hi] = rows.astype(self.dtype.np, copy=False)
+            else:
+                self._data.reshape(-1)[:] = rows.reshape(-1).astype(self.dtype.np, copy=False)
+
+    @contextmanager
+    def view(self) -> Iterator[np.ndarray]:
+        """The raw buffer (storage dtype, full shape), zero-copy, while holding the surface's lock."""
+        with self._lock:
+            yield self._data
+
+    def __repr__(self) -> str:
+        return f"Surface(#{self.id} {self.name}: {self.dtype.name} {list(self.shape)})"
+
+
+class Kernel:
+    """A compiled program with its input and output surfaces; load before running."""
+
+    def __init__(self, backend: Backend, fn: Function, name: str = "") -> None:
+        self.backend = backend
+        self.name = name or fn.name
+        self.input_names = [v.name for v in fn.inputs]
+        self.output_names = [v.name for v in fn.outputs]
+        self.inputs = [_surface_for(v.type, v.name) for v in fn.inputs]
+        self.outputs = [_surface_for(v.type, v.name) for v in fn.outputs]
+        self._loaded = False
+        self._closed = False
+        # Objects with a close() method that the kernel owns; released on close and at garbage collection.
+        self._owned: list[Any] = []
+        self._finalizer = weakref.finalize(self, Kernel._release, self._owned)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._loaded
+
+    def load(self) -> Kernel:
+        if self._closed:
+            raise LoadFailed(f"[{self.name}] kernel is closed; compile it again")
+        if not self._loaded:
+            self._load()
+            self._loaded = True
+        return self
+
+    def unload(self) -> None:
+        """Free the kernel's engine resources; safe to call any number of times."""
+        if self._loaded:
+            self._loaded = False
+            self._unload()
+
+    def close(self) -> None:
+        """Unload and release everything (temporary files, surfaces on the engine)."""
+        self.unload()
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> Kernel:
+        return self.load()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self) -> None:
+        """Run on the current contents of the input surfaces; results land in the output surfaces."""
+        if not self._loaded:
+            raise LoadFailed(f"[{self.name}] kernel is not loaded: call load() (or use it in a with block)")
+        self._run()
+
+    def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """Write the named inputs, run, and return every output as a numpy array of its full shape.
+
+        Float outputs come back as float32, integer and bool outputs in their own dtype.
+        """
+        missing = [n for n in self.input_names if n not in arrays]
+        unknown = [n for n in arrays if n not in self.input_names]
+        if missing or unknown:
+            raise SurfaceCreationFailed(
+                f"[{self.name}] inputs are {self.input_names}; missing {missing}, unexpected {unknown}"
+            )
+        for surface, name in zip(self.inputs, self.input_names):
+            a = np.asarray(arrays[name])
+            if a.shape != surface.shape:
+                raise SurfaceCreationFailed(
+                    f"[{self.name}] input '{name}' has shape {list(a.shape)}, expected {list(surface.shape)}"
+                )
+            with surface.view() as buf:
+                buf[...] = a.astype(surface.dtype.np, copy=False)
+        if not self._loaded:
+            self.load()
+        self.run()
+        out = {}
+        for surface, name in zip(self.outputs, self.output_names):
+            with surface.view() as buf:
+                out[name] = buf.astype(np.float32) if surface.dtype.is_float else buf.copy()
+        return out
+
+    # -- backend hooks -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Backend work to load; the default has nothing to do."""
+
+    def _unload(self) -> None:
+        """Backend work to unload; the default has nothing to do."""
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _release(resources: list[Any]) -> None:
+        for r in resources:
+            with contextlib.suppress(Exception):  # a finalizer must not raise
+                r.close()
+
+
+def _surface_for(t: T.Type, name: str) -> Surface:
+    if isinstance(t, (T.TensorType, T.TensorBufferType)):
+        if not all(isinstance(d, int) for d in t.shape):
+            raise CompilationFailed(
+                f"[compile] '{name}' has the symbolic shape {t}; kernels need static shapes"
+            )
+        return Surface(tuple(int(d) for d in t.shape) or (1,), t.dtype.name, name)
+    raise CompilationFailed(f"[compile] '{name}' has type {t}; kernel inputs and outputs must be tensors")
+
+
+class Backend:
+    """Base of the backends: compile accounting and program preparation shared by all."""
+
+    name = "base"
+
+    def __init__(self, compile_budget: int = DEFAULT_COMPILE_BUDGET) -> None:
+        self.compile_budget = compile_budget
+        self.compile_count = 0
+
+    def compile(
+        self, program: Program | str, weights: Weights | None = None, *, function: str = "main"
+    ) -> Kernel:
+        """Compile MIL (a Program or its text) with its weight files into a Kernel (not yet loaded).
+
+        Every call counts against ``compile_budget``, failed compiles included (the engine counts
+        them too); CompileBudgetExhausted is raised before compiling once the budget is used up.
+        """
+        if self.compile_count >= self.compile_budget:
+            raise CompileBudgetExhausted(self.compile_budget)
+        self.compile_count += 1
+        prog = prepare_program(program)
+        if function in prog.functions:
+            fn = prog.functions[function]
+        elif function == "main" and len(prog.functions) == 1:
+            fn = prog.main
+        else:
+            have = ", ".join(prog.functions)
+            raise CompilationFailed(f"[compile] the program has no function '{function}' (it has: {have})")
+        return self._compile(prog, fn, dict(weights or {}))
+
+    def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} compiles {self.compile_count}/{self.compile_budget}>"
+
+
+def prepare_program(program: Program | str) -> Program:
+    """Parse (if text) and verify; any problem becomes CompilationFailed carrying the original message."""
+    try:
+        prog = parse_program(program, "<program>") if isinstance(program, str) else program
+        return verify(prog)
+    except AnekitError as e:
+        raise CompilationFailed(f"[compile] the program does not verify:\n{e}") from e

@@ -1,0 +1,255 @@
+"""The simulator backend: runs any verified MIL program with ANE numerics, on any machine.
+
+Compiling builds an execution plan once: the program is verified, BLOBFILE consts are read through
+the blob reader and checked against their declared type, every op whose inputs are all constant
+(``const``, ``constexpr_*`` and anything computed only from them) is folded, and the remaining ops
+become a list of steps over numbered value slots. Running fills the input slots from the input
+surfaces and walks the steps.
+
+Numerics (DESIGN.md "Numerics"), precision ``"ane"`` (the default): every value is stored in its
+declared dtype — fp16 values are rounded to nearest even after every op and overflow to inf, bf16
+likewise — while ops compute on float32 operands, so matmul / conv / reductions accumulate in fp32.
+Precision ``"fp32"`` keeps every float value in float32 (no fp16 rounding between ops): the exact
+reference path for comparisons with float32 tools. Op meaning comes from the op registry's numpy
+references; nothing here redefines an op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
+from anekit.mil import types as T
+from anekit.mil.ir import Function, Op, Program, Var
+from anekit.mil.registry import OpDef, get_op
+from anekit.mil.values import BlobRef, Literal
+from anekit.runtime.base import Backend, Kernel, WeightSource
+
+PRECISIONS = ("ane", "fp32")
+MODEL_PATH_PREFIX = "@model_path/"
+
+Store = Callable[[Any], np.ndarray]
+
+
+def _store_fn(dt: T.DType, precision: str) -> Store:
+    """How a value of dtype ``dt`` is held between ops (the rounding of the simulated hardware)."""
+    if dt.kind == "float":
+        if precision == "fp32" or dt.name == "fp32":
+            return lambda v: np.asarray(v, dtype=np.float32)
+        if dt.name == "fp16":
+            return lambda v: np.asarray(v).astype(np.float16).astype(np.float32)
+        if dt.name == "bf16":
+            from anekit.fp16 import round_to_bf16
+
+            return lambda v: round_to_bf16(np.asarray(v, dtype=np.float32))
+        return lambda v: np.asarray(v, dtype=np.float64)
+    if dt.kind == "string":
+        return lambda v: np.asarray(v, dtype=object)
+    storage = dt.np
+    return lambda v: np.asarray(v).astype(storage)
+
+
+def _store_for(t: T.Type, precision: str) -> Store:
+    if isinstance(t, (T.TensorType, T.TensorBufferType)):
+        return _store_fn(t.dtype, precision)
+    return np.asarray
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of the plan: where its inputs are, which slots its outputs go to, how they are stored."""
+
+    op: Op
+    opdef: OpDef
+    args: tuple[tuple[str, Any], ...]  # (input name, slot int | tuple of slots)
+    out_slots: tuple[int, ...]
+    out_types: tuple[T.Type, ...]
+    stores: tuple[Store, ...]
+
+
+class _WeightFiles:
+    """Opens each weight file a program refers to once, and reads consts out of it."""
+
+    def __init__(self, weights: dict[str, WeightSource]) -> None:
+        self.weights = weights
+        self.open: dict[str, Any] = {}
+
+    def source(self, path: str, const_name: str) -> Any:
+        for key in (path, path.removeprefix(MODEL_PATH_PREFIX)):
+            if key in self.weights:
+                return self.weights[key]
+        known = ", ".join(sorted(self.weights)) or "none"
+        raise CompilationFailed(
+            f"[compile] const '{const_name}' refers to weight file '{path}', which was not given "
+            f"(weights given: {known})"
+        )
+
+    def read(self, lit: Literal, const_name: str) -> np.ndarray:
+        from anekit.blob import BlobFile
+
+        ref = lit.value
+        assert isinstance(ref, BlobRef) and isinstance(lit.type, T.TensorType)
+        blob = self.open.get(ref.path)
+        if blob is None:
+            src = self.source(ref.path, const_name)
+            if isinstance(src, (str, Path)) and not Path(src).is_file():
+                raise CompilationFailed(
+                    f"[compile] const '{const_name}': weight file '{ref.path}' -> {src} does not exist"
+                )
+            try:
+                blob = BlobFile(src)
+            except (AnekitError, OSError) as e:
+                msg = f"[compile] const '{const_name}': cannot open '{ref.path}': {e}"
+                raise CompilationFailed(msg) from e
+            self.open[ref.path] = blob
+        shape = tuple(int(d) for d in lit.type.shape)
+        try:
+            data = blob.read(ref.offset, shape=shape, dtype=lit.type.dtype.name)
+        except BlobFormatError as e:
+            raise CompilationFailed(
+                f"[compile] const '{const_name}' ({lit.type}) at offset {ref.offset} of '{ref.path}': {e}"
+            ) from e
+        return np.array(data).reshape(shape)  # a private copy: the file can be closed after compiling
+
+    def close(self) -> None:
+        for blob in self.open.values():
+            blob.close()
+        self.open.clear()
+
+
+class Plan:
+    """A compiled function: constant slots filled once, steps run in order over the slots."""
+
+    def __init__(self, fn: Function, weights: dict[str, WeightSource], precision: str) -> None:
+        self.precision = precision
+        self.slot_of: dict[str, int] = {}
+        self.constants: dict[int, np.ndarray] = {}
+        self.steps: list[Step] = []
+        self.input_slots = [self._slot(v) for v in fn.inputs]
+        self.input_stores = [_store_for(v.type, precision) for v in fn.inputs]
+        files = _WeightFiles(weights)
+        try:
+            with np.errstate(all="ignore"):
+                for op in fn.ops:
+                    self._add(op, files)
+        finally:
+            files.close()
+        self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
+        self.n_slots = len(self.slot_of)
+
+    def _slot(self, v: Var) -> int:
+        slot = len(self.slot_of)
+        self.slot_of[v.name] = slot
+        return slot
+
+    def _literal_value(self, lit: Literal, name: str, files: _WeightFiles) -> np.ndarray:
+        raw = files.read(lit, name) if isinstance(lit.value, BlobRef) else lit.value
+        return _store_for(lit.type, self.precision)(raw)
+
+    def _add(self, op: Op, files: _WeightFiles) -> None:
+        if op.op_type == "const":
+            (out,) = op.outputs
+            self.constants[self._slot(out)] = self._literal_value(op.attributes["val"], out.name, files)
+            return
+        args: list[tuple[str, Any]] = []
+        all_const = True
+        for key, arg in op.inputs.items():
+            items = arg if isinstance(arg, tuple) else (arg,)
+            slots = []
+            for item in items:
+                if isinstance(item, Literal):
+                    slot = len(self.slot_of)
+                    self.slot_of[f"\0lit{slot}"] = slot
+                    self.constants[slot] = self._literal_value(item, f"{op.name}.{key}", files)
+                else:
+                    slot = self.slot_of[item.name]
+                slots.append(slot)
+                all_const = all_const and slot in self.constants
+            args.append((key, tuple(slots) if isinstance(arg, tuple) else slots[0]))
+        out_types = tuple(v.type for v in op.outputs)
+        step = Step(
+            op,
+            get_op(op.op_type),
+            tuple(args),
+            tuple(self._slot(v) for v in op.outputs),
+            out_types,
+            tuple(_store_for(t, self.precision) for t in out_types),
+        )
+        if all_const:  # fold: computed once here, exactly as a run would compute it
+            for slot, value in zip(step.out_slots, run_step(step, self.constants)):
+                self.constants[slot] = value
+        else:
+            self.steps.append(step)
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        env: list[Any] = [None] * self.n_slots
+        for slot, value in self.constants.items():
+            env[slot] = value
+        for slot, store, value in zip(self.input_slots, self.input_stores, inputs):
+            env[slot] = store(value)
+        with np.errstate(all="ignore"):
+            for step in self.steps:
+                for slot, value in zip(step.out_slots, run_step(step, env)):
+                    env[slot] = value
+        return [env[s] for s in self.output_slots]
+
+
+def run_step(step: Step, env: Any) -> list[np.ndarray]:
+    """Run one op's reference on its input slots and store each output in its declared dtype."""
+    values = {
+        key: tuple(env[s] for s in slot) if isinstance(slot, tuple) else env[slot] for key, slot in step.args
+    }
+    try:
+        outs = step.opdef.run(values, step.out_types)
+    except AnekitError:
+        raise
+    except Exception as e:  # the one boundary where a reference's failure becomes an anekit error
+        raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}") from e
+    if len(outs) != len(step.stores):
+        raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) returned {len(outs)} outputs")
+    return [store(o) for store, o in zip(step.stores, outs)]
+
+
+class SimKernel(Kernel):
+    """A kernel of the simulator: its plan runs on the host."""
+
+    def __init__(self, backend: SimBackend, fn: Function, plan: Plan) -> None:
+        super().__init__(backend, fn)
+        self.plan = plan
+
+    def _run(self) -> None:
+        ins = []
+        for s in self.inputs:
+            with s.view() as buf:
+                ins.append(buf.copy())
+        outs = self.plan.run(ins)
+        for surface, value in zip(self.outputs, outs):
+            with surface.view() as buf:
+                try:
+                    buf[...] = np.asarray(value).reshape(buf.shape)
+                except ValueError as e:
+                    raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
+
+
+class SimBackend(Backend):
+    """Runs programs in the numerical simulator (``precision``: "ane" or "fp32")."""
+
+    name = "sim"
+
+    def __init__(self, compile_budget: int = 100, precision: str = "ane") -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+        super().__init__(compile_budget)
+        self.precision = precision
+
+    def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
+        try:
+            plan = Plan(fn, weights, self.precision)
+        except EvalFailed as e:
+            raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
+        return SimKernel(self, fn, plan)
