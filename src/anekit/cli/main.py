@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from anekit import __version__
-from anekit.cli import demo, mil_cmd
+from anekit.cli import demo, mil_cmd, run_cmd
 from anekit.errors import AnekitError
 
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     mil_cmd.add_parser(sub)
+    run_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser
 

@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from os import PathLike
 from typing import Any, Union
@@ -56,7 +56,7 @@ class Surface:
     """
 
     def __init__(self, shape: tuple[int, ...], dtype: str = "fp16", name: str = "") -> None:
-        if any(not isinstance(d, int) or d <= 0 for d in shape):
+        if any(not isinstance(d, int) or d <= 0 for d in shape):  # () is a scalar: one element
             raise SurfaceCreationFailed(f"[surface] {name or 'surface'}: shape {list(shape)} must be static")
         self.shape = tuple(shape)
         self.dtype = T.dtype(dtype)
@@ -129,7 +129,7 @@ class Surface:
                 f"[surface] {self.name}: rows have {rows.shape[1]} spatial elements, expected {self.spatial}"
             )
         lo, hi = self._span(ch_offset, rows.shape[0])
-        with self._lock:
+        with self._lock, np.errstate(over="ignore"):  # values past the fp16 range become inf
             if len(self.shape) >= 2:
                 self._rows()[lo:hi] = rows.astype(self.dtype.np, copy=False)
             else:
@@ -153,8 +153,8 @@ class Kernel:
         self.name = name or fn.name
         self.input_names = [v.name for v in fn.inputs]
         self.output_names = [v.name for v in fn.outputs]
-        self.inputs = [_surface_for(v.type, v.name) for v in fn.inputs]
-        self.outputs = [_surface_for(v.type, v.name) for v in fn.outputs]
+        self.inputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in fn.inputs]
+        self.outputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in fn.outputs]
         self._loaded = False
         self._closed = False
         # Objects with a close() method that the kernel owns; released on close and at garbage collection.
@@ -229,6 +229,10 @@ class Kernel:
 
     # -- backend hooks -------------------------------------------------------------------------
 
+    def surface_dtype(self, dtype: T.DType) -> str:
+        """The dtype a surface holding a tensor of ``dtype`` stores (the tensor's own, by default)."""
+        return dtype.name
+
     def _load(self) -> None:
         """Backend work to load; the default has nothing to do."""
 
@@ -245,13 +249,14 @@ class Kernel:
                 r.close()
 
 
-def _surface_for(t: T.Type, name: str) -> Surface:
+def _surface_for(t: T.Type, name: str, surface_dtype: Callable[[T.DType], str]) -> Surface:
     if isinstance(t, (T.TensorType, T.TensorBufferType)):
+        dtype = surface_dtype(t.dtype)
         if not all(isinstance(d, int) for d in t.shape):
             raise CompilationFailed(
                 f"[compile] '{name}' has the symbolic shape {t}; kernels need static shapes"
             )
-        return Surface(tuple(int(d) for d in t.shape) or (1,), t.dtype.name, name)
+        return Surface(tuple(int(d) for d in t.shape), dtype, name)
     raise CompilationFailed(f"[compile] '{name}' has type {t}; kernel inputs and outputs must be tensors")
 
 

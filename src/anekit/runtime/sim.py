@@ -90,8 +90,6 @@ class _WeightFiles:
         )
 
     def read(self, lit: Literal, const_name: str) -> np.ndarray:
-        from anekit.blob import BlobFile
-
         ref = lit.value
         assert isinstance(ref, BlobRef) and isinstance(lit.type, T.TensorType)
         blob = self.open.get(ref.path)
@@ -101,6 +99,8 @@ class _WeightFiles:
                 raise CompilationFailed(
                     f"[compile] const '{const_name}': weight file '{ref.path}' -> {src} does not exist"
                 )
+            from anekit.blob import BlobFile
+
             try:
                 blob = BlobFile(src)
             except (AnekitError, OSError) as e:
@@ -219,8 +219,15 @@ class SimKernel(Kernel):
     """A kernel of the simulator: its plan runs on the host."""
 
     def __init__(self, backend: SimBackend, fn: Function, plan: Plan) -> None:
+        self.precision = backend.precision
         super().__init__(backend, fn)
         self.plan = plan
+
+    def surface_dtype(self, dtype: T.DType) -> str:
+        """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
+        if self.precision == "fp32" and dtype.name in ("fp16", "bf16"):
+            return "fp32"
+        return dtype.name
 
     def _run(self) -> None:
         ins = []
@@ -229,7 +236,7 @@ class SimKernel(Kernel):
                 ins.append(buf.copy())
         outs = self.plan.run(ins)
         for surface, value in zip(self.outputs, outs):
-            with surface.view() as buf:
+            with surface.view() as buf, np.errstate(over="ignore"):
                 try:
                     buf[...] = np.asarray(value).reshape(buf.shape)
                 except ValueError as e:
