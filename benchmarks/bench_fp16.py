@@ -46,6 +46,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     inputs = {
         "normal(0, 1)": rng.standard_normal(args.n, dtype=np.float32),
+        "normal*1e-5": rng.standard_normal(args.n, dtype=np.float32) * np.float32(1e-5),
         "random bits": rng.integers(0, 2**32, size=args.n, dtype=np.uint32).view(np.float32),
     }
     out = np.empty(args.n, dtype=np.float32)

@@ -350,6 +350,18 @@ def test_round_out_in_place(fn) -> None:
 
 
 @pytest.mark.parametrize("fn", [round_to_fp16, round_to_bf16])
+def test_round_out_overlapping_input(fn) -> None:
+    x = mixed_inputs()[: 3 * fp16._CHUNK]
+    want = fn(x)
+    buf = np.concatenate([x, [np.float32(0)]])
+    assert fn(buf[:-1], out=buf[1:]) is not None  # out is the input shifted by one element
+    assert np.array_equal(u32(buf[1:]), u32(want))
+    buf = np.concatenate([[np.float32(0)], x])
+    fn(buf[1:], out=buf[:-1])
+    assert np.array_equal(u32(buf[:-1]), u32(want))
+
+
+@pytest.mark.parametrize("fn", [round_to_fp16, round_to_bf16])
 def test_round_out_is_checked(fn) -> None:
     x = np.ones(4, dtype=np.float32)
     with pytest.raises(Fp16Error, match="float32"):

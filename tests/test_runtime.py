@@ -284,3 +284,18 @@ def test_constants_are_folded_at_compile_time():
     k = runtime.open("sim").compile(prog)
     assert len(k.plan.steps) == 1
     np.testing.assert_array_equal(k(x=np.ones((1, 4)))["add_0"], 2.0)
+
+
+def test_tensor_buffer_programs_run():
+    text = """program(1.3)
+{
+    func main<ios18>(tensor_buffer<fp16, shape=[1, 2, 1, 3], strides=[6, 3, 3, 1], interleave_factors=[1, 1, 1, 1]> x) {
+            tensor<fp16, [1, 2, 1, 3]> t = tensor_buffer_to_tensor<ios17>(input = x);
+            tensor<fp16, [1, 2, 1, 3]> r = relu(x = t);
+            tensor_buffer<fp16, shape=[1, 2, 1, 3], strides=[6, 3, 3, 1], interleave_factors=[1, 1, 1, 1]> y = tensor_to_tensor_buffer<ios17>(input = r, interleave_factors = tensor<uint8, [4]>([1, 1, 1, 1]), strides = tensor<int64, [4]>([6, 3, 3, 1]));
+        } -> (y);
+}
+"""
+    x = np.array([-1.0, 2.0, -3.0, 4.0, 0.5, -0.5]).reshape(1, 2, 1, 3)
+    out = runtime.open("sim").compile(text)(x=x)["y"]
+    np.testing.assert_array_equal(out, np.maximum(x, 0))

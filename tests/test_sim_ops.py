@@ -11,15 +11,16 @@ from anekit.mil.registry import known_ops
 from tests.sim_cases import SimCase, all_cases
 
 CASES = all_cases()
-# Ops a single-op program cannot exercise on its own: const is every program's constant.
-NOT_RUNNABLE_ALONE = {"const"}
+# Ops a single-op program cannot exercise on its own: const is every program's constant, and a
+# tensor_buffer input only exists in whole programs (tests/test_runtime.py runs one).
+NOT_RUNNABLE_ALONE = {"const", "tensor_buffer_to_tensor"}
 
 
 def _input_dtype(a: np.ndarray, case: SimCase) -> str:
     if a.dtype == np.bool_:
         return "bool"
-    if a.dtype.kind in "iu":
-        return "int32"
+    if a.dtype.kind in "iu":  # narrow integer activations keep their type (e.g. int8 for dequantize)
+        return {"int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16"}.get(a.dtype.name, "int32")
     return case.dtype
 
 

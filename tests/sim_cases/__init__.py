@@ -1,7 +1,8 @@
 """Per-op simulator cases: each family module lists SimCase entries with independent float64 expectations.
 
 A case names the op, its runtime tensor inputs (become function inputs: fp16 surfaces for float
-arrays unless ``dtype`` says otherwise, int32 for integer arrays, bool for bool arrays; a list of
+arrays unless ``dtype`` says otherwise; int8 / uint8 / int16 / uint16 arrays keep their type, other
+integer arrays become int32; bool arrays bool; a list of
 arrays is a tuple input such as concat's ``values``), its constant parameters (become const ops),
 and ``expected``: an independent float64 numpy function, written apart from the op's reference,
 called with the runtime inputs (as float64, after rounding to the input dtype) and the params,

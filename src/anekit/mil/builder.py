@@ -15,8 +15,11 @@ or, for one function, the decorator form::
 
 Every call checks its inputs against the op's spec and infers the output types right away, so a
 shape error is raised at the call that caused it, naming the op and its input types. Python and
-numpy values passed as inputs become named ``const`` ops (floats take the dtype of the op's float
-tensor inputs, so ``mul(x=fp16_tensor, y=0.5)`` makes an fp16 constant).
+numpy values passed as inputs become named ``const`` ops. Python floats, numpy float scalars and
+float64 arrays take the dtype of the op's first float tensor input (fp32 when there is none), so
+``mul(x=fp16_tensor, y=0.5)`` makes an fp16 constant; float32 / float16 arrays keep their dtype;
+Python ints and int64 arrays become int32. Pass a Literal (or ``f.const(value, dtype=...)``) to
+choose a dtype explicitly.
 """
 
 from __future__ import annotations

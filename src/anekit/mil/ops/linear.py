@@ -584,8 +584,9 @@ class conv_transpose(OpDef):
     the spatial sizes), else by pad_type: "valid": F; "custom": F - pad[2i] - pad[2i+1];
     "same" / "same_lower": D_in * stride; plus output_padding (const int32 [S], default 0, an anekit
     extension not in coremltools' definition; ignored when output_shape is given). pad_before is 0
-    for valid, pad[2i] for custom, and for same the padding conv would use on an input of size D_out
-    (same: total // 2, same_lower: total - total // 2).
+    for valid, pad[2i] for custom, and for same the padding conv would use on an input of size
+    D_in * stride (same: total // 2, same_lower: total - total // 2); output_padding only extends the
+    end, as in PyTorch, so it never moves pad_before.
     """
 
     inputs = {
