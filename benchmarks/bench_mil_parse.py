@@ -25,8 +25,15 @@ def program_with_ops(n_ops: int, dim: int = 768, seq: int = 256) -> mil.Program:
         sq = f.mul(x=v, y=v)
         ss = f.reduce_sum(x=sq, axes=[1], keep_dims=True)
         rr = f.pow(x=f.add(x=f.mul(x=ss, y=1.0 / dim), y=1e-5), y=-0.5)
-        h = f.conv(x=f.mul(x=v, y=rr), weight=w, strides=[1, 1], pad_type="valid", pad=[0, 0, 0, 0],
-                   dilations=[1, 1], groups=1)
+        h = f.conv(
+            x=f.mul(x=v, y=rr),
+            weight=w,
+            strides=[1, 1],
+            pad_type="valid",
+            pad=[0, 0, 0, 0],
+            dilations=[1, 1],
+            groups=1,
+        )
         v = f.add(x=v, y=f.mul(x=h, y=f.sigmoid(x=h)))
     f.output(v)
     return b.build()

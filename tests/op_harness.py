@@ -41,7 +41,8 @@ def run_op(op: str, float_dtype: str = "fp32", **inputs: Any) -> tuple[np.ndarra
     """Type ``op``, run its reference on the given arrays, and check output shapes against the types."""
     types = infer_op(op, float_dtype, **inputs)
     values = {
-        k: tuple(np.asarray(x) for x in v) if isinstance(v, (tuple, list)) and v and isinstance(v[0], np.ndarray)
+        k: tuple(np.asarray(x) for x in v)
+        if isinstance(v, (tuple, list)) and v and isinstance(v[0], np.ndarray)
         else np.asarray(v)
         for k, v in inputs.items()
     }
@@ -49,5 +50,7 @@ def run_op(op: str, float_dtype: str = "fp32", **inputs: Any) -> tuple[np.ndarra
     assert len(outs) == len(types), f"{op}: {len(outs)} outputs, {len(types)} types"
     for o, t in zip(outs, types):
         if isinstance(t, T.TensorType) and t.is_static:
-            assert tuple(np.shape(o)) == tuple(t.shape), f"{op}: output shape {np.shape(o)} != inferred {t.shape}"
+            assert tuple(np.shape(o)) == tuple(t.shape), (
+                f"{op}: output shape {np.shape(o)} != inferred {t.shape}"
+            )
     return outs

@@ -30,7 +30,11 @@ def test_a_shape_error_is_raised_at_the_call_naming_op_and_inputs():
     with pytest.raises(MilTypeError) as info:
         f.add(x=x, y=z)
     msg = str(info.value)
-    assert msg.startswith("[add]") and "tensor<fp16, [1, 64, 1, 16]>" in msg and "tensor<fp16, [1, 32, 1, 16]>" in msg
+    assert (
+        msg.startswith("[add]")
+        and "tensor<fp16, [1, 64, 1, 16]>" in msg
+        and "tensor<fp16, [1, 32, 1, 16]>" in msg
+    )
 
 
 def test_an_unknown_op_is_a_clear_error():

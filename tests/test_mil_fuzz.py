@@ -15,10 +15,49 @@ from anekit.errors import AnekitError
 from tests.conftest import corpus_files
 from tests.test_mil_parser import GENERATED
 
-TOKENS = ["(", ")", "[", "]", "{", "}", "<", ">", ",", "=", ";", '"', "->", "0x1p", "0x1.8p-3", "-", "1e9",
-          "tensor<", "fp16", "int8(", "BLOBFILE(", "string(", "bool(", "[]", "?", "//", "/*", "nan", "\n",
-          "99999999999999999999", "tensor<fp16, [", "tensor_buffer<", "list<", "dict<", "func", "program(1.3)",
-          "x", "values = (", "uint64(", "  ", "\\"]
+TOKENS = [
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    "<",
+    ">",
+    ",",
+    "=",
+    ";",
+    '"',
+    "->",
+    "0x1p",
+    "0x1.8p-3",
+    "-",
+    "1e9",
+    "tensor<",
+    "fp16",
+    "int8(",
+    "BLOBFILE(",
+    "string(",
+    "bool(",
+    "[]",
+    "?",
+    "//",
+    "/*",
+    "nan",
+    "\n",
+    "99999999999999999999",
+    "tensor<fp16, [",
+    "tensor_buffer<",
+    "list<",
+    "dict<",
+    "func",
+    "program(1.3)",
+    "x",
+    "values = (",
+    "uint64(",
+    "  ",
+    "\\",
+]
 
 
 def _mutate(text: str, rng: random.Random) -> str:

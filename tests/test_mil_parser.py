@@ -64,7 +64,10 @@ def test_generated_kernel_text_parses_and_verifies():
     eps = next(op for op in fn.ops if op.outputs[0].name == "eps").attributes["val"]
     assert eps.value.dtype == np.float16 and eps.value == np.float16(0.00001)
     concat = fn.ops[-1]
-    assert isinstance(concat.inputs["values"], tuple) and [v.name for v in concat.inputs["values"]] == ["xn", "x"]
+    assert isinstance(concat.inputs["values"], tuple) and [v.name for v in concat.inputs["values"]] == [
+        "xn",
+        "x",
+    ]
     assert prog.attributes["buildInfo"].type == T.DictType(T.scalar("string"), T.scalar("string"))
 
 
@@ -184,7 +187,9 @@ def test_types_anekit_cannot_model_are_kept_and_reported_by_the_verifier():
     prog = mil.parse(text)
     assert prog.main.inputs[1].type == T.OpaqueType("mystery<fp16, 3>")
     problems = mil.check(prog)
-    assert len(problems) == 1 and "cannot model" in str(problems[0]) and "mystery<fp16, 3>" in str(problems[0])
+    assert (
+        len(problems) == 1 and "cannot model" in str(problems[0]) and "mystery<fp16, 3>" in str(problems[0])
+    )
     assert "mystery<fp16, 3> m" in mil.to_text(prog)
 
 
@@ -199,21 +204,59 @@ def test_an_unknown_op_parses_and_the_verifier_names_it():
     "text, line, column, fragment",
     [
         ("", 1, 1, "expected 'program(<version>)'"),
-        ("program(1.3)\n{\n  func main<ios18>(fp16 x) {\n    fp16 y = relu(x = x)\n  } -> (y);\n}", 5, 3, "';'"),
+        (
+            "program(1.3)\n{\n  func main<ios18>(fp16 x) {\n    fp16 y = relu(x = x)\n  } -> (y);\n}",
+            5,
+            3,
+            "';'",
+        ),
         ("program(1.3)\n{\n  func main<ios18>(tensor<fp17, [1]> x) {\n  } -> (x);\n}", 3, 20, "fp17"),
-        ("program(1.3)\n{\n  func main(fp16 x) {\n    fp16 y = relu(x = \"oops);\n  } -> (y);\n}", 4, 23, "'\"'"),
-        ("program(1.3)\n{\n  func main(fp16 x) {\n    tensor<int32, [3]> c = const()[val = tensor<int32, [3]>"
-         "([1, 2])];\n  } -> (c);\n}", 4, 42, "needs 3 element(s), found 2"),
-        ("program(1.3)\n{\n  func main(fp16 x) {\n    int8 c = const()[val = int8(300)];\n  } -> (c);\n}", 4, 28,
-         "out of range for int8"),
-        ("program(1.3)\n{\n  func main(fp16 x) {\n    tensor<fp16, [1]> c = const()[val = tensor<fp16, [1]>"
-         '(BLOBFILE(path = string("w.bin")))];\n  } -> (c);\n}', 4, 59, "missing offset"),
+        (
+            'program(1.3)\n{\n  func main(fp16 x) {\n    fp16 y = relu(x = "oops);\n  } -> (y);\n}',
+            4,
+            23,
+            "'\"'",
+        ),
+        (
+            "program(1.3)\n{\n  func main(fp16 x) {\n    tensor<int32, [3]> c = const()[val = tensor<int32, [3]>"
+            "([1, 2])];\n  } -> (c);\n}",
+            4,
+            42,
+            "needs 3 element(s), found 2",
+        ),
+        (
+            "program(1.3)\n{\n  func main(fp16 x) {\n    int8 c = const()[val = int8(300)];\n  } -> (c);\n}",
+            4,
+            28,
+            "out of range for int8",
+        ),
+        (
+            "program(1.3)\n{\n  func main(fp16 x) {\n    tensor<fp16, [1]> c = const()[val = tensor<fp16, [1]>"
+            '(BLOBFILE(path = string("w.bin")))];\n  } -> (c);\n}',
+            4,
+            59,
+            "missing offset",
+        ),
         ("program(1.3)\n{\n} trailing", 3, 3, "unexpected text after the program"),
-        ("program(1.3)\n{\n  func main(fp16 x) {\n    fp16 y = relu(x = x, x = x);\n  } -> (y);\n}", 4, 26,
-         "given twice"),
-        ("program(1.3) {\n  func main(fp16 x) { fp16 y = relu(x = x); } -> (y);\n  func main(fp16 x) "
-         "{ fp16 y = relu(x = x); } -> (y);\n}", 3, 8, "defined twice"),
-        ("program(1.3) { func main(fp16 x) { fp16 y = relu(x = @); } -> (y); }", 1, 54, "unexpected character"),
+        (
+            "program(1.3)\n{\n  func main(fp16 x) {\n    fp16 y = relu(x = x, x = x);\n  } -> (y);\n}",
+            4,
+            26,
+            "given twice",
+        ),
+        (
+            "program(1.3) {\n  func main(fp16 x) { fp16 y = relu(x = x); } -> (y);\n  func main(fp16 x) "
+            "{ fp16 y = relu(x = x); } -> (y);\n}",
+            3,
+            8,
+            "defined twice",
+        ),
+        (
+            "program(1.3) { func main(fp16 x) { fp16 y = relu(x = @); } -> (y); }",
+            1,
+            54,
+            "unexpected character",
+        ),
     ],
 )
 def test_syntax_errors_give_line_column_and_a_caret(text, line, column, fragment):

@@ -63,7 +63,9 @@ def test_special_values():
 def test_literals_print_in_mil_spelling():
     assert mil.format_literal(scalar_literal("fp16", 0.5)) == "fp16(0x1p-1)"
     assert mil.format_literal(tensor_literal("int32", [1, 1])) == "tensor<int32, [2]>([1, 1])"
-    assert mil.format_literal(tensor_literal("bool", [[True, False]])) == "tensor<bool, [1, 2]>([true, false])"
+    assert (
+        mil.format_literal(tensor_literal("bool", [[True, False]])) == "tensor<bool, [1, 2]>([true, false])"
+    )
     assert mil.format_literal(scalar_literal("string", 'a"b')) == 'string("a\\"b")'
     assert mil.format_literal(scalar_literal("fp16", 0.5), "tensor") == "tensor<fp16, []>(0x1p-1)"
 

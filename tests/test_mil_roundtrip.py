@@ -11,8 +11,27 @@ from anekit.mil import types as T
 from anekit.mil.values import Literal, dict_literal, scalar_literal, string_literal, tensor_literal
 
 FLOAT_DTYPES = ["fp16", "fp32"]
-CONST_DTYPES = ["fp16", "fp32", "bf16", "int4", "int8", "int16", "int32", "int64", "uint1", "uint2", "uint3",
-                "uint4", "uint6", "uint8", "uint16", "uint32", "uint64", "bool", "string"]
+CONST_DTYPES = [
+    "fp16",
+    "fp32",
+    "bf16",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint1",
+    "uint2",
+    "uint3",
+    "uint4",
+    "uint6",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "string",
+]
 UNARY = ["relu", "sigmoid", "exp", "abs", "tanh", "sqrt", "sin"]
 BINARY = ["add", "mul", "sub", "maximum", "minimum", "real_div"]
 REDUCE = ["reduce_sum", "reduce_max", "reduce_mean"]
@@ -24,8 +43,11 @@ def _random_values(draw, dtype: str, shape: tuple[int, ...]) -> Literal:
     n = int(np.prod(shape)) if shape else 1
     d = T.dtype(dtype)
     if d.kind == "float":
-        vals = draw(st.lists(st.one_of(st.sampled_from(SPECIAL), st.floats(-1e4, 1e4, width=32)),
-                             min_size=n, max_size=n))
+        vals = draw(
+            st.lists(
+                st.one_of(st.sampled_from(SPECIAL), st.floats(-1e4, 1e4, width=32)), min_size=n, max_size=n
+            )
+        )
     elif d.kind == "bool":
         vals = draw(st.lists(st.booleans(), min_size=n, max_size=n))
     elif d.kind == "string":
@@ -34,7 +56,9 @@ def _random_values(draw, dtype: str, shape: tuple[int, ...]) -> Literal:
         lo, hi = d.int_range()
         vals = draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
     with np.errstate(over="ignore"):
-        return tensor_literal(dtype, np.array(vals, dtype=object if dtype == "string" else None).reshape(shape))
+        return tensor_literal(
+            dtype, np.array(vals, dtype=object if dtype == "string" else None).reshape(shape)
+        )
 
 
 def _attrs(draw) -> dict[str, Literal]:
@@ -44,8 +68,9 @@ def _attrs(draw) -> dict[str, Literal]:
     if draw(st.booleans()):
         out["Backend"] = string_literal(draw(st.text(max_size=8)))
     if draw(st.booleans()):
-        out["Estimates"] = dict_literal(T.scalar("string"), T.scalar("fp64"),
-                                        {"ane": draw(st.floats(0, 1)), "cpu": draw(st.floats(0, 1))})
+        out["Estimates"] = dict_literal(
+            T.scalar("string"), T.scalar("fp64"), {"ane": draw(st.floats(0, 1)), "cpu": draw(st.floats(0, 1))}
+        )
     return out
 
 
@@ -55,12 +80,16 @@ def programs(draw) -> mil.Program:
     b = mil.Builder(version=version, build={"coremltools-version": draw(st.text(max_size=5))})
     for fi in range(draw(st.integers(1, 2))):
         f = b.function(f"fn{fi}" if fi else "main", opset=draw(st.sampled_from(["ios16", "ios17", "ios18"])))
-        pool = [f.input(f"in{i}", T.tensor(draw(st.sampled_from(FLOAT_DTYPES)), draw(shapes)))
-                for i in range(draw(st.integers(1, 3)))]
+        pool = [
+            f.input(f"in{i}", T.tensor(draw(st.sampled_from(FLOAT_DTYPES)), draw(shapes)))
+            for i in range(draw(st.integers(1, 3)))
+        ]
         for _ in range(draw(st.integers(1, 10))):
             x = draw(st.sampled_from(pool))
             xt = x.type
-            kind = draw(st.sampled_from(["unary", "binary", "scalar", "reduce", "softmax", "transpose", "const"]))
+            kind = draw(
+                st.sampled_from(["unary", "binary", "scalar", "reduce", "softmax", "transpose", "const"])
+            )
             attrs = _attrs(draw)
             if kind == "unary":
                 v = f.op(draw(st.sampled_from(UNARY)), x=x, attributes=attrs)

@@ -9,7 +9,9 @@ from anekit.errors import MilTypeError, MilVerifyError
 
 
 def _prog(body: str, inputs: str = "tensor<fp16, [1, 4]> x", outputs: str = "y") -> mil.Program:
-    return mil.parse(f"program(1.3)\n{{\n    func main<ios18>({inputs}) {{\n{body}\n        }} -> ({outputs});\n}}\n")
+    return mil.parse(
+        f"program(1.3)\n{{\n    func main<ios18>({inputs}) {{\n{body}\n        }} -> ({outputs});\n}}\n"
+    )
 
 
 def test_a_well_typed_program_verifies():
@@ -25,13 +27,17 @@ def test_use_of_an_undefined_name():
 
 
 def test_use_before_definition():
-    body = "            tensor<fp16, [1, 4]> y = relu(x = z);\n            tensor<fp16, [1, 4]> z = relu(x = x);"
+    body = (
+        "            tensor<fp16, [1, 4]> y = relu(x = z);\n            tensor<fp16, [1, 4]> z = relu(x = x);"
+    )
     with pytest.raises(MilVerifyError, match="'z' is used by relu before it is defined"):
         mil.verify(_prog(body))
 
 
 def test_a_name_assigned_twice_breaks_ssa():
-    body = "            tensor<fp16, [1, 4]> y = relu(x = x);\n            tensor<fp16, [1, 4]> y = relu(x = x);"
+    body = (
+        "            tensor<fp16, [1, 4]> y = relu(x = x);\n            tensor<fp16, [1, 4]> y = relu(x = x);"
+    )
     with pytest.raises(MilVerifyError, match="'y' is defined twice"):
         mil.verify(_prog(body))
 
@@ -47,18 +53,22 @@ def test_declared_type_differs_from_inferred_names_op_and_input_types():
         mil.verify(prog)
     msg = str(info.value)
     assert msg.startswith("[relu]")
-    assert "tensor<fp32, [1, 4]>" in msg and "tensor<fp16, [1, 4]>" in msg and "x: tensor<fp16, [1, 4]>" in msg
+    assert (
+        "tensor<fp32, [1, 4]>" in msg and "tensor<fp16, [1, 4]>" in msg and "x: tensor<fp16, [1, 4]>" in msg
+    )
 
 
 def test_ill_typed_inputs_name_the_op():
-    prog = _prog("            tensor<fp16, [1, 4]> y = add(x = x, y = z);", inputs="tensor<fp16, [1, 4]> x, "
-                 "tensor<fp16, [1, 3]> z")
+    prog = _prog(
+        "            tensor<fp16, [1, 4]> y = add(x = x, y = z);",
+        inputs="tensor<fp16, [1, 4]> x, tensor<fp16, [1, 3]> z",
+    )
     with pytest.raises(MilTypeError, match=r"\[add\].*broadcast"):
         mil.verify(prog)
 
 
 def test_const_type_must_match_its_value():
-    prog = _prog('            tensor<int32, [3]> y = const()[val = tensor<int32, [2]>([1, 2])];')
+    prog = _prog("            tensor<int32, [3]> y = const()[val = tensor<int32, [2]>([1, 2])];")
     with pytest.raises(MilTypeError, match=r"\[const\].*does not match"):
         mil.verify(prog)
 

@@ -181,7 +181,9 @@ def test_a_blobfile_const_without_its_weight_file_names_the_const():
         w = f.weight(tensor("fp16", [4, 4, 1, 1]), "@model_path/weights/w.bin", 64, name="wq")
         return f.conv(x=x, weight=w)
 
-    with pytest.raises(CompilationFailed, match="const 'wq' refers to weight file '@model_path/weights/w.bin'"):
+    with pytest.raises(
+        CompilationFailed, match=r"const 'wq' refers to weight file '@model_path/weights/w\.bin'"
+    ):
         runtime.open("sim").compile(prog, weights={})
 
 
@@ -245,7 +247,9 @@ def test_fp16_values_are_rounded_and_overflow_between_ops():
     k = runtime.open("sim").compile(_add_program((1, 3)))
     out = k(x=np.array([[2048.0, 60000.0, 0.1]]), y=np.array([[1.0, 60000.0, 0.2]]))["z"]
     # 2049 is not an fp16 value (ties to even: 2048); 120000 overflows to inf; 0.1 + 0.2 rounds to fp16.
-    np.testing.assert_array_equal(out[0], np.array([2048.0, np.inf, np.float16(np.float16(0.1) + np.float16(0.2))]))
+    np.testing.assert_array_equal(
+        out[0], np.array([2048.0, np.inf, np.float16(np.float16(0.1) + np.float16(0.2))])
+    )
 
 
 def test_fp32_precision_keeps_float32_values():
@@ -263,7 +267,11 @@ def test_reductions_accumulate_in_fp32():
 def test_several_inputs_and_outputs_and_integer_outputs():
     @mil.program(inputs={"x": tensor("fp16", [2, 3]), "y": tensor("fp16", [2, 3])})
     def prog(f, x, y):
-        return f.greater(x=x, y=y, name="gt"), f.reduce_argmax(x=x, axis=1, name="am"), f.sub(x=x, y=y, name="d")
+        return (
+            f.greater(x=x, y=y, name="gt"),
+            f.reduce_argmax(x=x, axis=1, name="am"),
+            f.sub(x=x, y=y, name="d"),
+        )
 
     k = runtime.open("sim").compile(prog)
     x = np.array([[1.0, 5.0, 2.0], [0.0, -1.0, 3.0]])

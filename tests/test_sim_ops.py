@@ -20,7 +20,9 @@ def _input_dtype(a: np.ndarray, case: SimCase) -> str:
     if a.dtype == np.bool_:
         return "bool"
     if a.dtype.kind in "iu":  # narrow integer activations keep their type (e.g. int8 for dequantize)
-        return {"int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16"}.get(a.dtype.name, "int32")
+        return {"int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16"}.get(
+            a.dtype.name, "int32"
+        )
     return case.dtype
 
 
