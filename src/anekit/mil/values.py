@@ -70,9 +70,21 @@ class Literal:
 
 
 def tensor_literal(dt: str | T.DType, data: Any, shape: tuple[int, ...] | None = None) -> Literal:
-    """A tensor (or scalar, for shape ()) literal holding ``data`` converted to the dtype's storage."""
+    """A tensor (or scalar, for shape ()) literal holding ``data`` converted to the dtype's storage.
+
+    Floats outside a float dtype's range become inf (as the hardware stores them); integers outside an
+    integer dtype's range are a ValueError naming the dtype and the value.
+    """
     d = T.dtype(dt)
-    arr = np.asarray(data, dtype=d.np if d.name != "string" else object)
+    if d.is_int or d.kind == "bool":
+        raw = np.asarray(data)
+        if raw.size and raw.dtype.kind in "iuf":
+            lo, hi = d.int_range()
+            bad = raw[(raw < lo) | (raw > hi) | (raw != np.floor(raw) if raw.dtype.kind == "f" else False)]
+            if bad.size:
+                raise ValueError(f"value {bad.ravel()[0].item()!r} does not fit {d.name} ({lo}..{hi})")
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = np.asarray(data, dtype=d.np if d.name != "string" else object)
     if d.name == "bf16":
         from anekit.fp16 import round_to_bf16
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
+from anekit.fp16 import round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, get_op
@@ -41,11 +42,10 @@ def _store_fn(dt: T.DType, precision: str) -> Store:
     if dt.kind == "float":
         if precision == "fp32" or dt.name == "fp32":
             return lambda v: np.asarray(v, dtype=np.float32)
+        # References compute on float32 operands; a float64 result (rare) is rounded to float32 first.
         if dt.name == "fp16":
-            return lambda v: np.asarray(v).astype(np.float16).astype(np.float32)
+            return lambda v: round_to_fp16(np.asarray(v, dtype=np.float32))
         if dt.name == "bf16":
-            from anekit.fp16 import round_to_bf16
-
             return lambda v: round_to_bf16(np.asarray(v, dtype=np.float32))
         return lambda v: np.asarray(v, dtype=np.float64)
     if dt.kind == "string":
