@@ -55,4 +55,5 @@ def test_demo_round_trips(tmp_path, capsys):
     assert main(["demo", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "parse(print(p)) == p: True; print(parse(t)) == t: True" in text
+    assert "max |error| vs float64 reference" in text
     mil.verify(mil.parse(out.read_text()))

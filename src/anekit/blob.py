@@ -41,13 +41,13 @@ import contextlib
 import io
 import mmap
 import os
+import queue
 import secrets
 import struct
+import threading
 import warnings
 import zlib
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Union
@@ -252,7 +252,9 @@ def blob_dtype(dtype: DTypeLike) -> BlobDType:
         found = _BY_NAME.get(str(getattr(dtype, "name", dtype)))
     if found is None:
         names = ", ".join(f"{d.code} {d.name}" for d in BLOB_DTYPES.values())
-        raise BlobFormatError("dtype", f"not a MILBlob dtype; known: {names}", actual=dtype)
+        raise BlobFormatError(
+            "dtype", f"not a MILBlob dtype; known: {names}", expected="a code or MIL name", actual=dtype
+        )
     return found
 
 
@@ -299,8 +301,6 @@ def _sign_extend4(u: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------
 
 _CHUNK_BYTES = 8 << 20  # input bytes converted per step: bounds the writer's working memory
-# Threads converting chunks of one large contiguous array at once (numpy releases the GIL in its loops).
-_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -321,29 +321,9 @@ def _flat_chunks(a: np.ndarray, n: int) -> Iterator[np.ndarray]:
         for start in range(0, flat.size, n):
             yield flat[start : start + n]
         return
-    it = np.nditer(a, flags=["external_loop", "buffered", "zerosize_ok"], order="C", buffersize=n)
-    yield from it
-
-
-def _converted(convert: Any, a: np.ndarray, per: int) -> Iterator[np.ndarray]:
-    """``convert(piece)`` for each piece of ``a`` in order; a contiguous array of several pieces is
-    converted by a few threads, with at most ``2 * _WORKERS + 1`` converted pieces held at once."""
-    if _WORKERS == 1 or not a.flags.c_contiguous or a.size <= 2 * per:
-        for piece in _flat_chunks(a, per):
-            yield convert(piece)
-        return
-    pending: deque[Future[np.ndarray]] = deque()
-    with ThreadPoolExecutor(_WORKERS, thread_name_prefix="anekit-blob") as pool:
-        try:
-            for piece in _flat_chunks(a, per):
-                pending.append(pool.submit(convert, piece))
-                if len(pending) > 2 * _WORKERS:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for fut in pending:
-                fut.cancel()
+    # "contig" makes the iterator copy strided runs into its buffer (reused: each piece is consumed at once).
+    flags = ["external_loop", "buffered", "zerosize_ok"]
+    yield from np.nditer(a, flags=flags, op_flags=[["readonly", "contig"]], order="C", buffersize=n)
 
 
 def _check_range(piece: np.ndarray, bd: BlobDType) -> None:
@@ -371,11 +351,14 @@ def _encode(data: Any, bd: BlobDType, count: int | None, chunk_bytes: int) -> _E
         raise BlobFormatError("count", "count disagrees with the array size", expected=a.size, actual=count)
     kind = a.dtype.kind
     if kind not in "biuf":
-        raise BlobFormatError("data", f"cannot store a {a.dtype} array as {bd.name}", actual=str(a.dtype))
+        raise BlobFormatError(
+            "data", f"cannot store a {a.dtype} array as {bd.name}", expected="numeric", actual=str(a.dtype)
+        )
     if kind == "f" and bd.name not in ("fp16", "bf16", "fp32"):
         raise BlobFormatError(
             "data",
             f"{bd.name} needs integer values, got a {a.dtype} array (round it first)",
+            expected="integer",
             actual=str(a.dtype),
         )
     per = max(1, chunk_bytes // max(1, a.dtype.itemsize))
@@ -388,7 +371,7 @@ def _encode(data: Any, bd: BlobDType, count: int | None, chunk_bytes: int) -> _E
         if a.dtype == np.uint16 or (bd.name == "fp16" and a.dtype == np.float16):
             return _Encoded(size, 0, _cast_chunks(a, np.dtype("<u2"), per, None, view=True))
         convert = f32_to_f16_bits if bd.name == "fp16" else f32_to_bf16_bits
-        return _Encoded(size, 0, _converted(convert, a, per))
+        return _Encoded(size, 0, (convert(piece) for piece in _flat_chunks(a, per)))
     if bd.name == "fp32":
         return _Encoded(size, 0, _cast_chunks(a, np.dtype("<f4"), per, None, view=False))
     return _Encoded(size, 0, _cast_chunks(a, bd.np, per, bd, view=False))
@@ -403,10 +386,18 @@ def _encode_raw(data: bytes | bytearray | memoryview, bd: BlobDType, count: int 
     if not bd.sub_byte:
         if n % bd.itemsize:
             raise BlobFormatError(
-                "data", f"{n} raw bytes are not a whole number of {bd.name} elements", actual=n
+                "data",
+                f"{n} raw bytes are not a whole number of {bd.name} elements",
+                expected=f"a multiple of {bd.itemsize}",
+                actual=n,
             )
         if count is not None and count * bd.itemsize != n:
-            raise BlobFormatError("count", f"{n} raw bytes hold {n // bd.itemsize} elements", actual=count)
+            raise BlobFormatError(
+                "count",
+                f"{n} raw bytes hold {n // bd.itemsize} elements",
+                expected=n // bd.itemsize,
+                actual=count,
+            )
         return _Encoded(n, 0, iter((mv,)))
     if count is None:
         count = n * 8 // bd.bits
@@ -428,11 +419,8 @@ def _cast_chunks(
         if bd is not None:
             _check_range(piece, bd)
         if view:
-            yield (
-                piece.view(target)
-                if piece.dtype.byteorder != ">"
-                else piece.astype(piece.dtype.newbyteorder("<"))
-            )
+            little = piece if piece.dtype.byteorder != ">" else piece.astype(piece.dtype.newbyteorder("<"))
+            yield little.view(target)
         elif piece.dtype == target:
             yield piece
         else:
@@ -459,6 +447,43 @@ def _sub_byte_chunks(a: np.ndarray, bd: BlobDType, per: int) -> Iterator[np.ndar
 # --------------------------------------------------------------------------------------------------------
 # writer
 # --------------------------------------------------------------------------------------------------------
+
+
+def _write_chunks(f: BinaryIO, chunks: Iterator[Any], overlap: bool) -> int:
+    """Write every chunk to ``f`` and return the byte count.
+
+    With ``overlap`` a second thread does the writes (which release the GIL) while this one encodes the
+    next chunk; at most two chunks wait in between, so memory stays bounded.
+    """
+    if not overlap:
+        return sum(f.write(piece) for piece in chunks)
+    pending: queue.Queue[Any] = queue.Queue(maxsize=2)
+    failure: list[BaseException] = []
+    written = 0
+
+    def drain() -> None:
+        nonlocal written
+        while (piece := pending.get()) is not None:
+            if not failure:
+                try:
+                    written += f.write(piece)
+                except BaseException as e:  # handed to the encoding thread, re-raised there
+                    failure.append(e)
+
+    worker = threading.Thread(target=drain, name="anekit-blob-writer", daemon=True)
+    worker.start()
+    try:
+        for piece in chunks:
+            if failure:
+                break
+            pending.put(piece)
+    finally:
+        pending.put(None)
+        worker.join()
+    if failure:
+        raise failure[0]
+    return written
+
 
 ArrayOrBytes = Union[np.ndarray, bytes, bytearray, memoryview, Any]
 
@@ -508,11 +533,12 @@ class _BlobStream:
             data_offset=data_offset,
             padding_bits=enc.padding_bits,
         )
-        written = 0
         try:
             self._f.write(bytes(meta - self._end) + record)
-            for piece in enc.chunks:
-                written += self._f.write(piece)
+            # Chunks of a contiguous array are fresh arrays or views of it, so they can wait in a queue while
+            # the next one is converted (nditer pieces of a strided array reuse one buffer: no overlap).
+            overlap = isinstance(data, np.ndarray) and data.flags.c_contiguous
+            written = _write_chunks(self._f, enc.chunks, overlap and enc.size_in_bytes > self._chunk_bytes)
             if written != enc.size_in_bytes:
                 raise AssertionError(f"blob encoder wrote {written} bytes, planned {enc.size_in_bytes}")
         except BaseException:
@@ -541,10 +567,12 @@ class BlobWriter(_BlobStream):
     ``fsync=True`` the data is flushed to disk before the rename.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, chunk_bytes: int = _CHUNK_BYTES):
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, chunk_bytes: int = _CHUNK_BYTES
+    ) -> None:
         self.path = Path(path)
         self._fsync = fsync
-        self._closed = False
+        self._closed = True  # until the temporary file is set up
         self._tmp, fd = self._create_temp()
         try:
             stream = os.fdopen(fd, "w+b")
@@ -558,6 +586,7 @@ class BlobWriter(_BlobStream):
             stream.close()
             self._tmp.unlink(missing_ok=True)
             raise
+        self._closed = False
 
     def _create_temp(self) -> tuple[Path, int]:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -567,6 +596,13 @@ class BlobWriter(_BlobStream):
                 return tmp, os.open(tmp, flags, 0o666)
             except FileExistsError:
                 continue
+
+    def append(self, data: ArrayOrBytes, dtype: DTypeLike, *, count: int | None = None) -> int:
+        if self._closed:
+            raise ValueError(f"[milblob] writer for {self.path} is closed")
+        return super().append(data, dtype, count=count)
+
+    append.__doc__ = _BlobStream.append.__doc__
 
     def close(self) -> None:
         """Patch the header count, then move the finished file into place."""
@@ -800,7 +836,10 @@ class BlobFile:
                 )
         elif size % bd.itemsize:
             raise err(
-                "size_in_bytes", f"not a whole number of {bd.itemsize}-byte {bd.name} elements", None, size
+                "size_in_bytes",
+                f"not a whole number of {bd.itemsize}-byte {bd.name} elements",
+                f"a multiple of {bd.itemsize}",
+                size,
             )
         return BlobEntry(m, bd.code, size, data, pad, r["reserved"])
 
@@ -927,9 +966,13 @@ class BlobFile:
         return len(self.entries)
 
 
-def describe(source: Source) -> list[dict[str, Any]]:
-    """One dict per blob: metadata and data offsets, dtype, size, padding bits, values, CRC-32 of the data."""
-    with BlobFile(source) as f:
+def describe(source: Source | BlobFile) -> list[dict[str, Any]]:
+    """One dict per blob: metadata and data offsets, dtype, size, padding bits, values, CRC-32 of the data.
+
+    A ``BlobFile`` given here is left open; anything else is opened and closed.
+    """
+    f = source if isinstance(source, BlobFile) else BlobFile(source)
+    try:
         return [
             {
                 "metadata_offset": e.metadata_offset,
@@ -943,6 +986,9 @@ def describe(source: Source) -> list[dict[str, Any]]:
             }
             for e in f.entries
         ]
+    finally:
+        if f is not source:
+            f.close()
 
 
 # --------------------------------------------------------------------------------------------------------

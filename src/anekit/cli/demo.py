@@ -1,4 +1,9 @@
-"""``anekit demo``: build a transformer layer as MIL, print it, parse it back and verify it."""
+"""``anekit demo``: a transformer layer as MIL — built, printed, parsed, verified and simulated.
+
+The layer's weights are packed into one MILBlob weight file, the program refers to them with
+BLOBFILE consts, the simulator runs it with ANE numerics (fp16 storage, fp32 accumulation), and the
+result is compared with an unfused float64 numpy reference of the same layer.
+"""
 
 from __future__ import annotations
 
@@ -8,51 +13,61 @@ import sys
 import time
 from pathlib import Path
 
-from anekit import mil
+import numpy as np
+
+from anekit import mil, runtime
+from anekit.blob import build_blob_bytes
 from anekit.mil import tensor
 
 WEIGHTS = "@model_path/weights/layer.bin"
+EPS = 1e-5
+MASKED = -65504.0  # the most negative fp16: what the engine's causal mask adds above the diagonal
 
 
-def _blob_offsets(sizes: list[int]) -> list[int]:
-    """Metadata offsets of consecutive fp16 blobs in one weight file (64-byte header, 64-byte records)."""
-    offsets, pos = [], 64
-    for nbytes in sizes:
-        offsets.append(pos)
-        pos += 64 + (nbytes + 63) // 64 * 64
-    return offsets
+def layer_weights(dim: int, hidden: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random layer weights (float32) in the shapes the program's consts declare, plus the causal mask."""
+    rng = np.random.default_rng(seed)
+
+    def proj(out_ch: int, in_ch: int) -> np.ndarray:
+        return (rng.standard_normal((out_ch, in_ch, 1, 1)) / math.sqrt(in_ch)).astype(np.float32)
+
+    mask = np.triu(np.full((seq, seq), MASKED, dtype=np.float32), k=1).reshape(1, 1, seq, seq)
+    return {
+        "wq": proj(dim, dim),
+        "wk": proj(dim, dim),
+        "wv": proj(dim, dim),
+        "wo": proj(dim, dim),
+        "w1": proj(hidden, dim),
+        "w3": proj(hidden, dim),
+        "w2": proj(dim, hidden),
+        "rms_att": (1 + 0.1 * rng.standard_normal((1, dim, 1, 1))).astype(np.float32),
+        "rms_ffn": (1 + 0.1 * rng.standard_normal((1, dim, 1, 1))).astype(np.float32),
+        "mask": mask,
+    }
 
 
-def transformer_layer(dim: int = 64, hidden: int = 176, heads: int = 4, seq: int = 16) -> mil.Program:
+def transformer_layer(
+    dim: int = 64, hidden: int = 176, heads: int = 4, seq: int = 16, offsets: dict[str, int] | None = None
+) -> mil.Program:
     """One llama-style layer on [1, dim, 1, seq] fp16: RMSNorm, causal attention, RMSNorm, SwiGLU FFN.
 
-    Projections are 1x1 convs whose weights are BLOBFILE consts in one weight file, as the ANE
-    training kernels lay them out.
+    Projections are 1x1 convs whose weights are BLOBFILE consts in one weight file (``offsets``: the
+    metadata offset of each weight; by default the layout ``pack_weights`` produces).
     """
     hd = dim // heads
-    shapes = {
-        "wq": [dim, dim, 1, 1],
-        "wk": [dim, dim, 1, 1],
-        "wv": [dim, dim, 1, 1],
-        "wo": [dim, dim, 1, 1],
-        "w1": [hidden, dim, 1, 1],
-        "w3": [hidden, dim, 1, 1],
-        "w2": [dim, hidden, 1, 1],
-        "rms_att": [1, dim, 1, 1],
-        "rms_ffn": [1, dim, 1, 1],
-        "mask": [1, 1, seq, seq],
-    }
-    offsets = _blob_offsets([2 * math.prod(s) for s in shapes.values()])
+    shapes = {k: list(v.shape) for k, v in layer_weights(dim, hidden, seq).items()}
+    if offsets is None:
+        offsets = _default_offsets(shapes)
     b = mil.Builder()
     f = b.function("main", opset="ios18")
     x = f.input("x", tensor("fp16", [1, dim, 1, seq]))
-    w = {k: f.weight(tensor("fp16", s), WEIGHTS, off, name=k) for (k, s), off in zip(shapes.items(), offsets)}
+    w = {k: f.weight(tensor("fp16", s), WEIGHTS, offsets[k], name=k) for k, s in shapes.items()}
 
     def rmsnorm(v: mil.Var, scale: mil.Var, tag: str) -> mil.Var:
         sq = f.mul(x=v, y=v, name=f"{tag}_sq")  # (1, dim, 1, seq)
         ss = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ss")  # (1, 1, 1, seq)
         ms = f.mul(x=ss, y=1.0 / dim, name=f"{tag}_ms")
-        rr = f.pow(x=f.add(x=ms, y=1e-5, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_rrms")
+        rr = f.pow(x=f.add(x=ms, y=EPS, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_rrms")
         return f.mul(x=f.mul(x=v, y=rr, name=f"{tag}_xr"), y=scale, name=f"{tag}_out")
 
     def conv(v: mil.Var, weight: mil.Var, name: str) -> mil.Var:
@@ -91,19 +106,70 @@ def transformer_layer(dim: int = 64, hidden: int = 176, heads: int = 4, seq: int
     return b.build()
 
 
+def _default_offsets(shapes: dict[str, list[int]]) -> dict[str, int]:
+    """Metadata offsets of consecutive fp16 blobs (64-byte header, 64-byte record, data padded to 64)."""
+    offsets, pos = {}, 64
+    for name, shape in shapes.items():
+        offsets[name] = pos
+        pos += 64 + (2 * math.prod(shape) + 63) // 64 * 64
+    return offsets
+
+
+def pack_weights(weights: dict[str, np.ndarray]) -> tuple[bytes, dict[str, int]]:
+    """The layer's weight file (fp16 MILBlob) and the metadata offset of each weight."""
+    data, offsets = build_blob_bytes([(w, "fp16") for w in weights.values()])
+    return data, dict(zip(weights, offsets))
+
+
+def layer_reference(x: np.ndarray, weights: dict[str, np.ndarray], heads: int) -> np.ndarray:
+    """The same layer, unfused, in float64 numpy on (dim, seq) matrices."""
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    w16 = {k: v.astype(np.float16).astype(np.float64) for k, v in weights.items()}  # what the blob holds
+    x = x.reshape(x.shape[1], x.shape[3]).astype(np.float64)  # (dim, seq)
+    dim, seq = x.shape
+    hd = dim // heads
+
+    def rmsnorm(v: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        return v / np.sqrt(np.mean(v * v, axis=0, keepdims=True) + EPS) * scale.reshape(-1, 1)
+
+    def mat(name: str) -> np.ndarray:
+        return w16[name][:, :, 0, 0]  # (out, in)
+
+    xn = rmsnorm(x, w16["rms_att"])
+    q, k, v = (mat(n) @ xn for n in ("wq", "wk", "wv"))  # (dim, seq) each
+    q, k, v = (m.reshape(heads, hd, seq).transpose(0, 2, 1) for m in (q, k, v))  # (heads, seq, hd)
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd) + w["mask"][0, 0]  # (heads, seq, seq)
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True)
+    att = (probs @ v).transpose(0, 2, 1).reshape(dim, seq)  # (dim, seq)
+    x2 = x + mat("wo") @ att
+    x2n = rmsnorm(x2, w16["rms_ffn"])
+    h1, h3 = mat("w1") @ x2n, mat("w3") @ x2n  # (hidden, seq)
+    gate = h1 / (1 + np.exp(-h1)) * h3
+    return (x2 + mat("w2") @ gate).reshape(1, dim, 1, seq)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="build, print, parse and verify a transformer-layer MIL program")
+    p = sub.add_parser(
+        "demo", help="build, print, parse, verify and simulate a transformer-layer MIL program"
+    )
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--hidden", type=int, default=176)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="also write the MIL text to this file")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dim % args.heads:
+        print(f"anekit demo: --dim {args.dim} is not divisible by --heads {args.heads}", file=sys.stderr)
+        return 2
+    weights = layer_weights(args.dim, args.hidden, args.seq, args.seed)
+    blob, offsets = pack_weights(weights)
     t0 = time.perf_counter()
-    prog = transformer_layer(args.dim, args.hidden, args.heads, args.seq)
+    prog = transformer_layer(args.dim, args.hidden, args.heads, args.seq, offsets)
     t1 = time.perf_counter()
     text = mil.to_text(prog)
     t2 = time.perf_counter()
@@ -112,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     lines = text.splitlines()
     print(
         f"Built a transformer layer (dim {args.dim}, hidden {args.hidden}, heads {args.heads}, "
-        f"seq {args.seq}): {prog.op_count()} ops, {len(text)} characters of MIL."
+        f"seq {args.seq}): {prog.op_count()} ops, {len(text)} characters of MIL, "
+        f"{len(blob)} bytes of fp16 weights."
     )
     print("\n".join([*lines[:6], "    ...", *lines[-4:]]))
     print(f"signature: {parsed.main.signature()}")
@@ -121,10 +188,29 @@ def run(args: argparse.Namespace) -> int:
     print(f"parse(print(p)) == p: {same_ir}; print(parse(t)) == t: {same_text}")
     ms = [1e3 * d for d in (t1 - t0, t2 - t1, t3 - t2)]
     print(f"build {ms[0]:.1f} ms, print {ms[1]:.1f} ms, parse+verify {ms[2]:.1f} ms")
+
+    backend = runtime.open("sim")
+    t4 = time.perf_counter()
+    kernel = backend.compile(text, {WEIGHTS: blob})
+    t5 = time.perf_counter()
+    x = np.random.default_rng(args.seed + 1).standard_normal((1, args.dim, 1, args.seq)).astype(np.float16)
+    with kernel:
+        got = kernel(x=x)["out"]
+    t6 = time.perf_counter()
+    want = layer_reference(x, weights, args.heads)
+    err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    compile_ms, run_ms = 1e3 * (t5 - t4), 1e3 * (t6 - t5)
+    print(
+        f"simulator ({backend.name}, fp16 storage): compile {compile_ms:.1f} ms, run {run_ms:.1f} ms; "
+        f"max |error| vs float64 reference = {err:.2e} of max |output|"
+    )
     if args.out:
         args.out.write_text(text, encoding="utf-8")
         print(f"wrote {args.out}")
     if not (same_ir and same_text):
         print("round trip FAILED", file=sys.stderr)
+        return 1
+    if not err < 1e-2:
+        print("simulated layer does not match the float64 reference", file=sys.stderr)
         return 1
     return 0

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from anekit import __version__
-from anekit.cli import demo, mil_cmd, run_cmd
+from anekit.cli import demo, inspect_cmd, mil_cmd, run_cmd
 from anekit.errors import AnekitError
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     mil_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
+    inspect_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser
 
