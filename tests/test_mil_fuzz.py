@@ -133,3 +133,18 @@ def test_random_bytes_and_deep_nesting_are_rejected_cleanly():
     for text in samples:
         with _watchdog(5), pytest.raises(AnekitError):
             mil.parse(text)
+
+
+PREFIX_SEEDS = [("generated", GENERATED)] + [
+    (p.name, p.read_text(encoding="utf-8")) for p in corpus_files("mil", "coremltools-*.mil")
+]
+
+
+@pytest.mark.parametrize("name, seed", PREFIX_SEEDS, ids=[n for n, _ in PREFIX_SEEDS])
+def test_every_prefix_of_a_program_is_rejected_cleanly(name, seed):
+    """Truncation at every character: each prefix parses or raises an anekit error, never anything else."""
+    for end in range(len(seed)):
+        try:
+            mil.parse(seed[:end])
+        except AnekitError:
+            continue

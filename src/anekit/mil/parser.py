@@ -182,7 +182,7 @@ class _Parser:
         self.expect("{")
         prog = Program(version=version, attributes=attributes)
         while not self.accept("}"):
-            name_pos = self.starts[self.i + 1]
+            name_pos = self.starts[min(self.i + 1, len(self.starts) - 1)]
             fn = self.function()
             if fn.name in prog.functions:
                 self._fail(f"function '{fn.name}' is defined twice", name_pos)
