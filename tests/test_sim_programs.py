@@ -208,3 +208,20 @@ def test_anekit_run_reports_missing_inputs_and_bad_programs(tmp_path, capsys):
     (tmp_path / "bad.mil").write_text("program(1.3) {")
     assert main(["run", str(tmp_path / "bad.mil")]) == 1
     assert "[mil.parse]" in capsys.readouterr().err
+
+
+def test_bf16_and_int8_weights_read_as_values():
+    w_bf16 = np.array([1.0, -2.5, 3.140625, 1e-3], dtype=np.float32)
+    w_int8 = np.array([-128, -1, 0, 127], dtype=np.int8)
+    data, (off_b, off_i) = build_blob_bytes([(w_bf16, "bf16"), (w_int8, "int8")])
+
+    @mil.program(inputs={"x": tensor("fp16", [4])})
+    def prog(f, x):
+        b = f.weight(tensor("bf16", [4]), WEIGHT_PATH, off_b, name="b")
+        i = f.weight(tensor("int8", [4]), WEIGHT_PATH, off_i, name="i")
+        return f.identity(x=x, name="y"), b, i
+
+    out = runtime.open("sim").compile(prog, {WEIGHT_PATH: data})(x=np.zeros(4))
+    # bf16 keeps 8 significant bits: 3.140625 is exact, 1e-3 rounds to the nearest bf16 value.
+    np.testing.assert_array_equal(out["b"], [1.0, -2.5, 3.140625, 0.00099945068359375])
+    np.testing.assert_array_equal(out["i"], w_int8)

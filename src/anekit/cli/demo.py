@@ -47,15 +47,24 @@ def layer_weights(dim: int, hidden: int, seq: int, seed: int = 0) -> dict[str, n
 
 
 def transformer_layer(
-    dim: int = 64, hidden: int = 176, heads: int = 4, seq: int = 16, offsets: dict[str, int] | None = None
+    dim: int = 64,
+    hidden: int = 176,
+    heads: int = 4,
+    seq: int = 16,
+    offsets: dict[str, int] | None = None,
+    ffn: bool = True,
 ) -> mil.Program:
     """One llama-style layer on [1, dim, 1, seq] fp16: RMSNorm, causal attention, RMSNorm, SwiGLU FFN.
 
     Projections are 1x1 convs whose weights are BLOBFILE consts in one weight file (``offsets``: the
-    metadata offset of each weight; by default the layout ``pack_weights`` produces).
+    metadata offset of each weight; by default the layout ``pack_weights`` produces). With
+    ``ffn=False`` the program ends after the attention residual (an SDPA-sized kernel).
     """
     hd = dim // heads
-    shapes = {k: list(v.shape) for k, v in layer_weights(dim, hidden, seq).items()}
+    ffn_only = ("w1", "w2", "w3", "rms_ffn")
+    shapes = {
+        k: list(v.shape) for k, v in layer_weights(dim, hidden, seq).items() if ffn or k not in ffn_only
+    }
     if offsets is None:
         offsets = _default_offsets(shapes)
     b = mil.Builder()
@@ -97,6 +106,9 @@ def transformer_layer(
     att_t = f.transpose(x=att, perm=[0, 1, 3, 2], name="att_t")  # (1, heads, hd, seq)
     att = f.reshape(x=att_t, shape=[1, dim, 1, seq], name="att_f")  # (1, dim, 1, seq)
     x2 = f.add(x=x, y=conv(att, w["wo"], "o"), name="x2")  # residual, (1, dim, 1, seq)
+    if not ffn:
+        f.output(x2)
+        return b.build()
     x2n = rmsnorm(x2, w["rms_ffn"], "ffn_norm")
     h1 = conv(x2n, w["w1"], "h1")  # (1, hidden, 1, seq)
     h3 = conv(x2n, w["w3"], "h3")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
-from anekit.fp16 import round_to_bf16, round_to_fp16
+from anekit.fp16 import bf16_bits_to_f32, from_fp16_array, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, get_op
@@ -44,7 +44,7 @@ def _store_fn(dt: T.DType, precision: str) -> Store:
             return lambda v: np.asarray(v, dtype=np.float32)
         # References compute on float32 operands; a float64 result (rare) is rounded to float32 first.
         if dt.name == "fp16":
-            return lambda v: round_to_fp16(np.asarray(v, dtype=np.float32))
+            return _store_fp16
         if dt.name == "bf16":
             return lambda v: round_to_bf16(np.asarray(v, dtype=np.float32))
         return lambda v: np.asarray(v, dtype=np.float64)
@@ -52,6 +52,19 @@ def _store_fn(dt: T.DType, precision: str) -> Store:
         return lambda v: np.asarray(v, dtype=object)
     storage = dt.np
     return lambda v: np.asarray(v).astype(storage)
+
+
+SMALL = 4096  # below this many elements numpy's own cast is faster than the blocked bit path
+
+
+def _store_fp16(v: Any) -> np.ndarray:
+    """Round to fp16 values held in float32 (round to nearest even, overflow to inf)."""
+    if isinstance(v, np.ndarray) and v.dtype == np.float16:  # already fp16 values: widening is exact
+        return from_fp16_array(v) if v.size >= SMALL else v.astype(np.float32)
+    a = np.asarray(v, dtype=np.float32)
+    if a.size < SMALL:  # same values as round_to_fp16 (NaN stays NaN), less fixed cost
+        return a.astype(np.float16).astype(np.float32)
+    return round_to_fp16(a)
 
 
 def _store_for(t: T.Type, precision: str) -> Store:
@@ -114,7 +127,9 @@ class _WeightFiles:
             raise CompilationFailed(
                 f"[compile] const '{const_name}' ({lit.type}) at offset {ref.offset} of '{ref.path}': {e}"
             ) from e
-        return np.array(data).reshape(shape)  # a private copy: the file can be closed after compiling
+        if lit.type.dtype.name == "bf16":  # the blob holds bfloat16 bit patterns
+            return bf16_bits_to_f32(data).reshape(shape)
+        return data  # a read-only view into the file; the plan keeps only converted copies
 
     def close(self) -> None:
         for blob in self.open.values():
@@ -149,7 +164,10 @@ class Plan:
 
     def _literal_value(self, lit: Literal, name: str, files: _WeightFiles) -> np.ndarray:
         raw = files.read(lit, name) if isinstance(lit.value, BlobRef) else lit.value
-        return _store_for(lit.type, self.precision)(raw)
+        value = _store_for(lit.type, self.precision)(raw)
+        if isinstance(raw, np.ndarray) and np.may_share_memory(value, raw):
+            value = value.copy()  # own the data: weight files are closed after compiling
+        return value
 
     def _add(self, op: Op, files: _WeightFiles) -> None:
         if op.op_type == "const":

@@ -1,0 +1,78 @@
+"""Benchmark the simulator runtime: tiny-kernel run overhead and compile time of an SDPA-sized program.
+
+Run: OPENBLAS_NUM_THREADS=1 python benchmarks/bench_runtime.py [--repeat 30]
+Targets on a 2-core machine: tiny kernel run overhead under 20 us; compiling a 768x256 SDPA-sized
+program (RMSNorm, QKV, causal attention over 12 heads, Wo; weights in a MILBlob file) under 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from anekit import mil, runtime
+from anekit.cli.demo import WEIGHTS, layer_weights, pack_weights, transformer_layer
+from anekit.mil import tensor
+
+
+def _times(fn: Callable[[], object], repeat: int, number: int = 1) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        out.append((time.perf_counter() - t0) / number)
+    return out
+
+
+def _report(name: str, times: list[float], unit: float, label: str) -> None:
+    med, best = statistics.median(times) * unit, min(times) * unit
+    print(f"{name:>34}: median {med:9.3f} {label}   best {best:9.3f} {label}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
+    backend = runtime.open("sim", compile_budget=10**9)
+
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 4])})
+    def tiny(f, x):
+        return f.relu(x=x)
+
+    k = backend.compile(tiny)
+    k.load()
+    _report("tiny kernel run (relu [1,4,1,4])", _times(k.run, args.repeat, 2000), 1e6, "us")
+    x = np.ones((1, 4, 1, 4), np.float32)
+    _report("tiny kernel call with numpy in/out", _times(lambda: k(x=x), args.repeat, 500), 1e6, "us")
+
+    dim, heads, seq = 768, 12, 256
+    weights = layer_weights(dim, 2048, seq)
+    weights = {n: w for n, w in weights.items() if n not in ("w1", "w2", "w3", "rms_ffn")}
+    blob, offsets = pack_weights(weights)
+    prog = transformer_layer(dim, 2048, heads, seq, offsets, ffn=False)
+    text = mil.to_text(prog)
+    files = {WEIGHTS: blob}
+    mb = len(blob) / 1e6
+    print(f"SDPA program: {prog.op_count()} ops, {len(text)} characters, {mb:.1f} MB of fp16 weights")
+    _report(
+        "compile SDPA 768x256 (Program)", _times(lambda: backend.compile(prog, files), args.repeat), 1e3, "ms"
+    )
+    _report(
+        "compile SDPA 768x256 (MIL text)",
+        _times(lambda: backend.compile(text, files), args.repeat),
+        1e3,
+        "ms",
+    )
+    sdpa = backend.compile(prog, files)
+    sdpa.load()
+    sdpa.inputs[0].write(np.random.default_rng(0).standard_normal((dim, seq)))
+    _report("run SDPA 768x256", _times(sdpa.run, max(3, args.repeat // 3)), 1e3, "ms")
+
+
+if __name__ == "__main__":
+    main()
