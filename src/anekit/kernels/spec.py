@@ -1,0 +1,169 @@
+"""What a kernel generator returns: the program, its weight file, and named channel layouts.
+
+Every tensor crossing the host boundary is [1, C, 1, S] fp16. Several results leave one kernel as a
+channel concatenation ("taps") and several operands enter one the same way; a ``Layout`` says which
+channel range is which, so host code slices by name, never by magic numbers::
+
+    spec = sdpa_fwd(cfg, weights)
+    out = spec.run(backend, x=x)          # {"o_out": (dim, S), "q": ..., ...}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.blob import build_blob_bytes
+from anekit.errors import AnekitError
+from anekit.mil.ir import Program
+from anekit.mil.printer import print_program
+from anekit.runtime.base import Backend, Kernel
+
+WEIGHT_FILE = "@model_path/weights/weights.bin"
+FP16_MAX = 65504.0
+
+
+class LayoutError(AnekitError, ValueError):
+    """Arrays that do not fit a kernel's channel layout."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Named channel ranges of one [1, C, 1, spatial] surface, in order."""
+
+    parts: tuple[tuple[str, int], ...]
+    spatial: int
+
+    @staticmethod
+    def of(parts: Iterable[tuple[str, int]], spatial: int) -> Layout:
+        return Layout(tuple((str(n), int(c)) for n, c in parts), int(spatial))
+
+    @property
+    def channels(self) -> int:
+        return sum(c for _, c in self.parts)
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.parts]
+
+    def range(self, name: str) -> tuple[int, int]:
+        """``(channel offset, channels)`` of a part."""
+        offset = 0
+        for n, c in self.parts:
+            if n == name:
+                return offset, c
+            offset += c
+        raise LayoutError(f"[layout] no part '{name}' (parts: {', '.join(self.names)})")
+
+    def split(self, array: np.ndarray) -> dict[str, np.ndarray]:
+        """Each part of a (C, S) or [1, C, 1, S] array, as (channels, S) views."""
+        rows = _rows(array, self.channels, self.spatial, "split")
+        out, offset = {}, 0
+        for n, c in self.parts:
+            out[n] = rows[offset : offset + c]
+            offset += c
+        return out
+
+    def pack(self, parts: Mapping[str, Any], dtype: Any = np.float32) -> np.ndarray:
+        """The [1, C, 1, S] array holding every named part (each (channels, S) or [1, channels, 1, S])."""
+        missing = [n for n in self.names if n not in parts]
+        extra = [n for n in parts if n not in self.names]
+        if missing or extra:
+            raise LayoutError(f"[layout] parts are {self.names}; missing {missing}, unexpected {extra}")
+        out = np.empty((self.channels, self.spatial), dtype=dtype)
+        offset = 0
+        for n, c in self.parts:
+            out[offset : offset + c] = _rows(np.asarray(parts[n]), c, self.spatial, f"part '{n}'")
+            offset += c
+        return out.reshape(1, self.channels, 1, self.spatial)
+
+
+def _rows(a: np.ndarray, channels: int, spatial: int, what: str) -> np.ndarray:
+    if a.shape == (1, channels, 1, spatial):
+        return a.reshape(channels, spatial)
+    if a.shape == (channels, spatial):
+        return a
+    raise LayoutError(
+        f"[layout] {what}: expected ({channels}, {spatial}) or [1, {channels}, 1, {spatial}], "
+        f"got {list(a.shape)}"
+    )
+
+
+@dataclass
+class WeightPack:
+    """The fp16 weights of one kernel, in one MILBlob file: offsets are known before any data exists.
+
+    With no arrays (shape-only generation, e.g. to check a preset's programs) the offsets are the same
+    as the file ``data()`` would write.
+    """
+
+    path: str = WEIGHT_FILE
+    entries: list[tuple[str, tuple[int, ...], np.ndarray | None]] = field(default_factory=list)
+
+    def add(self, name: str, shape: tuple[int, ...], array: np.ndarray | None) -> int:
+        """Add a weight; returns its metadata offset (what BLOBFILE refers to)."""
+        if array is not None:
+            array = np.asarray(array)
+            if math.prod(array.shape) != math.prod(shape):
+                raise LayoutError(f"[weights] '{name}' has shape {list(array.shape)}, expected {list(shape)}")
+        offset = self.next_offset()
+        self.entries.append((name, tuple(shape), array))
+        return offset
+
+    def next_offset(self) -> int:
+        pos = 64
+        for _, shape, _ in self.entries:
+            pos += 64 + (2 * math.prod(shape) + 63) // 64 * 64
+        return pos
+
+    @property
+    def complete(self) -> bool:
+        return all(a is not None for _, _, a in self.entries)
+
+    def data(self) -> bytes:
+        """The weight file's bytes (fp16, round to nearest even)."""
+        if not self.complete:
+            missing = [n for n, _, a in self.entries if a is None]
+            raise LayoutError(f"[weights] no values for {missing}: the kernel was generated from shapes only")
+        blob, offsets = build_blob_bytes([(a.reshape(s), "fp16") for _, s, a in self.entries])  # type: ignore[union-attr]
+        assert offsets == [self._offset(i) for i in range(len(offsets))]
+        return blob
+
+    def _offset(self, index: int) -> int:
+        pos = 64
+        for _, shape, _ in self.entries[:index]:
+            pos += 64 + (2 * math.prod(shape) + 63) // 64 * 64
+        return pos
+
+
+@dataclass
+class KernelSpec:
+    """A generated kernel: its program, weights, and the layouts of its input ``x`` and output ``out``."""
+
+    name: str
+    program: Program
+    inputs: Layout
+    outputs: Layout
+    weights: WeightPack = field(default_factory=WeightPack)
+
+    def text(self) -> str:
+        return print_program(self.program)
+
+    def weight_files(self) -> dict[str, bytes]:
+        return {self.weights.path: self.weights.data()} if self.weights.entries else {}
+
+    def compile(self, backend: Backend) -> Kernel:
+        return backend.compile(self.program, self.weight_files())
+
+    def run(self, kernel_or_backend: Kernel | Backend, **parts: Any) -> dict[str, np.ndarray]:
+        """Pack the named input parts, run, and return the named output parts (float32, (channels, S))."""
+        kernel = (
+            kernel_or_backend if isinstance(kernel_or_backend, Kernel) else self.compile(kernel_or_backend)
+        )
+        x = self.inputs.pack(parts)
+        out = kernel(x=x)["out"]
+        return {k: v.copy() for k, v in self.outputs.split(out).items()}
