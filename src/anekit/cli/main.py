@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from anekit import __version__
-from anekit.cli import demo, inspect_cmd, mil_cmd, run_cmd
+from anekit.cli import demo, inspect_cmd, kernels_cmd, mil_cmd, run_cmd
 from anekit.errors import AnekitError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     mil_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
     inspect_cmd.add_parser(sub)
+    kernels_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser
 
