@@ -77,3 +77,89 @@ def sdpa_fwd(cfg: ModelConfig, x: np.ndarray, weights: Weights) -> dict[str, np.
         q, k = rope(q, cfg), rope(k, cfg)
     att, _ = attention(q, k, v, cfg)
     return {"o_out": w["wo"] @ att, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn}
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x)."""
+    return x / (1.0 + np.exp(-x))
+
+
+def ffn_down(h1: np.ndarray, h3: np.ndarray, weights: Weights) -> np.ndarray:
+    """ffn_out (dim, S) = W2 (silu(h1) * h3) from the W1 / W3 outputs h1, h3 (hidden, S)."""
+    w2 = np.asarray(weights["w2"], dtype=np.float64)
+    return w2 @ (silu(h1) * h3)
+
+
+def ffn(xn: np.ndarray, weights: Weights) -> np.ndarray:
+    """ffn_out (dim, S) as a function of the normalised input x2norm (dim, S)."""
+    w = _f64(weights)
+    return ffn_down(w["w1"] @ xn, w["w3"] @ xn, w)
+
+
+def ffn_fwd(cfg: ModelConfig, x: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+    """The FFN forward taps for the residual stream x (dim, S)."""
+    w = _f64(weights)
+    x = np.asarray(x, dtype=np.float64)
+    xn = rmsnorm(x, w["rms_ffn"], cfg.norm_eps)
+    h1, h3 = w["w1"] @ xn, w["w3"] @ xn
+    gate = silu(h1) * h3
+    return {"ffn_out": w["w2"] @ gate, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
+
+
+def final_rmsnorm(cfg: ModelConfig, x: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+    """The final RMSNorm of x (dim, S) with rms_final."""
+    w = _f64(weights)
+    return {"xnorm": rmsnorm(np.asarray(x, dtype=np.float64), w["rms_final"], cfg.norm_eps)}
+
+
+def classifier_fwd(cfg: ModelConfig, x: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+    """Logits (vocab, S) of the tied classifier: embed (vocab, dim) @ x (dim, S)."""
+    w = _f64(weights)
+    return {"logits": w["embed"] @ np.asarray(x, dtype=np.float64)}
+
+
+def softmax_vocab(cfg: ModelConfig, logits: np.ndarray) -> dict[str, np.ndarray]:
+    """Softmax over the vocabulary (rows) of logits (vocab, S), each position separately."""
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(z - z.max(axis=0, keepdims=True))
+    return {"probs": e / e.sum(axis=0, keepdims=True)}
+
+
+def ffn_bwd(
+    cfg: ModelConfig, dffn: np.ndarray, h1: np.ndarray, h3: np.ndarray, weights: Weights
+) -> dict[str, np.ndarray]:
+    """Gradients of ffn_out = W2 (silu(h1) * h3), h1 = W1 xn, h3 = W3 xn, given dffn (dim, S).
+
+    Returns dx (dim, S), the gradient w.r.t. xn, and dh1 / dh3 (hidden, S).
+    """
+    w = _f64(weights)
+    dffn, h1, h3 = (np.asarray(a, dtype=np.float64) for a in (dffn, h1, h3))
+    dgate = w["w2"].T @ dffn
+    sig = 1.0 / (1.0 + np.exp(-h1))
+    dh1 = dgate * h3 * (sig + h1 * sig * (1.0 - sig))
+    dh3 = dgate * h1 * sig
+    return {"dx": w["w1"].T @ dh1 + w["w3"].T @ dh3, "dh1": dh1, "dh3": dh3}
+
+
+def rmsnorm_bwd(
+    dy: np.ndarray, x: np.ndarray, scale: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of y = rmsnorm(x, scale): dx (C, S) and dscale (C,), given dy (C, S).
+
+    With r = (mean(x^2) + eps)^-1/2 per position: dx = r dy scale - x r^3 / C * sum(dy scale x),
+    dscale = sum over positions of dy x r.
+    """
+    dy, x = np.asarray(dy, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    scale = np.asarray(scale, dtype=np.float64)
+    channels = x.shape[0]
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + eps)  # (1, S)
+    g = dy * scale[:, None]
+    dx = g * r - x * r**3 / channels * np.sum(g * x, axis=0, keepdims=True)
+    dscale = np.sum(dy * x * r, axis=1)
+    return dx, dscale
+
+
+def classifier_bwd(cfg: ModelConfig, dlogits: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+    """Input gradient of the tied classifier: dx (dim, S) = embed^T @ dlogits (vocab, S)."""
+    w = _f64(weights)
+    return {"dx": w["embed"].T @ np.asarray(dlogits, dtype=np.float64)}

@@ -1,0 +1,113 @@
+"""Backward kernels: the input gradients of the FFN, of RMSNorm and of the tied classifier.
+
+Weights are given as for the forward kernels (llama2.c's layout: w1 / w3 (hidden, dim), w2 (dim, hidden),
+rms vectors (dim,), embed (vocab, dim)); the kernels bake the transposes they need. Weight gradients
+(dW = dy @ x^T, the RMSNorm scale's dw) are left to the host, which holds the forward taps.
+``weights=None`` generates the program from shapes only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.config import ModelConfig
+from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+
+Weights = Mapping[str, np.ndarray] | None
+
+
+def ffn_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Input and output layouts of the FFN backward kernel."""
+    d, h, s = cfg.dim, cfg.hidden_dim, cfg.seq_len
+    return (
+        Layout.of([("dffn", d), ("h1", h), ("h3", h)], s),
+        Layout.of([("dx", d), ("dh1", h), ("dh3", h)], s),
+    )
+
+
+def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+    """Gradients of ffn_out = W2 (silu(h1) * h3) with h1 = W1 xn, h3 = W3 xn.
+
+    Input: concat(dffn (dim), h1 (hidden), h3 (hidden)), dffn the gradient of ffn_out and h1 / h3 the
+    forward taps. Output: concat(dx (dim), dh1 (hidden), dh3 (hidden)), dx the gradient w.r.t. the
+    normalised input x2norm (W1^T dh1 + W3^T dh3), dh1 / dh3 the gradients of the W1 / W3 outputs.
+    With sig = sigmoid(h1) and g = W2^T dffn: dh1 = g * h3 * sig * (1 + h1 (1 - sig)),
+    dh3 = g * h1 * sig.
+    """
+    inputs, outputs = ffn_bwd_layouts(cfg)
+    kb = KernelBuilder("ffn_bwd", cfg, inputs, weights)
+    d, h = cfg.dim, cfg.hidden_dim
+    dffn = kb.part("dffn")  # (1, dim, 1, S)
+    h1 = kb.part("h1")  # (1, hidden, 1, S)
+    h3 = kb.part("h3")  # (1, hidden, 1, S)
+    dgate = kb.conv(dffn, kb.matrix("w2t", "w2", h, d, transpose=True), "dgate")  # (1, hidden, 1, S)
+    sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
+    silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
+    one_minus = kb.f.sub(x=1.0, y=sig, name="sig_complement")  # (1, hidden, 1, S)
+    bracket = kb.f.add(x=kb.f.mul(x=h1, y=one_minus, name="h1_sig_complement"), y=1.0, name="bracket")
+    dsilu = kb.f.mul(x=sig, y=bracket, name="silu_slope")  # (1, hidden, 1, S): d silu / d h1
+    dh1 = kb.f.mul(x=kb.f.mul(x=dgate, y=h3, name="dgate_h3"), y=dsilu, name="dh1")  # (1, hidden, 1, S)
+    dh3 = kb.f.mul(x=dgate, y=silu, name="dh3")  # (1, hidden, 1, S)
+    dx1 = kb.conv(dh1, kb.matrix("w1t", "w1", d, h, transpose=True), "dx_w1")  # (1, dim, 1, S)
+    dx3 = kb.conv(dh3, kb.matrix("w3t", "w3", d, h, transpose=True), "dx_w3")  # (1, dim, 1, S)
+    dx = kb.f.add(x=dx1, y=dx3, name="dx")  # (1, dim, 1, S)
+    return kb.finish(outputs, {"dx": dx, "dh1": dh1, "dh3": dh3})
+
+
+def rmsnorm_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Input and output layouts of the RMSNorm backward kernel."""
+    d, s = cfg.dim, cfg.seq_len
+    return Layout.of([("dy", d), ("x", d)], s), Layout.of([("dx", d)], s)
+
+
+def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, key: str = "rms_att") -> KernelSpec:
+    """Input gradient of y = rmsnorm(x) * w, w the baked scale ``weights[key]`` (rms_att, rms_ffn or
+    rms_final).
+
+    Input: concat(dy (dim), x (dim)). Output: dx (dim). With r = (mean(x^2) + eps)^-1/2, xhat = x r and
+    g = dy * w: dx = r (g - xhat * mean(g * xhat)). The scale's gradient dw = sum over positions of
+    dy * xhat stays on the host (``reference.rmsnorm_bwd`` returns both).
+
+    Computing through xhat keeps every intermediate at the scale of x r (about 1) or of g; the
+    textbook form's x r^3 overflows fp16 once the rms of x drops below about 0.025.
+    """
+    inputs, outputs = rmsnorm_bwd_layouts(cfg)
+    kb = KernelBuilder("rmsnorm_bwd", cfg, inputs, weights)
+    d = cfg.dim
+    dy = kb.part("dy")  # (1, dim, 1, S)
+    x = kb.part("x")  # (1, dim, 1, S)
+    r = kb.rms_inverse(x, "norm")  # (1, 1, 1, S)
+    xhat = kb.f.mul(x=x, y=r, name="xhat")  # (1, dim, 1, S)
+    g = kb.f.mul(x=dy, y=kb.vector("w", key, d), name="g")  # (1, dim, 1, S)
+    gx = kb.f.mul(x=g, y=xhat, name="g_xhat")  # (1, dim, 1, S)
+    total = kb.f.reduce_sum(x=gx, axes=[1], keep_dims=True, name="g_xhat_sum")  # (1, 1, 1, S)
+    mean = kb.f.mul(x=total, y=1.0 / d, name="g_xhat_mean")  # (1, 1, 1, S)
+    proj = kb.f.mul(x=xhat, y=mean, name="proj")  # (1, dim, 1, S)
+    dx = kb.f.mul(x=kb.f.sub(x=g, y=proj, name="g_orth"), y=r, name="dx")  # (1, dim, 1, S)
+    return kb.finish(outputs, {"dx": dx})
+
+
+def classifier_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+    """Input gradient of the tied classifier: dx = embed^T @ dlogits.
+
+    Input: dlogits [1, vocab, 1, S]. Output: dx [1, dim, 1, S]. A matmul with the baked embed^T
+    [1, dim, vocab] on dlogits viewed as [1, vocab, S]: the engine rejects a conv with vocab (32000)
+    input channels.
+    """
+    d, v, s = cfg.dim, cfg.vocab_size, cfg.seq_len
+    kb = KernelBuilder("classifier_bwd", cfg, Layout.of([("dlogits", v)], s), weights)
+    embed = kb.value("embed")
+    if embed is not None:
+        if embed.shape != (v, d):
+            raise LayoutError(
+                f"[classifier_bwd] weight 'embed' has shape {list(embed.shape)}, expected [{v}, {d}]"
+            )
+        embed = np.ascontiguousarray(embed.T).reshape(1, d, v)
+    embed_t = kb.weight("embed_t", (1, d, v), embed)  # (1, dim, vocab)
+    dl = kb.f.reshape(x=kb.part("dlogits"), shape=[1, v, s], name="dlogits_3d")  # (1, vocab, S)
+    dx = kb.f.matmul(x=embed_t, y=dl, transpose_x=False, transpose_y=False, name="dx_3d")  # (1, dim, S)
+    dx = kb.f.reshape(x=dx, shape=[1, d, 1, s], name="dx")  # (1, dim, 1, S)
+    return kb.finish(Layout.of([("dx", d)], s), {"dx": dx})
