@@ -51,9 +51,7 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
     """Taps of the FFN forward kernel, in order."""
     d, h = cfg.dim, cfg.hidden_dim
-    return Layout.of(
-        [("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h), ("x2norm", d)], cfg.seq_len
-    )
+    return Layout.of([("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h), ("x2norm", d)], cfg.seq_len)
 
 
 def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
@@ -73,9 +71,7 @@ def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
     gate = kb.f.mul(x=silu, y=h3, name="gate")  # (1, hidden, 1, S)
     y = kb.conv(gate, kb.matrix("w2", "w2", d, h), "ffn")  # (1, dim, 1, S)
-    return kb.finish(
-        ffn_fwd_layout(cfg), {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
-    )
+    return kb.finish(ffn_fwd_layout(cfg), {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn})
 
 
 def final_rmsnorm(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
