@@ -478,6 +478,29 @@ _CONV_INPUTS = {
 }
 
 
+def _conv_params(
+    a: InferArgs, weight_layout: str
+) -> tuple[T.TensorType, T.TensorType, int, tuple[int, ...], tuple[int, ...], int, str, tuple[int, ...]]:
+    """The checked parameters shared by conv and conv_transpose.
+
+    Returns x, weight, the number of spatial dims, strides, dilations, groups, pad_type and the custom pads.
+    """
+    x, w = a.tensor("x"), a.tensor("weight")
+    nsp = x.rank - 2
+    if w.rank != x.rank:
+        raise a.error(f"weight must have rank {x.rank} ({weight_layout}) to match x, got {w.rank}")
+    check_scalars(a, "pad_type", "groups")
+    strides = int_vector(a, "strides", nsp, 1)
+    dil = int_vector(a, "dilations", nsp, 1)
+    positive(a, "strides", strides)
+    positive(a, "dilations", dil)
+    groups = a.int("groups")
+    if groups < 1:
+        raise a.error(f"groups must be >= 1, got {groups}")
+    pad_type = pad_type_of(a)
+    return x, w, nsp, strides, dil, groups, pad_type, custom_pads(a, pad_type, nsp)
+
+
 @register_op
 class conv(OpDef):
     """conv(x, weight, bias?, strides?, pad_type="valid", pad?, dilations?, groups=1): N-d convolution.
@@ -497,22 +520,7 @@ class conv(OpDef):
     same_dtype = ("weight", "bias")
 
     def infer(self, a: InferArgs) -> T.Type:
-        x, w = a.tensor("x"), a.tensor("weight")
-        nsp = x.rank - 2
-        if w.rank != x.rank:
-            raise a.error(
-                f"weight must have rank {x.rank} ([C_out, C_in/groups, *K]) to match x, got {w.rank}"
-            )
-        check_scalars(a, "pad_type", "groups")
-        strides = int_vector(a, "strides", nsp, 1)
-        dil = int_vector(a, "dilations", nsp, 1)
-        positive(a, "strides", strides)
-        positive(a, "dilations", dil)
-        groups = a.int("groups")
-        if groups < 1:
-            raise a.error(f"groups must be >= 1, got {groups}")
-        pad_type = pad_type_of(a)
-        pad = custom_pads(a, pad_type, nsp)
+        x, w, _nsp, strides, dil, groups, pad_type, pad = _conv_params(a, "[C_out, C_in/groups, *K]")
         n, c_in = x.shape[0], x.shape[1]
         c_out, c_in_g = w.shape[0], w.shape[1]
         if isinstance(c_in, int):
@@ -604,22 +612,7 @@ class conv_transpose(OpDef):
     same_dtype = ("weight", "bias")
 
     def infer(self, a: InferArgs) -> T.Type:
-        x, w = a.tensor("x"), a.tensor("weight")
-        nsp = x.rank - 2
-        if w.rank != x.rank:
-            raise a.error(
-                f"weight must have rank {x.rank} ([C_in, C_out/groups, *K]) to match x, got {w.rank}"
-            )
-        check_scalars(a, "pad_type", "groups")
-        strides = int_vector(a, "strides", nsp, 1)
-        dil = int_vector(a, "dilations", nsp, 1)
-        positive(a, "strides", strides)
-        positive(a, "dilations", dil)
-        groups = a.int("groups")
-        if groups < 1:
-            raise a.error(f"groups must be >= 1, got {groups}")
-        pad_type = pad_type_of(a)
-        pad = custom_pads(a, pad_type, nsp)
+        x, w, nsp, strides, dil, groups, pad_type, pad = _conv_params(a, "[C_in, C_out/groups, *K]")
         out_pad = int_vector(a, "output_padding", nsp, 0)
         if any(p < 0 for p in out_pad):
             raise a.error(f"output_padding must be >= 0, got {list(out_pad)}")
