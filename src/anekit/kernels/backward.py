@@ -63,25 +63,26 @@ def rmsnorm_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
     return Layout.of([("dy", d), ("x", d)], s), Layout.of([("dx", d)], s)
 
 
-def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, key: str = "rms_att") -> KernelSpec:
-    """Input gradient of y = rmsnorm(x) * w, w the baked scale ``weights[key]`` (rms_att, rms_ffn or
-    rms_final).
+def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, name: str = "rmsnorm_bwd") -> KernelSpec:
+    """Input gradient of y = rmsnorm(x) * w, the scale w (dim,) baked from ``weights["w"]``.
 
-    Input: concat(dy (dim), x (dim)). Output: dx (dim). With r = (mean(x^2) + eps)^-1/2, xhat = x r and
-    g = dy * w: dx = r (g - xhat * mean(g * xhat)). The scale's gradient dw = sum over positions of
-    dy * xhat stays on the host (``reference.rmsnorm_bwd`` returns both).
+    One generator serves every RMSNorm (rms_att, rms_ffn, rms_final: pass that vector as "w" and a
+    ``name`` telling the kernels apart). Input: concat(dy (dim), x (dim)). Output: dx (dim). With
+    r = (mean(x^2) + eps)^-1/2, xhat = x r and g = dy * w: dx = r (g - xhat * mean(g * xhat)). The
+    scale's gradient dw = sum over positions of dy * xhat stays on the host (``reference.rmsnorm_bwd``
+    returns both).
 
     Computing through xhat keeps every intermediate at the scale of x r (about 1) or of g; the
-    textbook form's x r^3 overflows fp16 once the rms of x drops below about 0.025.
+    textbook form's r^3 overflows fp16 once the rms of x drops below about 0.025.
     """
     inputs, outputs = rmsnorm_bwd_layouts(cfg)
-    kb = KernelBuilder("rmsnorm_bwd", cfg, inputs, weights)
+    kb = KernelBuilder(name, cfg, inputs, weights)
     d = cfg.dim
     dy = kb.part("dy")  # (1, dim, 1, S)
     x = kb.part("x")  # (1, dim, 1, S)
     r = kb.rms_inverse(x, "norm")  # (1, 1, 1, S)
     xhat = kb.f.mul(x=x, y=r, name="xhat")  # (1, dim, 1, S)
-    g = kb.f.mul(x=dy, y=kb.vector("w", key, d), name="g")  # (1, dim, 1, S)
+    g = kb.f.mul(x=dy, y=kb.vector("w", "w", d), name="g")  # (1, dim, 1, S)
     gx = kb.f.mul(x=g, y=xhat, name="g_xhat")  # (1, dim, 1, S)
     total = kb.f.reduce_sum(x=gx, axes=[1], keep_dims=True, name="g_xhat_sum")  # (1, 1, 1, S)
     mean = kb.f.mul(x=total, y=1.0 / d, name="g_xhat_mean")  # (1, 1, 1, S)

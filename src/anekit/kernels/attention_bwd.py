@@ -1,0 +1,146 @@
+"""Backward kernels of the attention sublayer: the activation gradients of ``forward.sdpa_fwd``.
+
+Three kernels carry the gradient of o_out back to the normalised input xnorm:
+
+- ``sdpa_bwd1``: da = Wo^T do, the attention probabilities recomputed from q and k, dV = P^T da and
+  dP = da V^T;
+- ``sdpa_bwd2``: the softmax backward dS = P * (dP - rowsum(P * dP)), then dQ = dS K / sqrt(hd) and
+  dK = dS^T Q / sqrt(hd), rotated back through RoPE (when enabled) to the pre-RoPE projections;
+- ``qkv_bwd``: dx = Wq^T dq + Wk^T dk + Wv^T dv.
+
+Under grouped-query attention the query heads of a group are stacked along rows (``group_queries``):
+[1, KVH, G*S, X]. Then dV = P^T da and dK = dS^T Q contract over the stacked rows, which sums the
+group's contributions to its kv head in the matmul's accumulator. Weight gradients (dW = dy x^T) stay
+on the host, which holds the forward taps. ``weights=None`` generates the programs from shapes only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.config import ModelConfig
+from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+
+Weights = Mapping[str, np.ndarray] | None
+
+
+def sdpa_bwd1_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Input and output layouts of the first SDPA backward kernel."""
+    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
+    scores = cfg.n_heads * s
+    return (
+        Layout.of([("q", d), ("k", kv), ("v", kv), ("do", d)], s),
+        Layout.of([("dv", kv), ("probs", scores), ("dp", scores)], s),
+    )
+
+
+def sdpa_bwd2_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Input and output layouts of the second SDPA backward kernel."""
+    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
+    scores = cfg.n_heads * s
+    return (
+        Layout.of([("probs", scores), ("dp", scores), ("q", d), ("k", kv)], s),
+        Layout.of([("dq", d), ("dk", kv)], s),
+    )
+
+
+def qkv_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Input and output layouts of the QKV backward kernel."""
+    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
+    return Layout.of([("dq", d), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", d)], s)
+
+
+def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+    """Gradient of o_out back to v, and the two score-sized operands of the softmax backward.
+
+    Input: concat(q (dim), k (kv_dim), v (kv_dim), do (dim)): q and k after RoPE (the forward taps), do
+    the gradient of o_out. Baked: Wo^T and the causal mask. Output: concat(dv (kv_dim), probs (H*S),
+    dp (H*S)); probs and dp are [1, H, S, S] score tensors flattened to [1, H*S, 1, S] (channel
+    h*S + i holds query i of head h, spatial j is key j).
+    """
+    inputs, outputs = sdpa_bwd1_layouts(cfg)
+    kb = KernelBuilder("sdpa_bwd1", cfg, inputs, weights)
+    d, h, kvh = cfg.dim, cfg.n_heads, cfg.n_kv_heads
+    qh = kb.heads(kb.part("q"), h, "qh")  # (1, H, S, hd)
+    kh = kb.heads(kb.part("k"), kvh, "kh")  # (1, KVH, S, hd)
+    vh = kb.heads(kb.part("v"), kvh, "vh")  # (1, KVH, S, hd)
+    da = kb.conv(kb.part("do"), kb.matrix("wot", "wo", d, d, transpose=True), "da")  # (1, dim, 1, S)
+    dag = kb.group_queries(kb.heads(da, h, "dah"), "dag")  # (1, KVH, G*S, hd)
+    probs = kb.attention_probs(qh, kh, "att")  # (1, H, S, S)
+    pg = kb.group_queries(probs, "pg")  # (1, KVH, G*S, S)
+    dv = kb.f.matmul(x=pg, y=dag, transpose_x=True, transpose_y=False, name="dv_h")  # (1, KVH, S, hd)
+    dp = kb.f.matmul(x=dag, y=vh, transpose_x=False, transpose_y=True, name="dp_g")  # (1, KVH, G*S, S)
+    dp = kb.ungroup(dp, "dp_h")  # (1, H, S, S)
+    return kb.finish(
+        outputs,
+        {
+            "dv": kb.merge_heads(dv, kvh, "dv"),  # (1, kv_dim, 1, S)
+            "probs": kb.flat_scores(probs, "probs_flat"),  # (1, H*S, 1, S)
+            "dp": kb.flat_scores(dp, "dp_flat"),  # (1, H*S, 1, S)
+        },
+    )
+
+
+def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+    """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
+
+    Input: concat(probs (H*S), dp (H*S), q (dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
+    them, q and k after RoPE. Output: concat(dq (dim), dk (kv_dim)), the gradients w.r.t. the
+    projections Wq xnorm and Wk xnorm (before RoPE when it is enabled: the transposed rotation, baked
+    cos / sin tables, is the kernel's only weight data). ``weights`` is unused (the kernel bakes no
+    model weight) and accepted for a uniform generator signature.
+    """
+    inputs, outputs = sdpa_bwd2_layouts(cfg)
+    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights)
+    d, kv, h, kvh = cfg.dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
+    probs = kb.score_heads(kb.part("probs"), "probs")  # (1, H, S, S)
+    dp = kb.score_heads(kb.part("dp"), "dp")  # (1, H, S, S)
+    qg = kb.group_queries(kb.heads(kb.part("q"), h, "qh"), "qg")  # (1, KVH, G*S, hd)
+    kh = kb.heads(kb.part("k"), kvh, "kh")  # (1, KVH, S, hd)
+    pdp = kb.f.mul(x=probs, y=dp, name="p_dp")  # (1, H, S, S)
+    row = kb.f.reduce_sum(x=pdp, axes=[-1], keep_dims=True, name="p_dp_sum")  # (1, H, S, 1)
+    centred = kb.f.sub(x=dp, y=row, name="dp_centred")  # (1, H, S, S)
+    ds = kb.f.mul(x=probs, y=centred, name="ds_raw")  # (1, H, S, S): gradient of the softmax input
+    ds = kb.f.mul(x=ds, y=1.0 / math.sqrt(cfg.head_dim), name="ds")  # (1, H, S, S): of the raw q.k
+    dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
+    dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
+    dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, dim, 1, S)
+    dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
+    dk = kb.merge_heads(dk, kvh, "dk")  # (1, kv_dim, 1, S)
+    if cfg.rope:
+        dq = kb.rope(dq, d, "dq_rope", inverse=True)  # (1, dim, 1, S)
+        dk = kb.rope(dk, kv, "dk_rope", inverse=True)  # (1, kv_dim, 1, S)
+    return kb.finish(outputs, {"dq": dq, "dk": dk})
+
+
+def qkv_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+    """Gradient w.r.t. xnorm through the three projections: dx = Wq^T dq + Wk^T dk + Wv^T dv.
+
+    Input: concat(dq (dim), dk (kv_dim), dv (kv_dim)), the gradients of the pre-RoPE projections.
+    Output: dx (dim). The input already is the stack [dq; dk; dv], so the kernel is ONE 1x1 conv with
+    the baked weight [Wq^T | Wk^T | Wv^T] (dim, dim + 2 kv_dim): the three products and their sum
+    happen in one fp32 accumulation, with a single rounding to fp16.
+    """
+    inputs, outputs = qkv_bwd_layouts(cfg)
+    kb = KernelBuilder("qkv_bwd", cfg, inputs, weights)
+    d, kv = cfg.dim, cfg.kv_dim
+    stacked = None
+    if weights is not None:
+        blocks = [_transposed(kb, key, rows, d) for key, rows in (("wq", d), ("wk", kv), ("wv", kv))]
+        stacked = np.ascontiguousarray(np.concatenate(blocks, axis=1))  # (dim, dim + 2 kv_dim)
+    w = kb.weight("wqkv_t", (d, d + 2 * kv, 1, 1), stacked)
+    dx = kb.conv(kb.x, w, "dx")  # (1, dim, 1, S)
+    return kb.finish(outputs, {"dx": dx})
+
+
+def _transposed(kb: KernelBuilder, key: str, rows: int, cols: int) -> np.ndarray:
+    """The transpose of the (rows, cols) matrix ``key``, shape-checked like ``KernelBuilder.matrix``."""
+    a = kb.value(key)
+    assert a is not None
+    if a.shape != (rows, cols):
+        raise LayoutError(f"[{kb.name}] weight '{key}' has shape {list(a.shape)}, expected {[rows, cols]}")
+    return a.T
