@@ -1,8 +1,9 @@
 """Benchmark the simulator runtime: tiny-kernel run overhead and compile time of an SDPA-sized program.
 
 Run: OPENBLAS_NUM_THREADS=1 python benchmarks/bench_runtime.py [--repeat 30]
-Targets on a 2-core machine: tiny kernel run overhead under 20 us; compiling a 768x256 SDPA-sized
-program (RMSNorm, QKV, causal attention over 12 heads, Wo; weights in a MILBlob file) under 5 ms.
+Targets on a 2-core machine: tiny kernel run overhead under 20 us; compiling the 768x256 SDPA forward
+kernel of stories110M (RMSNorm, QKV, RoPE, causal attention over 12 heads, Wo; weights in a MILBlob
+file) under 5 ms.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from anekit import mil, runtime
-from anekit.cli.demo import WEIGHTS, layer_weights, pack_weights, transformer_layer
+from anekit.kernels import catalog, forward, preset
 from anekit.mil import tensor
 
 
@@ -50,13 +51,11 @@ def main() -> None:
     x = np.ones((1, 4, 1, 4), np.float32)
     _report("tiny kernel call with numpy in/out", _times(lambda: k(x=x), args.repeat, 500), 1e6, "us")
 
-    dim, heads, seq = 768, 12, 256
-    weights = layer_weights(dim, 2048, seq)
-    weights = {n: w for n, w in weights.items() if n not in ("w1", "w2", "w3", "rms_ffn")}
-    blob, offsets = pack_weights(weights)
-    prog = transformer_layer(dim, 2048, heads, seq, offsets, ffn=False)
+    cfg = preset("stories110M")  # its SDPA forward kernel: 768 channels x 256 positions
+    spec = forward.sdpa_fwd(cfg, catalog.random_weights(cfg))
+    prog, files = spec.program, spec.weight_files()
     text = mil.to_text(prog)
-    files = {WEIGHTS: blob}
+    blob = files[spec.weights.path]
     mb = len(blob) / 1e6
     print(f"SDPA program: {prog.op_count()} ops, {len(text)} characters, {mb:.1f} MB of fp16 weights")
     _report(
@@ -70,7 +69,7 @@ def main() -> None:
     )
     sdpa = backend.compile(prog, files)
     sdpa.load()
-    sdpa.inputs[0].write(np.random.default_rng(0).standard_normal((dim, seq)))
+    sdpa.inputs[0].write(np.random.default_rng(0).standard_normal((cfg.dim, cfg.seq_len)))
     _report("run SDPA 768x256", _times(sdpa.run, max(3, args.repeat // 3)), 1e3, "ms")
 
 

@@ -10,8 +10,8 @@ from contextlib import contextmanager, suppress
 import pytest
 
 from anekit import mil
-from anekit.cli.demo import transformer_layer
 from anekit.errors import AnekitError
+from anekit.kernels import ModelConfig, forward
 from tests.conftest import corpus_files
 from tests.test_mil_parser import GENERATED
 
@@ -101,7 +101,8 @@ def _watchdog(seconds: int):
 
 
 def _seeds() -> list[tuple[str, str]]:
-    seeds = [("generated", GENERATED), ("demo", mil.to_text(transformer_layer(32, 64, 2, 8)))]
+    kernel = forward.sdpa_fwd(ModelConfig(32, 64, 1, 4, 2, 100, 8))
+    seeds = [("generated", GENERATED), ("sdpa_fwd", kernel.text())]
     seeds += [(p.name, p.read_text(encoding="utf-8")) for p in corpus_files("mil", "*.mil")]
     return seeds
 
