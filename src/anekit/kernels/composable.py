@@ -1,0 +1,472 @@
+"""Small composable kernels: projections with runtime, baked, fused and dynamically packed weights.
+
+These are the building blocks of the training API's ``ane_mil_gen.h`` generators, not tied to a model
+configuration: each takes channel counts and a sequence length.
+
+- ``matmul_inputs``: y = W @ x with both W and x as runtime inputs (two input tensors);
+- ``conv_baked``: y = W @ x as a 1x1 conv with W baked into the weight file;
+- ``fused_qkv`` / ``fused_ffn_up``: several convs of one input, their weights in ONE multi-chunk file;
+- ``dynamic_matmul``: "dynamic weight packing": ONE input [1, IC, 1, SEQ + OC] holding the activations
+  in spatial columns 0..SEQ and the weight matrix transposed (IC x OC) in columns SEQ..SEQ + OC; the
+  program slices, reshapes and multiplies, so one compiled kernel takes new weights on every run.
+
+``Segment`` and ``SpatialLayout`` describe such column segments (``spec.Layout`` only describes channel
+ranges) and ``DynamicKernelSpec`` is a KernelSpec whose input packs activations and weights together.
+The float64 references (``matmul_reference``, ``fused_qkv_reference``, ``fused_ffn_up_reference``) are
+the plain math, sharing nothing with the generators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.config import MAX_CHANNELS, MAX_SPATIAL, ConfigError, ModelConfig
+from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+from anekit.mil import Builder, Var, tensor
+from anekit.mil.ir import Program
+from anekit.runtime.base import Backend, Kernel
+
+# -- column segments ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A block of spatial columns of a [1, C, 1, W] surface, using its first ``rows`` channels.
+
+    ``sources`` says which weights fill the block, stacked along rows, as ``(key, rows, transposed)``:
+    the (rows, columns) block is weight ``key`` as given (llama2.c's (out, in) layout) or its transpose.
+    A 1-d weight (an RMSNorm scale) fills a one-column block. No sources: the block holds activations.
+    Channels from ``rows`` to C are zero padding.
+    """
+
+    name: str
+    rows: int
+    columns: int
+    sources: tuple[tuple[str, int, bool], ...] = ()
+
+    @property
+    def is_weight(self) -> bool:
+        return bool(self.sources)
+
+
+@dataclass(frozen=True)
+class SpatialLayout:
+    """Named column segments of one [1, channels, 1, W] surface, in order (W: the sum of their widths)."""
+
+    channels: int
+    segments: tuple[Segment, ...]
+
+    @staticmethod
+    def of(channels: int, segments: Iterable[Segment]) -> SpatialLayout:
+        segs = tuple(segments)
+        names = [s.name for s in segs]
+        if len(set(names)) != len(names):
+            raise LayoutError(f"[layout] segment names repeat: {names}")
+        for s in segs:
+            if not 0 < s.rows <= channels or s.columns <= 0:
+                raise LayoutError(
+                    f"[layout] segment '{s.name}' is {s.rows} x {s.columns}; rows must be in 1..{channels}"
+                )
+            if s.sources and sum(r for _, r, _ in s.sources) != s.rows:
+                raise LayoutError(f"[layout] segment '{s.name}': its sources do not fill its {s.rows} rows")
+        return SpatialLayout(int(channels), segs)
+
+    @property
+    def columns(self) -> int:
+        """Total width: the surface's spatial size."""
+        return sum(s.columns for s in self.segments)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.segments]
+
+    def segment(self, name: str) -> Segment:
+        for s in self.segments:
+            if s.name == name:
+                return s
+        raise LayoutError(f"[layout] no segment '{name}' (segments: {', '.join(self.names)})")
+
+    def range(self, name: str) -> tuple[int, int]:
+        """``(column offset, columns)`` of a segment."""
+        offset = 0
+        for s in self.segments:
+            if s.name == name:
+                return offset, s.columns
+            offset += s.columns
+        raise LayoutError(f"[layout] no segment '{name}' (segments: {', '.join(self.names)})")
+
+    def pack(self, blocks: Mapping[str, Any], dtype: Any = np.float32) -> np.ndarray:
+        """The [1, C, 1, W] array holding every segment's (rows, columns) block; padding rows are 0."""
+        missing = [n for n in self.names if n not in blocks]
+        extra = [n for n in blocks if n not in self.names]
+        if missing or extra:
+            raise LayoutError(f"[layout] segments are {self.names}; missing {missing}, unexpected {extra}")
+        out = np.zeros((self.channels, self.columns), dtype=dtype)
+        offset = 0
+        for s in self.segments:
+            a = np.asarray(blocks[s.name])
+            if a.shape != (s.rows, s.columns):
+                raise LayoutError(
+                    f"[layout] segment '{s.name}': expected a ({s.rows}, {s.columns}) block, "
+                    f"got {list(a.shape)}"
+                )
+            out[: s.rows, offset : offset + s.columns] = a
+            offset += s.columns
+        return out.reshape(1, self.channels, 1, self.columns)
+
+    def split(self, array: np.ndarray) -> dict[str, np.ndarray]:
+        """Each segment of a (C, W) or [1, C, 1, W] array, as (rows, columns) views."""
+        a = np.asarray(array)
+        if a.shape not in ((self.channels, self.columns), (1, self.channels, 1, self.columns)):
+            raise LayoutError(
+                f"[layout] split: expected ({self.channels}, {self.columns}) or "
+                f"[1, {self.channels}, 1, {self.columns}], got {list(a.shape)}"
+            )
+        rows = a.reshape(self.channels, self.columns)
+        out, offset = {}, 0
+        for s in self.segments:
+            out[s.name] = rows[: s.rows, offset : offset + s.columns]
+            offset += s.columns
+        return out
+
+    def weight_blocks(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The block of every weight segment, built from named weights by the segments' sources."""
+        blocks = {}
+        for s in self.segments:
+            if not s.is_weight:
+                continue
+            parts = []
+            for key, rows, transposed in s.sources:
+                if key not in weights:
+                    raise LayoutError(f"[layout] weight '{key}' was not given (given: {', '.join(weights)})")
+                a = np.asarray(weights[key])
+                if s.columns == 1 and len(s.sources) == 1 and a.shape == (rows,):
+                    parts.append(a.reshape(rows, 1))
+                    continue
+                want = (s.columns, rows) if transposed else (rows, s.columns)
+                if a.shape != want:
+                    raise LayoutError(
+                        f"[layout] weight '{key}' has shape {list(a.shape)}, expected {list(want)}"
+                    )
+                parts.append(a.T if transposed else a)
+            blocks[s.name] = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+        return blocks
+
+    @property
+    def activation(self) -> Segment:
+        """The one segment without sources: where the activations go."""
+        acts = [s for s in self.segments if not s.is_weight]
+        if len(acts) != 1:
+            raise LayoutError(f"[layout] expected one activation segment, found {[s.name for s in acts]}")
+        return acts[0]
+
+
+@dataclass
+class DynamicKernelSpec(KernelSpec):
+    """A kernel whose weights travel in its input, after the activation columns: compiled once.
+
+    ``inputs`` describes the whole input surface [1, C, 1, W] (one part ``x``), so ``run(k, x=packed)``
+    works as for any KernelSpec; ``activations`` names the channel parts of the activation columns and
+    ``columns`` the column segments. ``pack(weights, **parts)`` builds the input from llama2.c-layout
+    weights and the named activations, and ``run(k, weights, **parts)`` packs and runs.
+    """
+
+    activations: Layout | None = None
+    columns: SpatialLayout | None = None
+
+    def __post_init__(self) -> None:
+        if self.activations is None or self.columns is None:
+            raise LayoutError(f"[{self.name}] a dynamic kernel needs its activation and column layouts")
+
+    def weight_columns(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The weight segments' blocks (what changes after an optimizer step)."""
+        assert self.columns is not None
+        return self.columns.weight_blocks(weights)
+
+    def pack(self, weights: Mapping[str, Any], **parts: Any) -> np.ndarray:
+        """The [1, C, 1, W] input: the activation parts in columns 0..S, the weights after them."""
+        assert self.activations is not None and self.columns is not None
+        act = self.activations.pack(parts).reshape(self.activations.channels, self.activations.spatial)
+        blocks: dict[str, Any] = dict(self.weight_columns(weights))
+        blocks[self.columns.activation.name] = act
+        return self.columns.pack(blocks)
+
+    def run(  # type: ignore[override]
+        self, kernel_or_backend: Kernel | Backend, weights: Mapping[str, Any] | None = None, **parts: Any
+    ) -> dict[str, np.ndarray]:
+        """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""
+        if weights is None:
+            return super().run(kernel_or_backend, **parts)
+        return super().run(kernel_or_backend, x=self.pack(weights, **parts))
+
+
+def check_spatial(name: str, columns: int, what: str) -> None:
+    """ConfigError when a surface's width breaks the engine's 15-bit spatial limit."""
+    if columns > MAX_SPATIAL:
+        raise ConfigError(
+            f"[{name}] {what} = {columns} columns exceeds the engine's 15-bit spatial limit {MAX_SPATIAL}"
+        )
+
+
+def check_channels(name: str, **counts: int) -> None:
+    """ConfigError when a channel count is not positive or breaks the engine's 17-bit channel limit."""
+    for what, n in counts.items():
+        if not isinstance(n, int) or n <= 0:
+            raise ConfigError(f"[{name}] {what} must be a positive integer, got {n!r}")
+        if n > MAX_CHANNELS:
+            raise ConfigError(
+                f"[{name}] {what} = {n} exceeds the engine's 17-bit channel limit {MAX_CHANNELS}"
+            )
+
+
+def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout) -> KernelBuilder:
+    """A KernelBuilder whose input ``x`` is the whole packed surface [1, C, 1, W]; checks the width first."""
+    act = columns.activation.columns
+    check_spatial(name, columns.columns, f"seq {act} + packed weight columns {columns.columns - act}")
+    return KernelBuilder(name, cfg, Layout.of([("x", columns.channels)], columns.columns), None)
+
+
+def finish_dynamic(
+    kb: KernelBuilder, activations: Layout, columns: SpatialLayout, outputs: Layout, parts: Mapping[str, Var]
+) -> DynamicKernelSpec:
+    """``KernelBuilder.finish`` for a dynamic kernel: the spec also carries its column layout."""
+    spec = kb.finish(outputs, parts)
+    return DynamicKernelSpec(
+        spec.name,
+        spec.program,
+        spec.inputs,
+        spec.outputs,
+        spec.weights,
+        activations=activations,
+        columns=columns,
+    )
+
+
+def dynamic_slice(
+    kb: KernelBuilder,
+    columns: SpatialLayout,
+    name: str,
+    channels: tuple[int, int] | None = None,
+    tag: str | None = None,
+) -> Var:
+    """Segment ``name`` of the builder's input, [1, rows, 1, width]; ``channels`` = (offset, count)
+    takes only those channels of it (a channel part of the activations). The op is named ``in_<tag>``."""
+    offset, width = columns.range(name)
+    first, count = (0, columns.segment(name).rows) if channels is None else channels
+    return kb.f.slice_by_size(
+        x=kb.x, begin=[0, first, 0, offset], size=[1, count, 1, width], name=f"in_{tag or name}"
+    )  # (1, count, 1, width)
+
+
+def dynamic_linear(kb: KernelBuilder, a: Var, w: Var, tag: str, transposed: bool = True) -> Var:
+    """y = M @ a for activations a [1, K, 1, S] and a weight block w from the input's columns.
+
+    ``transposed``: w holds M^T, [1, K, 1, N] (the usual packing: K rows, one column per output
+    channel); otherwise w holds M itself, [1, N, 1, K]. Both become [1, 1, rows, cols] matrices and
+    one matmul gives [1, 1, N, S], reshaped to [1, N, 1, S].
+    """
+    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[union-attr]
+    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[union-attr]
+    n = cols if transposed else rows
+    a4 = kb.f.reshape(x=a, shape=[1, 1, k, seq], name=f"{tag}_a")  # (1, 1, K, S)
+    w4 = kb.f.reshape(x=w, shape=[1, 1, rows, cols], name=f"{tag}_w")  # (1, 1, K, N) or (1, 1, N, K)
+    y4 = kb.f.matmul(x=w4, y=a4, transpose_x=transposed, transpose_y=False, name=f"{tag}_mm")  # (1,1,N,S)
+    return kb.f.reshape(x=y4, shape=[1, n, 1, seq], name=tag)  # (1, N, 1, S)
+
+
+# -- runtime-input matmul ----------------------------------------------------------------------------
+
+
+@dataclass
+class ProgramKernel:
+    """A program with several runtime inputs, which a single-input KernelSpec cannot describe.
+
+    ``run(kernel_or_backend, **arrays)`` reshapes each array (given as a matrix) to its input tensor,
+    runs, and returns each output as a (channels, spatial) float32 matrix.
+    """
+
+    name: str
+    program: Program
+    weight_files: dict[str, bytes] = field(default_factory=dict)
+
+    def compile(self, backend: Backend) -> Kernel:
+        return backend.compile(self.program, self.weight_files)
+
+    def run(self, kernel_or_backend: Kernel | Backend, **arrays: Any) -> dict[str, np.ndarray]:
+        kernel = (
+            kernel_or_backend if isinstance(kernel_or_backend, Kernel) else self.compile(kernel_or_backend)
+        )
+        feed = {}
+        for surface, name in zip(kernel.inputs, kernel.input_names):
+            if name not in arrays:
+                raise LayoutError(f"[{self.name}] inputs are {kernel.input_names}; '{name}' is missing")
+            a = np.asarray(arrays[name])
+            if a.size != int(np.prod(surface.shape)):
+                raise LayoutError(
+                    f"[{self.name}] input '{name}' has shape {list(a.shape)}, expected {list(surface.shape)}"
+                )
+            feed[name] = a.reshape(surface.shape)
+        out = kernel(**feed)
+        return {n: v.reshape(v.shape[1], -1) for n, v in out.items()}
+
+
+def matmul_inputs(in_ch: int, out_ch: int, seq: int, fp32_io: bool = True) -> ProgramKernel:
+    """y = W @ x with both W and x runtime inputs: x [1, in_ch, seq], w [1, out_ch, in_ch] -> out.
+
+    Two input tensors of different shapes, so the result is a ``ProgramKernel`` rather than a KernelSpec.
+    ``fp32_io`` (default) mirrors the training API's ``mil_gen_matmul``: fp32 inputs and output, cast to
+    fp16 on entry and back on exit, so the host writes fp32 directly. Numerically this is the same as
+    fp16 I/O (``fp32_io=False``): the entry cast is the same round-to-nearest-even the host does when it
+    writes an fp16 surface, and the exit cast is exact. The float64 reference does not round.
+    """
+    check_channels("matmul_inputs", in_ch=in_ch, out_ch=out_ch)
+    check_spatial("matmul_inputs", seq, "seq")
+    io = "fp32" if fp32_io else "fp16"
+    b = Builder()
+    f = b.function("main", opset="ios18")
+    x = f.input("x", tensor(io, [1, in_ch, seq]))  # (1, IC, S)
+    w = f.input("w", tensor(io, [1, out_ch, in_ch]))  # (1, OC, IC)
+    if fp32_io:
+        x = f.cast(x=x, dtype="fp16", name="x16")
+        w = f.cast(x=w, dtype="fp16", name="w16")
+    y = f.matmul(x=w, y=x, transpose_x=False, transpose_y=False, name="mm" if fp32_io else "out")  # (1,OC,S)
+    if fp32_io:
+        y = f.cast(x=y, dtype="fp32", name="out")
+    f.output(y)
+    return ProgramKernel("matmul_inputs", b.build())
+
+
+def matmul_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """float64 y (out, S) = w (out, in) @ x (in, S)."""
+    return np.asarray(w, dtype=np.float64) @ np.asarray(x, dtype=np.float64)
+
+
+# -- baked and fused projections ---------------------------------------------------------------------
+
+
+def _placeholder(name: str, seq: int) -> ModelConfig:
+    """The KernelBuilder's config for a kernel not tied to a model: it only carries seq_len (validated)."""
+    return ModelConfig(1, 1, 1, 1, 1, 1, seq, rope=False, name=name)
+
+
+def _values(**arrays: np.ndarray | None) -> dict[str, np.ndarray] | None:
+    """The given weights, or None when none is given (shape-only generation); some but not all: error."""
+    given = {k: v for k, v in arrays.items() if v is not None}
+    if not given:
+        return None
+    if len(given) != len(arrays):
+        missing = [k for k, v in arrays.items() if v is None]
+        raise LayoutError(f"[weights] give all of {list(arrays)} or none; missing {missing}")
+    return given
+
+
+def conv_baked(in_ch: int, out_ch: int, seq: int, w: np.ndarray | None = None) -> KernelSpec:
+    """y = W @ x as one 1x1 conv with W (out_ch, in_ch) baked in the weight file.
+
+    Input x: [1, in_ch, 1, seq]. Output: y [1, out_ch, 1, seq].
+    """
+    check_channels("conv_baked", in_ch=in_ch, out_ch=out_ch)
+    kb = KernelBuilder(
+        "conv_baked", _placeholder("conv_baked", seq), Layout.of([("x", in_ch)], seq), _values(w=w)
+    )
+    y = kb.conv(kb.part("x"), kb.matrix("w", "w", out_ch, in_ch), "y")  # (1, out_ch, 1, S)
+    return kb.finish(Layout.of([("y", out_ch)], seq), {"y": y})
+
+
+def fused_qkv(
+    dim: int,
+    seq: int,
+    wq: np.ndarray | None = None,
+    wk: np.ndarray | None = None,
+    wv: np.ndarray | None = None,
+    *,
+    kv_dim: int | None = None,
+) -> KernelSpec:
+    """Q, K and V projections of one input: three 1x1 convs whose weights are the three chunks of ONE
+    weight file (metadata at 64, 64 + cs_q, 64 + cs_q + cs_k, as ``blob.multi_chunk_blob`` writes them).
+
+    wq (dim, dim), wk / wv (kv_dim, dim) (kv_dim defaults to dim, the training API's case).
+    Input x: [1, dim, 1, seq]. Output taps: q (dim), k (kv_dim), v (kv_dim).
+    """
+    kv = dim if kv_dim is None else kv_dim
+    check_channels("fused_qkv", dim=dim, kv_dim=kv, taps=dim + 2 * kv)
+    values = _values(wq=wq, wk=wk, wv=wv)
+    kb = KernelBuilder("fused_qkv", _placeholder("fused_qkv", seq), Layout.of([("x", dim)], seq), values)
+    x = kb.part("x")  # (1, dim, 1, S)
+    q = kb.conv(x, kb.matrix("wq", "wq", dim, dim), "q")  # (1, dim, 1, S)
+    k = kb.conv(x, kb.matrix("wk", "wk", kv, dim), "k")  # (1, kv_dim, 1, S)
+    v = kb.conv(x, kb.matrix("wv", "wv", kv, dim), "v")  # (1, kv_dim, 1, S)
+    return kb.finish(Layout.of([("q", dim), ("k", kv), ("v", kv)], seq), {"q": q, "k": k, "v": v})
+
+
+def fused_qkv_reference(
+    x: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray
+) -> dict[str, np.ndarray]:
+    """float64 q, k, v of x (dim, S)."""
+    return {"q": matmul_reference(x, wq), "k": matmul_reference(x, wk), "v": matmul_reference(x, wv)}
+
+
+def fused_ffn_up(
+    dim: int, hidden: int, seq: int, w1: np.ndarray | None = None, w3: np.ndarray | None = None
+) -> KernelSpec:
+    """The FFN up-projections: h1 = W1 x and h3 = W3 x, W1 and W3 (hidden, dim) the two chunks of ONE
+    weight file. Input x: [1, dim, 1, seq]. Output taps: h1 (hidden), h3 (hidden).
+    """
+    check_channels("fused_ffn_up", dim=dim, hidden=hidden, taps=2 * hidden)
+    values = _values(w1=w1, w3=w3)
+    kb = KernelBuilder(
+        "fused_ffn_up", _placeholder("fused_ffn_up", seq), Layout.of([("x", dim)], seq), values
+    )
+    x = kb.part("x")  # (1, dim, 1, S)
+    h1 = kb.conv(x, kb.matrix("w1", "w1", hidden, dim), "h1")  # (1, hidden, 1, S)
+    h3 = kb.conv(x, kb.matrix("w3", "w3", hidden, dim), "h3")  # (1, hidden, 1, S)
+    return kb.finish(Layout.of([("h1", hidden), ("h3", hidden)], seq), {"h1": h1, "h3": h3})
+
+
+def fused_ffn_up_reference(x: np.ndarray, w1: np.ndarray, w3: np.ndarray) -> dict[str, np.ndarray]:
+    """float64 h1, h3 of x (dim, S)."""
+    return {"h1": matmul_reference(x, w1), "h3": matmul_reference(x, w3)}
+
+
+# -- dynamic weight packing --------------------------------------------------------------------------
+
+
+def dynamic_matmul_layout(in_ch: int, out_ch: int, seq: int) -> SpatialLayout:
+    """Columns of the dynamic matmul's input: act = x (in_ch, seq), then w_t = W^T (in_ch, out_ch)."""
+    return SpatialLayout.of(
+        in_ch, [Segment("act", in_ch, seq), Segment("w_t", in_ch, out_ch, (("w", in_ch, True),))]
+    )
+
+
+def dynamic_matmul(in_ch: int, out_ch: int, seq: int) -> DynamicKernelSpec:
+    """y = W @ x with W (out_ch, in_ch) packed in the input after the activations; compiled once.
+
+    Input [1, in_ch, 1, seq + out_ch]: columns 0..seq hold x (in_ch, seq), columns seq..seq + out_ch
+    hold W^T (in_ch, out_ch). The program slices both, views them as [1, 1, in_ch, *] matrices and
+    computes W @ x as matmul(W^T, x, transpose_x=True). Output: y [1, out_ch, 1, seq].
+    Build the input with ``spec.pack({"w": W}, x=x)`` or ``pack_matmul_input(x, W)``.
+    """
+    check_channels("dynamic_matmul", in_ch=in_ch, out_ch=out_ch)
+    columns = dynamic_matmul_layout(in_ch, out_ch, seq)
+    kb = dynamic_builder("dynamic_matmul", _placeholder("dynamic_matmul", seq), columns)
+    x = dynamic_slice(kb, columns, "act")  # (1, IC, 1, S)
+    wt = dynamic_slice(kb, columns, "w_t")  # (1, IC, 1, OC)
+    y = dynamic_linear(kb, x, wt, "y")  # (1, OC, 1, S)
+    activations = Layout.of([("x", in_ch)], seq)
+    return finish_dynamic(kb, activations, columns, Layout.of([("y", out_ch)], seq), {"y": y})
+
+
+def pack_matmul_input(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The dynamic matmul's input [1, IC, 1, S + OC] for activations x (IC, S) and W (OC, IC)."""
+    x, w = np.asarray(x), np.asarray(w)
+    if x.ndim != 2 or w.ndim != 2:
+        raise LayoutError(
+            f"[dynamic_matmul] x and w must be matrices, got {list(x.shape)} and {list(w.shape)}"
+        )
+    layout = dynamic_matmul_layout(x.shape[0], w.shape[0], x.shape[1])
+    return layout.pack({"act": x, **layout.weight_blocks({"w": w})})

@@ -1,0 +1,280 @@
+"""Composable kernels (runtime-input, baked, fused and dynamically packed projections) against float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit import mil, runtime
+from anekit.blob import multi_chunk_blob
+from anekit.kernels import ConfigError, LayoutError, composable, preset
+from anekit.kernels.composable import Segment, SpatialLayout
+from anekit.kernels.spec import WEIGHT_FILE
+from tests.kernel_weights import fp16_exact
+
+SHAPES = [(64, 96, 16), (48, 32, 24), (3, 5, 7)]  # (in_ch, out_ch, seq)
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def _rand(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return fp16_exact(rng.standard_normal(shape) * scale)
+
+
+def _blob_consts(program: mil.Program) -> dict[str, tuple[str, int]]:
+    """name -> (path, offset) of every BLOBFILE const of the main function."""
+    out = {}
+    for op in program.main.ops:
+        val = op.attributes.get("val")
+        if op.op_type == "const" and val is not None and val.is_blob:
+            out[op.outputs[0].name] = (val.value.path, val.value.offset)
+    return out
+
+
+def _reparses(program: mil.Program) -> None:
+    mil.verify(mil.parse(mil.to_text(program)))
+
+
+# -- matmul with both operands as inputs -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matmul_inputs_matches_the_reference(shape):
+    ic, oc, seq = shape
+    rng = np.random.default_rng(1)
+    x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
+    backend = runtime.open("sim")
+    want = composable.matmul_reference(x, w)
+    fp32 = composable.matmul_inputs(ic, oc, seq)
+    fp16 = composable.matmul_inputs(ic, oc, seq, fp32_io=False)
+    got32 = fp32.run(backend, x=x, w=w)["out"]
+    got16 = fp16.run(backend, x=x, w=w)["out"]
+    assert got32.shape == (oc, seq)
+    assert _rel(got32, want) < 1e-3
+    # The boundary casts change nothing numerically: same fp16 rounding, on the engine instead of the host.
+    np.testing.assert_array_equal(got32, got16)
+
+
+def test_matmul_inputs_program_mirrors_the_training_generator():
+    spec = composable.matmul_inputs(8, 4, 6)
+    ops = [op.op_type for op in spec.program.main.ops if op.op_type != "const"]
+    assert ops == ["cast", "cast", "matmul", "cast"]
+    types = {v.name: str(v.type) for v in spec.program.main.inputs}
+    assert types == {"x": "tensor<fp32, [1, 8, 6]>", "w": "tensor<fp32, [1, 4, 8]>"}
+    assert str(spec.program.main.outputs[0].type) == "tensor<fp32, [1, 4, 6]>"
+    plain = composable.matmul_inputs(8, 4, 6, fp32_io=False)
+    assert [op.op_type for op in plain.program.main.ops if op.op_type != "const"] == ["matmul"]
+    _reparses(spec.program)
+    _reparses(plain.program)
+
+
+def test_matmul_inputs_rejects_inputs_of_the_wrong_size():
+    with pytest.raises(LayoutError, match="input 'w' has shape"):
+        composable.matmul_inputs(8, 4, 6).run(runtime.open("sim"), x=np.zeros((8, 6)), w=np.zeros((8, 4, 2)))
+
+
+# -- baked and fused projections ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_conv_baked_matches_the_reference(shape):
+    ic, oc, seq = shape
+    rng = np.random.default_rng(2)
+    x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
+    spec = composable.conv_baked(ic, oc, seq, w)
+    got = spec.run(runtime.open("sim"), x=x)
+    assert list(got) == ["y"]
+    assert _rel(got["y"], composable.matmul_reference(x, w)) < 1e-3
+    assert _blob_consts(spec.program) == {"w": (WEIGHT_FILE, 64)}
+
+
+def test_conv_baked_checks_its_weight_and_limits():
+    with pytest.raises(LayoutError, match=r"weight 'w' has shape \[4, 8\], expected \[8, 4\]"):
+        composable.conv_baked(4, 8, 16, np.zeros((4, 8)))
+    with pytest.raises(ConfigError, match="17-bit channel limit"):
+        composable.conv_baked(0x20000, 8, 16)
+    with pytest.raises(ConfigError, match="15-bit spatial limit"):
+        composable.conv_baked(4, 8, 40000)
+    with pytest.raises(LayoutError, match="generated from shapes only"):
+        composable.conv_baked(4, 8, 16).weight_files()
+
+
+@pytest.mark.parametrize("kv_dim", [None, 32])
+def test_fused_qkv_matches_the_reference(kv_dim):
+    dim, seq = 64, 16
+    kv = kv_dim or dim
+    rng = np.random.default_rng(3)
+    x = _rand(rng, dim, seq)
+    wq, wk, wv = (_rand(rng, n, dim, scale=dim**-0.5) for n in (dim, kv, kv))
+    spec = composable.fused_qkv(dim, seq, wq, wk, wv, kv_dim=kv_dim)
+    got = spec.run(runtime.open("sim"), x=x)
+    want = composable.fused_qkv_reference(x, wq, wk, wv)
+    assert list(got) == ["q", "k", "v"]
+    for tap in want:
+        assert got[tap].shape == want[tap].shape
+        assert _rel(got[tap], want[tap]) < 1e-3, tap
+    _reparses(spec.program)
+
+
+def test_fused_qkv_weights_are_the_chunks_of_one_multi_chunk_file():
+    dim, seq = 64, 8
+    rng = np.random.default_rng(4)
+    ws = [_rand(rng, dim, dim) for _ in range(3)]
+    spec = composable.fused_qkv(dim, seq, *ws)
+    data, offsets = multi_chunk_blob(ws)
+    consts = _blob_consts(spec.program)
+    assert consts == {n: (WEIGHT_FILE, off) for n, off in zip(("wq", "wk", "wv"), offsets)}
+    # The training API's layout: chunk k's header at 64 + k * (64 + dim * dim * 2).
+    assert offsets == [64 + k * (64 + dim * dim * 2) for k in range(3)]
+    assert spec.weight_files() == {WEIGHT_FILE: data}
+    # Shape-only generation refers to the same offsets.
+    assert _blob_consts(composable.fused_qkv(dim, seq).program) == consts
+
+
+def test_fused_qkv_needs_all_three_weights_or_none():
+    with pytest.raises(LayoutError, match=r"give all of \['wq', 'wk', 'wv'\] or none; missing \['wv'\]"):
+        composable.fused_qkv(8, 4, np.zeros((8, 8)), np.zeros((8, 8)))
+
+
+def test_fused_ffn_up_matches_the_reference_and_shares_one_file():
+    dim, hidden, seq = 48, 80, 12  # 80 * 48 * 2 bytes: chunks are a multiple of 64 bytes
+    rng = np.random.default_rng(5)
+    x = _rand(rng, dim, seq)
+    w1, w3 = _rand(rng, hidden, dim, scale=dim**-0.5), _rand(rng, hidden, dim, scale=dim**-0.5)
+    spec = composable.fused_ffn_up(dim, hidden, seq, w1, w3)
+    got = spec.run(runtime.open("sim"), x=x)
+    want = composable.fused_ffn_up_reference(x, w1, w3)
+    assert list(got) == ["h1", "h3"]
+    for tap in want:
+        assert _rel(got[tap], want[tap]) < 1e-3, tap
+    data, offsets = multi_chunk_blob([w1, w3])
+    assert _blob_consts(spec.program) == {"w1": (WEIGHT_FILE, offsets[0]), "w3": (WEIGHT_FILE, offsets[1])}
+    assert offsets == [64, 64 + 64 + hidden * dim * 2]
+    assert spec.weight_files() == {WEIGHT_FILE: data}
+
+
+def test_fused_chunks_stay_aligned_when_a_weight_is_not_a_multiple_of_64_bytes():
+    dim, kv = 6, 2  # 72 and 24 bytes of data, zero-padded to 128 and 64
+    rng = np.random.default_rng(6)
+    ws = [_rand(rng, dim, dim), _rand(rng, kv, dim), _rand(rng, kv, dim)]
+    spec = composable.fused_qkv(dim, 4, *ws, kv_dim=kv)
+    data, offsets = multi_chunk_blob(ws)
+    assert offsets == [64, 64 + 64 + 128, 256 + 64 + 64]
+    assert [off for _, off in _blob_consts(spec.program).values()] == offsets
+    assert spec.weight_files() == {WEIGHT_FILE: data}
+
+
+# -- dynamic weight packing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dynamic_matmul_matches_the_reference(shape):
+    ic, oc, seq = shape
+    rng = np.random.default_rng(7)
+    x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
+    spec = composable.dynamic_matmul(ic, oc, seq)
+    assert (spec.inputs.channels, spec.inputs.spatial) == (ic, seq + oc)
+    got = spec.run(runtime.open("sim"), {"w": w}, x=x)
+    assert list(got) == ["y"] and got["y"].shape == (oc, seq)
+    assert _rel(got["y"], composable.matmul_reference(x, w)) < 1e-3
+    assert spec.weight_files() == {}  # nothing baked
+    _reparses(spec.program)
+
+
+def test_dynamic_matmul_input_layout():
+    ic, oc, seq = 4, 3, 5
+    x = np.arange(ic * seq, dtype=np.float64).reshape(ic, seq)
+    w = -np.arange(oc * ic, dtype=np.float64).reshape(oc, ic)
+    packed = composable.pack_matmul_input(x, w)
+    assert packed.shape == (1, ic, 1, seq + oc)
+    rows = packed.reshape(ic, seq + oc)
+    np.testing.assert_array_equal(rows[:, :seq], x)  # columns 0..SEQ: the activations
+    np.testing.assert_array_equal(rows[:, seq:], w.T)  # columns SEQ..SEQ+OC: W transposed (IC x OC)
+    spec = composable.dynamic_matmul(ic, oc, seq)
+    np.testing.assert_array_equal(spec.pack({"w": w}, x=x), packed)
+    assert spec.columns.names == ["act", "w_t"] and spec.columns.range("w_t") == (seq, oc)
+    parts = spec.columns.split(packed)
+    np.testing.assert_array_equal(parts["w_t"], w.T)
+    with pytest.raises(LayoutError, match=r"weight 'w' has shape \[3, 5\], expected \[3, 4\]"):
+        composable.pack_matmul_input(x, np.zeros((3, 5)))
+
+
+def test_dynamic_matmul_takes_new_weights_without_recompiling():
+    ic, oc, seq = 32, 24, 16
+    rng = np.random.default_rng(8)
+    backend = runtime.open("sim")
+    spec = composable.dynamic_matmul(ic, oc, seq)
+    kernel = spec.compile(backend)
+    compiles = backend.compile_count
+    for _ in range(2):
+        x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
+        got = spec.run(kernel, x=composable.pack_matmul_input(x, w))["y"]
+        assert _rel(got, composable.matmul_reference(x, w)) < 1e-3
+    assert backend.compile_count == compiles
+
+
+def test_dynamic_matmul_checks_the_spatial_limit():
+    with pytest.raises(
+        ConfigError, match=r"seq 256 \+ packed weight columns 32600 .* 15-bit spatial limit 32767"
+    ):
+        composable.dynamic_matmul(8, 32600, 256)
+    composable.dynamic_matmul(8, 32767 - 256, 256)  # exactly at the limit is fine
+
+
+# -- the column layout -------------------------------------------------------------------------------
+
+
+def test_spatial_layout_packs_splits_and_pads_rows():
+    layout = SpatialLayout.of(
+        5,
+        [
+            Segment("act", 5, 3),
+            Segment("m", 2, 4, (("a", 2, False),)),
+            Segment("s", 5, 1, (("b", 5, False),)),
+        ],
+    )
+    assert layout.columns == 8 and layout.range("s") == (7, 1) and layout.activation.name == "act"
+    a, b = np.ones((2, 4)), np.arange(5.0)
+    blocks = layout.weight_blocks({"a": a, "b": b})
+    packed = layout.pack({"act": np.full((5, 3), 7.0), **blocks})
+    rows = packed.reshape(5, 8)
+    np.testing.assert_array_equal(rows[:2, 3:7], a)
+    np.testing.assert_array_equal(rows[2:, 3:7], 0)  # padding rows
+    np.testing.assert_array_equal(rows[:, 7], b)  # a vector fills a one-column segment
+    split = layout.split(packed)
+    assert split["m"].shape == (2, 4) and split["act"].shape == (5, 3)
+
+
+def test_spatial_layout_errors():
+    with pytest.raises(LayoutError, match=r"rows must be in 1\.\.4"):
+        SpatialLayout.of(4, [Segment("w", 5, 2)])
+    with pytest.raises(LayoutError, match="names repeat"):
+        SpatialLayout.of(4, [Segment("w", 4, 2), Segment("w", 4, 1)])
+    with pytest.raises(LayoutError, match="do not fill"):
+        SpatialLayout.of(4, [Segment("w", 4, 2, (("a", 3, False),))])
+    layout = SpatialLayout.of(4, [Segment("act", 4, 2), Segment("w", 4, 3, (("a", 4, True),))])
+    with pytest.raises(LayoutError, match=r"missing \['w'\]"):
+        layout.pack({"act": np.zeros((4, 2))})
+    with pytest.raises(LayoutError, match=r"expected a \(4, 3\) block"):
+        layout.pack({"act": np.zeros((4, 2)), "w": np.zeros((3, 4))})
+    with pytest.raises(LayoutError, match="weight 'a' was not given"):
+        layout.weight_blocks({})
+    with pytest.raises(LayoutError, match=r"split: expected \(4, 5\)"):
+        layout.split(np.zeros((4, 4)))
+
+
+@pytest.mark.parametrize("preset_name", ["stories15M", "stories110M"])
+def test_preset_shapes_generate_programs_that_verify(preset_name):
+    cfg = preset(preset_name)
+    d, h, s = cfg.dim, cfg.hidden_dim, cfg.seq_len
+    programs = [
+        composable.matmul_inputs(d, h, s).program,
+        composable.conv_baked(d, h, s).program,
+        composable.fused_qkv(d, s, kv_dim=cfg.kv_dim).program,
+        composable.fused_ffn_up(d, h, s).program,
+        composable.dynamic_matmul(d, h, s).program,
+    ]
+    for program in programs:
+        mil.verify(program)
