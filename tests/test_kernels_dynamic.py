@@ -154,8 +154,8 @@ def test_sdpa_fwd_columns():
         "q_rope_sin",
         "k_rope_cos",
         "k_rope_sin",
-        "mask",
     ]
+    assert list(spec.shared_files) == ["@model_path/weights/mask.bin"]  # the cached causal mask blob
 
 
 def test_ffn_columns_and_row_padding():

@@ -74,3 +74,11 @@ def test_shape_only_kernels_have_no_weight_data():
     spec = forward.sdpa_fwd(CONFIGS["gqa-rope"])
     with pytest.raises(LayoutError, match="generated from shapes only"):
         spec.weight_files()
+
+
+def test_the_causal_mask_is_one_cached_blob_shared_by_kernels():
+    cfg = CONFIGS["gqa-rope"]
+    a, b = forward.sdpa_fwd(cfg), forward.sdpa_fwd(cfg, random_layer(cfg))
+    path = "@model_path/weights/mask.bin"
+    assert a.shared_files[path] is b.shared_files[path]  # built once per sequence length
+    assert "mask.bin" in a.text() and path in b.weight_files()

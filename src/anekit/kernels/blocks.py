@@ -20,6 +20,7 @@ from anekit.kernels.spec import KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
 
 MASK_VALUE = -65504.0  # the most negative fp16: masked scores vanish in softmax
+MASK_FILE = "@model_path/weights/mask.bin"  # the cached causal mask blob, shared by every kernel
 
 
 @lru_cache(maxsize=16)
@@ -61,6 +62,8 @@ class KernelBuilder:
         self.f = self.builder.function("main", opset="ios18")
         self.x = self.f.input("x", tensor("fp16", [1, inputs.channels, 1, inputs.spatial]))
         self._parts: dict[str, Var] = {}
+        self._mask: Var | None = None
+        self.shared_files: dict[str, bytes] = {}
 
     # -- inputs and weights ------------------------------------------------------------------------
 
@@ -114,8 +117,12 @@ class KernelBuilder:
         return self.weight(name, (1, channels, 1, 1), a)
 
     def mask(self) -> Var:
-        """The causal mask [1, 1, S, S] (0 allowed, -65504 masked)."""
-        return self.weight("mask", (1, 1, self.cfg.seq_len, self.cfg.seq_len), causal_mask(self.cfg.seq_len))
+        """The causal mask [1, 1, S, S] (0 allowed, -65504 masked), from the cached mask blob file."""
+        if self._mask is None:
+            seq = self.cfg.seq_len
+            self.shared_files[MASK_FILE] = causal_mask_blob(seq)
+            self._mask = self.f.weight(tensor("fp16", [1, 1, seq, seq]), MASK_FILE, 64, name="mask")
+        return self._mask
 
     # -- blocks ------------------------------------------------------------------------------------
 
@@ -243,4 +250,4 @@ class KernelBuilder:
         else:
             out = self.f.concat(values=values, axis=1, interleave=False, name="out")
         self.f.output(out)
-        return KernelSpec(self.name, self.builder.build(), self.inputs, outputs, self.pack)
+        return KernelSpec(self.name, self.builder.build(), self.inputs, outputs, self.pack, self.shared_files)

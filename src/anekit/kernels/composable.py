@@ -242,6 +242,7 @@ def finish_dynamic(
         spec.inputs,
         spec.outputs,
         spec.weights,
+        spec.shared_files,
         activations=activations,
         columns=columns,
     )

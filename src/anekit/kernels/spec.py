@@ -149,12 +149,16 @@ class KernelSpec:
     inputs: Layout
     outputs: Layout
     weights: WeightPack = field(default_factory=WeightPack)
+    # Weight files shared by many kernels and built once (the causal mask), by BLOBFILE path.
+    shared_files: dict[str, bytes] = field(default_factory=dict)
 
     def text(self) -> str:
         return print_program(self.program)
 
     def weight_files(self) -> dict[str, bytes]:
-        return {self.weights.path: self.weights.data()} if self.weights.entries else {}
+        """Every weight file the program refers to: ``{"@model_path/weights/x.bin": bytes}``."""
+        own = {self.weights.path: self.weights.data()} if self.weights.entries else {}
+        return {**own, **self.shared_files}
 
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
