@@ -44,13 +44,7 @@ def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     h1 = kb.part("h1")  # (1, hidden, 1, S)
     h3 = kb.part("h3")  # (1, hidden, 1, S)
     dgate = kb.conv(dffn, kb.matrix("w2t", "w2", h, d, transpose=True), "dgate")  # (1, hidden, 1, S)
-    sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
-    silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
-    one_minus = kb.f.sub(x=1.0, y=sig, name="sig_complement")  # (1, hidden, 1, S)
-    bracket = kb.f.add(x=kb.f.mul(x=h1, y=one_minus, name="h1_sig_complement"), y=1.0, name="bracket")
-    dsilu = kb.f.mul(x=sig, y=bracket, name="silu_slope")  # (1, hidden, 1, S): d silu / d h1
-    dh1 = kb.f.mul(x=kb.f.mul(x=dgate, y=h3, name="dgate_h3"), y=dsilu, name="dh1")  # (1, hidden, 1, S)
-    dh3 = kb.f.mul(x=dgate, y=silu, name="dh3")  # (1, hidden, 1, S)
+    dh1, dh3 = kb.swiglu_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
     dx1 = kb.conv(dh1, kb.matrix("w1t", "w1", d, h, transpose=True), "dx_w1")  # (1, dim, 1, S)
     dx3 = kb.conv(dh3, kb.matrix("w3t", "w3", d, h, transpose=True), "dx_w3")  # (1, dim, 1, S)
     dx = kb.f.add(x=dx1, y=dx3, name="dx")  # (1, dim, 1, S)

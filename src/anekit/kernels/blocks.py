@@ -154,6 +154,21 @@ class KernelBuilder:
         r = self.rms_inverse(x, tag)
         return self.f.mul(x=self.f.mul(x=x, y=r, name=f"{tag}_xr"), y=scale, name=f"{tag}_out")
 
+    def swiglu_grads(self, dgate: Var, h1: Var, h3: Var) -> tuple[Var, Var]:
+        """Gradients of gate = silu(h1) * h3 w.r.t. h1 and h3, given dgate; all (1, hidden, 1, S).
+
+        d silu / d h1 = sig * (1 + h1 * (1 - sig)), written with factors of size O(1) for fp16.
+        """
+        f = self.f
+        sig = f.sigmoid(x=h1, name="h1_sigmoid")
+        silu = f.mul(x=h1, y=sig, name="h1_silu")
+        one_minus = f.sub(x=1.0, y=sig, name="sig_complement")
+        bracket = f.add(x=f.mul(x=h1, y=one_minus, name="h1_sig_complement"), y=1.0, name="bracket")
+        slope = f.mul(x=sig, y=bracket, name="silu_slope")  # d silu / d h1
+        dh1 = f.mul(x=f.mul(x=dgate, y=h3, name="dgate_h3"), y=slope, name="dh1")
+        dh3 = f.mul(x=dgate, y=silu, name="dh3")
+        return dh1, dh3
+
     def heads(self, x: Var, n_heads: int, tag: str) -> Var:
         """[1, n*hd, 1, S] -> [1, n, S, hd]."""
         hd, seq = self.cfg.head_dim, self.cfg.seq_len

@@ -197,13 +197,7 @@ def ffn_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     dffn, h1, h3 = parts["dffn"], parts["h1"], parts["h3"]  # (1, dim, 1, S), (1, hidden, 1, S) x 2
     w2t = dynamic_slice(kb, columns, "w2_t")  # (1, hidden, 1, dim)
     dgate = dynamic_linear(kb, dffn, w2t, "dgate", transposed=False)  # (1, hidden, 1, S)
-    sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
-    silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
-    one_minus = kb.f.sub(x=1.0, y=sig, name="sig_complement")  # (1, hidden, 1, S)
-    bracket = kb.f.add(x=kb.f.mul(x=h1, y=one_minus, name="h1_sig_complement"), y=1.0, name="bracket")
-    slope = kb.f.mul(x=sig, y=bracket, name="silu_slope")  # (1, hidden, 1, S): d silu / d h1
-    dh1 = kb.f.mul(x=kb.f.mul(x=dgate, y=h3, name="dgate_h3"), y=slope, name="dh1")  # (1, hidden, 1, S)
-    dh3 = kb.f.mul(x=dgate, y=silu, name="dh3")  # (1, hidden, 1, S)
+    dh1, dh3 = kb.swiglu_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
     dh = kb.f.concat(values=(dh1, dh3), axis=1, interleave=False, name="dh")  # (1, 2 hidden, 1, S)
     dx = dynamic_linear(kb, dh, dynamic_slice(kb, columns, "w13"), "dx")  # (1, dim, 1, S)
     return finish_dynamic(kb, activations, columns, outputs, {"dx": dx, "dh1": dh1, "dh3": dh3})
