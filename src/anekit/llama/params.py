@@ -1,0 +1,116 @@
+"""Parameters of a llama2.c-style model, in llama2.c's layout, and containers shaped like them.
+
+Every matrix is float32 (out, in) as llama2.c stores it: wq (dim, dim), wk / wv (kv_dim, dim), wo
+(dim, dim), w1 / w3 (hidden, dim), w2 (dim, hidden); vectors rms_att / rms_ffn (dim,) per layer;
+embed (vocab, dim); rms_final (dim,); wcls (vocab, dim) or None when the classifier is tied to embed.
+Gradients and Adam moments use the same container (``zeros_like``), so optimizer code walks one list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from anekit.kernels.config import ModelConfig
+
+LAYER_FIELDS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
+
+
+@dataclass
+class LayerParams:
+    """One transformer layer's weights."""
+
+    rms_att: np.ndarray  # (dim,)
+    wq: np.ndarray  # (dim, dim)
+    wk: np.ndarray  # (kv_dim, dim)
+    wv: np.ndarray  # (kv_dim, dim)
+    wo: np.ndarray  # (dim, dim)
+    rms_ffn: np.ndarray  # (dim,)
+    w1: np.ndarray  # (hidden, dim)
+    w2: np.ndarray  # (dim, hidden)
+    w3: np.ndarray  # (hidden, dim)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in LAYER_FIELDS}
+
+
+def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, kv, h = cfg.dim, cfg.kv_dim, cfg.hidden_dim
+    return {
+        "rms_att": (d,), "wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
+        "rms_ffn": (d,), "w1": (h, d), "w2": (d, h), "w3": (h, d),
+    }  # fmt: skip
+
+
+@dataclass
+class Params:
+    """All weights of a model (or a gradient / moment buffer of the same shapes)."""
+
+    cfg: ModelConfig
+    embed: np.ndarray  # (vocab, dim)
+    layers: list[LayerParams]
+    rms_final: np.ndarray  # (dim,)
+    wcls: np.ndarray | None = field(default=None)  # (vocab, dim); None: tied to embed
+
+    @property
+    def classifier(self) -> np.ndarray:
+        """The output projection (vocab, dim): wcls, or embed when tied."""
+        return self.embed if self.wcls is None else self.wcls
+
+    def kernel_weights(self, layer: int) -> dict[str, np.ndarray]:
+        """What the kernel generators take: one layer's weights plus the head's."""
+        w = self.layers[layer].as_dict()
+        w["embed"] = self.classifier
+        w["rms_final"] = self.rms_final
+        return w
+
+    def tensors(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Every array with a stable name, in llama2.c's file order (embed, per-field layers, head)."""
+        yield "embed", self.embed
+        for key in LAYER_FIELDS:
+            for i, layer in enumerate(self.layers):
+                yield f"layers.{i}.{key}", getattr(layer, key)
+        yield "rms_final", self.rms_final
+        if self.wcls is not None:
+            yield "wcls", self.wcls
+
+    def zeros_like(self) -> Params:
+        """A container of zeros with the same shapes (gradients, Adam moments)."""
+        layers = [LayerParams(**{k: np.zeros_like(v) for k, v in lp.as_dict().items()}) for lp in self.layers]
+        wcls = None if self.wcls is None else np.zeros_like(self.wcls)
+        return Params(self.cfg, np.zeros_like(self.embed), layers, np.zeros_like(self.rms_final), wcls)
+
+    def copy(self) -> Params:
+        layers = [LayerParams(**{k: v.copy() for k, v in lp.as_dict().items()}) for lp in self.layers]
+        wcls = None if self.wcls is None else self.wcls.copy()
+        return Params(self.cfg, self.embed.copy(), layers, self.rms_final.copy(), wcls)
+
+    def count(self) -> int:
+        return sum(a.size for _, a in self.tensors())
+
+    @staticmethod
+    def init(cfg: ModelConfig, seed: int = 0, tied: bool = True) -> Params:
+        """llama2.c model.py's initialisation: normal(0, 0.02), output projections (wo, w2) scaled by
+        1/sqrt(2 * n_layers), RMSNorm scales one."""
+        rng = np.random.default_rng(seed)
+        out_std = 0.02 / math.sqrt(2 * cfg.n_layers)
+
+        def normal(shape: tuple[int, ...], std: float = 0.02) -> np.ndarray:
+            return (rng.standard_normal(shape) * std).astype(np.float32)
+
+        shapes = layer_shapes(cfg)
+        layers = []
+        for _ in range(cfg.n_layers):
+            w = {}
+            for key, shape in shapes.items():
+                if key.startswith("rms"):
+                    w[key] = np.ones(shape, np.float32)
+                else:
+                    w[key] = normal(shape, out_std if key in ("wo", "w2") else 0.02)
+            layers.append(LayerParams(**w))
+        embed = normal((cfg.vocab_size, cfg.dim))
+        wcls = None if tied else normal((cfg.vocab_size, cfg.dim))
+        return Params(cfg, embed, layers, np.ones(cfg.dim, np.float32), wcls)
