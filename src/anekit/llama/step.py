@@ -1,0 +1,191 @@
+"""One training step of the llama2.c model: kernels on the backend, weight gradients on the CPU.
+
+Where the time goes, per micro-step of T tokens and L layers:
+
+* backend (the engine, or the simulator): per layer the SDPA and FFN forward kernels, then backwards
+  the FFN backward, SDPA backward 1 and 2 and QKV backward kernels (activation gradients only);
+* CPU: embedding lookup / scatter-add, RMSNorm backward (dw stays on the host, as in the training
+  reference), final RMSNorm, the tied classifier (a vocab x dim sgemm each way), cross-entropy, and
+  every weight gradient as an outer-product sgemm (dW = dY @ X^T) from the kernels' taps.
+
+Weights are baked into the kernels (``Kernels.compile``), so the kernels of a layer are compiled again
+whenever its weights change (once per accumulation batch). The SDPA backward 2 kernel has no trained
+weights and is compiled once. Activation gradients entering the kernels are multiplied by
+``loss_scale`` so small gradients survive fp16 storage; weight gradients are divided by it again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from anekit.kernels import ModelConfig, attention_bwd, backward, forward
+from anekit.kernels.spec import KernelSpec
+from anekit.llama import cpu_ops
+from anekit.llama.params import Params
+from anekit.runtime.base import Backend, Kernel
+
+# Kernels whose weights change with every optimizer step (compiled once per accumulation batch).
+KERNELS_PER_LAYER = ("sdpa_fwd", "ffn_fwd", "ffn_bwd", "sdpa_bwd1", "qkv_bwd")
+
+
+@dataclass
+class Timer:
+    """Cumulative seconds per phase (compile, kernels, cpu, io)."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+
+class Kernels:
+    """The compiled kernels for one set of weights: ``layers[i][name]`` and the shared ``sdpa_bwd2``."""
+
+    def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
+        self.backend = backend
+        self.cfg = cfg
+        self.specs: list[dict[str, KernelSpec]] = []
+        self.layers: list[dict[str, Kernel]] = []
+        spec2 = attention_bwd.sdpa_bwd2(cfg)
+        self.sdpa_bwd2 = (spec2, spec2.compile(backend).load())
+
+    @staticmethod
+    def compiles_per_batch(cfg: ModelConfig) -> int:
+        return len(KERNELS_PER_LAYER) * cfg.n_layers
+
+    def compile(self, params: Params, timer: Timer) -> None:
+        """(Re)compile every weight-bearing kernel with the current weights."""
+        self.close_layers()
+        gens = {
+            "sdpa_fwd": forward.sdpa_fwd,
+            "ffn_fwd": forward.ffn_fwd,
+            "ffn_bwd": backward.ffn_bwd,
+            "sdpa_bwd1": attention_bwd.sdpa_bwd1,
+            "qkv_bwd": attention_bwd.qkv_bwd,
+        }
+        with timer.phase("compile"):
+            for i in range(self.cfg.n_layers):
+                w = params.kernel_weights(i)
+                specs = {name: gen(self.cfg, w) for name, gen in gens.items()}
+                self.specs.append(specs)
+                self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
+
+    def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
+        if name == "sdpa_bwd2":
+            spec, kernel = self.sdpa_bwd2
+        else:
+            spec, kernel = self.specs[layer][name], self.layers[layer][name]
+        return spec.run(kernel, **parts)
+
+    def close_layers(self) -> None:
+        for kernels in self.layers:
+            for k in kernels.values():
+                k.close()
+        self.layers, self.specs = [], []
+
+    def close(self) -> None:
+        self.close_layers()
+        self.sdpa_bwd2[1].close()
+
+
+@dataclass
+class StepResult:
+    loss: float
+    finite: bool  # False when a gradient overflowed (the step must be skipped and the scale lowered)
+
+
+def train_step(
+    kernels: Kernels,
+    params: Params,
+    grads: Params,
+    tokens: np.ndarray,  # (T,) input token ids
+    targets: np.ndarray,  # (T,) next-token ids
+    timer: Timer,
+    loss_scale: float = 1.0,
+) -> StepResult:
+    """Forward, loss and backward for one sequence; adds this sequence's gradients into ``grads``."""
+    cfg = kernels.cfg
+    eps = cfg.norm_eps
+    with timer.phase("cpu"):
+        x = cpu_ops.embed_lookup(params.embed, tokens)  # (dim, T)
+
+    # -- forward through the layers --------------------------------------------------------------
+    saved = []
+    for i in range(cfg.n_layers):
+        with timer.phase("kernels"):
+            att = kernels.run(i, "sdpa_fwd", x=x)  # taps o_out, q, k, v, attn_out, xnorm: (C, T)
+        x2 = x + att["o_out"]  # (dim, T) residual
+        with timer.phase("kernels"):
+            ffn = kernels.run(i, "ffn_fwd", x=x2)  # taps ffn_out, h1, h3, silu_out, x2norm
+        saved.append((x, att, x2, ffn))
+        x = x2 + ffn["ffn_out"]  # (dim, T)
+
+    # -- head on the CPU: final RMSNorm, tied classifier, cross-entropy ------------------------------
+    with timer.phase("cpu"):
+        xf = cpu_ops.rmsnorm(x, params.rms_final, eps)  # (dim, T)
+        classifier = params.classifier  # (vocab, dim)
+        logits = classifier @ xf  # (vocab, T)
+        loss, dlogits = cpu_ops.cross_entropy(logits, targets)  # dlogits (vocab, T)
+        dlogits = dlogits * loss_scale
+        dclassifier = dlogits @ xf.T  # (vocab, dim)
+        if params.wcls is None:
+            grads.embed += dclassifier
+        else:
+            assert grads.wcls is not None
+            grads.wcls += dclassifier
+        dxf = classifier.T @ dlogits  # (dim, T)
+        dx, drms = cpu_ops.rmsnorm_bwd(dxf, x, params.rms_final, eps)
+        grads.rms_final += drms
+
+    # -- backward through the layers -------------------------------------------------------------
+    for i in reversed(range(cfg.n_layers)):
+        x, att, x2, ffn = saved[i]
+        g = grads.layers[i]
+        w = params.layers[i]
+        with timer.phase("kernels"):
+            fb = kernels.run(i, "ffn_bwd", dffn=dx, h1=ffn["h1"], h3=ffn["h3"])  # dx (wrt x2norm), dh1, dh3
+        with timer.phase("cpu"):
+            g.w2 += dx @ ffn["silu_out"].T  # (dim, hidden)
+            g.w1 += fb["dh1"] @ ffn["x2norm"].T  # (hidden, dim)
+            g.w3 += fb["dh3"] @ ffn["x2norm"].T
+            dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, w.rms_ffn, eps)
+            g.rms_ffn += drms
+            dx2 = dx + dnorm  # (dim, T): the residual and the FFN branch
+            g.wo += dx2 @ att["attn_out"].T  # (dim, dim)
+        with timer.phase("kernels"):
+            b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=dx2)  # dv, probs, dp
+            b2 = kernels.run(i, "sdpa_bwd2", probs=b1["probs"], dp=b1["dp"], q=att["q"], k=att["k"])  # dq, dk
+            dxn = kernels.run(i, "qkv_bwd", dq=b2["dq"], dk=b2["dk"], dv=b1["dv"])["dx"]  # (dim, T)
+        with timer.phase("cpu"):
+            xn = att["xnorm"]
+            g.wq += b2["dq"] @ xn.T  # (dim, dim)
+            g.wk += b2["dk"] @ xn.T  # (kv_dim, dim)
+            g.wv += b1["dv"] @ xn.T
+            dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, w.rms_att, eps)
+            g.rms_att += drms
+            dx = dx2 + dnorm  # (dim, T)
+
+    with timer.phase("cpu"):
+        cpu_ops.embed_backward(grads.embed, dx, tokens)
+        finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
+    return StepResult(float(loss), finite)
+
+
+def unscale(grads: Params, factor: float) -> bool:
+    """Multiply every gradient by ``factor`` in place; False if any gradient is not finite."""
+    ok = True
+    for _, g in grads.tensors():
+        g *= factor
+        ok = ok and bool(np.isfinite(g).all())
+    return ok

@@ -1,0 +1,162 @@
+"""The training loop: accumulation batches of kernel steps, AdamW, the compile budget, resumable state.
+
+One optimizer step = one accumulation batch: the weight-bearing kernels are compiled with the current
+weights (baked mode), ``accum`` sequences run forward and backward, the summed gradients are unscaled,
+clipped and applied with AdamW (bias-corrected), and the learning rate follows warmup + cosine decay.
+
+Every random choice derives from (seed, step, micro-step), so a run that stops — because the compile
+budget is exhausted, the process re-executes itself and resumes from its checkpoint — continues
+exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from anekit.errors import AnekitError
+from anekit.llama import cpu_ops
+from anekit.llama.params import Params
+from anekit.llama.step import Kernels, Timer, train_step, unscale
+from anekit.runtime.base import Backend
+
+
+class Dataset(Protocol):
+    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class TrainingDiverged(AnekitError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200  # optimizer steps; each is one accumulation batch of `accum` sequences
+    accum: int = 4  # sequences per optimizer step (ACCUM_STEPS: one compile of the kernels serves them all)
+    lr: float = 3e-3  # peak learning rate, reached after `warmup` steps
+    min_lr: float = 3e-4  # the cosine decays to this at the last step
+    warmup: int = 10
+    weight_decay: float = 0.1  # AdamW decay of the 2-D weights (not of RMSNorm scales), as llama2.c
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # global gradient-norm clip
+    loss_scale: float = 1024.0  # activation gradients are scaled by this inside the fp16 kernels
+    seed: int = 0
+
+    def lr_at(self, step: int) -> float:
+        """Warmup (linear) then cosine decay to min_lr."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@dataclass
+class TrainState:
+    """Everything a resumed run needs: weights, Adam moments, counters, the loss history."""
+
+    params: Params
+    adam_m: Params
+    adam_v: Params
+    step: int = 0  # optimizer steps done
+    adam_t: int = 0  # Adam's timestep (steps actually applied)
+    loss_scale: float = 1024.0
+    losses: list[float] = field(default_factory=list)  # mean loss of each optimizer step
+    seconds: dict[str, float] = field(default_factory=dict)  # cumulative per phase
+
+    @staticmethod
+    def fresh(params: Params, tc: TrainConfig) -> TrainState:
+        return TrainState(params, params.zeros_like(), params.zeros_like(), loss_scale=tc.loss_scale)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: int
+    loss: float
+    lr: float
+    tokens: int
+    seconds: float
+    skipped: bool  # a gradient overflowed: no update, the loss scale was halved
+
+
+StopReason = str  # "done" or "budget" (checkpoint, then re-execute to continue)
+
+
+def train(
+    backend: Backend,
+    state: TrainState,
+    data: Dataset,
+    tc: TrainConfig,
+    on_step: Callable[[StepReport], None] | None = None,
+    on_checkpoint: Callable[[TrainState], None] | None = None,
+    checkpoint_every: int = 50,
+) -> StopReason:
+    """Train until ``tc.steps`` optimizer steps are done, or until the next batch would exceed the
+    backend's compile budget (then the caller checkpoints and restarts the process)."""
+    cfg = state.params.cfg
+    timer = Timer()
+    timer.seconds.update(state.seconds)
+    kernels = Kernels(backend, cfg)
+    grads = state.params.zeros_like()
+    try:
+        while state.step < tc.steps:
+            needed = Kernels.compiles_per_batch(cfg)
+            if backend.compile_count + needed > backend.compile_budget:
+                return "budget"
+            t0 = time.perf_counter()
+            kernels.compile(state.params, timer)
+            for _, g in grads.tensors():
+                g.fill(0.0)
+            losses = []
+            for micro in range(tc.accum):
+                rng = np.random.default_rng([tc.seed, state.step, micro])
+                with timer.phase("io"):
+                    tokens, targets = data.batch(rng, cfg.seq_len)
+                result = train_step(kernels, state.params, grads, tokens, targets, timer, state.loss_scale)
+                if not math.isfinite(result.loss):
+                    raise TrainingDiverged(
+                        f"[train] the loss is {result.loss} at step {state.step} (micro-step {micro}, "
+                        "forward phase); stopping — the last good checkpoint is kept"
+                    )
+                losses.append(result.loss)
+            with timer.phase("cpu"):
+                finite = unscale(grads, 1.0 / (state.loss_scale * tc.accum))
+                skipped = not finite
+                if skipped:
+                    state.loss_scale /= 2  # overflow in fp16: retry the next batch with a smaller scale
+                else:
+                    apply_adamw(state, grads, tc)
+            lr = tc.lr_at(state.step)
+            state.losses.append(float(np.mean(losses)))
+            state.step += 1
+            state.seconds = dict(timer.seconds)
+            if on_step is not None:
+                on_step(
+                    StepReport(state.step, state.losses[-1], lr, tc.accum * cfg.seq_len,
+                               time.perf_counter() - t0, skipped)
+                )  # fmt: skip
+            if on_checkpoint is not None and state.step % checkpoint_every == 0 and state.step < tc.steps:
+                on_checkpoint(state)
+        return "done"
+    finally:
+        kernels.close()
+        state.seconds = dict(timer.seconds)
+
+
+def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig) -> None:
+    """Clip the global gradient norm and take one AdamW step on every tensor."""
+    tensors = list(grads.tensors())
+    cpu_ops.clip_grad_norm([g for _, g in tensors], tc.grad_clip)
+    state.adam_t += 1
+    lr = tc.lr_at(state.step)
+    weights = dict(state.params.tensors())
+    ms, vs = dict(state.adam_m.tensors()), dict(state.adam_v.tensors())
+    for name, g in tensors:
+        w = weights[name]
+        decay = tc.weight_decay if w.ndim == 2 else 0.0
+        cpu_ops.adamw_update(w, g, ms[name], vs[name], state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, decay)
