@@ -1,0 +1,182 @@
+"""The training step's CPU-side ops in float32 numpy: RMSNorm, cross-entropy, embedding, AdamW, clipping.
+
+Activations are channel-first ``(channels, seq)`` matrices, the layout of the engine's kernels (a
+``[1, C, 1, S]`` tensor with its unit axes dropped), so a kernel output feeds these ops without a
+transpose. Every op is vectorised over the sequence; in-place ops say so. Bad shapes or token ids raise
+:class:`anekit.errors.AnekitError` naming the op and the argument.
+
+Weight decay (AdamW): llama2.c's ``train.py`` builds two optimizer groups, decaying every parameter with
+``dim >= 2`` (the matrices and the embedding) and leaving the 1-D ones (RMSNorm scales; there are no
+biases) undecayed. :func:`adamw_update` follows that rule unless told otherwise (``apply_decay``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from anekit.errors import AnekitError
+
+
+def _check(op: str, cond: bool, message: str) -> None:
+    if not cond:
+        raise AnekitError(f"[{op}] {message}")
+
+
+def _check_tokens(op: str, name: str, tokens: np.ndarray, vocab: int) -> np.ndarray:
+    tokens = np.asarray(tokens)
+    _check(op, tokens.ndim == 1, f"{name} must be 1-D (seq,), got shape {tokens.shape}")
+    _check(op, tokens.dtype.kind in "iu", f"{name} must hold integers, got dtype {tokens.dtype}")
+    if tokens.size:
+        lo, hi = int(tokens.min()), int(tokens.max())
+        _check(op, lo >= 0 and hi < vocab, f"{name} must lie in [0, {vocab}), got values in [{lo}, {hi}]")
+    return tokens
+
+
+# -- RMSNorm --------------------------------------------------------------------------------------------
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """y = x / sqrt(mean over channels of x^2 + eps) * w, for x (C, S) and w (C,)."""
+    ok = x.ndim == 2 and w.shape == (x.shape[0],)
+    _check("rmsnorm", ok, f"x must be (C, S) and w (C,), got {x.shape} and {w.shape}")
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=0, keepdims=True, dtype=np.float32) + np.float32(eps))  # (1, S)
+    return (x * inv * w[:, None]).astype(np.float32, copy=False)  # (C, S)
+
+
+def rmsnorm_bwd(dy: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients (dx (C, S), dw (C,)) of :func:`rmsnorm` given dy (C, S).
+
+    With r = 1 / sqrt(mean(x^2) + eps) per column and g = w * dy:
+    dx = r * g - x * r^3 * mean over channels of (g * x);  dw = sum over seq of dy * x * r.
+    dw is returned, not accumulated: the caller adds it to its gradient buffer.
+    """
+    _check(
+        "rmsnorm_bwd",
+        x.ndim == 2 and dy.shape == x.shape and w.shape == (x.shape[0],),
+        f"dy and x (C, S), w (C,), got {dy.shape}, {x.shape}, {w.shape}",
+    )
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=0, keepdims=True, dtype=np.float32) + np.float32(eps))  # (1, S)
+    g = dy * w[:, None]  # (C, S)
+    dot = np.mean(g * x, axis=0, keepdims=True, dtype=np.float32)  # (1, S)
+    dx = r * g - x * (r * r * r * dot)  # (C, S)
+    dw = np.sum(dy * x * r, axis=1, dtype=np.float32)  # (C,)
+    return dx.astype(np.float32, copy=False), dw
+
+
+# -- loss -----------------------------------------------------------------------------------------------
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy of logits (vocab, S) against targets (S,), and dlogits (vocab, S).
+
+    dlogits = (softmax(logits) - onehot(targets)) / S, the gradient of the mean. The softmax subtracts
+    each column's max first, so large logits do not overflow.
+    """
+    _check("cross_entropy", logits.ndim == 2, f"logits must be (vocab, seq), got shape {logits.shape}")
+    logits = np.asarray(logits, dtype=np.float32)
+    vocab, seq = logits.shape
+    targets = _check_tokens("cross_entropy", "targets", targets, vocab)
+    _check("cross_entropy", targets.shape == (seq,), f"targets must be ({seq},), got {targets.shape}")
+    cols = np.arange(seq)
+    z = logits - logits.max(axis=0, keepdims=True)  # (vocab, S), each column's max is 0
+    e = np.exp(z)  # (vocab, S)
+    total = e.sum(axis=0, dtype=np.float32)  # (S,)
+    # loss per column: log(sum exp z) - z[target]; summed in float64 for an accurate mean.
+    loss = float(np.mean(np.log(total.astype(np.float64)) - z[targets, cols].astype(np.float64)))
+    dlogits = e * (np.float32(1.0 / seq) / total)  # (vocab, S): softmax / S
+    dlogits[targets, cols] -= np.float32(1.0 / seq)
+    return loss, dlogits
+
+
+# -- embedding ------------------------------------------------------------------------------------------
+
+
+def embed_lookup(embed: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Rows of embed (vocab, dim) for tokens (S,), as a channel-first (dim, S) matrix."""
+    _check("embed_lookup", embed.ndim == 2, f"embed must be (vocab, dim), got shape {embed.shape}")
+    tokens = _check_tokens("embed_lookup", "tokens", tokens, embed.shape[0])
+    return np.ascontiguousarray(embed[tokens].T)  # (dim, S)
+
+
+def embed_backward(dembed: np.ndarray, dx: np.ndarray, tokens: np.ndarray) -> None:
+    """Scatter-add dx (dim, S) into the rows of dembed (vocab, dim) named by tokens (S,), in place.
+
+    A token that occurs several times receives the sum of its columns (``np.add.at`` is unbuffered).
+    """
+    _check("embed_backward", dembed.ndim == 2, f"dembed must be (vocab, dim), got shape {dembed.shape}")
+    tokens = _check_tokens("embed_backward", "tokens", tokens, dembed.shape[0])
+    _check(
+        "embed_backward",
+        dx.shape == (dembed.shape[1], tokens.shape[0]),
+        f"dx must be (dim, seq) = ({dembed.shape[1]}, {tokens.shape[0]}), got {dx.shape}",
+    )
+    np.add.at(dembed, tokens, dx.T)
+
+
+# -- optimizer ------------------------------------------------------------------------------------------
+
+
+def takes_weight_decay(w: np.ndarray) -> bool:
+    """llama2.c's rule: matrices (and the embedding) are decayed, 1-D tensors (norm scales) are not."""
+    return w.ndim >= 2
+
+
+def adamw_update(
+    w: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: int,
+    lr: float,
+    beta1: float = 0.9,
+    beta2: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.1,
+    *,
+    apply_decay: bool | None = None,
+) -> None:
+    """One AdamW step on w, updating w and the moments m, v in place (PyTorch's AdamW, as train.py uses).
+
+    t is the 1-based step count used for bias correction. The decay is decoupled: w *= 1 - lr *
+    weight_decay before the Adam update. ``apply_decay`` None decays only when
+    :func:`takes_weight_decay` says so (ndim >= 2); True / False force it.
+    """
+    _check("adamw", isinstance(t, (int, np.integer)) and t >= 1, f"step t must be an integer >= 1, got {t!r}")
+    for name, a in (("g", g), ("m", m), ("v", v)):
+        _check("adamw", a.shape == w.shape, f"{name} shape {a.shape} differs from the weight's {w.shape}")
+    for name, a in (("w", w), ("m", m), ("v", v)):
+        _check("adamw", a.dtype == np.float32, f"{name} must be float32 (updated in place), got {a.dtype}")
+    decay = takes_weight_decay(w) if apply_decay is None else apply_decay
+    b1, b2 = np.float32(beta1), np.float32(beta2)
+    m *= b1
+    m += (1 - b1) * g  # first moment
+    v *= b2
+    v += (1 - b2) * (g * g)  # second moment
+    if decay and weight_decay:
+        w *= np.float32(1.0 - lr * weight_decay)
+    step = lr / (1.0 - beta1**t)  # bias correction of m folded into the step size
+    denom = np.sqrt(v) / np.float32(math.sqrt(1.0 - beta2**t)) + np.float32(eps)  # sqrt(v_hat) + eps
+    w -= np.float32(step) * (m / denom)
+
+
+def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
+    """Scale grads in place so their global L2 norm is at most max_norm; returns the norm before clipping.
+
+    The scale is max_norm / (norm + 1e-6), applied only when the norm exceeds max_norm (PyTorch's
+    clip_grad_norm_). A non-finite norm (overflowed fp16 gradients) is returned and nothing is scaled,
+    so the caller can skip the step. max_norm <= 0 turns clipping off (the norm is still returned).
+    """
+    total = 0.0
+    for i, g in enumerate(grads):
+        _check("clip_grad_norm", isinstance(g, np.ndarray), f"grads[{i}] is not an array: {type(g).__name__}")
+        flat = g.reshape(-1)
+        total += float(np.dot(flat, flat))
+    norm = math.sqrt(total)
+    if max_norm > 0 and math.isfinite(norm) and norm > max_norm:
+        scale = np.float32(max_norm / (norm + 1e-6))
+        for g in grads:
+            g *= scale
+    return norm
