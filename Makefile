@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/anekit demo
+	$(BIN)/anekit train
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

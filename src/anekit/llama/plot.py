@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from pathlib import Path
 
 import numpy as np
+
+from anekit.fileio import write_bytes_atomic
 
 # 3x5 bitmap digits for the axis labels (rows top to bottom, 3 bits each).
 _DIGITS = {
@@ -68,7 +69,4 @@ def loss_curve_png(
 
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
     png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_bytes(png)
-    os.replace(tmp, target)
+    write_bytes_atomic(path, png)

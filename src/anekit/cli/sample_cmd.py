@@ -1,0 +1,140 @@
+"""``anekit sample MODEL``: generate text on the CPU from an anekit checkpoint or a llama2.c model .bin.
+
+MODEL is recognised by its first four bytes (little-endian int32): the BLZT magic is an anekit
+checkpoint; anything else (llama2.c's "ak42" versioned formats, or the legacy 7-int header) goes to the
+llama2.c reader. The text is printed as it is generated, then a line with the speed on stderr (as
+run.c prints ``achieved tok/s``), so stdout holds only the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from anekit.errors import AnekitError
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import Params
+
+BLZT_MAGIC = 0x424C5A54  # anekit (and the ANE training reference) checkpoint
+AK42_MAGIC = 0x616B3432  # llama2.c's versioned export formats
+TRAIN_STATE = "train_state.json"  # written by ``anekit train`` beside its checkpoint; names the config
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for beside MODEL when --tokenizer is absent
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="generate text from a checkpoint or a llama2.c model (CPU)")
+    p.add_argument("model", type=Path, metavar="MODEL", help="anekit BLZT checkpoint or llama2.c model .bin")
+    p.add_argument("--prompt", default="", help="text to start from (default: none, a story from BOS)")
+    p.add_argument(
+        "--steps", type=int, default=256, help="positions to run, prompt included (0: the model's seq_len)"
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="0 is greedy (argmax); default 1.0")
+    p.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass; 1.0 turns it off")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="TOK",
+        help="sentencepiece .model or llama2.c tokenizer.bin (default: one beside MODEL, else the "
+        "built-in corpus's tokenizer)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
+    p.add_argument(
+        "--config",
+        help="model preset of a BLZT checkpoint (its header has no n_kv_heads); default: the name in "
+        f"{TRAIN_STATE} beside it, else n_kv_heads = n_heads",
+    )
+    p.set_defaults(run=run)
+
+
+def _magic(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise AnekitError(f"[sample] cannot read {path}: {e}") from e
+    if len(head) < 4:
+        raise AnekitError(f"[sample] {path} is {len(head)} bytes long: not a model file")
+    return int.from_bytes(head, "little", signed=True)
+
+
+def _params_of(loaded: Any, path: Path) -> Params:
+    """The Params in whatever a reader returned (Params, a tuple holding one, or an object with .params)."""
+    if isinstance(loaded, Params):
+        return loaded
+    if isinstance(loaded, tuple):
+        for item in loaded:
+            if isinstance(item, Params):
+                return item
+    params = getattr(loaded, "params", None)
+    if isinstance(params, Params):
+        return params
+    raise AnekitError(f"[sample] the reader of {path} returned no model parameters ({type(loaded).__name__})")
+
+
+def _config_name(args: argparse.Namespace) -> str | None:
+    if args.config:
+        return args.config
+    state = args.model.parent / TRAIN_STATE
+    if not state.is_file():
+        return None
+    try:
+        name = json.loads(state.read_text()).get("config")
+    except (OSError, ValueError, AttributeError) as e:
+        raise AnekitError(f"[sample] cannot read the config name from {state}: {e}") from e
+    return name if isinstance(name, str) else None
+
+
+def _named_config(name: str) -> ModelConfig:
+    # ``anekit train`` knows its own "default" model besides the presets.
+    from anekit.cli import train_cmd
+
+    return train_cmd._config(name)
+
+
+def load_model(args: argparse.Namespace) -> Params:
+    """MODEL's parameters, dispatched on its magic."""
+    path: Path = args.model
+    if _magic(path) == BLZT_MAGIC:
+        from anekit.llama.checkpoint import load_checkpoint
+
+        name = _config_name(args)
+        return _params_of(load_checkpoint(path, _named_config(name) if name else None), path)
+    # AK42_MAGIC and the legacy header both go to the llama2.c reader, which explains what it refuses.
+    from anekit.llama.llama2c import read_llama2c
+
+    return _params_of(read_llama2c(path), path)
+
+
+def load_tokenizer(args: argparse.Namespace, cfg: ModelConfig) -> Any:
+    from anekit.llama import tokenizer
+
+    if args.tokenizer is not None:
+        return tokenizer.load_tokenizer(args.tokenizer)
+    for fname in TOKENIZER_FILES:
+        beside = args.model.parent / fname
+        if beside.is_file():
+            return tokenizer.load_tokenizer(beside)
+    return tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit.llama.sample import Sampler
+
+    params = load_model(args)
+    sampler = Sampler(params, load_tokenizer(args, params.cfg))
+    out = sys.stdout
+    for piece in sampler.generate(args.prompt, args.steps, args.temperature, args.top_p, args.seed):
+        out.write(piece)
+        out.flush()
+    out.write("\n")
+    out.flush()
+    s = sampler.stats
+    print(
+        f"{s.generated_tokens} tokens generated, {s.positions} positions in {s.seconds:.2f} s: "
+        f"{s.tokens_per_second:.1f} tokens/s",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,412 @@
+"""Text generation on the CPU: llama2.c's run.c forward with a KV cache, and its samplers, in float32 numpy.
+
+The forward computes what run.c's ``forward()`` computes: token embedding, then per layer RMSNorm,
+Q / K / V projections, RoPE on each channel pair (i, i+1) at angle pos * theta^(-(i % head_dim) /
+head_dim), causal attention where query head h reads kv head h // (n_heads / n_kv_heads) (GQA), the
+output projection, RMSNorm and the SwiGLU FFN, both with residuals; a final RMSNorm and the classifier
+(wcls, or the embedding when tied). It is written over (channels, T) columns so one code path serves a
+single decode step (T = 1, run.c's case) and a whole prompt at once (the prefill), both reading and
+writing the same cache.
+
+Sampling follows run.c's ``sample()``: temperature 0 is argmax; otherwise softmax(logits / temperature)
+and one coin from run.c's xorshift* generator, spent on plain multinomial sampling (top_p <= 0 or >= 1)
+or on nucleus sampling. Same seed, same coins as run.c, so the same model samples the same text as
+run.c up to float rounding. Where the time goes: the matrix-vector products of each decode step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from anekit.errors import AnekitError
+from anekit.kernels.config import ModelConfig
+from anekit.llama import cpu_ops
+from anekit.llama.params import Params
+
+BOS_ID = 1  # llama2.c's sentencepiece vocabulary: <unk> 0, <s> 1, </s> 2
+_MASK64 = (1 << 64) - 1
+_SEED_ZERO_STATE = 0x9E3779B97F4A7C15  # the state seed 0 maps to (any odd constant)
+
+
+# -- the forward ----------------------------------------------------------------------------------------
+
+
+def rope_tables(cfg: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (head_dim / 2, n_pos) of RoPE's angles, in float32 arithmetic as run.c computes them.
+
+    Pair j of a head (channels 2j, 2j + 1) turns by pos * freq_j, freq_j = 1 / theta^(2j / head_dim).
+    """
+    hd = cfg.head_dim
+    pair = np.arange(0, hd, 2, dtype=np.float32)  # (hd/2,): channel index 2j within the head
+    freq = np.float32(1.0) / np.power(np.float32(cfg.rope_theta), pair / np.float32(hd))  # (hd/2,)
+    angle = freq[:, None] * np.arange(n_pos, dtype=np.float32)[None, :]  # (hd/2, n_pos), float32 like run.c
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head_dim: int) -> np.ndarray:
+    """Rotate channel pairs of every head of x (C, T) by the angles whose cos / sin are (head_dim / 2, T)."""
+    c, t = x.shape
+    pairs = x.reshape(c // head_dim, head_dim // 2, 2, t)  # (heads, hd/2, 2, T)
+    a, b = pairs[:, :, 0], pairs[:, :, 1]  # (heads, hd/2, T)
+    out = np.empty_like(pairs)
+    out[:, :, 0] = a * cos - b * sin
+    out[:, :, 1] = a * sin + b * cos
+    return out.reshape(c, t)
+
+
+def causal_attention(
+    q: np.ndarray, keys: np.ndarray, values: np.ndarray, pos: int, cfg: ModelConfig
+) -> np.ndarray:
+    """Queries q (dim, T) at positions pos .. pos+T-1 over cached keys / values (pos+T, kv_dim) -> (dim, T).
+
+    Query i sees keys 0 .. pos+i. Query head h = g * kv_group + m reads kv head g (run.c's h / kv_mul).
+    """
+    hd, t, tk = cfg.head_dim, q.shape[1], keys.shape[0]
+    g, m = cfg.n_kv_heads, cfg.kv_group
+    qh = q.reshape(g, m, hd, t).transpose(0, 1, 3, 2)  # (kv heads, group, T, hd)
+    kh = keys.reshape(tk, g, hd).transpose(1, 2, 0)[:, None]  # (kv heads, 1, hd, Tk)
+    vh = values.reshape(tk, g, hd).transpose(1, 0, 2)[:, None]  # (kv heads, 1, Tk, hd)
+    scores = (qh @ kh) / np.float32(math.sqrt(hd))  # (kv heads, group, T, Tk)
+    visible = np.arange(tk)[None, :] <= pos + np.arange(t)[:, None]  # (T, Tk)
+    scores = np.where(visible, scores, np.float32(-np.inf))
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)  # (kv heads, group, T, Tk)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = probs @ vh  # (kv heads, group, T, hd)
+    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(cfg.dim, t)  # (dim, T)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x), with the sigmoid as 0.5 (1 + tanh(x / 2)) so large |x| cannot overflow exp."""
+    return x * (np.float32(0.5) * (np.float32(1.0) + np.tanh(np.float32(0.5) * x)))
+
+
+class Decoder(Protocol):
+    """What the sampler drives: a forward that caches keys and values by position."""
+
+    cfg: ModelConfig
+
+    def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
+        """Run tokens at positions pos, pos+1, ...; logits (vocab,) of the last one."""
+        ...
+
+
+class CpuDecoder:
+    """run.c's forward in float32 numpy, with a KV cache of cfg.seq_len positions (or ``max_len``)."""
+
+    def __init__(self, params: Params, max_len: int | None = None) -> None:
+        cfg = params.cfg
+        self.cfg = cfg
+        self.params = params
+        self.max_len = cfg.seq_len if max_len is None else max_len
+        self.keys = np.zeros((cfg.n_layers, self.max_len, cfg.kv_dim), np.float32)  # (layers, seq, kv_dim)
+        self.values = np.zeros((cfg.n_layers, self.max_len, cfg.kv_dim), np.float32)  # (layers, seq, kv_dim)
+        self.cos, self.sin = rope_tables(cfg, self.max_len)  # (head_dim/2, seq) each
+
+    def forward_all(
+        self, tokens: Sequence[int] | np.ndarray, pos: int, all_logits: bool = True
+    ) -> np.ndarray:
+        """Tokens (T,) at positions pos .. pos+T-1 -> logits (vocab, T), or (vocab, 1) of the last token.
+
+        Keys and values of these positions are written to the cache; earlier positions are read from it,
+        so they must have been run before (cache rows past pos+T are never read).
+        """
+        cfg, p = self.cfg, self.params
+        tokens = np.asarray(tokens)
+        t = tokens.shape[0] if tokens.ndim == 1 else 0
+        end = pos + t
+        if t == 0 or pos < 0 or end > self.max_len:
+            raise AnekitError(
+                f"[sample] cannot run {t} token(s) at position {pos}: positions must lie in "
+                f"[0, {self.max_len}) (the model's context, seq_len)"
+            )
+        eps, hd = cfg.norm_eps, cfg.head_dim
+        cos, sin = self.cos[:, pos:end], self.sin[:, pos:end]  # (hd/2, T)
+        x = cpu_ops.embed_lookup(p.embed, tokens)  # (dim, T)
+        for i, lp in enumerate(p.layers):
+            xn = cpu_ops.rmsnorm(x, lp.rms_att, eps)  # (dim, T)
+            q = apply_rope(lp.wq @ xn, cos, sin, hd)  # (dim, T)
+            self.keys[i, pos:end] = apply_rope(lp.wk @ xn, cos, sin, hd).T  # (T, kv_dim)
+            self.values[i, pos:end] = (lp.wv @ xn).T  # (T, kv_dim)
+            att = causal_attention(q, self.keys[i, :end], self.values[i, :end], pos, cfg)  # (dim, T)
+            x = x + lp.wo @ att  # (dim, T) residual
+            xn = cpu_ops.rmsnorm(x, lp.rms_ffn, eps)  # (dim, T)
+            h = silu(lp.w1 @ xn) * (lp.w3 @ xn)  # (hidden, T) SwiGLU
+            x = x + lp.w2 @ h  # (dim, T) residual
+        if not all_logits:
+            x = x[:, -1:]  # (dim, 1): only the last position's logits are wanted
+        return p.classifier @ cpu_ops.rmsnorm(x, p.rms_final, eps)  # (vocab, T or 1)
+
+    def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
+        return self.forward_all(tokens, pos, all_logits=False)[:, 0]  # (vocab,)
+
+
+PRECISIONS: dict[str, Callable[[Params], Decoder]] = {
+    # Activations and weights in float32, as run.c. An "fp16" entry (activations rounded as the engine
+    # rounds them, e.g. a decoder running the simulator backend's kernels) slots in here.
+    "fp32": CpuDecoder,
+}
+
+
+def make_decoder(params: Params, precision: str = "fp32") -> Decoder:
+    try:
+        factory = PRECISIONS[precision]
+    except KeyError:
+        raise AnekitError(
+            f"[sample] precision {precision!r} is not available (known: {', '.join(PRECISIONS)})"
+        ) from None
+    return factory(params)
+
+
+def forward_logits(params: Params, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Logits (vocab, T) at every position of tokens (T,), T <= seq_len, in one causal forward."""
+    return CpuDecoder(params).forward_all(tokens, 0)
+
+
+# -- sampling -------------------------------------------------------------------------------------------
+
+
+class XorShiftRng:
+    """run.c's random generator: xorshift* on a 64-bit state, 24-bit floats in [0, 1).
+
+    The state starts at the seed, as run.c's ``-s``; seed 0 (which run.c replaces by the time, since a
+    zero state would stay zero) starts from a fixed constant here, so it is reproducible too.
+    """
+
+    def __init__(self, seed: int) -> None:
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise AnekitError(f"[sample] seed must be an integer >= 0, got {seed!r}")
+        self.state = (int(seed) & _MASK64) or _SEED_ZERO_STATE
+
+    def u32(self) -> int:
+        s = self.state
+        s ^= s >> 12
+        s ^= (s << 25) & _MASK64
+        s ^= s >> 27
+        self.state = s
+        return ((s * 0x2545F4914F6CDD1D) & _MASK64) >> 32
+
+    def f32(self) -> float:
+        return (self.u32() >> 8) / 16777216.0
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Probabilities (n,) from logits (n,), max subtracted first."""
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
+def sample_argmax(logits: np.ndarray) -> int:
+    """The index of the largest value (the first one on ties, as run.c)."""
+    return int(np.argmax(logits))
+
+
+def sample_mult(probs: np.ndarray, coin: float) -> int:
+    """The first index whose cumulative probability exceeds coin in [0, 1) (the last on rounding)."""
+    cdf = np.cumsum(probs, dtype=np.float32)  # sequential float32 sums, as run.c's loop
+    return min(int(np.searchsorted(cdf, np.float32(coin), side="right")), probs.shape[0] - 1)
+
+
+def sample_topp(probs: np.ndarray, topp: float, coin: float) -> int:
+    """Nucleus sampling: draw from the smallest most-probable set whose mass exceeds topp, renormalised.
+
+    As run.c: tokens below (1 - topp) / (n - 1) cannot be in the set and are dropped before sorting;
+    the set ends at the first token whose running sum exceeds topp; coin scales to the set's mass.
+    """
+    n = probs.shape[0]
+    if n == 1:
+        return 0
+    cutoff = np.float32((1.0 - topp) / (n - 1))
+    cand = np.flatnonzero(probs >= cutoff)
+    if cand.size == 0:  # only when topp < 1 / n: the set is the single most probable token
+        return sample_argmax(probs)
+    order = cand[np.argsort(-probs[cand], kind="stable")]  # candidates, most probable first
+    cum = np.cumsum(probs[order], dtype=np.float32)
+    over = np.flatnonzero(cum > np.float32(topp))
+    last = int(over[0]) if over.size else order.shape[0] - 1
+    r = np.float32(coin) * cum[last]
+    i = min(int(np.searchsorted(cum[: last + 1], r, side="right")), last)
+    return int(order[i])
+
+
+def sample_next(logits: np.ndarray, temperature: float, top_p: float, rng: XorShiftRng) -> int:
+    """run.c's sample(): argmax at temperature 0, else one coin on the tempered softmax."""
+    if temperature == 0.0:
+        return sample_argmax(logits)
+    probs = softmax(logits.astype(np.float32) / np.float32(temperature))  # (vocab,)
+    coin = rng.f32()
+    if top_p <= 0 or top_p >= 1:
+        return sample_mult(probs, coin)
+    return sample_topp(probs, top_p, coin)
+
+
+# -- text -----------------------------------------------------------------------------------------------
+
+
+class TextStream:
+    """Turns a growing token list into the text pieces to print, through any ``decode(ids) -> str``.
+
+    It decodes the whole list each time and yields what is new, so a decoder that strips the leading
+    space of the first piece or joins byte tokens into UTF-8 does so exactly as on the full text. A
+    decode ending in U+FFFD (an unfinished UTF-8 sequence) is held back until more tokens complete it.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decode = decode
+        self._ids: list[int] = []
+        self._text = ""
+
+    def push(self, token: int) -> str:
+        self._ids.append(int(token))
+        text = self._decode(list(self._ids))
+        return "" if text.endswith("\ufffd") else self._take(text)
+
+    def flush(self) -> str:
+        return self._take(self._decode(list(self._ids))) if self._ids else ""
+
+    def _take(self, text: str) -> str:
+        # Earlier text is normally unchanged; if a decoder rewrote it, print from the first difference.
+        start = 0
+        limit = min(len(text), len(self._text))
+        while start < limit and text[start] == self._text[start]:
+            start += 1
+        self._text = text
+        return text[start:]
+
+
+@dataclass
+class GenerationStats:
+    """Counts and wall time of the last generation (forwards and sampling, not tokenizing)."""
+
+    prompt_tokens: int = 0  # the prompt's ids, BOS included
+    generated_tokens: int = 0  # sampled ids (prompt ids echoed are not counted)
+    positions: int = 0  # forward positions run: prompt plus generated, as run.c's tok/s counts them
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.positions / self.seconds if self.seconds > 0 else 0.0
+
+
+class Sampler:
+    """Generates text from a model and a tokenizer (any object with ``encode(text, bos, eos)`` /
+    ``decode(ids)``), as llama2.c's run.c: the prompt is forced, then tokens are sampled until
+    ``steps`` positions (prompt included) or a BOS token, which delimits stories."""
+
+    def __init__(self, params: Params, tokenizer: Any, precision: str = "fp32") -> None:
+        self.cfg = params.cfg
+        self.tokenizer = tokenizer
+        self.decoder = make_decoder(params, precision)
+        bos = getattr(tokenizer, "bos_id", BOS_ID)  # a property, or a method as sentencepiece's own
+        self.bos_id = int(bos() if callable(bos) else bos)
+        size = getattr(tokenizer, "vocab_size", None)
+        size = size() if callable(size) else size
+        if isinstance(size, int) and size > self.cfg.vocab_size:
+            raise AnekitError(
+                f"[sample] the tokenizer has {size} tokens but the model's vocab_size is "
+                f"{self.cfg.vocab_size}: use the tokenizer the model was trained with"
+            )
+        # A model whose vocabulary is padded past the tokenizer's never samples ids the tokenizer lacks.
+        self.decodable = size if isinstance(size, int) and size < self.cfg.vocab_size else None
+        self.stats = GenerationStats()
+
+    def encode(self, prompt: str) -> list[int]:
+        ids = [int(i) for i in self.tokenizer.encode(prompt, True, False)]
+        if not ids:
+            raise AnekitError(
+                "[sample] the tokenizer returned no tokens for the prompt (expected at least BOS)"
+            )
+        bad = [i for i in ids if not 0 <= i < self.cfg.vocab_size]
+        if bad:
+            raise AnekitError(
+                f"[sample] prompt token {bad[0]} is outside the model's vocab of {self.cfg.vocab_size}: "
+                "the tokenizer does not match the model"
+            )
+        if len(ids) > self.cfg.seq_len:
+            raise AnekitError(
+                f"[sample] the prompt is {len(ids)} tokens, longer than the model's context of "
+                f"{self.cfg.seq_len} (seq_len)"
+            )
+        return ids
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        steps: int,
+        temperature: float = 1.0,
+        top_p: float = 0.9,
+        seed: int | None = None,
+    ) -> Iterator[int]:
+        """The token ids run.c prints: prompt_ids[1:] (forced), then sampled ones.
+
+        ``steps`` counts positions, the prompt included (0, or more than seq_len, means seq_len). The
+        prompt runs in one prefill forward; each sampled token then costs one cached decode step.
+        """
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise AnekitError(f"[sample] temperature must be a finite number >= 0, got {temperature!r}")
+        if not (isinstance(top_p, (int, float)) and math.isfinite(top_p)):
+            raise AnekitError(f"[sample] top_p must be a finite number, got {top_p!r}")
+        if steps < 0:
+            raise AnekitError(f"[sample] steps must be >= 0 (0 means the model's seq_len), got {steps}")
+        ids = [int(i) for i in prompt_ids]
+        if not ids:
+            raise AnekitError("[sample] the prompt must hold at least one token (BOS)")
+        limit = self.cfg.seq_len if steps == 0 or steps > self.cfg.seq_len else steps
+        rng = XorShiftRng(seed if seed is not None else time.time_ns())
+        n = len(ids)
+        self.stats = stats = GenerationStats(prompt_tokens=n)
+        if limit <= n - 1:  # the steps end inside the prompt: nothing is sampled
+            stats.positions = limit
+            yield from ids[1 : limit + 1]
+            return
+        yield from ids[1:]
+        clock = time.perf_counter
+        t0 = clock()
+        logits = self.decoder.forward(ids, 0)  # (vocab,) at position n - 1, after the whole prompt
+        stats.positions, pos = n, n
+        while True:
+            if self.decodable is not None:
+                logits[self.decodable :] = -np.inf
+            token = sample_next(logits, temperature, top_p, rng)
+            stats.seconds += clock() - t0
+            if token == self.bos_id:
+                return
+            stats.generated_tokens += 1
+            yield token  # the consumer's time (decoding, printing) is not counted
+            if pos >= limit:
+                return
+            t0 = clock()
+            logits = self.decoder.forward([token], pos)  # (vocab,)
+            pos += 1
+            stats.positions = pos
+
+    def generate(
+        self,
+        prompt: str,
+        steps: int,
+        temperature: float = 1.0,
+        top_p: float = 0.9,
+        seed: int | None = None,
+        echo_prompt: bool = True,
+    ) -> Iterator[str]:
+        """Text pieces as they are generated; the prompt's text comes first when echo_prompt (as run.c)."""
+        ids = self.encode(prompt)
+        stream = TextStream(self.tokenizer.decode)
+        if ids[0] != self.bos_id:  # a tokenizer without BOS: the first prompt token is text too
+            piece = stream.push(ids[0])
+            if piece and echo_prompt:
+                yield piece
+        n_forced = len(ids) - 1
+        for i, token in enumerate(self.generate_ids(ids, steps, temperature, top_p, seed)):
+            piece = stream.push(token)
+            if piece and (echo_prompt or i >= n_forced):
+                yield piece
+        tail = stream.flush()
+        if tail:
+            yield tail
