@@ -1,0 +1,114 @@
+"""``anekit train``: the loss falls, a restart is invisible in the loss curve, bad runs stop cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anekit import runtime
+from anekit.cli.main import main
+from anekit.kernels import ModelConfig
+from anekit.llama import Params
+from anekit.llama.trainer import TrainConfig, TrainingDiverged, TrainState, train
+from tests.conftest import PROJECT_ROOT
+
+
+def _env(cache: Path) -> dict[str, str]:
+    src = str(PROJECT_ROOT / "src")
+    return dict(
+        os.environ, ANEKIT_CACHE=str(cache), PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+
+
+def _train(out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), "--steps", "6", "--accum", "2",
+           "--sample-steps", "0", *extra]  # fmt: skip
+    return subprocess.run(cmd, env=_env(cache), capture_output=True, text=True, timeout=300)
+
+
+def test_a_restart_is_invisible_in_the_loss_curve(tmp_path):
+    """Run once without restarts and once with a budget that forces a fresh process every two steps."""
+    cache = tmp_path / "cache"
+    straight = _train(tmp_path / "a", cache, "--compile-budget", "1000")
+    assert straight.returncode == 0, straight.stderr
+    restarted = _train(tmp_path / "b", cache, "--compile-budget", "45")  # 1 + 20 per step: 2 steps a process
+    assert restarted.returncode == 0, restarted.stderr
+    assert restarted.stdout.count("continuing in a fresh process") == 2
+    a = (tmp_path / "a" / "loss.csv").read_text()
+    b = (tmp_path / "b" / "loss.csv").read_text()
+    assert a == b and len(a.splitlines()) == 7  # header + 6 steps, identical to the last digit
+    assert (tmp_path / "a" / "ckpt.bin").read_bytes()[96:] == (tmp_path / "b" / "ckpt.bin").read_bytes()[96:]
+    png = (tmp_path / "b" / "loss.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def _tiny_state(seed: int = 0) -> tuple[ModelConfig, TrainState]:
+    cfg = ModelConfig(32, 64, 2, 4, 2, 64, 16, name="tiny")
+    return cfg, TrainState.fresh(Params.init(cfg, seed=seed), TrainConfig())
+
+
+class _Repeat:
+    """A dataset of one short repeating pattern: a model must learn it quickly."""
+
+    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        start = int(rng.integers(0, 8))
+        window = (np.arange(start, start + seq_len + 1) % 8) + 3
+        return window[:-1], window[1:]
+
+
+def test_the_loss_falls():
+    cfg, state = _tiny_state()
+    tc = TrainConfig(steps=40, accum=2, lr=1e-2, warmup=5)
+    assert train(runtime.open("sim", compile_budget=10**6), state, _Repeat(), tc) == "done"
+    assert state.losses[0] > np.log(cfg.vocab_size) - 0.5
+    assert np.mean(state.losses[-5:]) < 0.5 * state.losses[0]
+
+
+def test_a_nan_loss_stops_with_the_step_and_phase():
+    _cfg, state = _tiny_state()
+    state.params.layers[0].wq[...] = np.nan
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 0 \(micro-step 0, forward phase\)"):
+        train(runtime.open("sim"), state, _Repeat(), TrainConfig(steps=2, accum=1))
+
+
+def test_the_budget_stops_before_a_batch_that_would_exceed_it():
+    _cfg, state = _tiny_state()
+    backend = runtime.open("sim", compile_budget=12)  # 1 shared kernel + 10 per batch: one batch fits
+    assert train(backend, state, _Repeat(), TrainConfig(steps=5, accum=1)) == "budget"
+    assert state.step == 1 and backend.compile_count == 11
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "1", "--accum", "1", "--sample-steps", "0"]) == 0
+    state = json.loads((out / "train_state.json").read_text())
+    assert state["config"] == "default" and len(state["losses"]) == 1
+    assert (
+        main(["train", "--out", str(out), "--resume", "--config", "stories260K", "--sample-steps", "0"]) == 1
+    )
+    assert "stories260K" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "none"), "--resume"]) == 1
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_bad_data_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "shards").mkdir()
+    assert main(["train", "--out", str(tmp_path / "o"), "--data", str(tmp_path / "shards")]) == 1
+    assert "shard" in capsys.readouterr().err
+    (tmp_path / "shards" / "a.bin").write_bytes(b"\x01\x00\x02")
+    assert main(["train", "--out", str(tmp_path / "o"), "--data", str(tmp_path / "shards")]) == 1
+    assert "odd" in capsys.readouterr().err.lower()
+
+
+def test_dynamic_weights_are_refused_with_a_reason(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
+    assert main(["train", "--out", str(tmp_path / "o"), "--weights", "dynamic"]) == 1
+    assert "--weights dynamic is not available yet" in capsys.readouterr().err
