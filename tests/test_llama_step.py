@@ -8,7 +8,7 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
-from anekit.llama.step import Kernels, Timer, train_step, unscale
+from anekit.llama.step import Kernels, Timer, make_kernels, train_step, unscale
 from tests.llama_reference import loss_and_grads
 
 CONFIGS = {
@@ -53,3 +53,24 @@ def test_step_matches_the_float64_model(name):
         ref = expected[tensor_name]
         rel = np.max(np.abs(got - ref)) / np.max(np.abs(ref))
         assert rel < 1e-2, f"{tensor_name}: {rel:.2e}"  # measured: at most 4e-3
+
+
+def test_dynamic_weights_give_the_same_step_and_compile_once():
+    cfg, tied = CONFIGS["gqa-rope-tied"]
+    params = _params(cfg, tied, seed=5)
+    window = np.random.default_rng(6).integers(0, cfg.vocab_size, cfg.seq_len + 1)
+    results = {}
+    for mode in ("baked", "dynamic"):
+        backend = runtime.open("sim")
+        kernels = make_kernels(backend, cfg, mode)
+        grads = params.zeros_like()
+        for _ in range(2):  # two batches: the dynamic kernels are not compiled again
+            kernels.compile(params, Timer())
+        loss = train_step(kernels, params, grads, window[:-1], window[1:], Timer(), loss_scale=64.0).loss
+        kernels.close()
+        results[mode] = (loss, dict(grads.tensors()), backend.compile_count)
+    (loss_b, grads_b, count_b), (loss_d, grads_d, count_d) = results["baked"], results["dynamic"]
+    assert count_b == 1 + 2 * 5 * cfg.n_layers and count_d == 1 + 6
+    assert abs(loss_b - loss_d) < 1e-3 * loss_b
+    for name, g in grads_b.items():
+        assert np.max(np.abs(grads_d[name] - g)) <= 2e-2 * np.max(np.abs(g)), name

@@ -108,7 +108,11 @@ def test_bad_data_is_a_clear_error(tmp_path, monkeypatch, capsys):
     assert "odd" in capsys.readouterr().err.lower()
 
 
-def test_dynamic_weights_are_refused_with_a_reason(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
-    assert main(["train", "--out", str(tmp_path / "o"), "--weights", "dynamic"]) == 1
-    assert "--weights dynamic is not available yet" in capsys.readouterr().err
+def test_dynamic_weights_train_within_a_tiny_compile_budget():
+    """Dynamic mode compiles its seven kernels once: 20 optimizer steps fit in a budget of 8."""
+    _cfg, state = _tiny_state()
+    backend = runtime.open("sim", compile_budget=8)
+    tc = TrainConfig(steps=20, accum=2, lr=1e-2, warmup=3, weights="dynamic")
+    assert train(backend, state, _Repeat(), tc) == "done"
+    assert backend.compile_count == 7
+    assert np.mean(state.losses[-3:]) < 0.7 * state.losses[0]

@@ -92,12 +92,9 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     steps = args.steps or DEFAULT_STEPS.get(cfg.name, 200)
-    tc = TrainConfig(steps=steps, accum=args.accum or 4, lr=args.lr or 3e-3, seed=args.seed)
-    if args.weights == "dynamic":
-        raise AnekitError(
-            "[train] --weights dynamic is not available yet: the dynamic kernels exist, the step "
-            "that feeds them does not; use --weights baked"
-        )
+    tc = TrainConfig(
+        steps=steps, accum=args.accum or 4, lr=args.lr or 3e-3, seed=args.seed, weights=args.weights
+    )
     tok = _tokenizer(args, cfg, out)
     if getattr(tok, "vocab_size", cfg.vocab_size) > cfg.vocab_size:
         raise AnekitError(f"[train] the tokenizer has {tok.vocab_size} tokens, the model {cfg.vocab_size}")

@@ -8,10 +8,12 @@ Where the time goes, per micro-step of T tokens and L layers:
   reference), final RMSNorm, the tied classifier (a vocab x dim sgemm each way), cross-entropy, and
   every weight gradient as an outer-product sgemm (dW = dY @ X^T) from the kernels' taps.
 
-Weights are baked into the kernels (``Kernels.compile``), so the kernels of a layer are compiled again
-whenever its weights change (once per accumulation batch). The SDPA backward 2 kernel has no trained
-weights and is compiled once. Activation gradients entering the kernels are multiplied by
-``loss_scale`` so small gradients survive fp16 storage; weight gradients are divided by it again.
+Two weight modes (DESIGN.md): baked — weights are BLOBFILE consts (``Kernels``), so the kernels of a
+layer are compiled again whenever its weights change (once per accumulation batch); dynamic — weights
+travel in the inputs (``DynamicKernels``), every kernel is compiled once. The SDPA backward 2 kernel
+has no trained weights and is compiled once in both modes. Activation gradients entering the kernels
+are multiplied by ``loss_scale`` so small gradients survive fp16 storage; weight gradients are divided
+by it again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anekit.kernels import ModelConfig, attention_bwd, backward, forward
+from anekit.kernels import ModelConfig, attention_bwd, backward, composable, dynamic, forward
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
@@ -64,6 +66,10 @@ class Kernels:
     def compiles_per_batch(cfg: ModelConfig) -> int:
         return len(KERNELS_PER_LAYER) * cfg.n_layers
 
+    def compiles_needed(self) -> int:
+        """How many programs the next ``compile`` call will compile."""
+        return self.compiles_per_batch(self.cfg)
+
     def compile(self, params: Params, timer: Timer) -> None:
         """(Re)compile every weight-bearing kernel with the current weights."""
         self.close_layers()
@@ -97,6 +103,67 @@ class Kernels:
     def close(self) -> None:
         self.close_layers()
         self.sdpa_bwd2[1].close()
+
+
+class DynamicKernels(Kernels):
+    """Weights travel in the kernels' inputs (after the activation columns): each kernel is compiled
+    once and serves every layer and every optimizer step.
+
+    SDPA backward 1 bakes Wo^T; here it is compiled with Wo = I and fed da = Wo^T @ do, computed by
+    the dynamic-weight matmul kernel, so it too never needs recompiling.
+    """
+
+    def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
+        super().__init__(backend, cfg)
+        self.params: Params | None = None
+        self.dynamic: dict[str, tuple[KernelSpec, Kernel]] = {}
+
+    def compiles_needed(self) -> int:
+        return 0 if self.dynamic else 6
+
+    def compile(self, params: Params, timer: Timer) -> None:
+        """Remember the current weights; compile the kernels the first time only."""
+        self.params = params
+        if self.dynamic:
+            return
+        cfg = self.cfg
+        specs = {
+            "sdpa_fwd": dynamic.sdpa_fwd_dynamic(cfg),
+            "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg),
+            "ffn_bwd": dynamic.ffn_bwd_dynamic(cfg),
+            "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
+            "wo_t": composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len),
+            "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}),
+        }
+        with timer.phase("compile"):
+            self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
+
+    def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
+        if name == "sdpa_bwd2":
+            return super().run(layer, name, **parts)
+        assert self.params is not None, "compile() first"
+        w = self.params.kernel_weights(layer)
+        if name == "sdpa_bwd1":
+            spec, kernel = self.dynamic["wo_t"]
+            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (dim, T) = Wo^T @ do
+            spec, kernel = self.dynamic["sdpa_bwd1"]
+            return spec.run(kernel, **{**parts, "do": da})
+        spec, kernel = self.dynamic[name]
+        return spec.run(kernel, w, **parts)  # type: ignore[call-arg]
+
+    def close(self) -> None:
+        for _, kernel in self.dynamic.values():
+            kernel.close()
+        super().close()
+
+
+def make_kernels(backend: Backend, cfg: ModelConfig, weights: str) -> Kernels:
+    """The kernel set of a weight mode: "baked" (recompiled per batch) or "dynamic" (compiled once)."""
+    if weights == "dynamic":
+        return DynamicKernels(backend, cfg)
+    if weights == "baked":
+        return Kernels(backend, cfg)
+    raise ValueError(f"weights must be 'baked' or 'dynamic', not {weights!r}")
 
 
 @dataclass

@@ -22,7 +22,7 @@ import numpy as np
 from anekit.errors import AnekitError
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
-from anekit.llama.step import Kernels, Timer, train_step, unscale
+from anekit.llama.step import Timer, make_kernels, train_step, unscale
 from anekit.runtime.base import Backend
 
 
@@ -47,6 +47,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # global gradient-norm clip
     loss_scale: float = 1024.0  # activation gradients are scaled by this inside the fp16 kernels
     seed: int = 0
+    weights: str = "baked"  # "baked" (recompile per batch, fastest per step) or "dynamic" (compile once)
 
     def lr_at(self, step: int) -> float:
         """Warmup (linear) then cosine decay to min_lr."""
@@ -101,12 +102,11 @@ def train(
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
-    kernels = Kernels(backend, cfg)
+    kernels = make_kernels(backend, cfg, tc.weights)
     grads = state.params.zeros_like()
     try:
         while state.step < tc.steps:
-            needed = Kernels.compiles_per_batch(cfg)
-            if backend.compile_count + needed > backend.compile_budget:
+            if backend.compile_count + kernels.compiles_needed() > backend.compile_budget:
                 return "budget"
             t0 = time.perf_counter()
             kernels.compile(state.params, timer)
