@@ -49,7 +49,7 @@ from typing import Union
 
 import numpy as np
 
-from anekit.blob import Field, Record
+from anekit.binfmt import Field, Record
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
 from anekit.kernels.config import ModelConfig
