@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Field:
@@ -48,3 +50,13 @@ class Record:
         return self.struct.pack(
             *(values.get(f.name, b"" if f.code.endswith("s") else 0) for f in self.fields)
         )
+
+
+def writable_bytes(data: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
+    """``data`` as a flat, writable uint8 array (a copy only when the source is read-only)."""
+    buf = (
+        np.asarray(data).reshape(-1).view(np.uint8)
+        if isinstance(data, np.ndarray)
+        else np.frombuffer(data, np.uint8)
+    )
+    return buf if buf.flags.writeable else buf.copy()

@@ -64,7 +64,7 @@ from typing import Any, BinaryIO, Union
 
 import numpy as np
 
-from anekit.binfmt import Field, Record
+from anekit.binfmt import Field, Record, writable_bytes
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
 from anekit.kernels.config import ModelConfig
@@ -373,13 +373,7 @@ def parse_checkpoint(
     The returned arrays are views of one float32 buffer (a writable copy when ``data`` is read-only).
     ``cfg``, when given, must agree with the header; its ``n_kv_heads`` sizes wk / wv.
     """
-    buf = (
-        np.asarray(data).reshape(-1).view(np.uint8)
-        if isinstance(data, np.ndarray)
-        else np.frombuffer(data, np.uint8)
-    )
-    if not buf.flags.writeable:
-        buf = buf.copy()
+    buf = writable_bytes(data)
     if buf.size < HEADER_SIZE:
         raise FormatError(
             FORMAT, "header", "file too short for the header", offset=0, expected=HEADER_SIZE, actual=buf.size

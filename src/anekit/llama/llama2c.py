@@ -49,7 +49,7 @@ from typing import Union
 
 import numpy as np
 
-from anekit.binfmt import Field, Record
+from anekit.binfmt import Field, Record, writable_bytes
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
 from anekit.kernels.config import ModelConfig
@@ -273,13 +273,7 @@ def parse_llama2c(
 
     The arrays are views of one float32 buffer (a writable copy when ``data`` is read-only).
     """
-    buf = (
-        np.asarray(data).reshape(-1).view(np.uint8)
-        if isinstance(data, np.ndarray)
-        else np.frombuffer(data, np.uint8)
-    )
-    if not buf.flags.writeable:
-        buf = buf.copy()
+    buf = writable_bytes(data)
     h, version, start, shared = _read_header(buf)
     cfg = ModelConfig(**h, rope=True, name=name)
     layout = _layout(_ORDERS[version], cfg, shared)
