@@ -1,0 +1,1 @@
+"""Decoders for compiled Neural Engine artifacts: bytes in, frozen dataclasses out."""
