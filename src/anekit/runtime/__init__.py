@@ -13,14 +13,14 @@ from typing import Any
 from anekit.errors import AnekitError
 from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface
 
-# name -> (module, class); a backend module must import cleanly on every platform.
-BACKENDS = {"sim": ("anekit.runtime.sim", "SimBackend"), "ane": ("anekit.runtime.ane", "AneBackend")}
+# name -> (module, class), best first; a backend module must import cleanly on every platform.
+BACKENDS = {"ane": ("anekit.runtime.ane", "AneBackend"), "sim": ("anekit.runtime.sim", "SimBackend")}
 
 
 def available() -> list[str]:
     """Names of the backends that can run on this machine, best first."""
     names = []
-    for name in ("ane", "sim"):
+    for name in BACKENDS:
         module_name = BACKENDS[name][0]
         try:
             module = importlib.import_module(module_name)

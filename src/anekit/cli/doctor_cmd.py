@@ -1,0 +1,249 @@
+"""``anekit doctor [--json]``: what this machine offers anekit, and which backend ``open()`` will use.
+
+Reports the OS (release, machine; on macOS the version and the chip), whether the private
+AppleNeuralEngine framework is there and loads, which of its classes and selectors resolve, the
+compile budget, the numpy / Python versions, each backend and why it is unavailable, and the backend
+``anekit.runtime.open()`` returns (honouring ``ANEKIT_BACKEND``). Exits 1 when ``open()`` would fail.
+
+The framework facts come from ``anekit.runtime.ane.probe()``, which declares the classes and
+selectors the backend uses and only looks them up (it sends no message). The ane module is imported
+lazily: when it does not import, the report says so and everything else is still reported. Off
+macOS on Apple silicon nothing native is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import anekit
+from anekit import runtime
+
+ENV = "ANEKIT_BACKEND"
+ANE_MODULE = "anekit.runtime.ane"
+FRAMEWORK_BINARY = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
+# The classes reported even when nothing could be checked (the four the backend needs, and the client).
+CLASSES = (
+    "_ANEInMemoryModelDescriptor",
+    "_ANEInMemoryModel",
+    "_ANERequest",
+    "_ANEIOSurfaceObject",
+    "_ANEClient",
+)
+DEFAULT_ANE_REASON = "ane needs macOS on Apple silicon with the AppleNeuralEngine framework"
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine as the ``platform`` module sees it; ``macos`` is the macOS version on a Mac."""
+
+    system: str
+    release: str
+    machine: str
+    macos: str | None = None
+
+
+def host() -> Host:
+    system = platform.system()
+    macos = (platform.mac_ver()[0] or None) if system == "Darwin" else None
+    return Host(system, platform.release(), platform.machine(), macos)
+
+
+def _ane() -> tuple[Any, str | None]:
+    """The ane backend module, or None and why it does not import."""
+    try:
+        return importlib.import_module(ANE_MODULE), None
+    except Exception as e:  # an import failure is exactly what the doctor must report
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _call(fn: Any, *args: Any) -> tuple[Any, str | None]:
+    """``fn(*args)`` and None, or None and what it raised: a probe that fails is a finding, not a crash."""
+    try:
+        return fn(*args), None
+    except Exception as e:
+        return None, f"{getattr(fn, '__name__', 'probe')}() raised {type(e).__name__}: {e}"
+
+
+def engine(objc_runtime: Any = None) -> dict[str, Any]:
+    """The ane module and what its probe found: chip, framework, classes, selectors (None: not checked).
+
+    ``objc_runtime`` is handed to ``ane.probe`` (tests pass an ObjCRuntime over fake libraries).
+    """
+    ane, error = _ane()
+    binary = getattr(ane, "ANE_FRAMEWORK", FRAMEWORK_BINARY)
+    info: dict[str, Any] = {
+        "module": {"imports": ane is not None, "error": error, "available": False, "reason": None},
+        "chip": None,
+        "framework": {
+            "path": str(PurePosixPath(binary).parent),
+            "exists": os.path.isdir(PurePosixPath(binary).parent),
+            "loaded": False,
+            "status": f"not checked: {ANE_MODULE} does not import" if ane is None else "not checked",
+        },
+        "classes": dict.fromkeys(CLASSES),
+        "selectors": {},
+        "engine_ready": False,
+    }
+    if ane is None:
+        return info
+    module = info["module"]
+    module["available"], module["error"] = _call(getattr(ane, "is_available", lambda: True))
+    explain = getattr(ane, "unavailable_reason", None)
+    if callable(explain) and module["available"] is False:
+        reason, _ = _call(explain)
+        module["reason"] = None if reason is None else str(reason)
+    probe = getattr(ane, "probe", None)
+    if not callable(probe):
+        info["framework"]["status"] = f"not checked: {ANE_MODULE} has no probe()"
+        return info
+    found, failed = _call(probe, objc_runtime)
+    if found is None:
+        info["framework"]["status"] = failed
+        return info
+    info["chip"] = found.chip
+    info["framework"]["status"] = found.framework
+    info["framework"]["loaded"] = bool(found.classes)  # classes are looked up once the framework loads
+    if found.classes:
+        info["classes"] = {**dict.fromkeys(CLASSES, False), **found.classes}
+        info["selectors"] = dict(found.messages)
+    info["engine_ready"] = bool(found.available)
+    return info
+
+
+def backends() -> dict[str, dict[str, Any]]:
+    """Each known backend: available here or not, and why not."""
+    here = runtime.available()
+    out = {}
+    for name in runtime.BACKENDS:
+        out[name] = {"available": name in here, "reason": None if name in here else _unavailable_reason(name)}
+    return out
+
+
+def _unavailable_reason(name: str) -> str:
+    default = DEFAULT_ANE_REASON if name == "ane" else f"backend '{name}' is not available on this machine"
+    try:
+        module = importlib.import_module(runtime.BACKENDS[name][0])
+    except Exception as e:
+        return f"{default} (its module does not import: {e})"
+    explain = getattr(module, "unavailable_reason", None)
+    reason, _ = _call(explain) if callable(explain) else (None, None)
+    return str(reason) if reason else default
+
+
+def chosen_backend(env: Mapping[str, str]) -> dict[str, Any]:
+    """What ``runtime.open()`` does here: the backend it returns, or the error it raises."""
+    forced = env.get(ENV) or None
+    info: dict[str, Any] = {"forced_by": ENV if forced else None, "backend": forced, "ok": False}
+    info.update({"class": None, "compile_budget": None, "error": None})
+    try:
+        b = runtime.open()
+    except Exception as e:  # open() failing is the finding, whatever it raises
+        info["error"] = str(e) if isinstance(e, anekit.AnekitError) else f"{type(e).__name__}: {e}"
+        return info
+    info.update(
+        {"backend": b.name, "ok": True, "class": type(b).__name__, "compile_budget": b.compile_budget}
+    )
+    return info
+
+
+def collect(env: Mapping[str, str] | None = None, objc_runtime: Any = None) -> dict[str, Any]:
+    """Everything the doctor reports, as a JSON-ready dict."""
+    import numpy as np
+
+    env = os.environ if env is None else env
+    found = engine(objc_runtime)
+    return {
+        "anekit": anekit.__version__,
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "numpy": np.__version__,
+        "os": {**asdict(host()), "chip": found["chip"]},
+        "framework": found["framework"],
+        "classes": found["classes"],
+        "selectors": found["selectors"],
+        "engine_ready": found["engine_ready"],
+        "ane_module": found["module"],
+        "backends": backends(),
+        "env": {ENV: env.get(ENV) or None},
+        "compile_budget": {"default": runtime.DEFAULT_COMPILE_BUDGET},
+        "open": chosen_backend(env),
+    }
+
+
+def _mark(value: bool | None) -> str:
+    return "-" if value is None else ("found" if value else "MISSING")
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as aligned ``label  value`` lines."""
+    lines: list[tuple[str, str]] = []
+    add = lines.append
+    osr, fw, ane, op, py = r["os"], r["framework"], r["ane_module"], r["open"], r["python"]
+    add(("anekit", r["anekit"]))
+    add(("python", f"{py['version']} ({py['implementation']}) {py['executable']}"))
+    add(("numpy", r["numpy"]))
+    add(("os", f"{osr['system']} {osr['release']} {osr['machine']}"))
+    add(("macOS", osr["macos"] or ("unknown" if osr["system"] == "Darwin" else "no (not macOS)")))
+    add(("chip", osr["chip"] or "unknown"))
+    add(("framework", f"{fw['path']} ({'present' if fw['exists'] else 'not found'})"))
+    add(("framework loads", "yes" if fw["loaded"] else f"no: {fw['status']}"))
+    if fw["loaded"]:
+        required = CLASSES[:4]
+        for name, ok in r["classes"].items():
+            add(("class", f"{_mark(ok):<8}{name}{' (required)' if name in required else ''}"))
+        for name, ok in r["selectors"].items():
+            add(("selector", f"{_mark(ok):<8}{name}"))
+        add(
+            (
+                "engine",
+                "the required classes resolve" if r["engine_ready"] else "required classes are MISSING",
+            )
+        )
+    else:
+        add(("classes", "not available (the framework is not loaded)"))
+    if ane["imports"]:
+        said = {True: "available", False: "not available", None: "is_available() failed"}[ane["available"]]
+        detail = ane["reason"] or ane["error"]
+        add(("ane module", f"imports; {said}" + (f": {detail}" if detail else "")))
+    else:
+        add(("ane module", f"not available: {ane['error']}"))
+    for name, b in r["backends"].items():
+        add((f"backend {name}", "available" if b["available"] else f"not available: {b['reason']}"))
+    add((ENV, r["env"][ENV] or "not set"))
+    add(("compile budget", f"{r['compile_budget']['default']} compiles per process (default)"))
+    if op["ok"]:
+        forced = f", forced by {ENV}" if op["forced_by"] else ""
+        add(("open()", f"{op['backend']} ({op['class']}, compile budget {op['compile_budget']}{forced})"))
+    else:
+        add(("open()", f"fails: {op['error']}"))
+    width = max(len(label) for label, _ in lines) + 2
+    return "\n".join(f"{label:<{width}}{value}" for label, value in lines) + "\n"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="report the OS, the Neural Engine framework and the backend open() uses"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect()
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(format_report(report))
+    return 0 if report["open"]["ok"] else 1

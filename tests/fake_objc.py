@@ -1,0 +1,790 @@
+"""A fake Objective-C runtime: ctypes callbacks standing in for libobjc, Foundation, IOSurface and the engine.
+
+``FakeObjC`` is a ``Libraries`` object for ``anekit.runtime.objc.ObjCRuntime``: it answers every symbol
+lookup with a ctypes callback built for the exact prototype asked for, so calls go through real C
+marshalling (typed arguments, ``NSError **`` written through its pointer, IOSurface memory at a real
+address). It checks each prototype against the true signature (written here independently, as
+Objective-C type codes), records every call — class, selector, argument types and values — and keeps
+Cocoa's reference counting rules: convenience constructors return autoreleased objects, containers
+retain their elements, ``IOSurfaceCreate`` follows the create rule. ``live_objects()`` lists what was
+never released; ``errors`` what would have crashed or leaked on a real system (an unrecognised
+selector, a message to a freed object, an over-release, an autorelease with no pool, a mismatched
+lock).
+
+The engine classes behave like the framework as far as tests need: compiling checks that model.mil
+and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and builds a
+simulator plan from the MIL text and weight dictionary it was given; evaluating runs that plan on the
+IOSurfaces bound in the request, by symbol index. ``fail`` / ``return_nil`` / ``script`` queue results
+per selector (or C function); ``defaults`` set the standing behaviour (``prepareChainingWithModel:``
+fails with code 15 by default, as reported publicly; ``-[_ANEInMemoryModel getUUID]`` is absent).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError
+from anekit.mil.parser import parse_program
+from anekit.mil.verify import verify
+from anekit.runtime.objc import ObjCRuntime
+from anekit.runtime.sim import Plan
+
+ANE_FRAMEWORK = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
+ANE_DOMAIN = "com.apple.appleneuralengine"
+REPORTED_MIN_BYTES = 49152
+REPORTED_ALIGNMENT = 128
+
+_KIND = {
+    "@": "ptr",
+    "#": "ptr",
+    ":": "ptr",
+    "^v": "ptr",
+    "*": "ptr",
+    "^@": "ptr",
+    "B": "bool",
+    "i": "i4",
+    "I": "u4",
+    "q": "i8",
+    "Q": "u8",
+    "d": "f8",
+    "v": "void",
+}
+
+
+def ctypes_kind(t: Any) -> str:
+    """The C-level kind of a ctypes type (ptr, bool, i4, u8, f8, void)."""
+    if t is None:
+        return "void"
+    code = getattr(t, "_type_", None)
+    if not isinstance(code, str) or code in "PzZ":
+        return "ptr"
+    if code == "?":
+        return "bool"
+    if code in "dfg":
+        return f"f{ctypes.sizeof(t)}"
+    return f"{'u' if code.isupper() else 'i'}{ctypes.sizeof(t)}"
+
+
+@dataclass(eq=False)
+class Obj:
+    id: int
+    cls: str
+    value: Any = None
+    rc: int = 1
+    children: list[int] = field(default_factory=list)
+    immortal: bool = False
+    alive: bool = True
+    keep: Any = None  # C buffers the object hands out (UTF8String, IOSurface memory)
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: str  # "msg" or "c"
+    name: str  # "+[Class selector]" / "-[Class selector]" or the C function's name
+    cls: str | None
+    selector: str | None
+    types: tuple[str, ...]  # the prototype's argument kinds (after self and _cmd for messages)
+    args: tuple[Any, ...]  # raw C values
+    values: tuple[Any, ...]  # Python renderings of the arguments at call time
+
+
+@dataclass
+class FakeSurface:
+    props: dict[str, Any]
+    memory: Any
+    surface_id: int
+    locks: list[int] = field(default_factory=list)
+
+    @property
+    def alloc_size(self) -> int:
+        return len(self.memory)
+
+    def array(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        return np.frombuffer(self.memory, dtype=dtype, count=count).reshape(shape)
+
+
+Outcome = tuple  # ("ok",) ("fail", domain, code, description) ("fail-no-error",) ("nil",) ("skip",)
+
+
+class FakeObjC:
+    """Stands in for libobjc, Foundation, CoreFoundation, IOSurface and AppleNeuralEngine."""
+
+    def __init__(
+        self,
+        tmpdir: str | os.PathLike,
+        *,
+        framework_loads: bool = True,
+        os_version: str = "macOS 15.1 (fake)",
+    ) -> None:
+        self.tmpdir = str(tmpdir)
+        self.framework_loads = framework_loads
+        self.framework_loaded = False
+        self.os_version = os_version
+        self.calls: list[Call] = []
+        self.errors: list[str] = []
+        self.objects: dict[int, Obj] = {}
+        self.surfaces: dict[int, Obj] = {}
+        self.constraint_violations: list[str] = []
+        self.enforce_reported_constraints = True
+        self.outcomes: dict[str, list[Outcome]] = {}
+        self.defaults: dict[str, Outcome] = {
+            "prepareChainingWithModel:options:chainingReq:qos:error:": (
+                "fail",
+                ANE_DOMAIN,
+                15,
+                "ANEProgramChainingPrepare() Failed: Program chaining prepare error",
+            )
+        }
+        self.removed_classes: set[str] = set()
+        self.removed_methods: set[tuple[str, str, str]] = {("_ANEInMemoryModel", "-", "getUUID")}
+        self._next_id = 0x1_0000_0000
+        self._next_surface_id = 100
+        self._callbacks: dict[Any, Any] = {}
+        self._classes: dict[str, int] = {}
+        self._class_names: dict[int, str] = {}
+        self._selectors: dict[str, int] = {}
+        self._selector_names: dict[int, str] = {}
+        self._pools: list[tuple[int, list[int]]] = []
+        self._methods: dict[tuple[str, str, str], tuple[str, tuple[str, ...], Callable[..., Any]]] = {}
+        self._cfuncs: dict[str, tuple[str, str, tuple[str, ...], Callable[..., Any]]] = {}
+        self._client: Obj | None = None
+        self._install()
+
+    # -- the Libraries protocol -------------------------------------------------------------------------
+
+    def runtime(self) -> ObjCRuntime:
+        return ObjCRuntime(self, os_version=self.os_version)
+
+    def load(self, path: str) -> None:
+        if path != ANE_FRAMEWORK:
+            raise OSError(f"dlopen({path}): image not found")
+        if not self.framework_loads:
+            raise OSError(f"dlopen({path}): image not found (fake)")
+        self.framework_loaded = True
+
+    def address(self, library: str, name: str, proto: Any) -> int:
+        key = (name, proto)
+        if key not in self._callbacks:
+            if name == "objc_msgSend":
+                assert library == "objc", f"objc_msgSend looked up in {library}"
+                handler = self._callback(proto, lambda *a: self._dispatch(proto, *a))
+            else:
+                if name not in self._cfuncs:
+                    raise AttributeError(f"dlsym({library}, {name}): symbol not found")
+                lib, returns, args, fn = self._cfuncs[name]
+                assert library == lib, f"{name} looked up in {library}, it lives in {lib}"
+                self._check_prototype(name, proto, returns, args, receiver=False)
+                handler = self._callback(proto, lambda *a: self._c_call(name, args, fn, a))
+            self._callbacks[key] = handler
+        return ctypes.cast(self._callbacks[key], ctypes.c_void_p).value or 0
+
+    def _callback(self, proto: Any, fn: Callable[..., Any]) -> Any:
+        default = {"void": None, "bool": False, "ptr": None}.get(ctypes_kind(proto._restype_), 0)
+
+        def guarded(*args: Any) -> Any:
+            try:
+                result = fn(*args)
+            except Exception as e:  # an exception cannot cross C; keep it for the test to see
+                self.errors.append(f"{type(e).__name__}: {e}")
+                return default
+            return default if result is None else result
+
+        return proto(guarded)
+
+    def _check_prototype(
+        self, name: str, proto: Any, returns: str, args: tuple[str, ...], receiver: bool
+    ) -> None:
+        got = (ctypes_kind(proto._restype_), *(ctypes_kind(t) for t in proto._argtypes_))
+        want = (_KIND[returns], *(["ptr", "ptr"] if receiver else []), *(_KIND[c] for c in args))
+        if got != want:
+            raise AssertionError(f"{name}: called through prototype {got}, its signature is {want}")
+
+    # -- scripting --------------------------------------------------------------------------------------
+
+    def script(self, name: str, *outcomes: Outcome) -> None:
+        """Queue results for a selector (without class) or a C function name."""
+        self.outcomes.setdefault(name, []).extend(outcomes)
+
+    def fail(
+        self, name: str, *, code: int = 5, description: str = "fake failure", domain: str = ANE_DOMAIN
+    ) -> None:
+        self.script(name, ("fail", domain, code, description))
+
+    def return_nil(self, name: str) -> None:
+        self.script(name, ("nil",))
+
+    def _outcome(self, name: str) -> Outcome:
+        queue = self.outcomes.get(name)
+        if queue:
+            return queue.pop(0)
+        return self.defaults.get(name, ("ok",))
+
+    def remove_class(self, name: str) -> None:
+        self.removed_classes.add(name)
+
+    def remove_method(self, cls: str, kind: str, selector: str) -> None:
+        self.removed_methods.add((cls, kind, selector))
+
+    def restore_method(self, cls: str, kind: str, selector: str) -> None:
+        self.removed_methods.discard((cls, kind, selector))
+
+    # -- inspection -------------------------------------------------------------------------------------
+
+    def sent(self, prefix: str = "_ANE") -> list[str]:
+        """The messages sent to classes / objects whose class starts with ``prefix``, in order."""
+        return [c.name for c in self.calls if c.kind == "msg" and (c.cls or "").startswith(prefix)]
+
+    def called(self, prefix: str) -> list[str]:
+        return [c.name for c in self.calls if c.kind == "c" and c.name.startswith(prefix)]
+
+    def find(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name or c.selector == name]
+
+    def live_objects(self) -> list[Obj]:
+        return [o for o in self.objects.values() if o.alive and not o.immortal]
+
+    def of_class(self, cls: str) -> list[Obj]:
+        return [o for o in self.objects.values() if o.cls == cls]
+
+    def render(self, ref: int | None) -> Any:
+        """A Python rendering of an object: str, int, bytes, list, dict, or "<Class>"."""
+        if not ref:
+            return None
+        if ref in self._class_names:
+            return f"<class {self._class_names[ref]}>"
+        o = self.objects.get(ref)
+        if o is None:
+            return f"<unknown {ref:#x}>"
+        if o.cls in ("NSString", "NSNumber", "NSData"):
+            return o.value
+        if o.cls == "NSArray":
+            return [self.render(i) for i in o.value]
+        if o.cls == "NSDictionary":
+            return {self.render(k): self.render(v) for k, v in o.value}
+        return f"<{o.cls}>"
+
+    # -- objects and ownership --------------------------------------------------------------------------
+
+    def _new(
+        self, cls: str, value: Any = None, children: list[int] | None = None, *, autorelease: bool = True
+    ) -> int:
+        self._next_id += 0x40
+        obj = Obj(self._next_id, cls, value, children=[])
+        self.objects[obj.id] = obj
+        for child in children or []:
+            if child:
+                self._retain(child)
+                obj.children.append(child)
+        if autorelease:
+            if not self._pools:
+                self.errors.append(f"a {cls} was autoreleased with no pool in place (leaked)")
+            else:
+                self._pools[-1][1].append(obj.id)
+        return obj.id
+
+    def _obj(self, ref: int | None, what: str = "object") -> Obj:
+        o = self.objects.get(ref or 0)
+        if o is None:
+            raise ValueError(f"{what} {ref!r} is not an object")
+        if not o.alive:
+            raise ValueError(f"{what} {ref:#x} ({o.cls}) was already deallocated")
+        return o
+
+    def _retain(self, ref: int) -> int:
+        o = self._obj(ref, "retain of")
+        o.rc += 1
+        return ref
+
+    def _release(self, ref: int) -> None:
+        o = self.objects.get(ref)
+        if o is None or not o.alive:
+            self.errors.append(f"release of a dead or unknown object {ref:#x}")
+            return
+        if o.immortal:
+            return
+        o.rc -= 1
+        if o.rc == 0:
+            o.alive = False
+            for child in o.children:
+                self._release(child)
+
+    def _error(self, err_ptr: Any, domain: str, code: int, description: str) -> None:
+        if err_ptr:
+            err = self._new("NSError", {"domain": domain, "code": code, "description": description})
+            err_ptr[0] = err
+
+    def _bool_outcome(self, selector: str, err_ptr: Any) -> bool | None:
+        """None when the call should go ahead; False (with the NSError written) when scripted to fail."""
+        outcome = self._outcome(selector)
+        if outcome[0] == "fail":
+            self._error(err_ptr, *outcome[1:])
+            return False
+        if outcome[0] in ("fail-no-error", "nil"):
+            return False
+        return None
+
+    # -- C functions ------------------------------------------------------------------------------------
+
+    def _c_call(
+        self, name: str, codes: tuple[str, ...], fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> Any:
+        values = tuple(self.render(a) if c == "@" else a for c, a in zip(codes, args))
+        self.calls.append(Call("c", name, None, None, tuple(_KIND[c] for c in codes), args, values))
+        return fn(*args)
+
+    def _install(self) -> None:
+        c = self._cfuncs
+        c["objc_getClass"] = ("objc", "#", ("*",), self._get_class)
+        c["sel_registerName"] = ("objc", ":", ("*",), self._sel)
+        c["class_getClassMethod"] = ("objc", "^v", ("#", ":"), lambda k, s: self._has_method(k, s, "+"))
+        c["class_getInstanceMethod"] = ("objc", "^v", ("#", ":"), lambda k, s: self._has_method(k, s, "-"))
+        c["objc_retain"] = ("objc", "@", ("@",), self._retain)
+        c["objc_release"] = ("objc", "v", ("@",), self._release)
+        c["objc_autoreleasePoolPush"] = ("objc", "^v", (), self._pool_push)
+        c["objc_autoreleasePoolPop"] = ("objc", "v", ("^v",), self._pool_pop)
+        c["CFRelease"] = ("CoreFoundation", "v", ("^v",), self._release)
+        c["NSTemporaryDirectory"] = ("Foundation", "@", (), lambda: self._new("NSString", self.tmpdir + "/"))
+        c["IOSurfaceCreate"] = ("IOSurface", "^v", ("@",), self._surface_create)
+        c["IOSurfaceLock"] = ("IOSurface", "i", ("^v", "I", "^v"), self._surface_lock)
+        c["IOSurfaceUnlock"] = ("IOSurface", "i", ("^v", "I", "^v"), self._surface_unlock)
+        c["IOSurfaceGetBaseAddress"] = ("IOSurface", "^v", ("^v",), self._surface_base)
+        c["IOSurfaceGetAllocSize"] = ("IOSurface", "Q", ("^v",), lambda s: self._surface(s).alloc_size)
+        c["IOSurfaceGetID"] = ("IOSurface", "I", ("^v",), lambda s: self._surface(s).surface_id)
+
+        m = self._method
+        m("NSString", "+", "stringWithUTF8String:", "@ *", lambda r, s: self._new("NSString", s.decode()))
+        m("NSString", "-", "UTF8String", "*", self._utf8)
+        m("NSData", "+", "dataWithBytes:length:", "@ ^v Q", self._data)
+        m("NSNumber", "+", "numberWithLongLong:", "@ q", lambda r, n: self._new("NSNumber", n))
+        m("NSNumber", "+", "numberWithDouble:", "@ d", lambda r, x: self._new("NSNumber", x))
+        m("NSArray", "+", "arrayWithObjects:count:", "@ ^@ Q", self._array)
+        m("NSDictionary", "+", "dictionaryWithObjects:forKeys:count:", "@ ^@ ^@ Q", self._dictionary)
+        m("NSError", "-", "domain", "@", lambda r: self._new("NSString", r.value["domain"]))
+        m("NSError", "-", "code", "q", lambda r: r.value["code"])
+        m(
+            "NSError",
+            "-",
+            "localizedDescription",
+            "@",
+            lambda r: self._new("NSString", r.value["description"]),
+        )
+
+        m(
+            "_ANEInMemoryModelDescriptor",
+            "+",
+            "modelWithMILText:weights:optionsPlist:",
+            "@ @ @ @",
+            self._descriptor,
+        )
+        m("_ANEInMemoryModel", "+", "inMemoryModelWithDescriptor:", "@ @", self._model)
+        m(
+            "_ANEInMemoryModel",
+            "-",
+            "hexStringIdentifier",
+            "@",
+            lambda r: self._new("NSString", r.value["hex"]),
+        )
+        m("_ANEInMemoryModel", "-", "compileWithQoS:options:error:", "B I @ ^@", self._compile)
+        m("_ANEInMemoryModel", "-", "loadWithQoS:options:error:", "B I @ ^@", self._load)
+        m("_ANEInMemoryModel", "-", "evaluateWithQoS:options:request:error:", "B I @ @ ^@", self._evaluate)
+        m("_ANEInMemoryModel", "-", "unloadWithQoS:error:", "B I ^@", self._unload)
+        m("_ANEInMemoryModel", "-", "getUUID", "@", lambda r: self._new("NSString", "uuid"))
+        m("_ANEIOSurfaceObject", "+", "objectWithIOSurface:", "@ ^v", self._surface_object)
+        m(
+            "_ANERequest",
+            "+",
+            "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:",
+            "@ @ @ @ @ @ @ @",
+            self._request,
+        )
+        m("_ANEClient", "+", "sharedConnection", "@", self._shared_connection)
+        m(
+            "_ANEClient",
+            "-",
+            "evaluateRealTimeWithModel:options:request:error:",
+            "B @ @ @ ^@",
+            self._evaluate_rt,
+        )
+        m("_ANEBuffer", "+", "bufferWithIOSurfaceObject:symbolIndex:source:", "@ @ @ q", self._buffer)
+        m("_ANEIOSurfaceOutputSets", "+", "objectWithstatsSurRef:outputBuffer:", "@ ^v @", self._output_sets)
+        m(
+            "_ANEChainingRequest",
+            "+",
+            "chainingRequestWithInputs:outputSets:lbInputSymbolId:lbOutputSymbolId:procedureIndex:"
+            "signalEvents:transactionHandle:fwEnqueueDelay:memoryPoolId:",
+            "@ @ @ @ @ @ @ @ @ @",
+            self._chaining_request,
+        )
+        m("_ANEChainingRequest", "-", "validate", "B", self._validate)
+        m(
+            "_ANEClient",
+            "-",
+            "prepareChainingWithModel:options:chainingReq:qos:error:",
+            "B @ @ @ I ^@",
+            self._prepare_chaining,
+        )
+        m(
+            "_ANEOutputSetEnqueue",
+            "+",
+            "outputSetWithProcedureIndex:setIndex:signalValue:signalNotRequired:isOpenLoop:",
+            "@ I I Q B B",
+            lambda r, *a: self._new("_ANEOutputSetEnqueue", a),
+        )
+        m(
+            "_ANEInputBuffersReady",
+            "+",
+            "inputBuffersWithProcedureIndex:inputBufferInfoIndex:inputFreeValue:executionDelay:",
+            "@ I @ @ Q",
+            lambda r, p, i, f, d: self._new("_ANEInputBuffersReady", (p, i, f, d), [i, f]),
+        )
+        m(
+            "_ANEClient",
+            "-",
+            "enqueueSetsWithModel:outputSet:options:qos:error:",
+            "B @ @ @ I ^@",
+            self._enqueue,
+        )
+        m(
+            "_ANEClient",
+            "-",
+            "buffersReadyWithModel:inputBuffers:options:qos:error:",
+            "B @ @ @ I ^@",
+            self._buffers_ready,
+        )
+
+    def _method(self, cls: str, kind: str, selector: str, types: str, fn: Callable[..., Any]) -> None:
+        returns, *args = types.split()
+        assert selector.count(":") == len(args), selector
+        self._methods[(cls, kind, selector)] = (returns, tuple(args), fn)
+
+    _ANE_CLASSES = frozenset(
+        (
+            "_ANEInMemoryModelDescriptor",
+            "_ANEInMemoryModel",
+            "_ANERequest",
+            "_ANEIOSurfaceObject",
+            "_ANEClient",
+            "_ANEBuffer",
+            "_ANEIOSurfaceOutputSets",
+            "_ANEChainingRequest",
+            "_ANEOutputSetEnqueue",
+            "_ANEInputBuffersReady",
+        )
+    )
+
+    def _get_class(self, name: bytes) -> int | None:
+        cls = name.decode()
+        known = any(k[0] == cls for k in self._methods)
+        if (
+            not known
+            or cls in self.removed_classes
+            or (cls in self._ANE_CLASSES and not self.framework_loaded)
+        ):
+            return None
+        if cls not in self._classes:
+            self._next_id += 0x40
+            self._classes[cls] = self._next_id
+            self._class_names[self._next_id] = cls
+        return self._classes[cls]
+
+    def _sel(self, name: bytes) -> int:
+        sel = name.decode()
+        if sel not in self._selectors:
+            self._next_id += 0x40
+            self._selectors[sel] = self._next_id
+            self._selector_names[self._next_id] = sel
+        return self._selectors[sel]
+
+    def _has_method(self, cls_ptr: int, sel_ptr: int, kind: str) -> int | None:
+        key = (self._class_names[cls_ptr], kind, self._selector_names[sel_ptr])
+        return 1 if key in self._methods and key not in self.removed_methods else None
+
+    def _pool_push(self) -> int:
+        self._next_id += 0x40
+        self._pools.append((self._next_id, []))
+        return self._next_id
+
+    def _pool_pop(self, token: int) -> None:
+        if not self._pools or self._pools[-1][0] != token:
+            self.errors.append("autorelease pools popped out of order")
+            return
+        _, objs = self._pools.pop()
+        for ref in reversed(objs):
+            self._release(ref)
+
+    # -- objc_msgSend -----------------------------------------------------------------------------------
+
+    def _dispatch(self, proto: Any, receiver: int | None, sel_ptr: int | None, *args: Any) -> Any:
+        selector = self._selector_names.get(sel_ptr or 0, f"<unregistered selector {sel_ptr}>")
+        if receiver in self._class_names:
+            cls, kind, target = self._class_names[receiver], "+", None
+        else:
+            target = self._obj(receiver, f"receiver of {selector}")
+            cls, kind = target.cls, "-"
+        name = f"{kind}[{cls} {selector}]"
+        key = (cls, kind, selector)
+        if key not in self._methods or key in self.removed_methods:
+            raise RuntimeError(
+                f"unrecognized selector sent: {name} (an Objective-C exception: the process dies)"
+            )
+        returns, codes, fn = self._methods[key]
+        self._check_prototype(name, proto, returns, codes, receiver=True)
+        values = tuple(self.render(a) if c == "@" else a for c, a in zip(codes, args))
+        self.calls.append(Call("msg", name, cls, selector, tuple(_KIND[c] for c in codes), args, values))
+        for c, a in zip(codes, args):
+            if c == "@" and a:
+                self._obj(a, f"argument of {name}")
+        return fn(target, *args)
+
+    # -- Foundation -------------------------------------------------------------------------------------
+
+    def _utf8(self, s: Obj) -> int:
+        buf = ctypes.create_string_buffer(s.value.encode())
+        s.keep = buf
+        return ctypes.addressof(buf)
+
+    def _data(self, _: Any, ptr: int | None, length: int) -> int:
+        return self._new("NSData", ctypes.string_at(ptr, length) if length else b"")
+
+    def _array(self, _: Any, items: Any, count: int) -> int:
+        refs = [items[i] for i in range(count)]
+        for ref in refs:
+            self._obj(ref, "array element")
+        return self._new("NSArray", refs, refs)
+
+    def _dictionary(self, _: Any, values: Any, keys: Any, count: int) -> int:
+        pairs = [(keys[i], values[i]) for i in range(count)]
+        for k, v in pairs:
+            self._obj(k, "dictionary key")
+            self._obj(v, "dictionary value")
+        return self._new("NSDictionary", pairs, [r for p in pairs for r in p])
+
+    # -- IOSurface --------------------------------------------------------------------------------------
+
+    def _surface(self, ref: int) -> FakeSurface:
+        o = self._obj(ref, "IOSurfaceRef")
+        assert o.cls == "IOSurface", f"{o.cls} used as an IOSurfaceRef"
+        return o.value
+
+    def _surface_create(self, props_ref: int) -> int | None:
+        if self._outcome("IOSurfaceCreate")[0] == "nil":
+            return None
+        props = self.render(props_ref)
+        memory = (ctypes.c_char * int(props["IOSurfaceAllocSize"]))()
+        self._next_surface_id += 1
+        ref = self._new("IOSurface", FakeSurface(props, memory, self._next_surface_id), autorelease=False)
+        self.surfaces[ref] = self.objects[ref]
+        return ref
+
+    def _surface_lock(self, ref: int, options: int, seed: int | None) -> int:
+        self._surface(ref).locks.append(options)
+        return 0
+
+    def _surface_unlock(self, ref: int, options: int, seed: int | None) -> int:
+        s = self._surface(ref)
+        if not s.locks or s.locks[-1] != options:
+            self.errors.append(f"IOSurfaceUnlock({options}) does not match the lock {s.locks}")
+            return 0xE00002C2  # kIOReturnBadArgument
+        s.locks.pop()
+        return 0
+
+    def _surface_base(self, ref: int) -> int:
+        s = self._surface(ref)
+        if not s.locks:
+            self.errors.append("IOSurfaceGetBaseAddress on an unlocked surface")
+        return ctypes.addressof(s.memory)
+
+    # -- the engine -------------------------------------------------------------------------------------
+
+    def _descriptor(self, _: Any, mil: int, weights: int | None, options: int | None) -> int | None:
+        if self._outcome("modelWithMILText:weights:optionsPlist:")[0] == "nil":
+            return None
+        files = {}
+        for key, entry in self.render(weights).items() if weights else ():
+            files[key] = (entry["offset"], entry["data"])
+        value = {"mil": self._obj(mil).value.decode(), "weights": files}
+        return self._new("_ANEInMemoryModelDescriptor", value, [mil, weights or 0])
+
+    def _model(self, _: Any, desc: int) -> int | None:
+        if self._outcome("inMemoryModelWithDescriptor:")[0] == "nil":
+            return None
+        d = self._obj(desc).value
+        digest = hashlib.sha256(d["mil"].encode())
+        for key, (offset, blob) in sorted(d["weights"].items()):
+            digest.update(key.encode() + offset.to_bytes(8, "little") + blob)
+        value = {**d, "hex": digest.hexdigest()[:40], "compiled": False, "loaded": False, "plan": None}
+        return self._new("_ANEInMemoryModel", value, [desc])
+
+    def _compile(self, model: Obj, qos: int, options: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("compileWithQoS:options:error:", err)) is not None:
+            return failed
+        v = model.value
+        folder = Path(self.tmpdir) / v["hex"]
+        written = (folder / "model.mil").read_text() if (folder / "model.mil").is_file() else None
+        if written != v["mil"]:
+            self.errors.append(f"compile: {folder}/model.mil is missing or differs from the MIL text")
+        for key, (_, blob) in v["weights"].items():
+            path = folder / key.removeprefix("@model_path/")
+            if not path.is_file() or path.read_bytes() != blob:
+                self.errors.append(f"compile: weight file {path} is missing or differs")
+        try:
+            v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
+            v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane")
+        except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
+            self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")
+            return False
+        v["compiled"] = True
+        return True
+
+    def _load(self, model: Obj, qos: int, options: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("loadWithQoS:options:error:", err)) is not None:
+            return failed
+        assert model.value["compiled"], "load before compile"
+        model.value["loaded"] = True
+        return True
+
+    def _unload(self, model: Obj, qos: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("unloadWithQoS:error:", err)) is not None:
+            return failed
+        assert model.value["loaded"], "unload of a model that is not loaded"
+        model.value["loaded"] = False
+        return True
+
+    def _evaluate(self, model: Obj, qos: int, options: int, request: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("evaluateWithQoS:options:request:error:", err)) is not None:
+            return failed
+        r = self._obj(request).value
+        self._execute(model, r["inputs"], r["in_idx"], r["outputs"], r["out_idx"])
+        return True
+
+    def _shared_connection(self, _: Any) -> int | None:
+        if self._outcome("sharedConnection")[0] == "nil":
+            return None
+        if self._client is None:
+            ref = self._new("_ANEClient", {}, autorelease=False)
+            self._client = self.objects[ref]
+            self._client.immortal = True
+        return self._client.id
+
+    def _evaluate_rt(self, client: Obj, model: int, options: int, request: int, err: Any) -> bool:
+        if (
+            failed := self._bool_outcome("evaluateRealTimeWithModel:options:request:error:", err)
+        ) is not None:
+            return failed
+        r = self._obj(request).value
+        self._execute(self._obj(model), r["inputs"], r["in_idx"], r["outputs"], r["out_idx"])
+        return True
+
+    def _surface_object(self, _: Any, surface: int | None) -> int | None:
+        if self._outcome("objectWithIOSurface:")[0] == "nil" or not surface:
+            return None
+        self._surface(surface)
+        return self._new("_ANEIOSurfaceObject", surface, [surface])
+
+    def _request(self, _: Any, ins: int, in_idx: int, outs: int, out_idx: int, *rest: Any) -> int | None:
+        selector = (
+            "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+        )
+        if self._outcome(selector)[0] == "nil":
+            return None
+        value = {
+            "inputs": [self._obj(o).value for o in self._obj(ins).value],
+            "in_idx": self.render(in_idx),
+            "outputs": [self._obj(o).value for o in self._obj(outs).value],
+            "out_idx": self.render(out_idx),
+            "rest": tuple(self.render(a) for a in rest),
+        }
+        return self._new("_ANERequest", value, [ins, in_idx, outs, out_idx, *rest])
+
+    def _execute(
+        self, model: Obj, ins: list[int], in_idx: list[int], outs: list[int], out_idx: list[int]
+    ) -> None:
+        """Run the model's plan on the surfaces, binding the k-th surface to symbol index[k]."""
+        v = model.value
+        if not v["loaded"]:
+            raise RuntimeError("evaluate of a model that is not loaded")
+        fn = v["fn"]
+        zeros = self.enforce_reported_constraints and self._violates(ins, in_idx, outs, out_idx)
+        by_symbol = dict(zip(in_idx, ins))
+        arrays = []
+        for symbol, var in enumerate(fn.inputs):
+            t = var.type
+            arrays.append(self._surface(by_symbol[symbol]).array(t.dtype.np, tuple(t.shape)).copy())
+        results = v["plan"].run(arrays)
+        for ref, symbol in zip(outs, out_idx):
+            t = fn.outputs[symbol].type
+            target = self._surface(ref).array(t.dtype.np, tuple(t.shape))
+            target[...] = 0 if zeros else np.asarray(results[symbol]).reshape(target.shape).astype(t.dtype.np)
+
+    def _violates(self, ins: list[int], in_idx: list[int], outs: list[int], out_idx: list[int]) -> bool:
+        """The publicly reported engine constraints; the engine is said to give zeros when they fail."""
+        problems = []
+        for label, refs, idx, ascending in (("input", ins, in_idx, True), ("output", outs, out_idx, False)):
+            sizes = [self._surface(r).alloc_size for _, r in sorted(zip(idx, refs))]
+            for size in sizes:
+                if size < REPORTED_MIN_BYTES or size % REPORTED_ALIGNMENT:
+                    problems.append(f"{label} surface of {size} bytes")
+            pairs = list(itertools.pairwise(sizes))
+            if not all((a < b) if ascending else (a > b) for a, b in pairs):
+                problems.append(
+                    f"{label} sizes {sizes} are not strictly {'ascending' if ascending else 'descending'}"
+                )
+        self.constraint_violations += problems
+        return bool(problems)
+
+    # -- chaining ---------------------------------------------------------------------------------------
+
+    def _buffer(self, _: Any, surface_object: int, symbol: int, source: int) -> int:
+        value = {"surface": self._obj(surface_object).value, "symbol": self.render(symbol), "source": source}
+        return self._new("_ANEBuffer", value, [surface_object, symbol])
+
+    def _output_sets(self, _: Any, stats: int | None, buffers: int) -> int | None:
+        if not stats:
+            return None  # reported: nil without a statistics surface
+        return self._new("_ANEIOSurfaceOutputSets", {"stats": stats, "buffers": buffers}, [stats, buffers])
+
+    def _chaining_request(self, _: Any, inputs: int, output_sets: int, *rest: Any) -> int:
+        value = {"inputs": inputs, "output_sets": output_sets, "rest": tuple(self.render(a) for a in rest)}
+        return self._new("_ANEChainingRequest", value, [inputs, output_sets, *rest])
+
+    def _validate(self, request: Obj) -> bool:
+        return self._outcome("validate")[0] == "ok"
+
+    def _prepare_chaining(
+        self, client: Obj, model: int, options: int, request: int, qos: int, err: Any
+    ) -> bool:
+        selector = "prepareChainingWithModel:options:chainingReq:qos:error:"
+        if (failed := self._bool_outcome(selector, err)) is not None:
+            return failed
+        self._obj(model).value["chain"] = request
+        return True
+
+    def _enqueue(self, client: Obj, model: int, output_set: int, options: int, qos: int, err: Any) -> bool:
+        failed = self._bool_outcome("enqueueSetsWithModel:outputSet:options:qos:error:", err)
+        return True if failed is None else failed
+
+    def _buffers_ready(self, client: Obj, model: int, ready: int, options: int, qos: int, err: Any) -> bool:
+        outcome = self._outcome("buffersReadyWithModel:inputBuffers:options:qos:error:")
+        if outcome[0] == "fail":
+            self._error(err, *outcome[1:])
+            return False
+        if outcome[0] == "skip":  # accepted, but nothing has run by the time it returns
+            return True
+        m = self._obj(model)
+        request = self._obj(m.value["chain"]).value
+        ins = [self._obj(b).value for b in self._obj(request["inputs"]).value]
+        (out_set,) = self._obj(request["output_sets"]).value
+        outs = [self._obj(b).value for b in self._obj(self._obj(out_set).value["buffers"]).value]
+        in_refs, in_idx = [b["surface"] for b in ins], [b["symbol"] for b in ins]
+        self._execute(m, in_refs, in_idx, [b["surface"] for b in outs], [b["symbol"] for b in outs])
+        return True
