@@ -114,7 +114,14 @@ class BlobFormatError(FormatError):
 
 
 class AneRuntimeError(AnekitError):
-    """Base of the runtime errors; they follow a kernel's lifecycle (create, compile, load, run, unload)."""
+    """Base of the runtime errors; they follow a kernel's lifecycle (create, compile, load, run, unload).
+
+    Errors raised from a native ``NSError`` carry its ``domain``, ``code`` and ``description``.
+    """
+
+    domain: str | None = None
+    code: int | None = None
+    description: str | None = None
 
 
 class SurfaceCreationFailed(AneRuntimeError):

@@ -39,7 +39,11 @@ def open(name: str | None = None, **options: Any) -> Backend:
     if name not in BACKENDS:
         raise AnekitError(f"[runtime] unknown backend '{name}' (known: {', '.join(BACKENDS)})")
     if name not in available():
-        raise AnekitError(f"[runtime] backend '{name}' is not available on this machine")
+        module = importlib.import_module(BACKENDS[name][0])
+        reason = getattr(module, "unavailable_reason", lambda: "")()
+        raise AnekitError(
+            f"[runtime] backend '{name}' is not available on this machine" + (f": {reason}" if reason else "")
+        )
     module_name, cls_name = BACKENDS[name]
     return getattr(importlib.import_module(module_name), cls_name)(**options)
 
