@@ -176,9 +176,9 @@ def test_ane_weight_files_are_not_milblob_and_say_so(path, capsys):
 
 
 @pytest.mark.parametrize("path", corpus_files("mlmodel", "*.mlmodel"), ids=lambda p: p.name)
-def test_neural_network_protobufs_are_an_unknown_kind(path, capsys):
-    rc, _, err = inspect(capsys, str(path))
-    assert rc == 1 and "not a file kind anekit can inspect" in err
+def test_neural_network_specs_are_summarised(path, capsys):
+    summary = inspect_json(capsys, str(path))
+    assert summary["kind"] == "mlmodel" and summary["model_type"] == "neuralNetwork"
 
 
 def test_files_made_here(tmp_path, capsys):
@@ -250,8 +250,8 @@ def test_no_two_kinds_claim_the_same_file(tmp_path):
     for folder, pattern, kind, module in CORPUS_KINDS:
         if not module or importlib.util.find_spec(module) is not None:
             expected.update({p: [kind] for p in corpus_files(folder, pattern)})
-    for folder in ("ane_weights", "mlmodel"):
-        expected.update({p: [] for p in corpus_files(folder, "*")})
+    expected.update({p: ["mlmodel"] for p in corpus_files("mlmodel", "*.mlmodel")})
+    expected.update({p: [] for p in corpus_files("ane_weights", "*")})
     for path, kinds in expected.items():
         assert claimants(path) == kinds, path
 

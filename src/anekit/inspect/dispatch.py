@@ -751,6 +751,13 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind("mil", "MIL text", 'MIL text (starts with "program(")', _sniff_mil, _summarize_mil),
     Kind(
+        "mlmodel",
+        "CoreML model spec",
+        "CoreML model spec (a Model protobuf: specificationVersion, then a description)",
+        module="anekit.inspect.coreml",
+        whole_file=True,
+    ),
+    Kind(
         "plist",
         "property list",
         "property list (XML with a plist DOCTYPE, or bplist00)",
