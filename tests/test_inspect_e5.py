@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import random
-import signal
 import struct
-import sys
 import time
 import tracemalloc
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 
 import flatbuffers
 import pytest
@@ -40,6 +38,7 @@ from anekit.inspect.e5 import (
     summarize,
 )
 from tests.conftest import corpus_files
+from tests.fuzz_util import watchdog
 
 # -- a canonical descriptor: one fused inference bracketed by two casts --------------------------------------
 
@@ -521,25 +520,6 @@ def test_detect_rejects_every_other_corpus_file(path):
 
 
 # -- fuzzing -------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def watchdog(seconds: int):
-    """Fail instead of hanging when one input takes longer than ``seconds``."""
-    if sys.platform == "win32" or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def fire(signum, frame):
-        raise TimeoutError(f"decoding took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def seeds() -> list[bytes]:

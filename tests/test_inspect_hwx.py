@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import struct
-import sys
 import time
 import tracemalloc
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import replace
 
 import pytest
@@ -49,6 +47,7 @@ from anekit.inspect.hwx import (
     summarize,
 )
 from tests.conftest import corpus_files, corpus_path
+from tests.fuzz_util import watchdog
 
 HWX_FILES = corpus_files("hwx", "*.hwx")
 
@@ -609,25 +608,6 @@ def test_every_truncation_of_the_header_and_commands_is_rejected():
 
 
 # -- fuzzing -------------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def watchdog(seconds: int):
-    """Fail instead of hanging if one input takes longer than ``seconds``."""
-    if sys.platform == "win32" or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def fire(signum, frame):
-        raise TimeoutError(f"decoding took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def field_offsets(raw: bytes) -> list[int]:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import struct
-import sys
 import tracemalloc
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from anekit.errors import FormatError
 from anekit.inspect import td
 from tests.conftest import corpus_files, corpus_path
+from tests.fuzz_util import watchdog
 
 # Per file: (file size, td_count, tsk_size, krn_size). The counts, sizes and kernel sizes are the ones
 # the eiln/ane anec tables give (SOURCES.md quotes abs and atan) and the ones the +0x1c chain walk gives.
@@ -467,25 +466,6 @@ def test_detect_and_summarize():
 # ---------------------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _watchdog(seconds: int):
-    """Fail (instead of hanging) if one input takes longer than ``seconds``."""
-    if sys.platform == "win32" or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def fire(signum, frame):
-        raise TimeoutError(f"decoding took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _mutate(data: bytes, rng: random.Random, anchors: list[int]) -> bytes:
     out = bytearray(data)
     for _ in range(rng.randint(1, 3)):
@@ -529,7 +509,7 @@ def _fuzz(data: bytes, decode, seed: str, rounds: int) -> dict[str, int]:
     outcomes = {"decoded": 0, "rejected": 0}
     for _ in range(rounds):
         mutated = _mutate(data, rng, anchors)
-        with _watchdog(5):
+        with watchdog(5):
             try:
                 value = decode(mutated)
             except FormatError:
@@ -574,7 +554,7 @@ def test_random_bytes_are_refused_cleanly():
     samples = [b"", b"\0" * 3, bytes(0x274), b"\xff" * 0x274]
     samples += [rng.randbytes(rng.randrange(0, 0x900)) for _ in range(200)]
     for sample in samples:
-        with _watchdog(5):
+        with watchdog(5):
             for decode in (
                 td.decode_payload,
                 lambda b: td.decode_chain(b, generation="h99"),

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import random
-import signal
-import sys
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 
 import pytest
 
@@ -13,6 +11,7 @@ from anekit import mil
 from anekit.errors import AnekitError
 from anekit.kernels import ModelConfig, forward
 from tests.conftest import corpus_files
+from tests.fuzz_util import watchdog
 from tests.test_mil_parser import GENERATED
 
 TOKENS = [
@@ -81,25 +80,6 @@ def _mutate(text: str, rng: random.Random) -> str:
     return text
 
 
-@contextmanager
-def _watchdog(seconds: int):
-    """Fail (instead of hanging) if one input takes longer than ``seconds``."""
-    if sys.platform == "win32" or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def fire(signum, frame):
-        raise TimeoutError(f"parsing took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _seeds() -> list[tuple[str, str]]:
     kernel = forward.sdpa_fwd(ModelConfig(32, 64, 1, 4, 2, 100, 8))
     seeds = [("generated", GENERATED), ("sdpa_fwd", kernel.text())]
@@ -113,7 +93,7 @@ def test_mutated_text_raises_only_anekit_errors(name, seed):
     outcomes = {"parsed": 0, "rejected": 0}
     for _ in range(400):
         text = _mutate(seed, rng)
-        with _watchdog(5):
+        with watchdog(5):
             try:
                 prog = mil.parse(text)
             except AnekitError:
@@ -132,7 +112,7 @@ def test_random_bytes_and_deep_nesting_are_rejected_cleanly():
     samples = ["(" * 5000, "[" * 5000, "program(1.3){func main(" + "list<" * 3000, "\x00\xff", ""]
     samples += ["".join(chr(rng.randrange(1, 0x2FF)) for _ in range(200)) for _ in range(50)]
     for text in samples:
-        with _watchdog(5), pytest.raises(AnekitError):
+        with watchdog(5), pytest.raises(AnekitError):
             mil.parse(text)
 
 
