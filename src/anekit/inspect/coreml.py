@@ -40,7 +40,8 @@ class WireField:
     offset: int
 
 
-def _varint(data: bytes, pos: int, field: str) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int, field: str) -> tuple[int, int]:
+    """A protobuf varint at ``pos``: ``(value, position after it)``; FormatError when malformed."""
     value, shift, start = 0, 0, pos
     while True:
         if pos >= len(data):
@@ -61,12 +62,12 @@ def parse_fields(data: bytes, base: int = 0, path: str = "message") -> list[Wire
     pos = 0
     while pos < len(data):
         at = pos
-        key, pos = _varint(data, pos, f"{path}.key")
+        key, pos = read_varint(data, pos, f"{path}.key")
         number, wire = key >> 3, key & 7
         if number == 0:
             raise FormatError(FORMAT, f"{path}.key", "field number 0", offset=base + at)
         if wire == 0:
-            value, pos = _varint(data, pos, f"{path}[{number}]")
+            value, pos = read_varint(data, pos, f"{path}[{number}]")
             out.append(WireField(number, wire, value, base + at))
         elif wire in (1, 5):
             size = 8 if wire == 1 else 4
@@ -77,7 +78,7 @@ def parse_fields(data: bytes, base: int = 0, path: str = "message") -> list[Wire
             out.append(WireField(number, wire, int.from_bytes(data[pos : pos + size], "little"), base + at))
             pos += size
         elif wire == 2:
-            length, pos = _varint(data, pos, f"{path}[{number}].length")
+            length, pos = read_varint(data, pos, f"{path}[{number}].length")
             if length > len(data) - pos:
                 raise FormatError(
                     FORMAT, f"{path}[{number}]", "length runs past the end", offset=base + at,

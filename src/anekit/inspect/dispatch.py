@@ -356,15 +356,12 @@ def _summarize_blzt(src: Source) -> dict[str, Any]:
 
 
 def _varint(b: bytes, at: int) -> tuple[int, int] | None:
-    value = shift = 0
-    while at < len(b) and shift < 35:
-        byte = b[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-    return None
+    from anekit.inspect.coreml import read_varint
+
+    try:
+        return read_varint(b, at, "sniff")
+    except FormatError:
+        return None
 
 
 def _sniff_sentencepiece(src: Source) -> bool:
