@@ -14,7 +14,17 @@ import sys
 from collections.abc import Sequence
 
 from anekit import __version__
-from anekit.cli import demo, doctor_cmd, inspect_cmd, kernels_cmd, mil_cmd, run_cmd, sample_cmd, train_cmd
+from anekit.cli import (
+    demo,
+    doctor_cmd,
+    inspect_cmd,
+    kernels_cmd,
+    lint_cmd,
+    mil_cmd,
+    run_cmd,
+    sample_cmd,
+    train_cmd,
+)
 from anekit.errors import AnekitError
 
 
@@ -29,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_parser(sub)
     inspect_cmd.add_parser(sub)
     kernels_cmd.add_parser(sub)
+    lint_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser

@@ -12,10 +12,17 @@ likewise — while ops compute on float32 operands, so matmul / conv / reduction
 Precision ``"fp32"`` keeps every float value in float32 (no fp16 rounding between ops): the exact
 reference path for comparisons with float32 tools. Op meaning comes from the op registry's numpy
 references; nothing here redefines an op.
+
+Strictness: by default compiling refuses, with ``CompilationFailed`` naming the rule, a program that
+breaks an ``error`` rule of the rule book (``anekit.rules``) for the target ``chip`` ("any": every
+chip) — what the engine would refuse or compute wrongly — so a program that passes here has a fair
+chance on a Mac. ``strict=False`` (or ``ANEKIT_STRICT=0`` in the environment) runs anything, for
+exploring ops and shapes the engine may not take.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +36,7 @@ from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, get_op
 from anekit.mil.values import BlobRef, Literal
+from anekit.rules import check_chip, check_function, errors
 from anekit.runtime.base import Backend, Kernel, WeightSource
 
 PRECISIONS = ("ane", "fp32")
@@ -261,18 +269,43 @@ class SimKernel(Kernel):
                     raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
 
 
+def strict_default() -> bool:
+    """Strict unless ``ANEKIT_STRICT`` says 0 / false / no / off."""
+    return os.environ.get("ANEKIT_STRICT", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 class SimBackend(Backend):
-    """Runs programs in the numerical simulator (``precision``: "ane" or "fp32")."""
+    """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
+
+    ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
+    the rule book for ``chip``.
+    """
 
     name = "sim"
 
-    def __init__(self, compile_budget: int = 100, precision: str = "ane") -> None:
+    def __init__(
+        self,
+        compile_budget: int = 100,
+        precision: str = "ane",
+        strict: bool | None = None,
+        chip: str = "any",
+    ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         super().__init__(compile_budget)
         self.precision = precision
+        self.strict = strict_default() if strict is None else bool(strict)
+        self.chip = check_chip(chip)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
+        if self.strict:
+            broken = errors(check_function(prog, fn, self.chip, weights))
+            if broken:
+                listing = "\n".join(f"  {f}" for f in broken)
+                raise CompilationFailed(
+                    f"[compile] the engine would refuse or miscompute '{fn.name}' (strict simulator, chip "
+                    f"{self.chip}; strict=False or ANEKIT_STRICT=0 runs it anyway):\n{listing}"
+                )
         try:
             plan = Plan(fn, weights, self.precision)
         except EvalFailed as e:

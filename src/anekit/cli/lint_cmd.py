@@ -1,0 +1,57 @@
+"""``anekit lint FILE_OR_DIR... [--chip CHIP] [--json]``: the rule book's findings, one per line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from anekit.rules import CHIPS
+from anekit.rules.lint import lint_paths
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "lint",
+        help="check MIL programs against what the Neural Engine accepts",
+        description="Check .mil files, kernel dump directories and Python files defining programs against "
+        "the rule book. One finding per line: rule id, severity, where, why, source. Exit status 1 when "
+        "an error rule fails.",
+    )
+    p.add_argument(
+        "paths", nargs="+", type=Path, metavar="FILE_OR_DIR", help=".mil file, directory or .py file"
+    )
+    p.add_argument(
+        "--chip",
+        default="any",
+        choices=["any", *CHIPS],
+        help="the chip to check for (default: any — the rules of every chip)",
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--errors-only", action="store_true", help="print only findings of error severity")
+    p.set_defaults(run=run_lint)
+
+
+def run_lint(args: argparse.Namespace) -> int:
+    results = lint_paths(args.paths, args.chip)
+    if args.errors_only:
+        for r in results:
+            r.findings = [f for f in r.findings if f.is_error]
+    errors = sum(r.errors for r in results)
+    warnings = sum(r.warnings for r in results)
+    if args.json:
+        doc = {
+            "chip": args.chip,
+            "errors": errors,
+            "warnings": warnings,
+            "programs": [r.as_dict() for r in results],
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for r in results:
+            for line in r.lines():
+                print(line)
+        print(f"{len(results)} programs: {errors} errors, {warnings} warnings (chip: {args.chip})")
+    return 1 if errors else 0

@@ -1,0 +1,455 @@
+"""Checks of the rule book over a program, a surface plan and weight files: each finding names its rule.
+
+``check_program`` walks every function of a Program once and applies the op, tensor and program rules
+for a chip; ``check_surface_plan`` judges the surfaces a backend is about to allocate and bind;
+``check_weight_names`` and the BLOBFILE check look at the weight files a program refers to. A finding
+says which rule, where (function, op, line), why, and the source of the rule.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from anekit.mil import types as T
+from anekit.mil.ir import Function, Op, Program, Var
+from anekit.mil.values import BlobRef, Literal
+from anekit.rules.book import Rule, check_chip, rule
+
+FP16_MAX = 65504.0
+BLOB_SENTINEL = 0xDEADBEEF
+MAX_PROVEN_CONV_INPUT = 2048  # conv.input-channels-unproven
+REFUSED_CONV_INPUT = 32000  # conv.input-channels-refused
+LARGE_OPERAND_DIM = 128  # op.transposed-weight-matmul: head-sized operands (<= 128) are fine
+MIN_ROW_BYTES = 64  # surface.min-row-bytes
+MIN_SURFACE_BYTES = 49152  # surface.min-bytes
+MAX_SURFACE_BYTES = 16 * 1024 * 1024  # surface.max-bytes
+# Files the framework writes into an in-memory model's directory (weights.reserved-name).
+RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data", "model.hwx", "weights"})
+
+WeightFiles = Mapping[str, "bytes | str | Path"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule broken at one place."""
+
+    rule: Rule
+    where: str
+    message: str
+    line: int | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.rule.severity == "error"
+
+    def __str__(self) -> str:
+        return f"{self.rule.id} {self.rule.severity} {self.where}: {self.message} [{self.rule.source}]"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule.id,
+            "severity": self.rule.severity,
+            "status": self.rule.status,
+            "where": self.where,
+            "line": self.line,
+            "message": self.message,
+            "source": self.rule.source,
+        }
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings of ``error`` severity."""
+    return [f for f in findings if f.is_error]
+
+
+# -- program checks ------------------------------------------------------------------------------
+
+
+class _Context:
+    """What the checks of one function share: the chip, the weight files, and who consumes what."""
+
+    def __init__(self, program: Program, fn: Function, chip: str, weights: WeightFiles | None) -> None:
+        self.program = program
+        self.fn = fn
+        self.chip = chip
+        self.weights = weights
+        self.findings: list[Finding] = []
+
+    def report(self, rule_id: str, where: str, message: str, line: int | None = None) -> None:
+        r = rule(rule_id)
+        if r.applies_to(self.chip):
+            self.findings.append(Finding(r, f"{self.fn.name}: {where}", message, line))
+
+    def report_op(self, rule_id: str, op: Op, message: str) -> None:
+        line = f", line {op.line}" if op.line else ""
+        self.report(rule_id, f"op '{op.name}' ({op.op_type}{line})", message, op.line)
+
+
+OpCheck = Callable[[_Context, Op], None]
+_OP_CHECKS: dict[str, list[OpCheck]] = {}
+
+
+def _on(*op_types: str) -> Callable[[OpCheck], OpCheck]:
+    """Register an op check for these op types."""
+
+    def register(check: OpCheck) -> OpCheck:
+        for t in op_types:
+            _OP_CHECKS.setdefault(t, []).append(check)
+        return check
+
+    return register
+
+
+def check_program(program: Program, chip: str = "any", weights: WeightFiles | None = None) -> list[Finding]:
+    """Every finding of the op, tensor and program rules for ``chip`` ("any": the rules of every chip).
+
+    ``weights`` maps BLOBFILE paths (``@model_path/weights/x.bin``) to their bytes or files; when given,
+    BLOBFILE offsets are checked against the files' metadata records.
+    """
+    findings: list[Finding] = []
+    for fn in program.functions.values():
+        findings.extend(check_function(program, fn, chip, weights))
+    return findings
+
+
+def check_function(
+    program: Program, fn: Function, chip: str = "any", weights: WeightFiles | None = None
+) -> list[Finding]:
+    """The findings of one function of ``program`` (what a backend compiles)."""
+    check_chip(chip)
+    ctx = _Context(program, fn, chip, weights)
+    _check_io(ctx)
+    for op in fn.ops:
+        for check in _OP_CHECKS.get(op.op_type, ()):
+            check(ctx, op)
+    _check_outputs(ctx)
+    return ctx.findings
+
+
+def _tensor_shape(v: Var) -> tuple[int, ...] | None:
+    t = v.type
+    if isinstance(t, T.TensorType) and all(isinstance(d, int) for d in t.shape):
+        return tuple(int(d) for d in t.shape)
+    return None
+
+
+def _check_io(ctx: _Context) -> None:
+    """Function inputs and outputs: rank 4 batch 1, spatial width, row and surface sizes."""
+    for kind, vars_ in (("input", ctx.fn.inputs), ("output", ctx.fn.outputs)):
+        for v in vars_:
+            shape = _tensor_shape(v)
+            if shape is None:
+                continue
+            where = f"{kind} '{v.name}' {list(shape)}"
+            line = ctx.fn.line
+            if len(shape) != 4 or shape[0] != 1:
+                ctx.report("io.rank4-batch1", where, "expected [1, C, H, W]", line)
+                continue
+            width = shape[-1]
+            itemsize = v.type.dtype.bits / 8  # type: ignore[union-attr]
+            if width % 16:
+                ctx.report(
+                    "surface.spatial-multiple-16", where, f"spatial width {width} (not a multiple of 16)"
+                )
+            if width * itemsize < MIN_ROW_BYTES:
+                ctx.report(
+                    "surface.min-row-bytes",
+                    where,
+                    f"rows of {width * itemsize:g} bytes; at least {MIN_ROW_BYTES} needed "
+                    f"(spatial >= {math.ceil(MIN_ROW_BYTES / itemsize)})",
+                )
+            nbytes = math.prod(shape) * itemsize
+            if nbytes < MIN_SURFACE_BYTES:
+                ctx.report("surface.min-bytes", where, f"{nbytes:g} bytes (< {MIN_SURFACE_BYTES})")
+            if nbytes > MAX_SURFACE_BYTES:
+                ctx.report("surface.max-bytes", where, f"{nbytes / 2**20:.1f} MB (> 16 MB)")
+
+
+def _check_outputs(ctx: _Context) -> None:
+    for v in ctx.fn.outputs:
+        if v.op is not None and v.op.op_type == "identity":
+            source = _arg_name(v.op)
+            ctx.report_op("op.identity-output", v.op, f"output '{v.name}' is an identity of '{source}'")
+
+
+def _arg_name(op: Op) -> str:
+    x = op.inputs.get("x")
+    return x.name if isinstance(x, Var) else "?"
+
+
+def _scalar(op: Op, name: str) -> object | None:
+    """The value of a scalar input (inline literal or const var), or None when it is not constant."""
+    arg = op.inputs.get(name)
+    lit = arg if isinstance(arg, Literal) else arg.const if isinstance(arg, Var) else None
+    if lit is None or not isinstance(lit.value, np.ndarray) or lit.value.size != 1:
+        return None
+    return lit.value.reshape(()).item()
+
+
+def _const_array(arg: object) -> np.ndarray | None:
+    lit = arg if isinstance(arg, Literal) else arg.const if isinstance(arg, Var) else None
+    if lit is None or not isinstance(lit.value, np.ndarray) or lit.value.dtype == object:
+        return None
+    return lit.value
+
+
+@_on("gelu")
+def _gelu(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.gelu", op, "gelu is not compiled for the engine")
+
+
+@_on("concat")
+def _concat(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.concat", op, "concat (refused by the compiler in one hardware-run project)")
+    shape = _tensor_shape(op.outputs[0])
+    axis = _scalar(op, "axis")
+    if shape is None or not isinstance(axis, int):
+        return
+    axis = axis % len(shape)
+    if axis not in (1, len(shape) - 1):
+        ctx.report_op("op.concat-axis", op, f"concat on axis {axis} of a rank-{len(shape)} tensor")
+
+
+@_on("scaled_dot_product_attention")
+def _sdpa(ctx: _Context, op: Op) -> None:
+    if op.inputs.get("attn_mask") is not None:
+        ctx.report_op("op.sdpa-mask", op, "the attention mask would be ignored")
+
+
+@_on("reduce_mean", "rsqrt")
+def _rane_rejected(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.rane-rejected", op, f"{op.op_type} is rejected by the engine")
+
+
+_PASS_THROUGH = ("add", "sub", "mul", "real_div", "cast")
+
+
+@_on("sqrt", "rsqrt")
+def _sqrt_after_reduce(ctx: _Context, op: Op) -> None:
+    x = op.inputs.get("x")
+    for _ in range(4):  # through a few elementwise steps (the eps add, a 1/N scale)
+        if not isinstance(x, Var) or x.op is None:
+            return
+        if x.op.op_type.startswith("reduce_"):
+            ctx.report_op("op.sqrt-after-reduce", op, f"{op.op_type} of the reduction '{x.op.name}'")
+            return
+        if x.op.op_type not in _PASS_THROUGH:
+            return
+        x = next((a for a in x.op.input_vars() if a.const is None), None)
+
+
+@_on("reshape")
+def _reshape_noop(ctx: _Context, op: Op) -> None:
+    x = op.inputs.get("x")
+    if not isinstance(x, Var):
+        return
+    shape = _tensor_shape(x)
+    if shape is not None and shape == _tensor_shape(op.outputs[0]):
+        ctx.report_op("op.reshape-noop", op, f"reshape of '{x.name}' to its own shape {list(shape)}")
+
+
+@_on("matmul")
+def _matmul(ctx: _Context, op: Op) -> None:
+    for operand, flag in (("x", "transpose_x"), ("y", "transpose_y")):
+        v = op.inputs.get(operand)
+        if not isinstance(v, Var) or _scalar(op, flag) is not True:
+            continue
+        shape = _tensor_shape(v)
+        if shape is not None and len(shape) >= 2 and min(shape[-2:]) > LARGE_OPERAND_DIM:
+            ctx.report_op(
+                "op.transposed-weight-matmul",
+                op,
+                f"'{v.name}' {list(shape)} is the transposed operand ({flag} = true)",
+            )
+    for operand in ("x", "y"):
+        v = op.inputs.get(operand)
+        if isinstance(v, Var) and v.const is not None:
+            ctx.report_op("op.matmul-const-weight", op, f"constant operand '{v.name}': use a 1x1 conv")
+
+
+@_on("conv")
+def _conv(ctx: _Context, op: Op) -> None:
+    x = op.inputs.get("x")
+    shape = _tensor_shape(x) if isinstance(x, Var) else None
+    if shape is None or len(shape) < 2:
+        return
+    channels = shape[1]
+    if channels >= REFUSED_CONV_INPUT:
+        ctx.report_op("conv.input-channels-refused", op, f"{channels} input channels")
+    elif channels > MAX_PROVEN_CONV_INPUT:
+        ctx.report_op(
+            "conv.input-channels-unproven", op, f"{channels} input channels (> {MAX_PROVEN_CONV_INPUT})"
+        )
+
+
+@_on("reduce_sum", "reduce_sum_square")
+def _sum_of_squares(ctx: _Context, op: Op) -> None:
+    out = op.outputs[0]
+    if not isinstance(out.type, T.TensorType) or out.type.dtype.name != "fp16":
+        return
+    x = op.inputs.get("x")
+    if not isinstance(x, Var):
+        return
+    in_shape, out_shape = _tensor_shape(x), _tensor_shape(out)
+    if in_shape is None or out_shape is None:
+        return
+    count = math.prod(in_shape) // max(1, math.prod(out_shape))  # elements summed into each result
+    if op.op_type == "reduce_sum_square":
+        base = x
+    else:
+        base = _squared(x)
+        if base is None:
+            return
+    scale = _prescale(base)
+    if scale is None or scale * scale * count > 1.0 + 1e-6:
+        bound = math.sqrt(FP16_MAX / count)
+        ctx.report_op(
+            "numerics.fp16-sum-of-squares",
+            op,
+            f"sum of {count} fp16 squares overflows once RMS > {bound:.3g}: scale by <= 1/sqrt({count})",
+        )
+
+
+def _squared(v: Var) -> Var | None:
+    """``a`` when ``v`` is a*a (mul of a var by itself, square, or pow(a, 2)), else None."""
+    op = v.op
+    if op is None:
+        return None
+    if op.op_type == "mul":
+        x, y = op.inputs.get("x"), op.inputs.get("y")
+        if isinstance(x, Var) and x is y:
+            return x
+    if op.op_type == "square" and isinstance(op.inputs.get("x"), Var):
+        return op.inputs["x"]  # type: ignore[return-value]
+    if op.op_type == "pow" and _scalar(op, "y") == 2 and isinstance(op.inputs.get("x"), Var):
+        return op.inputs["x"]  # type: ignore[return-value]
+    return None
+
+
+def _prescale(v: Var) -> float | None:
+    """|c| when ``v`` = mul(a, c) (or real_div(a, 1/c)) by a constant scalar c, else None."""
+    op = v.op
+    if op is None:
+        return None
+    if op.op_type == "mul":
+        for name in ("x", "y"):
+            c = _const_array(op.inputs.get(name))
+            if c is not None and c.size == 1:
+                return abs(float(c.reshape(())))
+    if op.op_type == "real_div":
+        c = _const_array(op.inputs.get("y"))
+        if c is not None and c.size == 1 and float(c.reshape(())) != 0:
+            return abs(1.0 / float(c.reshape(())))
+    return None
+
+
+@_on("const")
+def _blobfile(ctx: _Context, op: Op) -> None:
+    val = op.attributes.get("val")
+    if not isinstance(val, Literal) or not isinstance(val.value, BlobRef):
+        return
+    ref = val.value
+    name = ref.path.rsplit("/", 1)[-1]
+    if name in RESERVED_WEIGHT_NAMES:
+        ctx.report_op("weights.reserved-name", op, f"weight file '{name}' collides with a framework file")
+    if ref.offset < 64 or ref.offset % 64:
+        ctx.report_op(
+            "weights.blobfile-offset", op, f"offset {ref.offset} is not a 64-aligned metadata record offset"
+        )
+        return
+    data = _weight_bytes(ctx.weights, ref.path)
+    if data is None:
+        return
+    if ref.offset + 8 > len(data):
+        ctx.report_op(
+            "weights.blobfile-offset", op, f"offset {ref.offset} is past the end of {name} ({len(data)} B)"
+        )
+        return
+    sentinel = struct.unpack_from("<I", data, ref.offset)[0]
+    if sentinel != BLOB_SENTINEL:
+        ctx.report_op(
+            "weights.blobfile-offset",
+            op,
+            f"offset {ref.offset} of {name} holds {sentinel:#010x}, not a metadata record (0xdeadbeef)",
+        )
+
+
+def _weight_bytes(weights: WeightFiles | None, path: str) -> bytes | memoryview | None:
+    if not weights or path not in weights:
+        return None
+    source = weights[path]
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return source
+    try:
+        return Path(source).read_bytes()
+    except OSError:
+        return None
+
+
+# -- surfaces and weight names --------------------------------------------------------------------
+
+
+def check_surface_plan(
+    inputs: Sequence[tuple[str, int]], outputs: Sequence[tuple[str, int]], chip: str = "any"
+) -> list[Finding]:
+    """Judge the surfaces a backend will bind: ``[(MIL name, allocation bytes)]`` per direction, in the
+    order they are bound. Sizes must be equal within a direction, and the order alphabetical by name."""
+    check_chip(chip)
+    found = []
+    for direction, plan in (("input", inputs), ("output", outputs)):
+        sizes = {size for _, size in plan}
+        if len(sizes) > 1:
+            r = rule(f"surface.uniform-{direction}-size")
+            listing = ", ".join(f"{n}: {s}" for n, s in plan)
+            found.append(Finding(r, f"{direction} surfaces", f"allocation sizes differ ({listing})"))
+        names = [n for n, _ in plan]
+        if names != sorted(names):
+            r = rule("surface.bind-alphabetical")
+            found.append(
+                Finding(r, f"{direction} surfaces", f"bound as {names}, the engine binds {sorted(names)}")
+            )
+    return [f for f in found if f.rule.applies_to(chip)]
+
+
+def check_weight_names(names: Iterable[str]) -> list[Finding]:
+    """Weight files whose names collide with files the framework writes (``weights.reserved-name``)."""
+    r = rule("weights.reserved-name")
+    found = []
+    for path in names:
+        base = path.split("@model_path/", 1)[-1]
+        leaf = base.rsplit("/", 1)[-1]
+        if leaf in RESERVED_WEIGHT_NAMES or base in RESERVED_WEIGHT_NAMES:
+            found.append(Finding(r, f"weight '{path}'", f"'{leaf}' is written by the framework itself"))
+    return found
+
+
+def iter_rules_checked() -> Iterator[str]:
+    """Rule ids that ``check_program`` can report (for the README table and tests)."""
+    yield from (
+        "io.rank4-batch1",
+        "surface.spatial-multiple-16",
+        "surface.min-row-bytes",
+        "surface.min-bytes",
+        "surface.max-bytes",
+        "op.identity-output",
+        "op.gelu",
+        "op.concat",
+        "op.concat-axis",
+        "op.sdpa-mask",
+        "op.rane-rejected",
+        "op.sqrt-after-reduce",
+        "op.reshape-noop",
+        "op.transposed-weight-matmul",
+        "op.matmul-const-weight",
+        "conv.input-channels-refused",
+        "conv.input-channels-unproven",
+        "numerics.fp16-sum-of-squares",
+        "weights.blobfile-offset",
+        "weights.reserved-name",
+    )

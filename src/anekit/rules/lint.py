@@ -1,0 +1,127 @@
+"""Lint targets: find the programs in files and directories and run the rule book's checks on each.
+
+A target is a ``.mil`` file (its BLOBFILE weights resolved next to it, as ``@model_path`` is), a
+directory (every ``model.mil`` below it: a kernel dump, a compiled model's folder), or a Python file
+whose module-level ``Program`` objects (and objects with a ``program`` attribute, e.g. a generated
+``KernelSpec``) are linted after running it. Parse and verify problems are reported as findings of
+their own (``mil.syntax``), so one bad file never hides the others.
+"""
+
+from __future__ import annotations
+
+import runpy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anekit.errors import AnekitError
+from anekit.mil import parse, verify
+from anekit.mil.ir import Program
+from anekit.mil.values import BlobRef, Literal
+from anekit.rules.checks import Finding, check_program
+
+MODEL_PATH = "@model_path/"
+
+
+@dataclass
+class LintResult:
+    """The findings for one program (``problem`` set when it could not be read at all)."""
+
+    target: str
+    findings: list[Finding] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def errors(self) -> int:
+        return sum(f.is_error for f in self.findings) + (self.problem is not None)
+
+    @property
+    def warnings(self) -> int:
+        return sum(not f.is_error for f in self.findings)
+
+    def lines(self) -> Iterator[str]:
+        if self.problem is not None:
+            yield f"{self.target}: mil.syntax error: {self.problem}"
+        for f in self.findings:
+            at = f":{f.line}" if f.line else ""
+            yield f"{self.target}{at}: {f}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "problem": self.problem,
+            "findings": [f.as_dict() for f in self.findings],
+        }
+
+
+def lint_program(
+    program: Program, target: str, chip: str = "any", weights_dir: Path | None = None
+) -> LintResult:
+    """Check one program; BLOBFILE paths resolve against ``weights_dir`` (the ``@model_path`` folder)."""
+    weights = _weight_files(program, weights_dir) if weights_dir is not None else None
+    return LintResult(target, check_program(program, chip, weights))
+
+
+def lint_paths(paths: list[Path], chip: str = "any") -> list[LintResult]:
+    """Lint every program found in ``paths`` (files and directories)."""
+    results: list[LintResult] = []
+    for path in paths:
+        if not path.exists():
+            raise AnekitError(f"[lint] {path}: no such file or directory")
+        if path.is_dir():
+            if path.suffix == ".mlpackage":
+                raise AnekitError(
+                    f"[lint] {path}: CoreML packages are not linted yet (anekit cannot read .mlpackage "
+                    "programs until the CoreML package support lands); lint the .mil it was made from"
+                )
+            found = sorted(path.rglob("*.mil"))
+            if not found:
+                raise AnekitError(f"[lint] {path}: no .mil file below this directory")
+            results.extend(_lint_mil(p, chip) for p in found)
+        elif path.suffix == ".py":
+            results.extend(_lint_python(path, chip))
+        else:
+            results.append(_lint_mil(path, chip))
+    return results
+
+
+def _lint_mil(path: Path, chip: str) -> LintResult:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return LintResult(str(path), problem=f"cannot read: {e}")
+    try:
+        program = verify(parse(text, str(path)))
+    except AnekitError as e:
+        return LintResult(str(path), problem=str(e).splitlines()[0])
+    return lint_program(program, str(path), chip, path.parent)
+
+
+def _lint_python(path: Path, chip: str) -> list[LintResult]:
+    try:
+        namespace = runpy.run_path(str(path), run_name="__anekit_lint__")
+    except Exception as e:  # the user's own code: any failure becomes one clear line
+        raise AnekitError(f"[lint] {path}: running it failed: {type(e).__name__}: {e}") from e
+    results = []
+    for name, value in namespace.items():
+        program = value if isinstance(value, Program) else getattr(value, "program", None)
+        if isinstance(program, Program) and not name.startswith("_"):
+            results.append(lint_program(program, f"{path}::{name}", chip))
+    if not results:
+        raise AnekitError(f"[lint] {path}: defines no module-level Program (or object with a .program)")
+    return results
+
+
+def _weight_files(program: Program, folder: Path) -> dict[str, Path]:
+    """BLOBFILE path -> file, for the referenced files that exist under ``folder``."""
+    files: dict[str, Path] = {}
+    for fn in program.functions.values():
+        for op in fn.ops:
+            val = op.attributes.get("val")
+            if isinstance(val, Literal) and isinstance(val.value, BlobRef):
+                ref = val.value.path
+                if ref.startswith(MODEL_PATH):
+                    candidate = folder / ref[len(MODEL_PATH) :]
+                    if candidate.is_file():
+                        files[ref] = candidate
+    return files
