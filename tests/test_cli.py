@@ -51,7 +51,7 @@ def test_mil_fmt_reports_type_errors(tmp_path, capsys):
 
 
 def test_demo_runs_and_checks_its_kernels(capsys):
-    assert main(["demo", "--seq", "16"]) == 0
+    assert main(["demo", "--seq", "32"]) == 0
     text = capsys.readouterr().out
     assert text.count("round trip ok") == 2
     assert "All kernels round-trip as MIL text and match their float64 references" in text

@@ -78,7 +78,9 @@ def test_compiler_internal_tensor_buffer_program_runs(tmp_path):
 def test_coremltools_program_1_0_runs():
     text = corpus_path("mil", "coremltools-add_model.mil").read_text()
     x, y = np.linspace(-2, 2, 10).reshape(1, 10), np.linspace(3, -1, 10).reshape(1, 10)
-    got = runtime.open("sim").compile(text)(x=x, y=y)["var_3"]
+    with pytest.raises(CompilationFailed, match=r"io\.rank4-batch1 error main: input 'x' \[1, 10\]"):
+        runtime.open("sim").compile(text)  # a CoreML (CPU) model: rank-2 I/O the engine does not take
+    got = runtime.open("sim", strict=False).compile(text)(x=x, y=y)["var_3"]
     np.testing.assert_allclose(got, x * y, rtol=1e-3)
 
 
@@ -86,7 +88,7 @@ def test_coremltools_program_1_0_runs():
 
 
 def _conv_program(offset: int = 64, dtype: str = "fp16", shape=(4, 4, 1, 1)) -> mil.Program:
-    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 2])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 32])})
     def prog(f, x):
         w = f.weight(tensor(dtype, list(shape)), WEIGHT_PATH, offset, name="wq")
         return f.conv(x=x, weight=w, name="y")
@@ -101,7 +103,7 @@ def _weights(values=None, dtype="fp16") -> bytes:
 
 def test_a_good_weight_file_compiles_and_runs():
     k = runtime.open("sim").compile(_conv_program(), {WEIGHT_PATH: _weights()})
-    x = np.arange(8, dtype=np.float16).reshape(1, 4, 1, 2)
+    x = np.arange(128, dtype=np.float16).reshape(1, 4, 1, 32)
     np.testing.assert_array_equal(k(x=x)["y"], x)
 
 
@@ -140,14 +142,14 @@ def test_a_weight_file_path_that_does_not_exist(tmp_path):
 
 def test_weights_may_be_keyed_without_the_model_path_prefix():
     k = runtime.open("sim").compile(_conv_program(), {"weights/weight.bin": _weights()})
-    assert k(x=np.ones((1, 4, 1, 2)))["y"].shape == (1, 4, 1, 2)
+    assert k(x=np.ones((1, 4, 1, 32)))["y"].shape == (1, 4, 1, 32)
 
 
 def test_compressed_weights_are_expanded_at_compile_time():
     lut = np.array([-1.0, -0.5, 0.5, 1.0], dtype=np.float16)
     idx = np.array([0, 1, 2, 3, 3, 2, 1, 0, 0, 0, 3, 3, 1, 2, 1, 2], dtype=np.uint8)
 
-    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 3])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 32])})
     def prog(f, x):
         from anekit.mil.values import tensor_literal
 
@@ -158,9 +160,9 @@ def test_compressed_weights_are_expanded_at_compile_time():
 
     k = runtime.open("sim").compile(prog)
     assert len(k.plan.steps) == 1  # only the conv runs; the dense weight was built once
-    x = np.random.default_rng(2).standard_normal((1, 4, 1, 3)).astype(np.float16)
-    want = lut[idx].astype(np.float64).reshape(4, 4) @ x.astype(np.float64).reshape(4, 3)
-    np.testing.assert_allclose(k(x=x)["y"].reshape(4, 3), want, rtol=2e-3, atol=2e-3)
+    x = np.random.default_rng(2).standard_normal((1, 4, 1, 32)).astype(np.float16)
+    want = lut[idx].astype(np.float64).reshape(4, 4) @ x.astype(np.float64).reshape(4, 32)
+    np.testing.assert_allclose(k(x=x)["y"].reshape(4, 32), want, rtol=2e-3, atol=2e-3)
 
 
 # -- anekit run ------------------------------------------------------------------------------------
@@ -170,7 +172,7 @@ def test_anekit_run_with_weights_inputs_and_outputs(tmp_path, capsys):
     (tmp_path / "model" / "weights").mkdir(parents=True)
     (tmp_path / "model" / "weights" / "weight.bin").write_bytes(_weights())
     (tmp_path / "k.mil").write_text(mil.to_text(_conv_program()))
-    x = np.arange(8, dtype=np.float32).reshape(1, 4, 1, 2)
+    x = np.arange(128, dtype=np.float32).reshape(1, 4, 1, 32)
     np.save(tmp_path / "x.npy", x)
     code = main(
         [
@@ -188,7 +190,7 @@ def test_anekit_run_with_weights_inputs_and_outputs(tmp_path, capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "backend sim, compile" in out and "y: [1, 4, 1, 2] float32" in out
+    assert "backend sim, compile" in out and "y: [1, 4, 1, 32] float32" in out
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], x)
 
 
@@ -221,7 +223,8 @@ def test_bf16_and_int8_weights_read_as_values():
         i = f.weight(tensor("int8", [4]), WEIGHT_PATH, off_i, name="i")
         return f.identity(x=x, name="y"), b, i
 
-    out = runtime.open("sim").compile(prog, {WEIGHT_PATH: data})(x=np.zeros(4))
+    # Rank-1 tensors and an identity output: blob reading, not engine acceptance, so not strict.
+    out = runtime.open("sim", strict=False).compile(prog, {WEIGHT_PATH: data})(x=np.zeros(4))
     # bf16 keeps 8 significant bits: 3.140625 is exact, 1e-3 rounds to the nearest bf16 value.
     np.testing.assert_array_equal(out["b"], [1.0, -2.5, 3.140625, 0.00099945068359375])
     np.testing.assert_array_equal(out["i"], w_int8)

@@ -31,6 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", type=Path, metavar="OUT.npz", help="save every output")
     p.add_argument("--backend", choices=sorted(runtime.BACKENDS), help="default: the best available")
     p.add_argument("--precision", choices=["ane", "fp32"], default="ane", help="simulator numerics")
+    p.add_argument(
+        "--no-strict",
+        action="store_true",
+        help="simulator: run even what the engine would refuse (default: refuse it, naming the rule)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is printed)")
     p.add_argument("--function", default="main")
     p.set_defaults(run=run)
@@ -99,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as e:
         raise AnekitError(f"[run] cannot read {args.program}: {e}") from e
     prog = mil.parse(text, str(args.program))
-    options = {"precision": args.precision} if (args.backend or "sim") == "sim" else {}
+    options: dict[str, object] = {}
+    if (args.backend or "sim") == "sim":
+        options = {"precision": args.precision, **({"strict": False} if args.no_strict else {})}
     backend = runtime.open(args.backend, **options)
     t0 = time.perf_counter()
     kernel = backend.compile(prog, weight_map(args.weights, prog), function=args.function)

@@ -181,8 +181,9 @@ _RULES: tuple[Rule, ...] = (
         "process",
         "error",
         "reported",
-        f"{MADERIX} training/ane_runtime.h writes model.mil and weights/ into the model's temporary "
-        "directory, where the compiler also writes its own outputs",
+        f"{MADERIX} pull request #40 docs/ANE_CHAINING_RESEARCH.md: 'tmpDir contents: (weights, "
+        "model.mil, net.plist, data)' (M4 Max); mechramc/Orion core/ane_runtime.h: the compiler's "
+        "'data' file is the BLOBFILE",
         checked_by="anekit.runtime.ane; anekit.rules.checks.check_weight_names",
     ),
     # -- how the framework is driven ------------------------------------------------------------
@@ -262,14 +263,16 @@ _RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "op.rane-rejected",
-        "reduce_mean and rsqrt are rejected by the engine (CPU-only).",
+        "reduce_mean and rsqrt are rejected by the engine: use reduce_sum times 1/N, and pow(x, -0.5).",
         "op",
         "error",
         "reported",
-        RANE,
+        f"{RANE}; hollance/neural-engine issue #44: 'reduce_mean does NOT exist in raw MIL text format'; "
+        "christopherkarani/Espresso issue #18 (M1 Ultra: reduce_mean fails with ANECCompile() FAILED)",
         evidence="rane also lists reduce_sum and pow as rejected, but the hardware-run training kernels "
-        f"of {MADERIX} (training/stories_mil.h RMSNorm: reduce_sum of x*x, then pow -0.5) use both and "
-        f"{RUSTANE} recommends pow(-0.5): decided that reduce_sum and pow are accepted.",
+        f"of {MADERIX} (README: 'RMSNorm folded into forward kernels as MIL ops (reduce_sum + pow + mul)', "
+        f"trained on M1 to M5) use both and {RUSTANE} recommends pow(-0.5): decided that reduce_sum and "
+        "pow are accepted.",
     ),
     Rule(
         "op.sqrt-after-reduce",
@@ -281,13 +284,36 @@ _RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "op.identity-output",
-        "A function output produced by identity (a program that is only an identity is refused): end "
-        "in the last compute op, as hardware-run kernels do.",
+        "A function output produced by identity: hardware-run kernels end in their last compute op.",
+        "op",
+        "warn",
+        "reported",
+        "hollance/neural-engine issue #44: 'ANE eval unstable on some hosts even for single-input "
+        f"identity kernels'; every kernel of {MADERIX} training/stories_mil.h returns its last compute op",
+        evidence="No public op sweep refusing identity was found: sbryngelson/ANEForge docs/op-catalog.md "
+        "marks identity Y on M1-M5 ('aliases Cast/no-op') and a maderix/ANE PR (#6, inmem_peak.m) ends in "
+        "identity. Since identity lowers to cast and cast is reported missing on M1/M2 (op.cast-m1-m2), "
+        "anekit's kernels avoid it: a warning.",
+    ),
+    Rule(
+        "op.cast-m1-m2",
+        "M1 and M2 have no cast (fp32 <-> fp16): their kernels take and return fp16.",
         "op",
         "error",
         "reported",
-        f"a public op sweep marks identity alone as refused; every kernel of {MADERIX} "
-        "training/stories_mil.h returns its last compute op",
+        f"{MADERIX} pull request #6 (commit 709b602, tested on M1 Pro): 'M1/M2 ANE doesn't support the "
+        "cast op (fp32<->fp16)'",
+        chips=("m1", "m2"),
+    ),
+    Rule(
+        "op.softmax-axis-size",
+        "softmax over an axis whose size is not a power of two was refused (InvalidMILProgram).",
+        "op",
+        "warn",
+        "reported",
+        "hollance/neural-engine issue #44: 'softmax on non-power-of-2 dimensions -> InvalidMILProgram'",
+        evidence=f"{MADERIX} training/ane_classifier.h runs softmax over a 32000-wide vocabulary on the "
+        "engine (train_large_ane): a warning.",
     ),
     Rule(
         "op.reshape-noop",
@@ -354,15 +380,29 @@ _RULES: tuple[Rule, ...] = (
         f"{LAWS} law 1; every kernel of {MADERIX} and {ORION} uses [1, C, 1, S] surfaces",
     ),
     Rule(
-        "dialect.ios18-ops-on-m1-m2",
-        "M1 and M2 take MIL in the older program(1.0) / <ios16> form: ops newer than iOS16 cannot be "
-        "written there.",
+        "dialect.m1-m2",
+        "M1 (and, by its author's report, M2) take MIL in the older program(1.0) / <ios16> form with "
+        "tensor<string, []> scalars: ops newer than iOS16 cannot be written there.",
         "program",
         "error",
         "reported",
-        "public reports of program(1.3) text failing on M1 / M2 (recorded in the project's issue on "
-        "engine rules); not measured here",
+        f"{MADERIX} pull request #6 (commit 709b602, M1 Pro): 'targets program(1.0) with <ios16> instead "
+        "of program(1.3)/<ios18>'; benchmarks/ANE_BENCHMARK_REPORT.md: program(1.3) / ios18 'PARTIAL' on M1",
         chips=("m1", "m2"),
+        evidence="maderix's stories_mil.h kernels (program(1.3), ios18) train on M1 Pro / Max, so the "
+        "newer form is not refused outright; the backend writes the older dialect on M1 / M2.",
+        checked_by="anekit.runtime.ane picks the dialect by chip; anekit.rules.checks (ops newer than iOS16)",
+    ),
+    Rule(
+        "weights.one-blob-per-file-m1",
+        "On M1 each weight is its own BLOBFILE (offset 64): files holding several blobs, referred to at "
+        "other offsets, fail.",
+        "op",
+        "error",
+        "measured",
+        f"{MADERIX} benchmarks/ANE_BENCHMARK_REPORT.md, 'Cross-Generation MIL Compatibility': single-blob "
+        "weights FAIL and BLOBFILE offset refs FAIL on M1; per-matrix weight blobs YES",
+        chips=("m1",),
     ),
     # -- the CoreML route (ane-empirical-laws.md) ---------------------------------------------------
     Rule(

@@ -19,7 +19,7 @@ import numpy as np
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules.book import Rule, check_chip, rule
+from anekit.rules.book import CHIPS, Rule, check_chip, rule
 
 FP16_MAX = 65504.0
 BLOB_SENTINEL = 0xDEADBEEF
@@ -30,7 +30,7 @@ MIN_ROW_BYTES = 64  # surface.min-row-bytes
 MIN_SURFACE_BYTES = 49152  # surface.min-bytes
 MAX_SURFACE_BYTES = 16 * 1024 * 1024  # surface.max-bytes
 # Files the framework writes into an in-memory model's directory (weights.reserved-name).
-RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data", "model.hwx", "weights"})
+RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data", "weights"})
 
 WeightFiles = Mapping[str, "bytes | str | Path"]
 
@@ -43,18 +43,27 @@ class Finding:
     where: str
     message: str
     line: int | None = None
+    severity: str = ""  # the rule's, or "warn" for a chip-specific rule checked for "any" chip
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity", self.rule.severity)
 
     @property
     def is_error(self) -> bool:
-        return self.rule.severity == "error"
+        return self.severity == "error"
 
     def __str__(self) -> str:
-        return f"{self.rule.id} {self.rule.severity} {self.where}: {self.message} [{self.rule.source}]"
+        return f"{self.short()} [{self.rule.source}]"
+
+    def short(self) -> str:
+        """The finding without its source: ``rule-id severity where: why``."""
+        return f"{self.rule.id} {self.severity} {self.where}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
         return {
             "rule": self.rule.id,
-            "severity": self.rule.severity,
+            "severity": self.severity,
             "status": self.rule.status,
             "where": self.where,
             "line": self.line,
@@ -83,12 +92,17 @@ class _Context:
 
     def report(self, rule_id: str, where: str, message: str, line: int | None = None) -> None:
         r = rule(rule_id)
-        if r.applies_to(self.chip):
-            self.findings.append(Finding(r, f"{self.fn.name}: {where}", message, line))
+        if not r.applies_to(self.chip):
+            return
+        severity = r.severity
+        if self.chip == "any" and set(r.chips) != set(CHIPS):
+            # Checked for no chip in particular: what only some chips refuse is a warning naming them.
+            severity, message = "warn", f"{message} (an error on {', '.join(r.chips)})"
+        self.findings.append(Finding(r, f"{self.fn.name}: {where}", message, line, severity))
 
     def report_op(self, rule_id: str, op: Op, message: str) -> None:
-        line = f", line {op.line}" if op.line else ""
-        self.report(rule_id, f"op '{op.name}' ({op.op_type}{line})", message, op.line)
+        line = f" (line {op.line})" if op.line else ""
+        self.report(rule_id, f"{op.op_type} '{op.name}'{line}", message, op.line)
 
 
 OpCheck = Callable[[_Context, Op], None]
@@ -202,6 +216,22 @@ def _const_array(arg: object) -> np.ndarray | None:
 @_on("gelu")
 def _gelu(ctx: _Context, op: Op) -> None:
     ctx.report_op("op.gelu", op, "gelu is not compiled for the engine")
+
+
+@_on("cast")
+def _cast(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.cast-m1-m2", op, "cast between float types")
+
+
+@_on("softmax")
+def _softmax(ctx: _Context, op: Op) -> None:
+    shape = _tensor_shape(op.outputs[0])
+    axis = _scalar(op, "axis")
+    if shape is None or not isinstance(axis, int):
+        return
+    size = shape[axis % len(shape)]
+    if size & (size - 1):
+        ctx.report_op("op.softmax-axis-size", op, f"softmax over an axis of {size} (not a power of two)")
 
 
 @_on("concat")
@@ -356,6 +386,8 @@ def _blobfile(ctx: _Context, op: Op) -> None:
         return
     ref = val.value
     name = ref.path.rsplit("/", 1)[-1]
+    if ref.offset != 64:
+        ctx.report_op("weights.one-blob-per-file-m1", op, f"{name} referred to at offset {ref.offset}")
     if name in RESERVED_WEIGHT_NAMES:
         ctx.report_op("weights.reserved-name", op, f"weight file '{name}' collides with a framework file")
     if ref.offset < 64 or ref.offset % 64:
@@ -438,6 +470,8 @@ def iter_rules_checked() -> Iterator[str]:
         "surface.min-bytes",
         "surface.max-bytes",
         "op.identity-output",
+        "op.cast-m1-m2",
+        "op.softmax-axis-size",
         "op.gelu",
         "op.concat",
         "op.concat-axis",
@@ -452,4 +486,5 @@ def iter_rules_checked() -> Iterator[str]:
         "numerics.fp16-sum-of-squares",
         "weights.blobfile-offset",
         "weights.reserved-name",
+        "weights.one-blob-per-file-m1",
     )

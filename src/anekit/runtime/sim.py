@@ -301,10 +301,11 @@ class SimBackend(Backend):
         if self.strict:
             broken = errors(check_function(prog, fn, self.chip, weights))
             if broken:
-                listing = "\n".join(f"  {f}" for f in broken)
+                listing = "\n".join(f"  {f.short()}" for f in broken)
                 raise CompilationFailed(
                     f"[compile] the engine would refuse or miscompute '{fn.name}' (strict simulator, chip "
-                    f"{self.chip}; strict=False or ANEKIT_STRICT=0 runs it anyway):\n{listing}"
+                    f"{self.chip}; `anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 "
+                    f"runs it anyway):\n{listing}"
                 )
         try:
             plan = Plan(fn, weights, self.precision)
