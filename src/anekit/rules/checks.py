@@ -353,13 +353,36 @@ def _squared(v: Var) -> Var | None:
         return None
     if op.op_type == "mul":
         x, y = op.inputs.get("x"), op.inputs.get("y")
-        if isinstance(x, Var) and x is y:
+        if isinstance(x, Var) and isinstance(y, Var) and _same_value(x, y):
             return x
     if op.op_type == "square" and isinstance(op.inputs.get("x"), Var):
         return op.inputs["x"]  # type: ignore[return-value]
     if op.op_type == "pow" and _scalar(op, "y") == 2 and isinstance(op.inputs.get("x"), Var):
         return op.inputs["x"]  # type: ignore[return-value]
     return None
+
+
+def _same_value(a: Var, b: Var) -> bool:
+    """Whether two vars hold the same value: one var, or one op applied twice to the same arguments."""
+    if a is b:
+        return True
+    if (
+        a.op is None
+        or b.op is None
+        or a.op.op_type != b.op.op_type
+        or a.op.inputs.keys() != b.op.inputs.keys()
+    ):
+        return False
+    for name, x in a.op.inputs.items():
+        y = b.op.inputs[name]
+        if isinstance(x, Var) and isinstance(y, Var):
+            cx, cy = _const_array(x), _const_array(y)
+            same = x is y or (cx is not None and cy is not None and np.array_equal(cx, cy))
+        else:
+            same = x == y
+        if not same:
+            return False
+    return True
 
 
 def _prescale(v: Var) -> float | None:
