@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from anekit.errors import AnekitError
 from anekit.rules import CHIPS
+from anekit.rules.doc import markdown
 from anekit.rules.lint import lint_paths
 
 
@@ -20,8 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "an error rule fails.",
     )
     p.add_argument(
-        "paths", nargs="+", type=Path, metavar="FILE_OR_DIR", help=".mil file, directory or .py file"
+        "paths", nargs="*", type=Path, metavar="FILE_OR_DIR", help=".mil file, directory or .py file"
     )
+    p.add_argument("--rules", action="store_true", help="print the rule book (Markdown) and exit")
     p.add_argument(
         "--chip",
         default="any",
@@ -34,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_lint(args: argparse.Namespace) -> int:
+    if args.rules:
+        print(markdown())
+        return 0
+    if not args.paths:
+        raise AnekitError("[lint] name at least one FILE_OR_DIR (or --rules to list the rule book)")
     results = lint_paths(args.paths, args.chip)
     if args.errors_only:
         for r in results:
