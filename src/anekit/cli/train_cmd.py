@@ -51,9 +51,6 @@ DEFAULT_STEPS = {"default": 150}
 
 
 def _config(name: str) -> ModelConfig:
-    if name == "default":
-        # dim 64, 4 layers, 4 heads sharing 2 kv heads, vocab of the default tokenizer, 64-token windows.
-        return ModelConfig(64, 176, 4, 4, 2, 512, 64, name="default")
     return preset(name)
 
 
