@@ -19,7 +19,7 @@ from anekit import runtime
 from anekit.cli.train_cmd import _config as train_config
 from anekit.kernels import ModelConfig, backward, catalog, forward, preset, reference
 from anekit.kernels.blocks import KernelBuilder
-from anekit.kernels.spec import KernelSpec, Layout
+from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil.ir import Op, Var
 from tests.kernel_weights import fp16_exact, random_layer
 
@@ -280,3 +280,24 @@ def test_rmsnorm_backward_of_large_gradients():
     want, _ = reference.rmsnorm_bwd(dy, x, scale, cfg.norm_eps)
     assert np.all(np.isfinite(got))
     assert _rel(got, want) < TOL
+
+
+# -- the builder's guards -------------------------------------------------------------------------------
+
+
+def test_a_pass_through_output_still_ends_in_a_compute_op():
+    cfg = NORM_CONFIGS["dim64"]
+    layout = Layout.of([("x", cfg.dim)], cfg.seq_len)
+    kb = KernelBuilder("pass", cfg, layout, {})
+    spec = kb.finish(layout, {"x": kb.part("x")})
+    (out,) = spec.program.functions["main"].outputs
+    assert out.name == "out" and out.op is not None and out.op.op_type == "mul"
+    x = fp16_exact(np.random.default_rng(28).standard_normal((cfg.dim, cfg.seq_len)))
+    np.testing.assert_array_equal(spec.run(runtime.open("sim"), x=x)["x"], x)
+
+
+def test_a_conv_wider_than_2048_channels_is_refused():
+    cfg = ModelConfig(64, 128, 1, 8, 4, 100, 16)
+    kb = KernelBuilder("wide", cfg, Layout.of([("x", 4096)], cfg.seq_len), None)
+    with pytest.raises(LayoutError, match=r"\[wide\] conv 'y' reads 4096 input channels"):
+        kb.conv(kb.part("x"), kb.weight("w", (64, 4096, 1, 1), None), "y")
