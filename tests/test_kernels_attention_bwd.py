@@ -330,12 +330,15 @@ def test_layouts():
 
 def test_weight_data():
     cfg = CONFIGS["gqa-rope"]
-    # sdpa_bwd2 bakes no model weight: only RoPE's tables, or nothing at all without RoPE
+    # sdpa_bwd2 bakes no model weight: only RoPE's pair swap and tables (one set per channel count),
+    # or nothing at all without RoPE
     assert [n for n, _, _ in kernels.sdpa_bwd2(cfg).weights.entries] == [
-        "dq_rope_cos",
-        "dq_rope_sin",
-        "dk_rope_cos",
-        "dk_rope_sin",
+        "rope_swap_64",
+        "rope_cos_64",
+        "rope_sin_64",
+        "rope_swap_32",
+        "rope_cos_32",
+        "rope_sin_32",
     ]
     assert kernels.sdpa_bwd2(cfg.with_(rope=False)).weight_files() == {}
     for gen in (kernels.sdpa_bwd1, kernels.qkv_bwd):

@@ -148,12 +148,14 @@ def test_sdpa_fwd_columns():
     blocks = spec.weight_columns(w)
     np.testing.assert_array_equal(blocks["wk_t"], w["wk"].T)  # (dim, kv_dim)
     np.testing.assert_array_equal(blocks["rms_att"][:, 0], w["rms_att"])
-    # The mask and the RoPE tables are baked: not trained, so not in the input.
+    # The mask and RoPE's pair swap and tables are baked: not trained, so not in the input.
     assert [name for name, _, _ in spec.weights.entries] == [
-        "q_rope_cos",
-        "q_rope_sin",
-        "k_rope_cos",
-        "k_rope_sin",
+        "rope_swap_64",
+        "rope_cos_64",
+        "rope_sin_64",
+        "rope_swap_32",
+        "rope_cos_32",
+        "rope_sin_32",
     ]
     assert list(spec.shared_files) == ["@model_path/weights/mask.bin"]  # the cached causal mask blob
 

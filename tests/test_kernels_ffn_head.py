@@ -1,6 +1,6 @@
-"""FFN and head kernels (final RMSNorm, classifier, vocab softmax) and the FFN / RMSNorm / classifier
-backward kernels against their float64 references; the backward references against central finite
-differences of the forward references."""
+"""FFN and head kernels (final RMSNorm, classifier, vocab softmax) and the FFN / RMSNorm backward
+kernels against their float64 references; the backward references against central finite differences
+of the forward references."""
 
 from __future__ import annotations
 
@@ -137,16 +137,6 @@ def test_rmsnorm_bwd_matches_the_reference(name, x_rms):
     assert _rel(got, want) < TOL
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_classifier_bwd_matches_the_reference(name):
-    cfg = CONFIGS[name]
-    w = random_layer(cfg, seed=9)
-    dlogits = _normal(np.random.default_rng(10), cfg.vocab_size, cfg.seq_len)
-    got = backward.classifier_bwd(cfg, w).run(runtime.open("sim"), dlogits=dlogits)["dx"]
-    assert got.shape == (cfg.dim, cfg.seq_len)
-    assert _rel(got, reference.classifier_bwd(cfg, dlogits, w)["dx"]) < TOL
-
-
 def test_ffn_and_rmsnorm_bwd_kernels_chain_to_the_residual_gradient():
     """rmsnorm_bwd(ffn_bwd(dffn).dx) on the engine is the gradient of ffn_out w.r.t. the residual x."""
     cfg = CONFIGS["gqa-rope"]
@@ -216,17 +206,6 @@ def test_rmsnorm_bwd_reference_per_element():
             assert abs(numeric / (2 * h) - dx[i, j]) < 1e-6 * np.max(np.abs(dx))
 
 
-def test_classifier_bwd_reference_matches_finite_differences():
-    cfg = CONFIGS["gqa-rope"]
-    w = random_layer(cfg, seed=17)
-    rng = np.random.default_rng(18)
-    x = rng.standard_normal((cfg.dim, cfg.seq_len))
-    dlogits = rng.standard_normal((cfg.vocab_size, cfg.seq_len))
-    dx = reference.classifier_bwd(cfg, dlogits, w)["dx"]
-    logits = lambda a: reference.classifier_fwd(cfg, a, w)["logits"]  # noqa: E731
-    assert _check_directional(logits, [x], dlogits, [dx], rng) < FD_TOL
-
-
 def test_chained_ffn_and_rmsnorm_bwd_references_match_finite_differences_of_ffn_fwd():
     cfg = CONFIGS["gqa-norope"]
     w = random_layer(cfg, seed=19)
@@ -248,7 +227,6 @@ GENERATORS = {
     "softmax_vocab": forward.softmax_vocab,
     "ffn_bwd": backward.ffn_bwd,
     "rmsnorm_bwd": backward.rmsnorm_bwd,
-    "classifier_bwd": backward.classifier_bwd,
 }
 
 
@@ -261,7 +239,6 @@ def _channels(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
         "softmax_vocab": (v, v),
         "ffn_bwd": (d + 2 * h, d + 2 * h),
         "rmsnorm_bwd": (2 * d, d),
-        "classifier_bwd": (v, d),
     }
 
 
@@ -291,18 +268,9 @@ def test_layouts():
     assert ins.parts == (("dy", 64), ("x", 64)) and outs.parts == (("dx", 64),)
 
 
-def test_classifier_bwd_is_a_matmul_not_a_conv_over_the_vocab():
-    spec = backward.classifier_bwd(preset("stories110M"))
-    ops = [op.op_type for op in spec.program.functions["main"].block.ops]
-    assert "conv" not in ops and "matmul" in ops
-    assert "tensor<fp16, [1, 768, 32000]>" in spec.text()
-
-
 def test_weights_of_the_wrong_shape_are_rejected():
     cfg = CONFIGS["gqa-rope"]
     w = random_layer(cfg)
-    with pytest.raises(LayoutError, match=r"weight 'embed' has shape \[64, 100\], expected \[100, 64\]"):
-        backward.classifier_bwd(cfg, {"embed": w["embed"].T})
     with pytest.raises(LayoutError, match=r"weight 'w2' has shape \[128, 64\], expected \[64, 128\]"):
         backward.ffn_bwd(cfg, {**w, "w2": w["w2"].T})
     with pytest.raises(LayoutError, match="weight 'w' was not given"):

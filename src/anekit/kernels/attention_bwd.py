@@ -6,7 +6,7 @@ Three kernels carry the gradient of o_out back to the normalised input xnorm:
   dP = da V^T;
 - ``sdpa_bwd2``: the softmax backward dS = P * (dP - rowsum(P * dP)), then dQ = dS K / sqrt(hd) and
   dK = dS^T Q / sqrt(hd), rotated back through RoPE (when enabled) to the pre-RoPE projections;
-- ``qkv_bwd``: dx = Wq^T dq + Wk^T dk + Wv^T dv.
+- ``qkv_bwd``: dx = Wq^T dq + Wk^T dk + Wv^T dv (three convs and two adds).
 
 Under grouped-query attention the query heads of a group are stacked along rows (``group_queries``):
 [1, KVH, G*S, X]. Then dV = P^T da and dK = dS^T Q contract over the stacked rows, which sums the
@@ -23,7 +23,7 @@ import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+from anekit.kernels.spec import KernelSpec, Layout
 
 Weights = Mapping[str, np.ndarray] | None
 
@@ -121,26 +121,17 @@ def qkv_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     """Gradient w.r.t. xnorm through the three projections: dx = Wq^T dq + Wk^T dk + Wv^T dv.
 
     Input: concat(dq (dim), dk (kv_dim), dv (kv_dim)), the gradients of the pre-RoPE projections.
-    Output: dx (dim). The input already is the stack [dq; dk; dv], so the kernel is ONE 1x1 conv with
-    the baked weight [Wq^T | Wk^T | Wv^T] (dim, dim + 2 kv_dim): the three products and their sum
-    happen in one fp32 accumulation, with a single rounding to fp16.
+    Output: dx (dim). Three 1x1 convs with the baked Wq^T (dim, dim), Wk^T and Wv^T (dim, kv_dim) on
+    the three slices of the input, then two adds, as maderix/ANE training/stories_mil.h builds its
+    QKV backward: one conv over the whole stack would read dim + 2 kv_dim channels (2304 for
+    stories110M), more than any conv seen working on the engine (2048).
     """
     inputs, outputs = qkv_bwd_layouts(cfg)
     kb = KernelBuilder("qkv_bwd", cfg, inputs, weights)
     d, kv = cfg.dim, cfg.kv_dim
-    stacked = None
-    if weights is not None:
-        blocks = [_transposed(kb, key, rows, d) for key, rows in (("wq", d), ("wk", kv), ("wv", kv))]
-        stacked = np.ascontiguousarray(np.concatenate(blocks, axis=1))  # (dim, dim + 2 kv_dim)
-    w = kb.weight("wqkv_t", (d, d + 2 * kv, 1, 1), stacked)
-    dx = kb.conv(kb.x, w, "dx")  # (1, dim, 1, S)
+    dxq = kb.conv(kb.part("dq"), kb.matrix("wqt", "wq", d, d, transpose=True), "dx_q")  # (1, dim, 1, S)
+    dxk = kb.conv(kb.part("dk"), kb.matrix("wkt", "wk", d, kv, transpose=True), "dx_k")  # (1, dim, 1, S)
+    dxv = kb.conv(kb.part("dv"), kb.matrix("wvt", "wv", d, kv, transpose=True), "dx_v")  # (1, dim, 1, S)
+    dxqk = kb.f.add(x=dxq, y=dxk, name="dx_qk")  # (1, dim, 1, S)
+    dx = kb.f.add(x=dxqk, y=dxv, name="dx")  # (1, dim, 1, S)
     return kb.finish(outputs, {"dx": dx})
-
-
-def _transposed(kb: KernelBuilder, key: str, rows: int, cols: int) -> np.ndarray:
-    """The transpose of the (rows, cols) matrix ``key``, shape-checked like ``KernelBuilder.matrix``."""
-    a = kb.value(key)
-    assert a is not None
-    if a.shape != (rows, cols):
-        raise LayoutError(f"[{kb.name}] weight '{key}' has shape {list(a.shape)}, expected {[rows, cols]}")
-    return a.T

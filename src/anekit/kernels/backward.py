@@ -1,20 +1,23 @@
-"""Backward kernels: the input gradients of the FFN, of RMSNorm and of the tied classifier.
+"""Backward kernels: the input gradients of the FFN and of RMSNorm.
 
 Weights are given as for the forward kernels (llama2.c's layout: w1 / w3 (hidden, dim), w2 (dim, hidden),
-rms vectors (dim,), embed (vocab, dim)); the kernels bake the transposes they need. Weight gradients
-(dW = dy @ x^T, the RMSNorm scale's dw) are left to the host, which holds the forward taps.
+rms vectors (dim,)); the kernels bake the transposes they need. Weight gradients (dW = dy @ x^T, the
+RMSNorm scale's dw) are left to the host, which holds the forward taps. The tied classifier's input
+gradient (embed^T @ dlogits, a vocab-deep product) is a float32 sgemm on the host too, as in
+maderix/ANE training/train_large.m: no hardware-run kernel contracts over the vocabulary.
 ``weights=None`` generates the program from shapes only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+from anekit.kernels.spec import KernelSpec, Layout
 
 Weights = Mapping[str, np.ndarray] | None
 
@@ -67,42 +70,24 @@ def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, name: str = "rmsno
     returns both).
 
     Computing through xhat keeps every intermediate at the scale of x r (about 1) or of g; the
-    textbook form's r^3 overflows fp16 once the rms of x drops below about 0.025.
+    textbook form's r^3 overflows fp16 once the rms of x drops below about 0.025. The sum over
+    channels adds g * xhat / sqrt(dim): at most sqrt(dim) rms(g) (Cauchy-Schwarz, rms(xhat) <= 1), so
+    it stays finite where the plain sum of g * xhat (up to dim rms(g)) would overflow; r itself comes
+    from ``KernelBuilder.rms_inverse``, which pre-scales x the same way.
     """
     inputs, outputs = rmsnorm_bwd_layouts(cfg)
     kb = KernelBuilder(name, cfg, inputs, weights)
     d = cfg.dim
+    root = 1.0 / math.sqrt(d)
     dy = kb.part("dy")  # (1, dim, 1, S)
     x = kb.part("x")  # (1, dim, 1, S)
     r = kb.rms_inverse(x, "norm")  # (1, 1, 1, S)
     xhat = kb.f.mul(x=x, y=r, name="xhat")  # (1, dim, 1, S)
     g = kb.f.mul(x=dy, y=kb.vector("w", "w", d), name="g")  # (1, dim, 1, S)
-    gx = kb.f.mul(x=g, y=xhat, name="g_xhat")  # (1, dim, 1, S)
+    xhat_s = kb.f.mul(x=xhat, y=root, name="xhat_s")  # (1, dim, 1, S): xhat / sqrt(dim)
+    gx = kb.f.mul(x=g, y=xhat_s, name="g_xhat_s")  # (1, dim, 1, S)
     total = kb.f.reduce_sum(x=gx, axes=[1], keep_dims=True, name="g_xhat_sum")  # (1, 1, 1, S)
-    mean = kb.f.mul(x=total, y=1.0 / d, name="g_xhat_mean")  # (1, 1, 1, S)
+    mean = kb.f.mul(x=total, y=root, name="g_xhat_mean")  # (1, 1, 1, S)
     proj = kb.f.mul(x=xhat, y=mean, name="proj")  # (1, dim, 1, S)
     dx = kb.f.mul(x=kb.f.sub(x=g, y=proj, name="g_orth"), y=r, name="dx")  # (1, dim, 1, S)
     return kb.finish(outputs, {"dx": dx})
-
-
-def classifier_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
-    """Input gradient of the tied classifier: dx = embed^T @ dlogits.
-
-    Input: dlogits [1, vocab, 1, S]. Output: dx [1, dim, 1, S]. A matmul with the baked embed^T
-    [1, dim, vocab] on dlogits viewed as [1, vocab, S]: the engine rejects a conv with vocab (32000)
-    input channels.
-    """
-    d, v, s = cfg.dim, cfg.vocab_size, cfg.seq_len
-    kb = KernelBuilder("classifier_bwd", cfg, Layout.of([("dlogits", v)], s), weights)
-    embed = kb.value("embed")
-    if embed is not None:
-        if embed.shape != (v, d):
-            raise LayoutError(
-                f"[classifier_bwd] weight 'embed' has shape {list(embed.shape)}, expected [{v}, {d}]"
-            )
-        embed = np.ascontiguousarray(embed.T).reshape(1, d, v)
-    embed_t = kb.weight("embed_t", (1, d, v), embed)  # (1, dim, vocab)
-    dl = kb.f.reshape(x=kb.part("dlogits"), shape=[1, v, s], name="dlogits_3d")  # (1, vocab, S)
-    dx = kb.f.matmul(x=embed_t, y=dl, transpose_x=False, transpose_y=False, name="dx_3d")  # (1, dim, S)
-    dx = kb.f.reshape(x=dx, shape=[1, d, 1, s], name="dx")  # (1, dim, 1, S)
-    return kb.finish(Layout.of([("dx", d)], s), {"dx": dx})

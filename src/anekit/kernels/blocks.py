@@ -4,6 +4,11 @@ A ``KernelBuilder`` holds one kernel under construction: its function (input ``x
 ``Layout``), its weight pack (fp16 BLOBFILE consts in one file), and helpers for the pieces every
 kernel shares: RMSNorm, 1x1 conv projections, head views, RoPE, grouped-query attention, and the final
 channel concatenation of the outputs ("taps").
+
+Every construct emitted here has precedent in kernels that ran on the engine (maderix/ANE
+training/stories_mil.h and training/training_dynamic/mil_dynamic.h): the output is the last compute op
+named ``out`` (never a trailing ``identity``), reshapes always change the shape, concat joins channels
+only, and a conv never reads more than ``MAX_CONV_INPUT_CHANNELS`` channels.
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ from anekit.blob import build_blob_bytes
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
+from anekit.mil.values import string_literal
 
 MASK_VALUE = -65504.0  # the most negative fp16: masked scores vanish in softmax
 MASK_FILE = "@model_path/weights/mask.bin"  # the cached causal mask blob, shared by every kernel
+OUTPUT = "out"  # the name of every kernel's single output (``KernelSpec.run`` reads it)
+# The widest conv input seen working on the engine: maderix/ANE training/stories_mil.h runs W2 / W1^T
+# convs with 2048 input channels; training/ane_classifier.h reports a 32000-channel conv rejected.
+MAX_CONV_INPUT_CHANNELS = 2048
 
 
 @lru_cache(maxsize=16)
@@ -47,6 +57,24 @@ def rope_tables(cfg: ModelConfig, channels: int) -> tuple[np.ndarray, np.ndarray
     return np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
 
 
+def rope_full_tables(cfg: ModelConfig, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [1, channels, 1, seq]: ``rope_tables`` with each pair's row written for both members."""
+    cos, sin = rope_tables(cfg, channels)  # (1, C/2, 1, S) each
+    return np.repeat(cos, 2, axis=1), np.repeat(sin, 2, axis=1)  # (1, C, 1, S) each
+
+
+def pair_swap_matrix(channels: int) -> np.ndarray:
+    """The (channels, channels) matrix P with P x = (-b0, a0, -b1, a1, ...) for x = (a0, b0, a1, b1, ...).
+
+    Rotating pair (a, b) by angle t is (a cos t - b sin t, a sin t + b cos t) = x cos t + (P x) sin t.
+    """
+    p = np.zeros((channels, channels), dtype=np.float32)
+    even = np.arange(0, channels, 2)
+    p[even, even + 1] = -1.0  # out[2i] = -x[2i + 1]
+    p[even + 1, even] = 1.0  # out[2i + 1] = x[2i]
+    return p
+
+
 class KernelBuilder:
     """One kernel being generated: MIL function ``main(x) -> out`` plus its fp16 weight file."""
 
@@ -63,6 +91,7 @@ class KernelBuilder:
         self.x = self.f.input("x", tensor("fp16", [1, inputs.channels, 1, inputs.spatial]))
         self._parts: dict[str, Var] = {}
         self._mask: Var | None = None
+        self._rope: dict[int, tuple[Var, Var, Var]] = {}  # channels -> (pair swap, cos, sin)
         self.shared_files: dict[str, bytes] = {}
 
     # -- inputs and weights ------------------------------------------------------------------------
@@ -127,7 +156,13 @@ class KernelBuilder:
     # -- blocks ------------------------------------------------------------------------------------
 
     def conv(self, x: Var, weight: Var, name: str) -> Var:
-        """A 1x1 conv: the engine's matmul, [1, in, 1, S] -> [1, out, 1, S]."""
+        """A 1x1 conv: the engine's matmul, [1, in, 1, S] -> [1, out, 1, S] (in <= 2048 channels)."""
+        channels = weight.type.shape[1]  # type: ignore[union-attr]
+        if channels > MAX_CONV_INPUT_CHANNELS:
+            raise LayoutError(
+                f"[{self.name}] conv '{name}' reads {channels} input channels; the widest conv with "
+                f"hardware precedent reads {MAX_CONV_INPUT_CHANNELS}: split it"
+            )
         return self.f.conv(
             x=x,
             weight=weight,
@@ -139,15 +174,28 @@ class KernelBuilder:
             name=name,
         )
 
+    def reshape(self, x: Var, shape: list[int], name: str) -> Var:
+        """``reshape`` to ``shape``; ``x`` itself when it already has that shape (no same-shape reshapes:
+        they have no hardware precedent)."""
+        if list(x.type.shape) == list(shape):  # type: ignore[union-attr]
+            return x
+        return self.f.reshape(x=x, shape=shape, name=name)
+
     def rms_inverse(self, x: Var, tag: str) -> Var:
-        """(mean over channels of x^2 + eps)^-1/2: [1, C, 1, S] -> [1, 1, 1, S]."""
+        """(mean over channels of x^2 + eps)^-1/2: [1, C, 1, S] -> [1, 1, 1, S].
+
+        x is scaled by 1/sqrt(C) before squaring, so the fp16 sum over channels is the mean of squares
+        (at most max over positions of rms(x)^2) and stays finite for rms(x) up to about 250; summing
+        x * x itself overflows fp16 once rms(x) > sqrt(65504 / C), about 9 at C = 768. ``reduce_sum``
+        and ``pow(-0.5)`` as in maderix/ANE training/stories_mil.h (no rsqrt / reduce_mean). The price:
+        squares of tiny activations (|x| / sqrt(C) under 2^-7) are fp16 subnormals.
+        """
         channels = x.type.shape[1]  # type: ignore[union-attr]
-        sq = self.f.mul(x=x, y=x, name=f"{tag}_sq")
-        ss = self.f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ss")
-        ms = self.f.mul(x=ss, y=1.0 / channels, name=f"{tag}_ms")
-        return self.f.pow(
-            x=self.f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_rrms"
-        )
+        xs = self.f.mul(x=x, y=1.0 / math.sqrt(channels), name=f"{tag}_xs")  # (1, C, 1, S)
+        sq = self.f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, 1, S): x^2 / C
+        ms = self.f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, 1, S)
+        eps = self.f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps")  # (1, 1, 1, S)
+        return self.f.pow(x=eps, y=-0.5, name=f"{tag}_rrms")  # (1, 1, 1, S)
 
     def rmsnorm(self, x: Var, scale: Var, tag: str) -> Var:
         """x * rsqrt(mean(x^2) + eps) * scale, over channels."""
@@ -172,50 +220,66 @@ class KernelBuilder:
     def heads(self, x: Var, n_heads: int, tag: str) -> Var:
         """[1, n*hd, 1, S] -> [1, n, S, hd]."""
         hd, seq = self.cfg.head_dim, self.cfg.seq_len
-        x4 = self.f.reshape(x=x, shape=[1, n_heads, hd, seq], name=f"{tag}_4d")  # (1, n, hd, S)
+        x4 = self.reshape(x, [1, n_heads, hd, seq], f"{tag}_4d")  # (1, n, hd, S)
         return self.f.transpose(x=x4, perm=[0, 1, 3, 2], name=f"{tag}_h")  # (1, n, S, hd)
 
     def merge_heads(self, x: Var, n_heads: int, tag: str) -> Var:
         """[1, n, S, hd] -> [1, n*hd, 1, S]."""
         hd, seq = self.cfg.head_dim, self.cfg.seq_len
         t = self.f.transpose(x=x, perm=[0, 1, 3, 2], name=f"{tag}_t")  # (1, n, hd, S)
-        return self.f.reshape(x=t, shape=[1, n_heads * hd, 1, seq], name=f"{tag}_m")
+        return self.reshape(t, [1, n_heads * hd, 1, seq], f"{tag}_m")  # (1, n*hd, 1, S)
 
     def rope(self, x: Var, channels: int, tag: str, inverse: bool = False) -> Var:
         """Rotate channel pairs (2i, 2i+1) by the position angle; ``inverse`` rotates back (the transpose).
 
-        [1, C, 1, S] -> reshape [1, C/2, 2, S] -> a, b = the two halves of each pair ->
-        (a cos - b sin, a sin + b cos) (inverse: (a cos + b sin, -a sin + b cos)) -> concat -> reshape.
+        [1, C, 1, S] -> x * cos + (P x) * sin (inverse: x * cos - (P x) * sin), where P is the constant
+        pair swap (a, b) -> (-b, a) applied as a 1x1 conv and cos / sin are full [1, C, 1, S] tables
+        (each pair's angle on both of its channels), llama2.c's rotation of pairs (2i, 2i+1).
+
+        Why a conv for the swap: it keeps the [1, C, 1, S] layout, so the rotation needs no reshape to
+        a trailing pair axis, no slices and no concat; the 1x1 conv is the op every hardware-run kernel
+        is made of (maderix/ANE training/stories_mil.h), and with a 0 / +-1 weight and fp32
+        accumulation it is exact. maderix/ANE training/training_dynamic/mil_dynamic.h instead swaps on
+        a [1, H, S*hd/2, 2] view of the [1, H, S, hd] heads (slice, mul by -1, concat on the last
+        axis), which would tie RoPE to the head view. The cost is a (C, C) fp16 weight (1.2 MB at
+        C = 768) and C*C*S multiply-adds, as much as one projection; the swap weight and the tables are
+        shared by every rotation of C channels in a kernel.
         """
-        seq, half = self.cfg.seq_len, channels // 2
-        cos, sin = rope_tables(self.cfg, channels)
-        c = self.weight(f"{tag}_cos", (1, half, 1, seq), cos)
-        s = self.weight(f"{tag}_sin", (1, half, 1, seq), sin)
-        pairs = self.f.reshape(x=x, shape=[1, half, 2, seq], name=f"{tag}_pairs")
-        a = self.f.slice_by_size(x=pairs, begin=[0, 0, 0, 0], size=[1, half, 1, seq], name=f"{tag}_a")
-        b = self.f.slice_by_size(x=pairs, begin=[0, 0, 1, 0], size=[1, half, 1, seq], name=f"{tag}_b")
-        ac, bs = self.f.mul(x=a, y=c, name=f"{tag}_ac"), self.f.mul(x=b, y=s, name=f"{tag}_bs")
-        as_, bc = self.f.mul(x=a, y=s, name=f"{tag}_as"), self.f.mul(x=b, y=c, name=f"{tag}_bc")
+        if channels != x.type.shape[1]:  # type: ignore[union-attr]
+            raise LayoutError(f"[{self.name}] rope '{tag}': {x.type} does not have {channels} channels")
+        swap, c, s = self._rope_consts(channels)
+        xc = self.f.mul(x=x, y=c, name=f"{tag}_xc")  # (1, C, 1, S)
+        px = self.conv(x, swap, f"{tag}_swap")  # (1, C, 1, S): (-b, a) per pair
+        ps = self.f.mul(x=px, y=s, name=f"{tag}_ps")  # (1, C, 1, S)
         if inverse:
-            ra, rb = self.f.add(x=ac, y=bs, name=f"{tag}_ra"), self.f.sub(x=bc, y=as_, name=f"{tag}_rb")
-        else:
-            ra, rb = self.f.sub(x=ac, y=bs, name=f"{tag}_ra"), self.f.add(x=as_, y=bc, name=f"{tag}_rb")
-        joined = self.f.concat(
-            values=(ra, rb), axis=2, interleave=False, name=f"{tag}_join"
-        )  # (1, C/2, 2, S)
-        return self.f.reshape(x=joined, shape=[1, channels, 1, seq], name=f"{tag}_out")
+            return self.f.sub(x=xc, y=ps, name=tag)  # (1, C, 1, S)
+        return self.f.add(x=xc, y=ps, name=tag)  # (1, C, 1, S)
+
+    def _rope_consts(self, channels: int) -> tuple[Var, Var, Var]:
+        """The pair swap [C, C, 1, 1] and the cos / sin tables [1, C, 1, S] for ``channels``, made once."""
+        if channels not in self._rope:
+            seq = self.cfg.seq_len
+            cos, sin = rope_full_tables(self.cfg, channels)  # (1, C, 1, S) each
+            swap = pair_swap_matrix(channels).reshape(channels, channels, 1, 1)
+            self._rope[channels] = (
+                self.weight(f"rope_swap_{channels}", (channels, channels, 1, 1), swap),
+                self.weight(f"rope_cos_{channels}", (1, channels, 1, seq), cos),
+                self.weight(f"rope_sin_{channels}", (1, channels, 1, seq), sin),
+            )
+        return self._rope[channels]
 
     def group_queries(self, q: Var, tag: str) -> Var:
-        """[1, H, S, X] -> [1, KVH, G*S, X]: the query heads sharing a kv head, stacked along rows."""
+        """[1, H, S, X] -> [1, KVH, G*S, X]: the query heads sharing a kv head, stacked along rows
+        (``q`` itself without grouping: G = 1)."""
         cfg = self.cfg
-        last = q.type.shape[3]
-        return self.f.reshape(x=q, shape=[1, cfg.n_kv_heads, cfg.kv_group * cfg.seq_len, last], name=tag)
+        last = q.type.shape[3]  # type: ignore[union-attr]
+        return self.reshape(q, [1, cfg.n_kv_heads, cfg.kv_group * cfg.seq_len, last], tag)
 
     def ungroup(self, x: Var, tag: str) -> Var:
-        """[1, KVH, G*S, X] -> [1, H, S, X]."""
+        """[1, KVH, G*S, X] -> [1, H, S, X] (``x`` itself without grouping)."""
         cfg = self.cfg
-        last = x.type.shape[3]
-        return self.f.reshape(x=x, shape=[1, cfg.n_heads, cfg.seq_len, last], name=tag)
+        last = x.type.shape[3]  # type: ignore[union-attr]
+        return self.reshape(x, [1, cfg.n_heads, cfg.seq_len, last], tag)
 
     def attention_probs(self, qh: Var, kh: Var, tag: str) -> Var:
         """softmax(Q K^T / sqrt(hd) + causal mask) over keys.
@@ -243,26 +307,45 @@ class KernelBuilder:
     def flat_scores(self, x: Var, tag: str) -> Var:
         """[1, H, S, S] -> [1, H*S, 1, S]: attention scores as channels, to travel in a surface."""
         cfg = self.cfg
-        return self.f.reshape(x=x, shape=[1, cfg.n_heads * cfg.seq_len, 1, cfg.seq_len], name=tag)
+        return self.reshape(x, [1, cfg.n_heads * cfg.seq_len, 1, cfg.seq_len], tag)
 
     def score_heads(self, x: Var, tag: str) -> Var:
         """[1, H*S, 1, S] -> [1, H, S, S]."""
         cfg = self.cfg
-        return self.f.reshape(x=x, shape=[1, cfg.n_heads, cfg.seq_len, cfg.seq_len], name=tag)
+        return self.reshape(x, [1, cfg.n_heads, cfg.seq_len, cfg.seq_len], tag)
 
     # -- output ------------------------------------------------------------------------------------
 
     def finish(self, outputs: Layout, parts: Mapping[str, Var]) -> KernelSpec:
-        """Concatenate the named results along channels (in layout order) as the output ``out``."""
+        """The named results, in layout order, as the function's output ``out``.
+
+        Several results are concatenated along channels by a ``concat`` named ``out``. A single result
+        is itself the output: its op is renamed ``out``, as maderix/ANE training/stories_mil.h names its
+        last compute op (a trailing ``identity`` has no precedent: the compiler refuses identity alone).
+        A single result that is no computed value (the input itself, a const) gets a ``mul`` by 1.
+        """
         values = tuple(parts[n] for n in outputs.names)
         for (n, c), v in zip(outputs.parts, values):
             if v.type.shape != (1, c, 1, outputs.spatial):  # type: ignore[union-attr]
                 raise LayoutError(
                     f"[{self.name}] output part '{n}' is {v.type}, layout says [1, {c}, 1, {outputs.spatial}]"
                 )
-        if len(values) == 1:
-            out = self.f.identity(x=values[0], name="out")
+        if len(values) > 1:
+            out = self.f.concat(values=values, axis=1, interleave=False, name=OUTPUT)
+        elif values[0].op is None or values[0].op.op_type == "const":
+            out = self.f.mul(x=values[0], y=1.0, name=OUTPUT)
         else:
-            out = self.f.concat(values=values, axis=1, interleave=False, name="out")
+            out = self._rename(values[0], OUTPUT)
         self.f.output(out)
         return KernelSpec(self.name, self.builder.build(), self.inputs, outputs, self.pack, self.shared_files)
+
+    def _rename(self, var: Var, name: str) -> Var:
+        """Give the op computing ``var`` (and ``var``) the name ``name``, which must still be free."""
+        fn = self.f.fn
+        taken = {v.name for v in fn.inputs} | {v.name for op in fn.block.ops for v in op.outputs}
+        if name in taken:
+            raise LayoutError(f"[{self.name}] cannot name the output '{name}': the name is taken")
+        assert var.op is not None
+        var.name = name
+        var.op.attributes["name"] = string_literal(name)
+        return var

@@ -27,7 +27,6 @@ HEAD_KERNELS = {
     "final_rmsnorm": ("anekit.kernels.forward", "final_rmsnorm"),
     "classifier_fwd": ("anekit.kernels.forward", "classifier_fwd"),
     "softmax_vocab": ("anekit.kernels.forward", "softmax_vocab"),
-    "classifier_bwd": ("anekit.kernels.backward", "classifier_bwd"),
     "rmsnorm_final_bwd": ("anekit.kernels.backward", "rmsnorm_bwd"),
 }
 DYNAMIC_KERNELS = {

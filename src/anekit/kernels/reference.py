@@ -157,9 +157,3 @@ def rmsnorm_bwd(
     dx = g * r - x * r**3 / channels * np.sum(g * x, axis=0, keepdims=True)
     dscale = np.sum(dy * x * r, axis=1)
     return dx, dscale
-
-
-def classifier_bwd(cfg: ModelConfig, dlogits: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
-    """Input gradient of the tied classifier: dx (dim, S) = embed^T @ dlogits (vocab, S)."""
-    w = _f64(weights)
-    return {"dx": w["embed"].T @ np.asarray(dlogits, dtype=np.float64)}

@@ -211,7 +211,9 @@ def train_step(
         else:
             assert grads.wcls is not None
             grads.wcls += dclassifier
-        dxf = classifier.T @ dlogits  # (dim, T)
+        # The classifier's input gradient contracts over the vocabulary: a float32 sgemm here, as
+        # maderix/ANE training/train_large.m does it (no hardware-run kernel reads vocab channels).
+        dxf = classifier.T @ dlogits  # (dim, T), float32
         dx, drms = cpu_ops.rmsnorm_bwd(dxf, x, params.rms_final, eps)
         grads.rms_final += drms
 
