@@ -371,6 +371,7 @@ def test_inputs_are_dense_and_under_16_mb(model):
         for what, channels, spatial in _surfaces(spec):
             assert channels * spatial * 2 <= 16 * 2**20, f"{name} {what}: {channels} x {spatial}"
         cols = spec.columns
+        assert all(s.rows == cols.channels for s in cols.segments), name  # no rows left empty
         used = sum(s.rows * s.columns for s in cols.segments)
         if model in ("stories15M", "stories110M"):
             assert used >= 0.85 * cols.channels * cols.columns, (

@@ -58,9 +58,11 @@ class Segment:
 
 # Width unit of every dynamic kernel's input: each segment starts at a multiple of it and the surface
 # width is rounded up to one. 64 columns = 128 bytes per fp16 row. ncdrone/rustane README "ANE Gotchas":
-# an IOSurface spatial width that is not a multiple of 16 corrupts data silently; maderix/ANE
-# training/training_dynamic/mil_dynamic.h (with config.h) only ever slices at offsets and widths that
-# are multiples of 256, so aligned segment starts are the layout with hardware precedent. Not measured.
+# an IOSurface spatial width that is not a multiple of 16 corrupts data silently. maderix/ANE
+# training/training_dynamic/mil_dynamic.h, with the sizes of models/stories110m.h and qwen3_06b.h, slices
+# its inputs only at spatial offsets and widths that are multiples of 256, so aligned segment starts
+# are the layout with hardware precedent; 64 rather than 256 keeps small models' padding small. Our
+# choice, not measured on hardware.
 COLUMN_ALIGN = 64
 
 

@@ -18,10 +18,11 @@ are given in llama2.c's layout ((out, in) matrices, (dim,) scales) and ``spec.pa
 
 Widths: every segment starts at a multiple of ``COLUMN_ALIGN`` = 64 columns and the surface is a
 multiple of 64 wide, the gaps being zeros (rustane: widths not a multiple of 16 corrupt silently;
-maderix's dynamic pipeline only uses multiples of 256). Every surface is dense: the C channels are
-those of the widest product, and only the one-column RMSNorm scale segments and an activation
-segment stacked from narrower parts leave rows empty. Every input width is checked against the
-engine's 15-bit spatial limit (ConfigError naming the rule).
+maderix's dynamic pipeline only uses multiples of 256). Every input is dense: every segment fills
+all C rows, so the only zeros are the alignment padding (63 columns after a one-column RMSNorm scale;
+more where a model's widths are not multiples of 64). Outputs are [1, C, 1, S], S = seq_len: a
+multiple of 64 in every preset and in ``anekit train``'s default model, not padded here. Every input
+width is checked against the engine's 15-bit spatial limit (ConfigError naming the rule).
 
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
 sdpa_fwd_dynamic      dim       act dim x S, wq_t dim x dim, wk_t dim x kv, wv_t dim x kv,
