@@ -175,7 +175,7 @@ def test_dynamic_matmul_matches_the_reference(shape):
     rng = np.random.default_rng(7)
     x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
     spec = composable.dynamic_matmul(ic, oc, seq)
-    assert (spec.inputs.channels, spec.inputs.spatial) == (ic, seq + oc)
+    assert (spec.inputs.channels, spec.inputs.spatial) == (ic, _up64(seq) + _up64(oc))
     got = spec.run(runtime.open("sim"), {"w": w}, x=x)
     assert list(got) == ["y"] and got["y"].shape == (oc, seq)
     assert _rel(got["y"], composable.matmul_reference(x, w)) < 1e-3
@@ -183,18 +183,25 @@ def test_dynamic_matmul_matches_the_reference(shape):
     _reparses(spec.program)
 
 
+def _up64(n: int) -> int:
+    return -(-n // 64) * 64
+
+
 def test_dynamic_matmul_input_layout():
     ic, oc, seq = 4, 3, 5
     x = np.arange(ic * seq, dtype=np.float64).reshape(ic, seq)
     w = -np.arange(oc * ic, dtype=np.float64).reshape(oc, ic)
     packed = composable.pack_matmul_input(x, w)
-    assert packed.shape == (1, ic, 1, seq + oc)
-    rows = packed.reshape(ic, seq + oc)
+    assert packed.shape == (1, ic, 1, 128)  # two segments, each padded to 64 columns
+    rows = packed.reshape(ic, 128)
     np.testing.assert_array_equal(rows[:, :seq], x)  # columns 0..SEQ: the activations
-    np.testing.assert_array_equal(rows[:, seq:], w.T)  # columns SEQ..SEQ+OC: W transposed (IC x OC)
+    np.testing.assert_array_equal(rows[:, 64 : 64 + oc], w.T)  # columns 64..64+OC: W transposed (IC x OC)
+    np.testing.assert_array_equal(rows[:, seq:64], 0)  # padding
+    np.testing.assert_array_equal(rows[:, 64 + oc :], 0)
     spec = composable.dynamic_matmul(ic, oc, seq)
     np.testing.assert_array_equal(spec.pack({"w": w}, x=x), packed)
-    assert spec.columns.names == ["act", "w_t"] and spec.columns.range("w_t") == (seq, oc)
+    assert spec.columns.names == ["act", "w_t"] and spec.columns.range("w_t") == (64, oc)
+    assert spec.columns.padding() == [(seq, 64 - seq), (64 + oc, 64 - oc)]
     parts = spec.columns.split(packed)
     np.testing.assert_array_equal(parts["w_t"], w.T)
     with pytest.raises(LayoutError, match=r"weight 'w' has shape \[3, 5\], expected \[3, 4\]"):
@@ -217,10 +224,39 @@ def test_dynamic_matmul_takes_new_weights_without_recompiling():
 
 def test_dynamic_matmul_checks_the_spatial_limit():
     with pytest.raises(
-        ConfigError, match=r"seq 256 \+ packed weight columns 32600 .* 15-bit spatial limit 32767"
+        ConfigError,
+        match=r"activation columns 256 \+ packed weight columns 32600 \+ padding 40 = 32896 columns "
+        r"exceeds .* 15-bit spatial limit 32767",
     ):
         composable.dynamic_matmul(8, 32600, 256)
-    composable.dynamic_matmul(8, 32767 - 256, 256)  # exactly at the limit is fine
+    composable.dynamic_matmul(8, 32704 - 256, 256)  # the widest multiple of 64 under the limit is fine
+    with pytest.raises(ConfigError, match="padding 63 = 32768 columns"):
+        composable.dynamic_matmul(8, 32704 - 256 + 1, 256)
+
+
+def test_dynamic_matmul_transposes_the_activations_not_the_weight():
+    """maderix's gen_dyn_matmul: reshape + transpose of the activations, an untransposed matmul against
+    the weight block as packed, and a transpose back; the output is the final reshape, not an identity."""
+    spec = composable.dynamic_matmul(256, 512, 64)
+    ops = spec.program.main.ops
+    compute = [op for op in ops if op.op_type != "const"]
+    assert [op.op_type for op in compute] == [
+        "slice_by_size",
+        "slice_by_size",
+        "reshape",
+        "transpose",
+        "reshape",
+        "matmul",
+        "transpose",
+        "reshape",
+    ]
+    (mm,) = [op for op in compute if op.op_type == "matmul"]
+    flags = [mm.inputs[k] for k in ("transpose_x", "transpose_y")]
+    assert [(f.const if isinstance(f, mil.Var) else f).scalar() for f in flags] == [False, False]
+    assert mm.inputs["x"].type.shape == (1, 1, 64, 256)  # the activations as token rows (S, IC)
+    assert mm.inputs["y"].type.shape == (1, 1, 256, 512)  # W^T as packed (IC, OC)
+    (out,) = spec.program.main.outputs
+    assert out.name == "out" and out.op.op_type == "reshape"
 
 
 # -- the column layout -------------------------------------------------------------------------------
@@ -236,6 +272,7 @@ def test_spatial_layout_packs_splits_and_pads_rows():
         ],
     )
     assert layout.columns == 8 and layout.range("s") == (7, 1) and layout.activation.name == "act"
+    assert layout.padded_columns == 0 and layout.padding() == []
     a, b = np.ones((2, 4)), np.arange(5.0)
     blocks = layout.weight_blocks({"a": a, "b": b})
     packed = layout.pack({"act": np.full((5, 3), 7.0), **blocks})
@@ -245,6 +282,40 @@ def test_spatial_layout_packs_splits_and_pads_rows():
     np.testing.assert_array_equal(rows[:, 7], b)  # a vector fills a one-column segment
     split = layout.split(packed)
     assert split["m"].shape == (2, 4) and split["act"].shape == (5, 3)
+
+
+def test_spatial_layout_aligns_segment_starts_and_width():
+    layout = SpatialLayout.of(
+        3,
+        [
+            Segment("act", 3, 5),
+            Segment("m", 3, 17, (("a", 3, True),)),
+            Segment("s", 3, 1, (("b", 3, False),)),
+        ],
+        align=16,
+    )
+    assert layout.offsets == (0, 16, 48) and layout.columns == 64
+    assert layout.padding() == [(5, 11), (33, 15), (49, 15)] and layout.padded_columns == 41
+    a, b = np.arange(51.0).reshape(17, 3), np.array([7.0, 8.0, 9.0])
+    packed = layout.pack({"act": np.ones((3, 5)), **layout.weight_blocks({"a": a, "b": b})})
+    rows = packed.reshape(3, 64)
+    np.testing.assert_array_equal(rows[:, 16:33], a.T)
+    np.testing.assert_array_equal(rows[:, 48], b)
+    for offset, count in layout.padding():
+        np.testing.assert_array_equal(rows[:, offset : offset + count], 0)
+    split = layout.split(packed)
+    assert list(split) == ["act", "m", "s"]  # the padding is not a segment
+    np.testing.assert_array_equal(split["m"], a.T)
+    assert layout.describe() == [
+        "columns 0..5  act  3 x 5",
+        "columns 5..16  (padding)  zeros x 11",
+        "columns 16..33  m  3 x 17",
+        "columns 33..48  (padding)  zeros x 15",
+        "columns 48..49  s  3 x 1",
+        "columns 49..64  (padding)  zeros x 15",
+    ]
+    with pytest.raises(LayoutError, match="align must be a positive integer"):
+        SpatialLayout.of(3, [Segment("act", 3, 5)], align=0)
 
 
 def test_spatial_layout_errors():

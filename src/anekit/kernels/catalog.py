@@ -32,7 +32,8 @@ HEAD_KERNELS = {
 DYNAMIC_KERNELS = {
     "sdpa_fwd_dynamic": ("anekit.kernels.dynamic", "sdpa_fwd_dynamic"),
     "ffn_fwd_dynamic": ("anekit.kernels.dynamic", "ffn_fwd_dynamic"),
-    "ffn_bwd_dynamic": ("anekit.kernels.dynamic", "ffn_bwd_dynamic"),
+    "ffn_bwd_w2t_dynamic": ("anekit.kernels.dynamic", "ffn_bwd_w2t_dynamic"),
+    "ffn_bwd_w13t_dynamic": ("anekit.kernels.dynamic", "ffn_bwd_w13t_dynamic"),
     "qkv_bwd_dynamic": ("anekit.kernels.dynamic", "qkv_bwd_dynamic"),
 }
 # Which RMSNorm scale each rmsnorm_bwd instance bakes.

@@ -6,9 +6,11 @@ configuration: each takes channel counts and a sequence length.
 - ``matmul_inputs``: y = W @ x with both W and x as runtime inputs (two input tensors);
 - ``conv_baked``: y = W @ x as a 1x1 conv with W baked into the weight file;
 - ``fused_qkv`` / ``fused_ffn_up``: several convs of one input, their weights in ONE multi-chunk file;
-- ``dynamic_matmul``: "dynamic weight packing": ONE input [1, IC, 1, SEQ + OC] holding the activations
-  in spatial columns 0..SEQ and the weight matrix transposed (IC x OC) in columns SEQ..SEQ + OC; the
-  program slices, reshapes and multiplies, so one compiled kernel takes new weights on every run.
+- ``dynamic_matmul``: "dynamic weight packing": ONE input [1, IC, 1, W] holding the activations in
+  spatial columns 0..SEQ and the weight matrix transposed (IC x OC) in the next segment (every segment
+  starts at a multiple of ``COLUMN_ALIGN`` = 64 columns, the gaps and the tail are zeros); the program
+  slices, transposes the activations (never the weight) and multiplies, so one compiled kernel takes
+  new weights on every run.
 
 ``Segment`` and ``SpatialLayout`` describe such column segments (``spec.Layout`` only describes channel
 ranges) and ``DynamicKernelSpec`` is a KernelSpec whose input packs activations and weights together.
@@ -54,19 +56,37 @@ class Segment:
         return bool(self.sources)
 
 
+# Width unit of every dynamic kernel's input: each segment starts at a multiple of it and the surface
+# width is rounded up to one. 64 columns = 128 bytes per fp16 row. ncdrone/rustane README "ANE Gotchas":
+# an IOSurface spatial width that is not a multiple of 16 corrupts data silently. maderix/ANE
+# training/training_dynamic/mil_dynamic.h, with the sizes of models/stories110m.h and qwen3_06b.h, slices
+# its inputs only at spatial offsets and widths that are multiples of 256, so aligned segment starts
+# are the layout with hardware precedent; 64 rather than 256 keeps small models' padding small. Our
+# choice, not measured on hardware.
+COLUMN_ALIGN = 64
+
+
 @dataclass(frozen=True)
 class SpatialLayout:
-    """Named column segments of one [1, channels, 1, W] surface, in order (W: the sum of their widths)."""
+    """Named column segments of one [1, channels, 1, W] surface, in order, each starting at a multiple of
+    ``align`` columns; W is the end of the last segment rounded up to ``align``.
+
+    The columns between segments and after the last one are zero padding (``padding()`` lists them,
+    ``padded_columns`` counts them); ``pack`` writes zeros there and ``split`` returns only segments.
+    """
 
     channels: int
     segments: tuple[Segment, ...]
+    align: int = 1
 
     @staticmethod
-    def of(channels: int, segments: Iterable[Segment]) -> SpatialLayout:
+    def of(channels: int, segments: Iterable[Segment], align: int = 1) -> SpatialLayout:
         segs = tuple(segments)
         names = [s.name for s in segs]
         if len(set(names)) != len(names):
             raise LayoutError(f"[layout] segment names repeat: {names}")
+        if not isinstance(align, int) or align <= 0:
+            raise LayoutError(f"[layout] align must be a positive integer, got {align!r}")
         for s in segs:
             if not 0 < s.rows <= channels or s.columns <= 0:
                 raise LayoutError(
@@ -74,12 +94,41 @@ class SpatialLayout:
                 )
             if s.sources and sum(r for _, r, _ in s.sources) != s.rows:
                 raise LayoutError(f"[layout] segment '{s.name}': its sources do not fill its {s.rows} rows")
-        return SpatialLayout(int(channels), segs)
+        return SpatialLayout(int(channels), segs, align)
+
+    def _up(self, n: int) -> int:
+        return -(-n // self.align) * self.align
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """The first column of every segment (each a multiple of ``align``)."""
+        out, pos = [], 0
+        for s in self.segments:
+            out.append(pos)
+            pos = self._up(pos + s.columns)
+        return tuple(out)
 
     @property
     def columns(self) -> int:
-        """Total width: the surface's spatial size."""
-        return sum(s.columns for s in self.segments)
+        """Total width, padding included: the surface's spatial size."""
+        if not self.segments:
+            return 0
+        return self._up(self.offsets[-1] + self.segments[-1].columns)
+
+    @property
+    def padded_columns(self) -> int:
+        """How many of the ``columns`` are zero padding (between segments and at the end)."""
+        return self.columns - sum(s.columns for s in self.segments)
+
+    def padding(self) -> list[tuple[int, int]]:
+        """``(column offset, columns)`` of every run of padding columns, in order."""
+        runs, offsets = [], self.offsets
+        for i, s in enumerate(self.segments):
+            end = offsets[i] + s.columns
+            nxt = offsets[i + 1] if i + 1 < len(offsets) else self.columns
+            if nxt > end:
+                runs.append((end, nxt - end))
+        return runs
 
     @property
     def names(self) -> list[str]:
@@ -93,22 +142,27 @@ class SpatialLayout:
 
     def range(self, name: str) -> tuple[int, int]:
         """``(column offset, columns)`` of a segment."""
-        offset = 0
-        for s in self.segments:
+        for s, offset in zip(self.segments, self.offsets):
             if s.name == name:
                 return offset, s.columns
-            offset += s.columns
         raise LayoutError(f"[layout] no segment '{name}' (segments: {', '.join(self.names)})")
 
+    def describe(self) -> list[str]:
+        """One line per segment and per padding run: ``columns a..b  name  rows x columns``."""
+        segs = zip(self.segments, self.offsets)
+        items = [(o, s.columns, s.name, f"{s.rows} x {s.columns}") for s, o in segs]
+        items += [(o, n, "(padding)", f"zeros x {n}") for o, n in self.padding()]
+        return [f"columns {o}..{o + n}  {name}  {size}" for o, n, name, size in sorted(items)]
+
     def pack(self, blocks: Mapping[str, Any], dtype: Any = np.float32) -> np.ndarray:
-        """The [1, C, 1, W] array holding every segment's (rows, columns) block; padding rows are 0."""
+        """The [1, C, 1, W] array holding every segment's (rows, columns) block; padding rows and padding
+        columns are 0."""
         missing = [n for n in self.names if n not in blocks]
         extra = [n for n in blocks if n not in self.names]
         if missing or extra:
             raise LayoutError(f"[layout] segments are {self.names}; missing {missing}, unexpected {extra}")
         out = np.zeros((self.channels, self.columns), dtype=dtype)
-        offset = 0
-        for s in self.segments:
+        for s, offset in zip(self.segments, self.offsets):
             a = np.asarray(blocks[s.name])
             if a.shape != (s.rows, s.columns):
                 raise LayoutError(
@@ -116,11 +170,10 @@ class SpatialLayout:
                     f"got {list(a.shape)}"
                 )
             out[: s.rows, offset : offset + s.columns] = a
-            offset += s.columns
         return out.reshape(1, self.channels, 1, self.columns)
 
     def split(self, array: np.ndarray) -> dict[str, np.ndarray]:
-        """Each segment of a (C, W) or [1, C, 1, W] array, as (rows, columns) views."""
+        """Each segment of a (C, W) or [1, C, 1, W] array, as (rows, columns) views (padding left out)."""
         a = np.asarray(array)
         if a.shape not in ((self.channels, self.columns), (1, self.channels, 1, self.columns)):
             raise LayoutError(
@@ -128,11 +181,8 @@ class SpatialLayout:
                 f"[1, {self.channels}, 1, {self.columns}], got {list(a.shape)}"
             )
         rows = a.reshape(self.channels, self.columns)
-        out, offset = {}, 0
-        for s in self.segments:
-            out[s.name] = rows[: s.rows, offset : offset + s.columns]
-            offset += s.columns
-        return out
+        segs = zip(self.segments, self.offsets)
+        return {s.name: rows[: s.rows, o : o + s.columns] for s, o in segs}
 
     def weight_blocks(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The block of every weight segment, built from named weights by the segments' sources."""
@@ -158,9 +208,14 @@ class SpatialLayout:
         return blocks
 
     @property
+    def activation_segments(self) -> list[Segment]:
+        """The segments without sources: where the activations go."""
+        return [s for s in self.segments if not s.is_weight]
+
+    @property
     def activation(self) -> Segment:
-        """The one segment without sources: where the activations go."""
-        acts = [s for s in self.segments if not s.is_weight]
+        """The one segment without sources (LayoutError when there are several or none)."""
+        acts = self.activation_segments
         if len(acts) != 1:
             raise LayoutError(f"[layout] expected one activation segment, found {[s.name for s in acts]}")
         return acts[0]
@@ -168,12 +223,15 @@ class SpatialLayout:
 
 @dataclass
 class DynamicKernelSpec(KernelSpec):
-    """A kernel whose weights travel in its input, after the activation columns: compiled once.
+    """A kernel whose weights travel in its input, next to the activation columns: compiled once.
 
     ``inputs`` describes the whole input surface [1, C, 1, W] (one part ``x``), so ``run(k, x=packed)``
-    works as for any KernelSpec; ``activations`` names the channel parts of the activation columns and
-    ``columns`` the column segments. ``pack(weights, **parts)`` builds the input from llama2.c-layout
-    weights and the named activations, and ``run(k, weights, **parts)`` packs and runs.
+    works as for any KernelSpec; ``activations`` names the channel parts of the activations and
+    ``columns`` the column segments. The activations fill either ONE activation segment, all parts
+    stacked along channels, or one activation segment per part, named after it (parts side by side
+    along columns, so that a surface whose channels are the widest part has no empty rows).
+    ``pack(weights, **parts)`` builds the input from llama2.c-layout weights and the named activations,
+    and ``run(k, weights, **parts)`` packs and runs.
     """
 
     activations: Layout | None = None
@@ -182,6 +240,17 @@ class DynamicKernelSpec(KernelSpec):
     def __post_init__(self) -> None:
         if self.activations is None or self.columns is None:
             raise LayoutError(f"[{self.name}] a dynamic kernel needs its activation and column layouts")
+        acts = self.columns.activation_segments
+        if len(acts) == 1:
+            want = [(acts[0].name, self.activations.channels, self.activations.spatial)]
+        else:
+            want = [(n, c, self.activations.spatial) for n, c in self.activations.parts]
+        got = [(s.name, s.rows, s.columns) for s in acts]
+        if [w[1:] for w in want] != [g[1:] for g in got] or (len(acts) > 1 and want != got):
+            raise LayoutError(
+                f"[{self.name}] activation segments {got} do not hold the activation parts "
+                f"{list(self.activations.parts)} (spatial {self.activations.spatial})"
+            )
 
     def weight_columns(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The weight segments' blocks (what changes after an optimizer step)."""
@@ -189,11 +258,15 @@ class DynamicKernelSpec(KernelSpec):
         return self.columns.weight_blocks(weights)
 
     def pack(self, weights: Mapping[str, Any], **parts: Any) -> np.ndarray:
-        """The [1, C, 1, W] input: the activation parts in columns 0..S, the weights after them."""
+        """The [1, C, 1, W] input: the activation parts in their segment(s), the weights in theirs."""
         assert self.activations is not None and self.columns is not None
         act = self.activations.pack(parts).reshape(self.activations.channels, self.activations.spatial)
         blocks: dict[str, Any] = dict(self.weight_columns(weights))
-        blocks[self.columns.activation.name] = act
+        acts = self.columns.activation_segments
+        if len(acts) == 1:
+            blocks[acts[0].name] = act
+        else:
+            blocks.update(self.activations.split(act))
         return self.columns.pack(blocks)
 
     def run(  # type: ignore[override]
@@ -226,16 +299,36 @@ def check_channels(name: str, **counts: int) -> None:
 
 def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout) -> KernelBuilder:
     """A KernelBuilder whose input ``x`` is the whole packed surface [1, C, 1, W]; checks the width first."""
-    act = columns.activation.columns
-    check_spatial(name, columns.columns, f"seq {act} + packed weight columns {columns.columns - act}")
+    act = sum(s.columns for s in columns.activation_segments)
+    weights = columns.columns - act - columns.padded_columns
+    check_spatial(
+        name,
+        columns.columns,
+        f"activation columns {act} + packed weight columns {weights} + padding {columns.padded_columns}",
+    )
     return KernelBuilder(name, cfg, Layout.of([("x", columns.channels)], columns.columns), None)
 
 
 def finish_dynamic(
     kb: KernelBuilder, activations: Layout, columns: SpatialLayout, outputs: Layout, parts: Mapping[str, Var]
 ) -> DynamicKernelSpec:
-    """``KernelBuilder.finish`` for a dynamic kernel: the spec also carries its column layout."""
-    spec = kb.finish(outputs, parts)
+    """``KernelBuilder.finish`` for a dynamic kernel: the spec also carries its column layout.
+
+    Several outputs are concatenated along channels by ``KernelBuilder.finish``. A single output must
+    already be the value of the kernel's last compute op, named ``out``: it is returned as is, never
+    through an ``identity`` (which the compiler refuses as a kernel's only producer of an output).
+    """
+    if len(outputs.parts) == 1:
+        (part, channels), v = outputs.parts[0], parts[outputs.names[0]]
+        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[union-attr]
+            raise LayoutError(
+                f"[{kb.name}] the single output '{part}' must be [1, {channels}, 1, {outputs.spatial}] "
+                f"and produced by an op named 'out'; got {v.name}: {v.type}"
+            )
+        kb.f.output(v)
+        spec = KernelSpec(kb.name, kb.builder.build(), kb.inputs, outputs, kb.pack, kb.shared_files)
+    else:
+        spec = kb.finish(outputs, parts)
     return DynamicKernelSpec(
         spec.name,
         spec.program,
@@ -264,20 +357,64 @@ def dynamic_slice(
     )  # (1, count, 1, width)
 
 
-def dynamic_linear(kb: KernelBuilder, a: Var, w: Var, tag: str, transposed: bool = True) -> Var:
+# A dynamic product y = M @ a runs as maderix/ANE training/training_dynamic/mil_dynamic.h gen_dyn_matmul
+# does on hardware: the ACTIVATIONS are transposed to token rows [1, 1, S, K] and multiplied by the
+# weight block M^T [1, 1, K, N] with transpose_x = transpose_y = false, and the [1, 1, S, N] result is
+# transposed back. A weight is never the transposed operand of a matmul.
+
+_SWAP_LAST = [0, 1, 3, 2]
+
+
+def token_rows(kb: KernelBuilder, a: Var, tag: str) -> Var:
+    """Activations [1, K, 1, S] as a matmul's left operand [1, 1, S, K]: one row per token."""
+    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[union-attr]
+    a4 = kb.f.reshape(x=a, shape=[1, 1, k, seq], name=f"{tag}_a")  # (1, 1, K, S)
+    return kb.f.transpose(x=a4, perm=_SWAP_LAST, name=f"{tag}_at")  # (1, 1, S, K)
+
+
+def rows_product(kb: KernelBuilder, at: Var, w: Var, tag: str, transposed: bool = True) -> Var:
+    """Token rows at [1, 1, S, K] times M^T: (M @ a)^T as [1, 1, S, N].
+
+    ``transposed``: the weight block w holds M^T, [1, K, 1, N] (K rows, one column per output channel),
+    and is used as it is. Otherwise w holds M itself, [1, N, 1, K], and a transpose op turns it into
+    M^T first, as maderix's ffnFused kernel does with W2 (mil_dynamic.h). Either way the matmul has
+    transpose_x = transpose_y = false.
+    """
+    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[union-attr]
+    w4 = kb.f.reshape(x=w, shape=[1, 1, rows, cols], name=f"{tag}_w")  # (1, 1, K, N) or (1, 1, N, K)
+    if not transposed:
+        w4 = kb.f.transpose(x=w4, perm=_SWAP_LAST, name=f"{tag}_wt")  # (1, 1, K, N)
+    return kb.f.matmul(x=at, y=w4, transpose_x=False, transpose_y=False, name=f"{tag}_mm")  # (1, 1, S, N)
+
+
+def rows_to_channels(kb: KernelBuilder, y: Var, tag: str, name: str | None = None) -> Var:
+    """[1, 1, S, N] token rows back to channels [1, N, 1, S]; the reshape is named ``name`` or ``tag``."""
+    seq, n = y.type.shape[2], y.type.shape[3]  # type: ignore[union-attr]
+    yt = kb.f.transpose(x=y, perm=_SWAP_LAST, name=f"{tag}_t")  # (1, 1, N, S)
+    return kb.f.reshape(x=yt, shape=[1, n, 1, seq], name=name or tag)  # (1, N, 1, S)
+
+
+def dynamic_linear(
+    kb: KernelBuilder,
+    a: Var | None,
+    w: Var,
+    tag: str,
+    transposed: bool = True,
+    *,
+    at: Var | None = None,
+    name: str | None = None,
+) -> Var:
     """y = M @ a for activations a [1, K, 1, S] and a weight block w from the input's columns.
 
-    ``transposed``: w holds M^T, [1, K, 1, N] (the usual packing: K rows, one column per output
-    channel); otherwise w holds M itself, [1, N, 1, K]. Both become [1, 1, rows, cols] matrices and
-    one matmul gives [1, 1, N, S], reshaped to [1, N, 1, S].
+    ``transposed``: w holds M^T, [1, K, 1, N] (the usual packing); otherwise M, [1, N, 1, K]
+    (``rows_product``). ``at``: the token rows of a from ``token_rows``, when several products share
+    them (pass a = None). Result [1, N, 1, S], its last op named ``name`` (default ``tag``).
     """
-    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[union-attr]
-    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[union-attr]
-    n = cols if transposed else rows
-    a4 = kb.f.reshape(x=a, shape=[1, 1, k, seq], name=f"{tag}_a")  # (1, 1, K, S)
-    w4 = kb.f.reshape(x=w, shape=[1, 1, rows, cols], name=f"{tag}_w")  # (1, 1, K, N) or (1, 1, N, K)
-    y4 = kb.f.matmul(x=w4, y=a4, transpose_x=transposed, transpose_y=False, name=f"{tag}_mm")  # (1,1,N,S)
-    return kb.f.reshape(x=y4, shape=[1, n, 1, seq], name=tag)  # (1, N, 1, S)
+    if at is None:
+        assert a is not None, "dynamic_linear needs a or at"
+        at = token_rows(kb, a, tag)  # (1, 1, S, K)
+    y = rows_product(kb, at, w, tag, transposed)  # (1, 1, S, N)
+    return rows_to_channels(kb, y, tag, name)  # (1, N, 1, S)
 
 
 # -- runtime-input matmul ----------------------------------------------------------------------------
@@ -438,32 +575,38 @@ def fused_ffn_up_reference(x: np.ndarray, w1: np.ndarray, w3: np.ndarray) -> dic
 
 
 def dynamic_matmul_layout(in_ch: int, out_ch: int, seq: int) -> SpatialLayout:
-    """Columns of the dynamic matmul's input: act = x (in_ch, seq), then w_t = W^T (in_ch, out_ch)."""
+    """Columns of the dynamic matmul's input: act = x (in_ch, seq), then w_t = W^T (in_ch, out_ch), each
+    starting at a multiple of ``COLUMN_ALIGN`` columns, zero padding up to the next multiple after each."""
     return SpatialLayout.of(
-        in_ch, [Segment("act", in_ch, seq), Segment("w_t", in_ch, out_ch, (("w", in_ch, True),))]
+        in_ch,
+        [Segment("act", in_ch, seq), Segment("w_t", in_ch, out_ch, (("w", in_ch, True),))],
+        align=COLUMN_ALIGN,
     )
 
 
 def dynamic_matmul(in_ch: int, out_ch: int, seq: int) -> DynamicKernelSpec:
     """y = W @ x with W (out_ch, in_ch) packed in the input after the activations; compiled once.
 
-    Input [1, in_ch, 1, seq + out_ch]: columns 0..seq hold x (in_ch, seq), columns seq..seq + out_ch
-    hold W^T (in_ch, out_ch). The program slices both, views them as [1, 1, in_ch, *] matrices and
-    computes W @ x as matmul(W^T, x, transpose_x=True). Output: y [1, out_ch, 1, seq].
-    Build the input with ``spec.pack({"w": W}, x=x)`` or ``pack_matmul_input(x, W)``.
+    Input [1, in_ch, 1, W], W = the two segments each rounded up to ``COLUMN_ALIGN`` columns: columns
+    0..seq hold x (in_ch, seq), the segment ``w_t`` holds W^T (in_ch, out_ch), the rest is zeros. The
+    program slices both and computes y^T = x^T @ W^T with x^T the transposed activations and W^T the
+    weight block as packed (maderix's gen_dyn_matmul; no transposed matmul operand), then transposes
+    back. Output: y [1, out_ch, 1, seq]. Build the input with ``spec.pack({"w": W}, x=x)`` or
+    ``pack_matmul_input(x, W)``.
     """
     check_channels("dynamic_matmul", in_ch=in_ch, out_ch=out_ch)
     columns = dynamic_matmul_layout(in_ch, out_ch, seq)
     kb = dynamic_builder("dynamic_matmul", _placeholder("dynamic_matmul", seq), columns)
     x = dynamic_slice(kb, columns, "act")  # (1, IC, 1, S)
     wt = dynamic_slice(kb, columns, "w_t")  # (1, IC, 1, OC)
-    y = dynamic_linear(kb, x, wt, "y")  # (1, OC, 1, S)
+    y = dynamic_linear(kb, x, wt, "y", name="out")  # (1, OC, 1, S)
     activations = Layout.of([("x", in_ch)], seq)
     return finish_dynamic(kb, activations, columns, Layout.of([("y", out_ch)], seq), {"y": y})
 
 
 def pack_matmul_input(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The dynamic matmul's input [1, IC, 1, S + OC] for activations x (IC, S) and W (OC, IC)."""
+    """The dynamic matmul's input [1, IC, 1, W] for activations x (IC, S) and W (OC, IC) (W: S and OC
+    each rounded up to ``COLUMN_ALIGN``)."""
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 2 or w.ndim != 2:
         raise LayoutError(

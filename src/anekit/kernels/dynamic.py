@@ -1,32 +1,49 @@
 """Dynamic-weight variants of the fused layer kernels: weights travel in the input, compiled once.
 
-Each kernel's single input [1, C, 1, S + W] holds the activations in spatial columns 0..S (channel parts
-as the baked kernel's input) and the trainable weights in the W columns after them, as named column
-segments (``composable.SpatialLayout``). A training loop compiles each kernel once and writes new
-weights into the input after every optimizer step: no recompiles, so no compile budget spent. What is
-not trained (the causal mask, the RoPE tables) stays baked in the weight file.
+Each kernel's single input [1, C, 1, W] holds the activations (channel parts as the baked kernel's
+input) and the trainable weights as named column segments (``composable.SpatialLayout``). A training
+loop compiles each kernel once and writes new weights into the input after every optimizer step: no
+recompiles, so no compile budget spent. What is not trained (the causal mask, the RoPE tables) stays
+baked in the weight file.
 
-Packing rule: a segment holds the matrix M^T of a product y = M @ a (rows: the product's input
-channels K; columns: its output channels N), or M itself (N rows, K columns) where M^T would not fit
-in the C channels (W2 in ``ffn_fwd_dynamic``: hidden rows > dim) or M is the narrower of the two
-(W2^T in ``ffn_bwd_dynamic``: dim columns instead of hidden). A segment with fewer rows than C leaves
-the rest zero. Weights are given in llama2.c's layout ((out, in) matrices, (dim,) scales)
-and ``spec.pack(weights, **activations)`` does the transposing. Every input width is checked against
-the engine's 15-bit spatial limit (ConfigError naming the rule).
+Packing rule: every product y = M @ a (K input channels, N output channels) takes a segment holding
+M^T, K rows x N columns, consumed as it is: the program transposes the ACTIVATIONS to token rows
+[1, 1, S, K] and computes y^T = a^T @ M^T with no transposed matmul operand, as maderix/ANE
+training/training_dynamic/mil_dynamic.h gen_dyn_matmul does on hardware. One exception, as in
+maderix's ffnFused: W2 in ``ffn_fwd_dynamic`` is packed as M itself (dim rows x hidden columns; M^T
+would need hidden rows, more than the dim channels) and a transpose op turns it into M^T inside the
+kernel. For M = W^T (the backward products) M^T is llama2.c's (out, in) matrix W as stored. Weights
+are given in llama2.c's layout ((out, in) matrices, (dim,) scales) and ``spec.pack(weights,
+**activations)`` does any transposing on the host.
 
-Kernel            C               segments after the activations (rows x columns)
-sdpa_fwd_dynamic  dim             wq_t dim x dim, wk_t dim x kv, wv_t dim x kv, wo_t dim x dim,
-                                  rms_att dim x 1
-ffn_fwd_dynamic   dim             w1_t dim x hidden, w3_t dim x hidden, w2 dim x hidden (W2 itself),
-                                  rms_ffn dim x 1
-ffn_bwd_dynamic   dim + 2 hidden  w2_t hidden x dim (W2^T itself), w13 2 hidden x dim (W1 over W3)
-qkv_bwd_dynamic   dim + 2 kv      wqkv (dim + 2 kv) x dim (Wq over Wk over Wv)
+Widths: every segment starts at a multiple of ``COLUMN_ALIGN`` = 64 columns and the surface is a
+multiple of 64 wide, the gaps being zeros (rustane: widths not a multiple of 16 corrupt silently;
+maderix's dynamic pipeline only uses multiples of 256). Every input is dense: every segment fills
+all C rows, so the only zeros are the alignment padding (63 columns after a one-column RMSNorm scale;
+more where a model's widths are not multiples of 64). Outputs are [1, C, 1, S], S = seq_len: a
+multiple of 64 in every preset and in ``anekit train``'s default model, not padded here. Every input
+width is checked against the engine's 15-bit spatial limit (ConfigError naming the rule).
+
+Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
+sdpa_fwd_dynamic      dim       act dim x S, wq_t dim x dim, wk_t dim x kv, wv_t dim x kv,
+                                wo_t dim x dim, rms_att dim x 1
+ffn_fwd_dynamic       dim       act dim x S, w1_t dim x hidden, w3_t dim x hidden, w2 dim x hidden
+                                (W2 itself), rms_ffn dim x 1
+ffn_bwd_w2t_dynamic   dim       act (dffn) dim x S, w2 dim x hidden (= (W2^T)^T)
+ffn_bwd_w13t_dynamic  hidden    dgate, h1, h3 hidden x S each, w1 hidden x dim, w3 hidden x dim
+qkv_bwd_dynamic       dim+2 kv  act (dq; dk; dv) (dim + 2 kv) x S, wqkv (dim + 2 kv) x dim (Wq; Wk; Wv)
+
+The FFN backward is two kernels, split as maderix's ffnBwdW2t / ffnBwdW13t (train.m): one fused
+kernel would need dim + 2 hidden channels with the weight segments filling only some rows (16.6 MiB
+for stories110M, a third of it zeros); split, each input is dense, the larger 9.0 MiB (the largest
+surface of all is ffn_fwd_dynamic's input, 9.5 MiB).
 """
 
 from __future__ import annotations
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import (
+    COLUMN_ALIGN,
     DynamicKernelSpec,
     Segment,
     SpatialLayout,
@@ -34,6 +51,9 @@ from anekit.kernels.composable import (
     dynamic_linear,
     dynamic_slice,
     finish_dynamic,
+    rows_product,
+    rows_to_channels,
+    token_rows,
 )
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.forward import ffn_fwd_layout, sdpa_fwd_layout
@@ -41,25 +61,13 @@ from anekit.kernels.spec import Layout
 from anekit.mil import Var
 
 
-def _span(kb: KernelBuilder, columns: SpatialLayout, first: str, last: str, tag: str) -> Var:
-    """Adjacent segments ``first``..``last`` (same rows) as one block: [1, rows, 1, their columns]."""
-    start, _ = columns.range(first)
-    end = sum(columns.range(last))
-    rows = columns.segment(first).rows
-    return kb.f.slice_by_size(
-        x=kb.x, begin=[0, 0, 0, start], size=[1, rows, 1, end - start], name=f"in_{tag}"
-    )  # (1, rows, 1, columns)
-
-
-def _channels(kb: KernelBuilder, x: Var, offset: int, count: int, name: str) -> Var:
-    """Channels offset..offset + count of a [1, C, 1, S] value."""
-    seq = x.type.shape[3]  # type: ignore[union-attr]
-    return kb.f.slice_by_size(x=x, begin=[0, offset, 0, 0], size=[1, count, 1, seq], name=name)
-
-
 def _act_parts(kb: KernelBuilder, columns: SpatialLayout, activations: Layout) -> dict[str, Var]:
-    """Every channel part of the activation columns, by name."""
-    act = columns.activation.name
+    """Every activation part, by name: channel ranges of the one activation segment, or (one segment
+    per part) each part's own segment."""
+    acts = columns.activation_segments
+    if len(acts) > 1:
+        return {s.name: dynamic_slice(kb, columns, s.name) for s in acts}
+    act = acts[0].name
     return {n: dynamic_slice(kb, columns, act, activations.range(n), tag=n) for n in activations.names}
 
 
@@ -79,14 +87,15 @@ def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
             Segment("wo_t", d, d, (("wo", d, True),)),
             Segment("rms_att", d, 1, (("rms_att", d, False),)),
         ],
+        align=COLUMN_ALIGN,
     )
 
 
 def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """``forward.sdpa_fwd`` with its weights in the input: [1, dim, 1, S + 2 dim + 2 kv_dim + 1].
+    """``forward.sdpa_fwd`` with its weights in the input: [1, dim, 1, W] (``sdpa_fwd_dynamic_columns``).
 
     Activation part x (dim, S). Output taps as sdpa_fwd: o_out, q, k (after RoPE), v, attn_out, xnorm.
-    Q, K and V come from ONE matmul against the adjacent segments [Wq^T | Wk^T | Wv^T].
+    Q, K and V are three matmuls sharing one transposed xnorm, as maderix's sdpaFwd (mil_dynamic.h).
     """
     columns = sdpa_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns)
@@ -95,11 +104,10 @@ def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
     scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, 1)
     xn = kb.rmsnorm(x, scale, "att_norm")  # (1, dim, 1, S)
-    wqkv = _span(kb, columns, "wq_t", "wv_t", "wqkv_t")  # (1, dim, 1, dim + 2 kv)
-    qkv = dynamic_linear(kb, xn, wqkv, "qkv")  # (1, dim + 2 kv, 1, S)
-    q = _channels(kb, qkv, 0, d, "q")  # (1, dim, 1, S)
-    k = _channels(kb, qkv, d, kv, "k")  # (1, kv_dim, 1, S)
-    v = _channels(kb, qkv, d + kv, kv, "v")  # (1, kv_dim, 1, S)
+    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
+    q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, dim, 1, S)
+    k = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wk_t"), "k", at=xnt)  # (1, kv_dim, 1, S)
+    v = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wv_t"), "v", at=xnt)  # (1, kv_dim, 1, S)
     if cfg.rope:
         q = kb.rope(q, d, "q_rope")
         k = kb.rope(k, kv, "k_rope")
@@ -125,27 +133,26 @@ def ffn_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
             Segment("w2", d, h, (("w2", d, False),)),
             Segment("rms_ffn", d, 1, (("rms_ffn", d, False),)),
         ],
+        align=COLUMN_ALIGN,
     )
 
 
 def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """``forward.ffn_fwd`` with its weights in the input: [1, dim, 1, S + 3 hidden + 1].
+    """``forward.ffn_fwd`` with its weights in the input: [1, dim, 1, W] (``ffn_fwd_dynamic_columns``).
 
     Activation part x (dim, S), the residual stream after attention. Output taps as ffn_fwd: ffn_out,
-    h1, h3, silu_out, x2norm. W2^T would need hidden rows, more than the dim channels, so W2 (dim,
-    hidden) is packed as is and multiplied untransposed; h1 and h3 come from one matmul against the
-    adjacent [W1^T | W3^T].
+    h1, h3, silu_out, x2norm. h1 and h3 are two matmuls sharing one transposed x2norm. W2^T would need
+    hidden rows, more than the dim channels, so W2 (dim, hidden) is packed as is and turned into W2^T
+    by a transpose op in the kernel, as maderix's ffnFused does (mil_dynamic.h).
     """
     columns = ffn_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)
-    d, h = cfg.dim, cfg.hidden_dim
-    activations = Layout.of([("x", d)], cfg.seq_len)
+    activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
     x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
     xn = kb.rmsnorm(x, dynamic_slice(kb, columns, "rms_ffn"), "ffn_norm")  # (1, dim, 1, S)
-    w13 = _span(kb, columns, "w1_t", "w3_t", "w13_t")  # (1, dim, 1, 2 hidden)
-    h13 = dynamic_linear(kb, xn, w13, "h13")  # (1, 2 hidden, 1, S)
-    h1 = _channels(kb, h13, 0, h, "h1")  # (1, hidden, 1, S)
-    h3 = _channels(kb, h13, h, h, "h3")  # (1, hidden, 1, S)
+    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
+    h1 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w1_t"), "h1", at=xnt)  # (1, hidden, 1, S)
+    h3 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w3_t"), "h3", at=xnt)  # (1, hidden, 1, S)
     sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
     silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
     gate = kb.f.mul(x=silu, y=h3, name="gate")  # (1, hidden, 1, S)
@@ -155,51 +162,87 @@ def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     return finish_dynamic(kb, activations, columns, ffn_fwd_layout(cfg), taps)
 
 
-# -- FFN backward ------------------------------------------------------------------------------------
+# -- FFN backward, part 1: dgate = W2^T dffn ----------------------------------------------------------
 
 
-def ffn_bwd_dynamic_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
-    """Activation parts and output taps of the dynamic FFN backward kernel (as ``backward.ffn_bwd``)."""
+def ffn_bwd_w2t_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
+    """Columns of the first FFN backward kernel's input: dffn, then W2 as stored (= (W2^T)^T)."""
+    d, h = cfg.dim, cfg.hidden_dim
+    return SpatialLayout.of(
+        d,
+        [Segment("act", d, cfg.seq_len), Segment("w2", d, h, (("w2", d, False),))],
+        align=COLUMN_ALIGN,
+    )
+
+
+def ffn_bwd_w2t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
+    """dgate = W2^T dffn with W2 in the input: [1, dim, 1, W] (``ffn_bwd_w2t_dynamic_columns``).
+
+    maderix's ffnBwdW2t (train.m, mil_dynamic.h gen_ffn_bwd_w2t_dynamic): a plain dynamic matmul whose
+    K = dim rows hold W2 (dim, hidden) as stored, which is M^T for M = W2^T. Activation part dffn (dim,
+    S); output dgate (hidden, S), the gradient of the SwiGLU gate, for ``ffn_bwd_w13t_dynamic``.
+    """
+    columns = ffn_bwd_w2t_dynamic_columns(cfg)
+    kb = dynamic_builder("ffn_bwd_w2t_dynamic", cfg, columns)
+    activations = Layout.of([("dffn", cfg.dim)], cfg.seq_len)
+    dffn = _act_parts(kb, columns, activations)["dffn"]  # (1, dim, 1, S)
+    w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
+    dgate = dynamic_linear(kb, dffn, w2, "dgate", name="out")  # (1, hidden, 1, S)
+    outputs = Layout.of([("dgate", cfg.hidden_dim)], cfg.seq_len)
+    return finish_dynamic(kb, activations, columns, outputs, {"dgate": dgate})
+
+
+# -- FFN backward, part 2: SwiGLU backward and dx = W1^T dh1 + W3^T dh3 ---------------------------------
+
+
+def ffn_bwd_w13t_dynamic_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
+    """Activation parts and output taps of the second FFN backward kernel."""
     d, h, s = cfg.dim, cfg.hidden_dim, cfg.seq_len
     return (
-        Layout.of([("dffn", d), ("h1", h), ("h3", h)], s),
+        Layout.of([("dgate", h), ("h1", h), ("h3", h)], s),
         Layout.of([("dx", d), ("dh1", h), ("dh3", h)], s),
     )
 
 
-def ffn_bwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
-    """Columns of the dynamic FFN backward input: concat(dffn, h1, h3), then W2^T and W1 stacked over W3."""
-    d, h = cfg.dim, cfg.hidden_dim
+def ffn_bwd_w13t_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
+    """Columns of the second FFN backward kernel's input: dgate, h1, h3 side by side, then W1 and W3 as
+    stored (hidden, dim) each."""
+    h, s = cfg.hidden_dim, cfg.seq_len
     return SpatialLayout.of(
-        d + 2 * h,
+        h,
         [
-            Segment("act", d + 2 * h, cfg.seq_len),
-            Segment("w2_t", h, d, (("w2", h, True),)),
-            Segment("w13", 2 * h, d, (("w1", h, False), ("w3", h, False))),
+            Segment("dgate", h, s),
+            Segment("h1", h, s),
+            Segment("h3", h, s),
+            Segment("w1", h, cfg.dim, (("w1", h, False),)),
+            Segment("w3", h, cfg.dim, (("w3", h, False),)),
         ],
+        align=COLUMN_ALIGN,
     )
 
 
-def ffn_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """``backward.ffn_bwd`` with its weights in the input: [1, dim + 2 hidden, 1, S + 2 dim].
+def ffn_bwd_w13t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
+    """The SwiGLU backward and dx = W1^T dh1 + W3^T dh3, W1 and W3 in the input: [1, hidden, 1, W].
 
-    Activation parts dffn (dim), h1, h3 (hidden). Output taps: dx (dim), dh1, dh3 (hidden).
-    The surface has dim + 2 hidden channels; the weight segments use the first rows and leave the rest
-    zero: ``w2_t`` (hidden x dim) is W2^T itself, multiplied untransposed for dgate = W2^T dffn (packing
-    its transpose W2 would take hidden columns instead of dim); ``w13`` (2 hidden x dim) is W1 stacked
-    over W3, so dx = W1^T dh1 + W3^T dh3 is ONE matmul of [W1; W3]^T with concat(dh1, dh3) (the two
-    products summed in the fp32 accumulator, one fp16 rounding).
+    maderix's ffnBwdW13t (mil_dynamic.h gen_ffn_bwd_w13t_dynamic): hidden channels, the activations
+    side by side along columns, two products of the transposed dh1 / dh3 with W1 / W3 as stored
+    (hidden, dim) = M^T for M = W1^T / W3^T, summed in the token-row layout and transposed back once.
+    maderix computes the SwiGLU derivative on the CPU between its two kernels; here it stays on the
+    engine, as in the baked ``backward.ffn_bwd`` (``KernelBuilder.swiglu_grads``).
+
+    Activation parts dgate (from ``ffn_bwd_w2t_dynamic``), h1, h3 (hidden, S each). Output taps: dx
+    (dim, the gradient w.r.t. x2norm), dh1, dh3 (hidden), as ``backward.ffn_bwd``.
     """
-    columns = ffn_bwd_dynamic_columns(cfg)
-    kb = dynamic_builder("ffn_bwd_dynamic", cfg, columns)
-    activations, outputs = ffn_bwd_dynamic_layouts(cfg)
+    columns = ffn_bwd_w13t_dynamic_columns(cfg)
+    kb = dynamic_builder("ffn_bwd_w13t_dynamic", cfg, columns)
+    activations, outputs = ffn_bwd_w13t_dynamic_layouts(cfg)
     parts = _act_parts(kb, columns, activations)
-    dffn, h1, h3 = parts["dffn"], parts["h1"], parts["h3"]  # (1, dim, 1, S), (1, hidden, 1, S) x 2
-    w2t = dynamic_slice(kb, columns, "w2_t")  # (1, hidden, 1, dim)
-    dgate = dynamic_linear(kb, dffn, w2t, "dgate", transposed=False)  # (1, hidden, 1, S)
+    dgate, h1, h3 = parts["dgate"], parts["h1"], parts["h3"]  # (1, hidden, 1, S) each
     dh1, dh3 = kb.swiglu_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
-    dh = kb.f.concat(values=(dh1, dh3), axis=1, interleave=False, name="dh")  # (1, 2 hidden, 1, S)
-    dx = dynamic_linear(kb, dh, dynamic_slice(kb, columns, "w13"), "dx")  # (1, dim, 1, S)
+    dx1 = rows_product(kb, token_rows(kb, dh1, "dh1"), dynamic_slice(kb, columns, "w1"), "dx1")  # (1,1,S,dim)
+    dx3 = rows_product(kb, token_rows(kb, dh3, "dh3"), dynamic_slice(kb, columns, "w3"), "dx3")  # (1,1,S,dim)
+    dxs = kb.f.add(x=dx1, y=dx3, name="dx_sum")  # (1, 1, S, dim)
+    dx = rows_to_channels(kb, dxs, "dx")  # (1, dim, 1, S)
     return finish_dynamic(kb, activations, columns, outputs, {"dx": dx, "dh1": dh1, "dh3": dh3})
 
 
@@ -222,19 +265,22 @@ def qkv_bwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
             Segment("act", c, cfg.seq_len),
             Segment("wqkv", c, d, (("wq", d, False), ("wk", kv, False), ("wv", kv, False))),
         ],
+        align=COLUMN_ALIGN,
     )
 
 
 def qkv_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """dx = Wq^T dq + Wk^T dk + Wv^T dv with the weights in the input: [1, dim + 2 kv, 1, S + dim].
+    """dx = Wq^T dq + Wk^T dk + Wv^T dv with the weights in the input: [1, dim + 2 kv, 1, W].
 
     Activation parts dq (dim), dk, dv (kv_dim): the gradients of the pre-RoPE projections. Output: dx
     (dim). The activations already are the stack [dq; dk; dv], whose rows line up with the segment
-    ``wqkv`` = [Wq; Wk; Wv] ((dim + 2 kv) x dim): dx is ONE matmul, all rows used, no padding.
+    ``wqkv`` = [Wq; Wk; Wv] ((dim + 2 kv) x dim, = M^T for M = [Wq; Wk; Wv]^T): dx is ONE matmul of the
+    transposed stack with wqkv, all rows used. (maderix's Qwen3 pipeline runs it as two kernels, qBwd
+    and kvBwd; one kernel here has a dense input too, so it stays one.)
     """
     columns = qkv_bwd_dynamic_columns(cfg)
     kb = dynamic_builder("qkv_bwd_dynamic", cfg, columns)
     activations, outputs = qkv_bwd_dynamic_layouts(cfg)
     dqkv = dynamic_slice(kb, columns, "act")  # (1, dim + 2 kv, 1, S)
-    dx = dynamic_linear(kb, dqkv, dynamic_slice(kb, columns, "wqkv"), "dx")  # (1, dim, 1, S)
+    dx = dynamic_linear(kb, dqkv, dynamic_slice(kb, columns, "wqkv"), "dx", name="out")  # (1, dim, 1, S)
     return finish_dynamic(kb, activations, columns, outputs, {"dx": dx})

@@ -110,7 +110,9 @@ class DynamicKernels(Kernels):
     once and serves every layer and every optimizer step.
 
     SDPA backward 1 bakes Wo^T; here it is compiled with Wo = I and fed da = Wo^T @ do, computed by
-    the dynamic-weight matmul kernel, so it too never needs recompiling.
+    the dynamic-weight matmul kernel, so it too never needs recompiling. The FFN backward is two
+    kernels (dgate = W2^T dffn, then the SwiGLU backward and dx), as maderix/ANE's dynamic pipeline
+    splits it (training/training_dynamic/train.m: ffnBwdW2t, ffnBwdW13t), so each input is dense.
     """
 
     def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
@@ -119,7 +121,7 @@ class DynamicKernels(Kernels):
         self.dynamic: dict[str, tuple[KernelSpec, Kernel]] = {}
 
     def compiles_needed(self) -> int:
-        return 0 if self.dynamic else 6
+        return 0 if self.dynamic else 7
 
     def compile(self, params: Params, timer: Timer) -> None:
         """Remember the current weights; compile the kernels the first time only."""
@@ -130,7 +132,8 @@ class DynamicKernels(Kernels):
         specs = {
             "sdpa_fwd": dynamic.sdpa_fwd_dynamic(cfg),
             "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg),
-            "ffn_bwd": dynamic.ffn_bwd_dynamic(cfg),
+            "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
+            "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
             "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
             "wo_t": composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len),
             "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}),
@@ -148,6 +151,11 @@ class DynamicKernels(Kernels):
             da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (dim, T) = Wo^T @ do
             spec, kernel = self.dynamic["sdpa_bwd1"]
             return spec.run(kernel, **{**parts, "do": da})
+        if name == "ffn_bwd":
+            spec, kernel = self.dynamic["ffn_bwd_w2t"]
+            dgate = spec.run(kernel, w, dffn=parts["dffn"])["dgate"]  # type: ignore[call-arg]  # (hidden, T)
+            spec, kernel = self.dynamic["ffn_bwd_w13t"]
+            return spec.run(kernel, w, dgate=dgate, h1=parts["h1"], h3=parts["h3"])  # type: ignore[call-arg]
         spec, kernel = self.dynamic[name]
         return spec.run(kernel, w, **parts)  # type: ignore[call-arg]
 
