@@ -17,9 +17,9 @@ from tests.kernel_weights import fp16_exact, random_layer, stories260k_layer
 
 CONFIGS = {
     "gqa-rope": ModelConfig(64, 128, 1, 8, 4, 100, 32),
-    "mha-rope": ModelConfig(64, 128, 1, 4, 4, 100, 24),
-    "gqa-norope": ModelConfig(48, 96, 1, 6, 2, 100, 16, rope=False),
-    "mqa-rope": ModelConfig(32, 64, 1, 4, 1, 100, 16),
+    "mha-rope": ModelConfig(64, 128, 1, 4, 4, 100, 32),
+    "gqa-norope": ModelConfig(48, 96, 1, 6, 2, 100, 32, rope=False),
+    "mqa-rope": ModelConfig(32, 64, 1, 4, 1, 100, 32),
 }
 
 # Finite differences run in float64 on small shapes (every head, group and position still exercised).

@@ -28,7 +28,7 @@ CONFIGS = {
     "stories15M": preset("stories15M"),
     "stories110M": preset("stories110M"),
     "default": train_config("default"),  # ``anekit train``'s own model
-    "mha-norope": ModelConfig(48, 96, 1, 6, 6, 100, 16, rope=False),
+    "mha-norope": ModelConfig(48, 96, 1, 6, 6, 100, 32, rope=False),
 }
 BAKED = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
 # Every op type of the hardware-run kernels the baked ones are modelled on (maderix/ANE
@@ -212,7 +212,7 @@ def test_rope_is_llama2c_rotation_of_pairs(channels, inverse):
 
 def test_rope_pair_swap_is_exact():
     """The swap conv (0 / +-1 weights) moves fp16 values without rounding: rope at position 0 is x."""
-    cfg = ModelConfig(64, 128, 1, 8, 4, 100, 16)
+    cfg = ModelConfig(64, 128, 1, 8, 4, 100, 32)
     x = fp16_exact(100 * np.random.default_rng(2).standard_normal((64, cfg.seq_len)))
     got = _rope_kernel(cfg, 64, False).run(runtime.open("sim"), x=x)["x"]
     np.testing.assert_array_equal(got[:, 0], x[:, 0])
@@ -222,7 +222,7 @@ def test_rope_pair_swap_is_exact():
 
 NORM_CONFIGS = {
     "dim64": ModelConfig(64, 128, 1, 8, 4, 100, 32),
-    "dim768": ModelConfig(768, 2048, 1, 12, 12, 100, 16),  # stories110M's width: old limit rms ~9
+    "dim768": ModelConfig(768, 2048, 1, 12, 12, 100, 32),  # stories110M's width: old limit rms ~9
 }
 
 
@@ -297,7 +297,7 @@ def test_a_pass_through_output_still_ends_in_a_compute_op():
 
 
 def test_a_conv_wider_than_2048_channels_is_refused():
-    cfg = ModelConfig(64, 128, 1, 8, 4, 100, 16)
+    cfg = ModelConfig(64, 128, 1, 8, 4, 100, 32)
     kb = KernelBuilder("wide", cfg, Layout.of([("x", 4096)], cfg.seq_len), None)
     with pytest.raises(LayoutError, match=r"\[wide\] conv 'y' reads 4096 input channels"):
         kb.conv(kb.part("x"), kb.weight("w", (64, 4096, 1, 1), None), "y")

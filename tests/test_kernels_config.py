@@ -66,7 +66,7 @@ def test_configs_the_engine_cannot_run_are_rejected_with_the_rule(changes, rule)
 
 
 def test_odd_head_dim_is_fine_without_rope():
-    cfg = ModelConfig(72, 128, 1, 8, 8, 100, 16, rope=False)
+    cfg = ModelConfig(72, 128, 1, 8, 8, 100, 32, rope=False)
     assert cfg.head_dim == 9
 
 

@@ -15,9 +15,9 @@ from tests.kernel_weights import fp16_exact, random_layer, stories260k_layer
 
 CONFIGS = {
     "gqa-rope": ModelConfig(64, 128, 1, 8, 4, 100, 32),
-    "mha-rope": ModelConfig(64, 160, 1, 4, 4, 100, 24),
-    "gqa-norope": ModelConfig(48, 96, 1, 6, 2, 100, 16, rope=False),
-    "mqa-rope": ModelConfig(32, 64, 1, 4, 1, 100, 16),
+    "mha-rope": ModelConfig(64, 160, 1, 4, 4, 100, 32),
+    "gqa-norope": ModelConfig(48, 96, 1, 6, 2, 100, 32, rope=False),
+    "mqa-rope": ModelConfig(32, 64, 1, 4, 1, 100, 32),
 }
 TOL = 5e-3  # kernel vs reference, relative to the output's max-abs (measured: 2.4e-4 .. 1.4e-3)
 FD_TOL = 1e-6  # backward reference vs central differences of the forward reference

@@ -14,7 +14,7 @@ from anekit import runtime
 from anekit.kernels import ModelConfig, forward
 from tests.kernel_weights import fp16_exact, stories260k_layer
 
-TOKENS = 24
+TOKENS = 32
 
 
 def _runc_forward(cfg: ModelConfig, layers: list[dict[str, np.ndarray]], tokens: list[int]) -> np.ndarray:

@@ -12,8 +12,8 @@ from anekit.llama.step import Kernels, Timer, make_kernels, train_step, unscale
 from tests.llama_reference import loss_and_grads
 
 CONFIGS = {
-    "gqa-rope-tied": (ModelConfig(32, 64, 2, 4, 2, 64, 16), True),
-    "mha-norope-untied": (ModelConfig(32, 48, 2, 4, 4, 50, 12, rope=False), False),
+    "gqa-rope-tied": (ModelConfig(32, 64, 2, 4, 2, 64, 32), True),
+    "mha-norope-untied": (ModelConfig(32, 48, 2, 4, 4, 50, 32, rope=False), False),
 }
 
 

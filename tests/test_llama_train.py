@@ -49,7 +49,7 @@ def test_a_restart_is_invisible_in_the_loss_curve(tmp_path):
 
 
 def _tiny_state(seed: int = 0) -> tuple[ModelConfig, TrainState]:
-    cfg = ModelConfig(32, 64, 2, 4, 2, 64, 16, name="tiny")
+    cfg = ModelConfig(32, 64, 2, 4, 2, 64, 32, name="tiny")
     return cfg, TrainState.fresh(Params.init(cfg, seed=seed), TrainConfig())
 
 
