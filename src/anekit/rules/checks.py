@@ -288,19 +288,34 @@ def _reshape_noop(ctx: _Context, op: Op) -> None:
 def _matmul(ctx: _Context, op: Op) -> None:
     for operand, flag in (("x", "transpose_x"), ("y", "transpose_y")):
         v = op.inputs.get(operand)
-        if not isinstance(v, Var) or _scalar(op, flag) is not True:
+        if not isinstance(v, Var):
+            continue
+        if v.const is not None:
+            ctx.report_op("op.matmul-const-weight", op, f"constant operand '{v.name}': use a 1x1 conv")
+        if _scalar(op, flag) is not True:
             continue
         shape = _tensor_shape(v)
-        if shape is not None and len(shape) >= 2 and min(shape[-2:]) > LARGE_OPERAND_DIM:
+        # Attention's transposed products (probabilities, score gradients) are computed in the kernel, as
+        # in maderix/ANE training/stories_mil.h; a weight comes from a const or straight from an input.
+        if shape is not None and len(shape) >= 2 and min(shape[-2:]) > LARGE_OPERAND_DIM and _is_data(v):
             ctx.report_op(
                 "op.transposed-weight-matmul",
                 op,
-                f"'{v.name}' {list(shape)} is the transposed operand ({flag} = true)",
+                f"'{v.name}' {list(shape)}, a weight, is the transposed operand ({flag} = true)",
             )
-    for operand in ("x", "y"):
-        v = op.inputs.get(operand)
-        if isinstance(v, Var) and v.const is not None:
-            ctx.report_op("op.matmul-const-weight", op, f"constant operand '{v.name}': use a 1x1 conv")
+
+
+_DATA_MOVEMENT = ("reshape", "slice_by_size", "slice_by_index", "transpose", "cast", "squeeze", "expand_dims")
+
+
+def _is_data(v: Var) -> bool:
+    """Whether ``v`` is a constant or a function input moved around without computing (a weight)."""
+    while v.op is not None and v.op.op_type in _DATA_MOVEMENT:
+        x = v.op.inputs.get("x")
+        if not isinstance(x, Var):
+            return False
+        v = x
+    return v.op is None or v.op.op_type.startswith(("const", "constexpr_"))
 
 
 @_on("conv")
