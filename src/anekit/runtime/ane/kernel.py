@@ -113,7 +113,7 @@ class AneKernel(Kernel):
 
     def _run(self) -> None:
         engine = self._engine
-        if engine.realtime:
+        if engine.realtime and engine.realtime_failure is None:
             try:
                 engine.evaluate_realtime()
             except EvalFailed as e:
