@@ -6,6 +6,12 @@ surfaces, reference counting (nothing left alive), each scripted NSError becomin
 exception, missing classes and selectors, the real-time path and the chaining opt-in with its
 fallback. The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
 compared with the simulator bit for bit.
+
+The fake enforces the engine rules hardware-run projects published (see its docstring); the tests
+under "the engine rules the fake enforces" state each rule with its source and show the backend's old
+behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads, the
+in-memory model handed to the real-time call) failing, and the current backend passing. Shapes are
+[1, C, 1, S] with S = 32: rows of 64 bytes, the smallest with hardware precedent.
 """
 
 from __future__ import annotations
