@@ -14,16 +14,40 @@ lock).
 The engine classes behave like the framework as far as tests need: compiling checks that model.mil
 and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and builds a
 simulator plan from the MIL text and weight dictionary it was given; evaluating runs that plan on the
-IOSurfaces bound in the request, by symbol index. ``fail`` / ``return_nil`` / ``script`` queue results
-per selector (or C function); ``defaults`` set the standing behaviour (``prepareChainingWithModel:``
-fails with code 15 by default, as reported publicly; ``-[_ANEInMemoryModel getUUID]`` is absent).
+IOSurfaces bound in the request. ``fail`` / ``return_nil`` / ``script`` queue results per selector (or
+C function); ``defaults`` set the standing behaviour (``prepareChainingWithModel:`` fails with code 15
+by default, as reported publicly; ``-[_ANEInMemoryModel getUUID]`` is absent).
+
+The engine rules it enforces are the ones hardware-run projects MEASURED, written here from their
+published descriptions and not from anekit's code (so a backend that breaks one fails its tests):
+
+* binding — the k-th input surface of a request binds to the k-th function input in ALPHABETICAL
+  order of the MIL names, and the k-th output surface receives the k-th output variable by name
+  (mechramc/Orion docs/ane_constraints.md §3, §13): a backend binding in declaration order computes
+  wrong numbers, silently, as the engine does;
+* packed data — a tensor is read from / written to the first C*S values of its surface, whatever
+  the surface's size (Orion §14);
+* uniform sizes — input surfaces of one evaluation with different allocation sizes, or output
+  surfaces with different sizes, fail with "ANEProgramProcessRequestDirect() Failed with
+  status=0x1d : Program Inference error" (Orion §12, §2);
+* short rows — a bound tensor whose rows (last dimension) are under 64 bytes fails the same way
+  (rule surface.min-row-bytes: no public project runs such surfaces; Orion §4 saw 0x1d on small ones);
+* descriptor — milText given as an NSString crashes (Orion §9), a nil weights dictionary crashes
+  (Orion §11): recorded in ``errors`` (the process would be dead) and nil is returned;
+* requests — a request built before the model's latest load fails to evaluate (maderix/ANE
+  training/ane_runtime.h builds it after load; nothing public reuses one across an unload/reload);
+* real-time — public code hands ``evaluateRealTimeWithModel:`` / ``loadRealTimeModel:`` the
+  in-memory model's ``model`` property (an ``_ANEModel``); anything else is refused with an NSError,
+  and ``beginRealTimeTask`` / ``endRealTimeTask`` must balance (``realtime_tasks``).
+
+Rules that are only reported, or contradicted by working code (a 49 KB minimum surface, 128-byte
+alignment, size-ordered surfaces), are not enforced.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,8 +64,11 @@ from anekit.runtime.sim import Plan
 
 ANE_FRAMEWORK = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
 ANE_DOMAIN = "com.apple.appleneuralengine"
-REPORTED_MIN_BYTES = 49152
-REPORTED_ALIGNMENT = 128
+# The engine's answer to a request it cannot run (mechramc/Orion docs/ane_constraints.md §2, §4, §12). Only
+# the text is published; the NSError code that carries it is not, so the fake picks one.
+STATUS_0X1D = "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
+PROGRAM_INFERENCE_ERROR_CODE = 0x1D
+MIN_ROW_BYTES = 64  # rule surface.min-row-bytes
 
 _KIND = {
     "@": "ptr",
@@ -134,8 +161,9 @@ class FakeObjC:
         self.errors: list[str] = []
         self.objects: dict[int, Obj] = {}
         self.surfaces: dict[int, Obj] = {}
-        self.constraint_violations: list[str] = []
-        self.enforce_reported_constraints = True
+        self.refusals: list[str] = []  # every evaluation the engine rules refused, and why
+        self.realtime_tasks = 0  # beginRealTimeTask minus endRealTimeTask
+        self._clock = 0  # orders request creation against model loads
         self.outcomes: dict[str, list[Outcome]] = {}
         self.defaults: dict[str, Outcome] = {
             "prepareChainingWithModel:options:chainingReq:qos:error:": (
@@ -216,9 +244,17 @@ class FakeObjC:
         self.outcomes.setdefault(name, []).extend(outcomes)
 
     def fail(
-        self, name: str, *, code: int = 5, description: str = "fake failure", domain: str = ANE_DOMAIN
+        self,
+        name: str,
+        *,
+        code: int = 5,
+        description: str = "fake failure",
+        domain: str = ANE_DOMAIN,
+        underlying: tuple[str, int, str] | None = None,
     ) -> None:
-        self.script(name, ("fail", domain, code, description))
+        """Queue a failure with an NSError (``underlying``: (domain, code, description) under
+        NSUnderlyingErrorKey)."""
+        self.script(name, ("fail", domain, code, description, underlying))
 
     def return_nil(self, name: str) -> None:
         self.script(name, ("nil",))
@@ -318,10 +354,28 @@ class FakeObjC:
             for child in o.children:
                 self._release(child)
 
-    def _error(self, err_ptr: Any, domain: str, code: int, description: str) -> None:
+    def _error(
+        self,
+        err_ptr: Any,
+        domain: str,
+        code: int,
+        description: str,
+        underlying: tuple[str, int, str] | None = None,
+    ) -> None:
         if err_ptr:
-            err = self._new("NSError", {"domain": domain, "code": code, "description": description})
-            err_ptr[0] = err
+            err_ptr[0] = self._nserror(domain, code, description, underlying)
+
+    def _nserror(
+        self, domain: str, code: int, description: str, underlying: tuple[str, int, str] | None = None
+    ) -> int:
+        """An autoreleased NSError whose userInfo holds its description (and an underlying error)."""
+        info = {"NSLocalizedDescription": self._new("NSString", description)}
+        if underlying is not None:
+            info["NSUnderlyingError"] = self._nserror(*underlying)
+        pairs = [(self._new("NSString", k), v) for k, v in info.items()]
+        user_info = self._new("NSDictionary", pairs, [r for p in pairs for r in p])
+        value = {"domain": domain, "code": code, "description": description, "user_info": user_info}
+        return self._new("NSError", value, [user_info])
 
     def _bool_outcome(self, selector: str, err_ptr: Any) -> bool | None:
         """None when the call should go ahead; False (with the NSError written) when scripted to fail."""
@@ -378,6 +432,9 @@ class FakeObjC:
             "@",
             lambda r: self._new("NSString", r.value["description"]),
         )
+        m("NSError", "-", "userInfo", "@", lambda r: r.value["user_info"])  # +0, owned by the error
+        m("NSDictionary", "-", "objectForKey:", "@ @", self._object_for_key)
+        m("NSDictionary", "-", "description", "@", lambda r: self._new("NSString", self._describe(r.id)))
 
         m(
             "_ANEInMemoryModelDescriptor",
@@ -399,6 +456,7 @@ class FakeObjC:
         m("_ANEInMemoryModel", "-", "evaluateWithQoS:options:request:error:", "B I @ @ ^@", self._evaluate)
         m("_ANEInMemoryModel", "-", "unloadWithQoS:error:", "B I ^@", self._unload)
         m("_ANEInMemoryModel", "-", "getUUID", "@", lambda r: self._new("NSString", "uuid"))
+        m("_ANEInMemoryModel", "-", "model", "@", self._ane_model)
         m("_ANEIOSurfaceObject", "+", "objectWithIOSurface:", "@ ^v", self._surface_object)
         m(
             "_ANERequest",
@@ -415,6 +473,10 @@ class FakeObjC:
             "B @ @ @ ^@",
             self._evaluate_rt,
         )
+        m("_ANEClient", "-", "beginRealTimeTask", "B", self._begin_rt)
+        m("_ANEClient", "-", "endRealTimeTask", "B", self._end_rt)
+        m("_ANEClient", "-", "loadRealTimeModel:options:qos:error:", "B @ @ I ^@", self._load_rt)
+        m("_ANEClient", "-", "unloadRealTimeModel:options:qos:error:", "B @ @ I ^@", self._unload_rt)
         m("_ANEBuffer", "+", "bufferWithIOSurfaceObject:symbolIndex:source:", "@ @ @ q", self._buffer)
         m("_ANEIOSurfaceOutputSets", "+", "objectWithstatsSurRef:outputBuffer:", "@ ^v @", self._output_sets)
         m(
@@ -471,6 +533,7 @@ class FakeObjC:
         (
             "_ANEInMemoryModelDescriptor",
             "_ANEInMemoryModel",
+            "_ANEModel",
             "_ANERequest",
             "_ANEIOSurfaceObject",
             "_ANEClient",
@@ -569,6 +632,23 @@ class FakeObjC:
             self._obj(v, "dictionary value")
         return self._new("NSDictionary", pairs, [r for p in pairs for r in p])
 
+    def _object_for_key(self, d: Obj, key: int) -> int | None:
+        wanted = self.render(key)
+        for k, v in d.value:
+            if self.render(k) == wanted:
+                return v
+        return None
+
+    def _describe(self, ref: int) -> str:
+        """Cocoa's ``{ key = value; }`` rendering, enough for messages."""
+        o = self.objects[ref]
+        if o.cls == "NSDictionary":
+            inner = " ".join(f"{self.render(k)} = {self._describe(v)};" for k, v in o.value)
+            return "{ " + inner + " }"
+        if o.cls == "NSError":
+            return f'Error Domain={o.value["domain"]} Code={o.value["code"]} "{o.value["description"]}"'
+        return str(self.render(ref))
+
     # -- IOSurface --------------------------------------------------------------------------------------
 
     def _surface(self, ref: int) -> FakeSurface:
@@ -606,14 +686,25 @@ class FakeObjC:
 
     # -- the engine -------------------------------------------------------------------------------------
 
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
     def _descriptor(self, _: Any, mil: int, weights: int | None, options: int | None) -> int | None:
         if self._outcome("modelWithMILText:weights:optionsPlist:")[0] == "nil":
             return None
+        text = self._obj(mil)
+        if text.cls != "NSData":  # mechramc/Orion docs/ane_constraints.md §9
+            self.errors.append(f"modelWithMILText: given an {text.cls}, not NSData: the process crashes")
+            return None
+        if not weights:  # mechramc/Orion docs/ane_constraints.md §11
+            self.errors.append("modelWithMILText: given a nil weights dictionary: the process crashes")
+            return None
         files = {}
-        for key, entry in self.render(weights).items() if weights else ():
+        for key, entry in self.render(weights).items():
             files[key] = (entry["offset"], entry["data"])
-        value = {"mil": self._obj(mil).value.decode(), "weights": files}
-        return self._new("_ANEInMemoryModelDescriptor", value, [mil, weights or 0])
+        value = {"mil": text.value.decode(), "weights": files}
+        return self._new("_ANEInMemoryModelDescriptor", value, [mil, weights])
 
     def _model(self, _: Any, desc: int) -> int | None:
         if self._outcome("inMemoryModelWithDescriptor:")[0] == "nil":
@@ -622,8 +713,24 @@ class FakeObjC:
         digest = hashlib.sha256(d["mil"].encode())
         for key, (offset, blob) in sorted(d["weights"].items()):
             digest.update(key.encode() + offset.to_bytes(8, "little") + blob)
-        value = {**d, "hex": digest.hexdigest()[:40], "compiled": False, "loaded": False, "plan": None}
+        value = {
+            **d,
+            "hex": digest.hexdigest()[:40],
+            "compiled": False,
+            "loaded": False,
+            "loaded_at": 0,
+            "plan": None,
+            "ane_model": None,
+        }
         return self._new("_ANEInMemoryModel", value, [desc])
+
+    def _ane_model(self, model: Obj) -> int:
+        """The ``model`` property: the model's _ANEModel, owned by it (returned at +0)."""
+        if model.value["ane_model"] is None:
+            ref = self._new("_ANEModel", {"in_memory": model.id}, autorelease=False)
+            model.children.append(ref)
+            model.value["ane_model"] = ref
+        return model.value["ane_model"]
 
     def _compile(self, model: Obj, qos: int, options: int, err: Any) -> bool:
         if (failed := self._bool_outcome("compileWithQoS:options:error:", err)) is not None:
@@ -651,6 +758,7 @@ class FakeObjC:
             return failed
         assert model.value["compiled"], "load before compile"
         model.value["loaded"] = True
+        model.value["loaded_at"] = self._tick()
         return True
 
     def _unload(self, model: Obj, qos: int, err: Any) -> bool:
@@ -660,12 +768,18 @@ class FakeObjC:
         model.value["loaded"] = False
         return True
 
+    def _run_request(self, model: Obj, request: int, err: Any) -> bool:
+        """Evaluate ``request`` on ``model``: False with the engine's NSError when a rule refuses it."""
+        r = self._obj(request).value
+        if r["made_at"] < model.value["loaded_at"]:  # maderix/ANE training/ane_runtime.h: built after load
+            self._refuse(err, "the request was built before the model's latest load", code=5)
+            return False
+        return self._execute(model, r["inputs"], r["in_idx"], r["outputs"], r["out_idx"], err)
+
     def _evaluate(self, model: Obj, qos: int, options: int, request: int, err: Any) -> bool:
         if (failed := self._bool_outcome("evaluateWithQoS:options:request:error:", err)) is not None:
             return failed
-        r = self._obj(request).value
-        self._execute(model, r["inputs"], r["in_idx"], r["outputs"], r["out_idx"])
-        return True
+        return self._run_request(model, request, err)
 
     def _shared_connection(self, _: Any) -> int | None:
         if self._outcome("sharedConnection")[0] == "nil":
@@ -676,14 +790,51 @@ class FakeObjC:
             self._client.immortal = True
         return self._client.id
 
-    def _evaluate_rt(self, client: Obj, model: int, options: int, request: int, err: Any) -> bool:
-        if (
-            failed := self._bool_outcome("evaluateRealTimeWithModel:options:request:error:", err)
-        ) is not None:
-            return failed
-        r = self._obj(request).value
-        self._execute(self._obj(model), r["inputs"], r["in_idx"], r["outputs"], r["out_idx"])
+    def _in_memory_of(self, model: int, err: Any, selector: str) -> Obj | None:
+        """The in-memory model behind an _ANEModel; None (and an NSError) for any other object."""
+        o = self._obj(model)
+        if o.cls != "_ANEModel":  # public code passes -[_ANEInMemoryModel model]
+            self._error(err, ANE_DOMAIN, 3, f"{selector}: {o.cls} is not an _ANEModel")
+            return None
+        return self._obj(o.value["in_memory"])
+
+    def _begin_rt(self, client: Obj) -> bool:
+        self.realtime_tasks += 1
+        return self._outcome("beginRealTimeTask")[0] == "ok"
+
+    def _end_rt(self, client: Obj) -> bool:
+        self.realtime_tasks -= 1
+        if self.realtime_tasks < 0:
+            self.errors.append("endRealTimeTask without a beginRealTimeTask")
         return True
+
+    def _load_rt(self, client: Obj, model: int, options: int, qos: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("loadRealTimeModel:options:qos:error:", err)) is not None:
+            return failed
+        m = self._in_memory_of(model, err, "loadRealTimeModel")
+        if m is None:
+            return False
+        if self.realtime_tasks <= 0:
+            self._error(err, ANE_DOMAIN, 3, "loadRealTimeModel: no real-time task (beginRealTimeTask)")
+            return False
+        m.value["realtime"] = True
+        return True
+
+    def _unload_rt(self, client: Obj, model: int, options: int, qos: int, err: Any) -> bool:
+        if (failed := self._bool_outcome("unloadRealTimeModel:options:qos:error:", err)) is not None:
+            return failed
+        m = self._in_memory_of(model, err, "unloadRealTimeModel")
+        if m is None:
+            return False
+        m.value["realtime"] = False
+        return True
+
+    def _evaluate_rt(self, client: Obj, model: int, options: int, request: int, err: Any) -> bool:
+        selector = "evaluateRealTimeWithModel:options:request:error:"
+        if (failed := self._bool_outcome(selector, err)) is not None:
+            return failed
+        m = self._in_memory_of(model, err, "evaluateRealTimeWithModel")
+        return m is not None and self._run_request(m, request, err)
 
     def _surface_object(self, _: Any, surface: int | None) -> int | None:
         if self._outcome("objectWithIOSurface:")[0] == "nil" or not surface:
@@ -703,44 +854,60 @@ class FakeObjC:
             "outputs": [self._obj(o).value for o in self._obj(outs).value],
             "out_idx": self.render(out_idx),
             "rest": tuple(self.render(a) for a in rest),
+            "made_at": self._tick(),
         }
         return self._new("_ANERequest", value, [ins, in_idx, outs, out_idx, *rest])
 
+    def _refuse(self, err: Any, why: str, code: int = PROGRAM_INFERENCE_ERROR_CODE) -> None:
+        self.refusals.append(why)
+        self._error(err, ANE_DOMAIN, code, STATUS_0X1D if code == PROGRAM_INFERENCE_ERROR_CODE else why)
+
     def _execute(
-        self, model: Obj, ins: list[int], in_idx: list[int], outs: list[int], out_idx: list[int]
-    ) -> None:
-        """Run the model's plan on the surfaces, binding the k-th surface to symbol index[k]."""
+        self, model: Obj, ins: list[int], in_idx: list[int], outs: list[int], out_idx: list[int], err: Any
+    ) -> bool:
+        """Run the model's plan on the surfaces as the engine binds them, or refuse (False + NSError).
+
+        Symbol index k is the k-th function input / output in ALPHABETICAL order of the MIL names
+        (mechramc/Orion docs/ane_constraints.md §3, §13), whatever order the function declares them in.
+        """
         v = model.value
         if not v["loaded"]:
             raise RuntimeError("evaluate of a model that is not loaded")
         fn = v["fn"]
-        zeros = self.enforce_reported_constraints and self._violates(ins, in_idx, outs, out_idx)
-        by_symbol = dict(zip(in_idx, ins))
-        arrays = []
-        for symbol, var in enumerate(fn.inputs):
+        params = sorted(fn.inputs, key=lambda var: var.name)
+        results_by_name = sorted(range(len(fn.outputs)), key=lambda j: fn.outputs[j].name)
+        if sorted(in_idx) != list(range(len(params))) or sorted(out_idx) != list(range(len(fn.outputs))):
+            self._refuse(
+                err, f"indices {in_idx} / {out_idx} for {len(params)} inputs, {len(fn.outputs)} outputs"
+            )
+            return False
+        for label, refs in (("input", ins), ("output", outs)):  # Orion §12 (inputs), §2 (outputs)
+            sizes = sorted({self._surface(r).alloc_size for r in refs})
+            if len(sizes) > 1:
+                self._refuse(err, f"{label} surfaces of different allocation sizes {sizes}")
+                return False
+        bound = [(params[k], ref) for ref, k in zip(ins, in_idx)]
+        bound += [(fn.outputs[results_by_name[k]], ref) for ref, k in zip(outs, out_idx)]
+        for var, ref in bound:
             t = var.type
-            arrays.append(self._surface(by_symbol[symbol]).array(t.dtype.np, tuple(t.shape)).copy())
-        results = v["plan"].run(arrays)
-        for ref, symbol in zip(outs, out_idx):
-            t = fn.outputs[symbol].type
-            target = self._surface(ref).array(t.dtype.np, tuple(t.shape))
-            target[...] = 0 if zeros else np.asarray(results[symbol]).reshape(target.shape).astype(t.dtype.np)
-
-    def _violates(self, ins: list[int], in_idx: list[int], outs: list[int], out_idx: list[int]) -> bool:
-        """The publicly reported engine constraints; the engine is said to give zeros when they fail."""
-        problems = []
-        for label, refs, idx, ascending in (("input", ins, in_idx, True), ("output", outs, out_idx, False)):
-            sizes = [self._surface(r).alloc_size for _, r in sorted(zip(idx, refs))]
-            for size in sizes:
-                if size < REPORTED_MIN_BYTES or size % REPORTED_ALIGNMENT:
-                    problems.append(f"{label} surface of {size} bytes")
-            pairs = list(itertools.pairwise(sizes))
-            if not all((a < b) if ascending else (a > b) for a, b in pairs):
-                problems.append(
-                    f"{label} sizes {sizes} are not strictly {'ascending' if ascending else 'descending'}"
-                )
-        self.constraint_violations += problems
-        return bool(problems)
+            row_bytes = int(t.shape[-1]) * t.dtype.np.itemsize if t.shape else t.dtype.np.itemsize
+            if row_bytes < MIN_ROW_BYTES:  # rule surface.min-row-bytes
+                self._refuse(err, f"'{var.name}' has rows of {row_bytes} bytes")
+                return False
+            if self._surface(ref).alloc_size < row_bytes * (int(np.prod(t.shape)) // int(t.shape[-1])):
+                self._refuse(err, f"the surface bound to '{var.name}' is smaller than its tensor")
+                return False
+        by_name = {}
+        for ref, k in zip(ins, in_idx):
+            var = params[k]
+            by_name[var.name] = self._surface(ref).array(var.type.dtype.np, tuple(var.type.shape)).copy()
+        results = v["plan"].run([by_name[var.name] for var in fn.inputs])
+        for ref, k in zip(outs, out_idx):
+            j = results_by_name[k]
+            t = fn.outputs[j].type
+            target = self._surface(ref).array(t.dtype.np, tuple(t.shape))  # packed at the start (Orion §14)
+            target[...] = np.asarray(results[j]).reshape(target.shape).astype(t.dtype.np)
+        return True
 
     # -- chaining ---------------------------------------------------------------------------------------
 
@@ -786,5 +953,6 @@ class FakeObjC:
         (out_set,) = self._obj(request["output_sets"]).value
         outs = [self._obj(b).value for b in self._obj(self._obj(out_set).value["buffers"]).value]
         in_refs, in_idx = [b["surface"] for b in ins], [b["symbol"] for b in ins]
-        self._execute(m, in_refs, in_idx, [b["surface"] for b in outs], [b["symbol"] for b in outs])
-        return True
+        return self._execute(
+            m, in_refs, in_idx, [b["surface"] for b in outs], [b["symbol"] for b in outs], err
+        )

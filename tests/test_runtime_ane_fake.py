@@ -6,6 +6,12 @@ surfaces, reference counting (nothing left alive), each scripted NSError becomin
 exception, missing classes and selectors, the real-time path and the chaining opt-in with its
 fallback. The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
 compared with the simulator bit for bit.
+
+The fake enforces the engine rules hardware-run projects published (see its docstring); the tests
+under "the engine rules the fake enforces" state each rule with its source and show the backend's old
+behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads, the
+in-memory model handed to the real-time call) failing, and the current backend passing. Shapes are
+[1, C, 1, S] with S = 32: rows of 64 bytes, the smallest with hardware precedent.
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ from anekit.errors import (
 from anekit.mil import tensor
 from anekit.mil.parser import parse_program
 from anekit.runtime import ane, objc
-from anekit.runtime.ane import AneBackend, AneSurface
-from tests.fake_objc import ANE_DOMAIN, FakeObjC
+from anekit.runtime.ane import AneBackend, AneSurface, binding, lifecycle
+from tests.fake_objc import ANE_DOMAIN, STATUS_0X1D, FakeObjC
 
 COMPILE = "-[_ANEInMemoryModel compileWithQoS:options:error:]"
 LOAD = "-[_ANEInMemoryModel loadWithQoS:options:error:]"
@@ -47,6 +53,12 @@ EVALUATE = "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:]"
 UNLOAD = "-[_ANEInMemoryModel unloadWithQoS:error:]"
 REALTIME = "-[_ANEClient evaluateRealTimeWithModel:options:request:error:]"
 REQUEST = "+[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:]"
+SURFACE_OBJECT = "+[_ANEIOSurfaceObject objectWithIOSurface:]"
+RT_BEGIN = "-[_ANEClient beginRealTimeTask]"
+RT_END = "-[_ANEClient endRealTimeTask]"
+RT_LOAD = "-[_ANEClient loadRealTimeModel:options:qos:error:]"
+RT_UNLOAD = "-[_ANEClient unloadRealTimeModel:options:qos:error:]"
+S = 32  # spatial width: rows of 64 bytes in fp16, the smallest with hardware precedent
 COMPILE_SEQUENCE = [
     "+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]",
     "+[_ANEInMemoryModel inMemoryModelWithDescriptor:]",
@@ -71,7 +83,7 @@ def fake(tmpdir_ns: Path):
 
 @pytest.fixture
 def backend(fake: FakeObjC, monkeypatch: pytest.MonkeyPatch) -> AneBackend:
-    monkeypatch.setattr(ane, "LOAD_RETRY_DELAY", 0.0)
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
     return AneBackend(runtime=fake.runtime())
 
 
@@ -79,7 +91,7 @@ def _since(fake: FakeObjC, mark: int, prefix: str = "_ANE") -> list[str]:
     return [c.name for c in fake.calls[mark:] if c.kind == "msg" and (c.cls or "").startswith(prefix)]
 
 
-def _add_program(shape=(1, 4, 1, 3)) -> mil.Program:
+def _add_program(shape=(1, 4, 1, S)) -> mil.Program:
     @mil.program(inputs={"x": tensor("fp16", shape), "y": tensor("fp16", shape)})
     def prog(f, x, y):
         return f.add(x=x, y=y, name="z")
@@ -87,7 +99,7 @@ def _add_program(shape=(1, 4, 1, 3)) -> mil.Program:
     return prog
 
 
-def _scale_program(factor: float, shape=(1, 4, 1, 3)) -> mil.Program:
+def _scale_program(factor: float, shape=(1, 4, 1, S)) -> mil.Program:
     @mil.program(inputs={"x": tensor("fp16", shape)})
     def prog(f, x):
         return f.mul(x=x, y=np.float16(factor), name="y")
@@ -96,7 +108,7 @@ def _scale_program(factor: float, shape=(1, 4, 1, 3)) -> mil.Program:
 
 
 def _conv_program() -> mil.Program:
-    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 2])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S])})
     def prog(f, x):
         w = f.weight(tensor("fp16", [4, 4, 1, 1]), "@model_path/weights/w.bin", 64, name="wq")
         return f.conv(x=x, weight=w, name="y")
@@ -105,15 +117,19 @@ def _conv_program() -> mil.Program:
 
 
 def _multi_io_program() -> mil.Program:
-    """Inputs declared big then small, outputs small then big: the engine sees them reordered."""
+    """Inputs and outputs declared against alphabetical order, of different sizes, and asymmetric: an
+    input or output bound to the wrong parameter changes the numbers."""
 
-    @mil.program(inputs={"big": tensor("fp16", [1, 8, 1, 4]), "small": tensor("fp16", [1, 2, 1, 4])})
-    def prog(f, big, small):
-        s = f.add(x=small, y=small, name="s")
-        t = f.mul(x=big, y=big, name="t")
-        return s, t
+    @mil.program(inputs={"x": tensor("fp16", [1, 8, 1, S]), "b": tensor("fp16", [1, 2, 1, S])})
+    def prog(f, x, b):
+        t = f.mul(x=x, y=x, name="t")  # (1, 8, 1, S)
+        s = f.add(x=b, y=1.0, name="s")  # (1, 2, 1, S)
+        return t, s
 
     return prog
+
+
+MULTI_SHAPES = {"x": (1, 8, 1, S), "b": (1, 2, 1, S)}
 
 
 WEIGHTS = np.arange(16, dtype=np.float32).reshape(4, 4, 1, 1) / 8
@@ -155,7 +171,7 @@ print("ok")
 
 
 def test_importing_the_backend_loads_nothing_and_it_is_unavailable_off_a_mac():
-    src = str(Path(ane.__file__).resolve().parents[2])
+    src = str(Path(ane.__file__).resolve().parents[3])  # the package: src/anekit/runtime/ane/__init__.py
     env = {**os.environ, "PYTHONPATH": src}
     done = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
@@ -177,16 +193,17 @@ def test_probe_reports_classes_and_selectors(fake):
 
 def test_compile_load_run_unload_send_exactly_these_messages(fake, backend):
     k = backend.compile(_add_program())
-    surface_objects = ["+[_ANEIOSurfaceObject objectWithIOSurface:]"] * 3
-    assert fake.sent() == [*COMPILE_SEQUENCE, *surface_objects, REQUEST]
+    assert fake.sent() == COMPILE_SEQUENCE
     assert fake.called("IOSurfaceCreate") == ["IOSurfaceCreate"] * 3
     mark = len(fake.calls)
     k.load()
-    for _ in range(3):  # surfaces and the request are reused: nothing is rebuilt per run
+    for _ in range(3):  # surfaces and the request are reused between load and unload
         k.run()
     k.unload()
     k.unload()
-    assert _since(fake, mark) == [LOAD, EVALUATE, EVALUATE, EVALUATE, UNLOAD]
+    # The request is built after the load (maderix/ANE training/ane_runtime.h) and dropped at unload.
+    built = [SURFACE_OBJECT] * 3 + [REQUEST]
+    assert _since(fake, mark) == [LOAD, *built, EVALUATE, EVALUATE, EVALUATE, UNLOAD]
     assert fake.called("IOSurfaceCreate") == ["IOSurfaceCreate"] * 3
 
     (compile_call,) = fake.find(COMPILE)
@@ -218,7 +235,7 @@ def test_the_mil_text_and_weights_are_marshalled_and_written_before_compiling(fa
     folder = tmpdir_ns / model.value["hex"]
     assert (folder / "model.mil").read_bytes() == text
     assert (folder / "weights" / "w.bin").read_bytes() == BLOB  # the fake checks this at compile time too
-    x = _rand((1, 4, 1, 2))
+    x = _rand((1, 4, 1, S))
     expected = runtime.open("sim").compile(_conv_program(), weights={"weights/w.bin": BLOB})(x=x)["y"]
     np.testing.assert_array_equal(k(x=x)["y"], expected)
     k.close()
@@ -237,7 +254,7 @@ def test_weight_names_and_file_sources(fake, backend, tmp_path, key):
         k.close()
 
 
-@pytest.mark.parametrize("key", ["../w.bin", "@model_path/../w.bin", "/etc/w.bin", "model.mil", ""])
+@pytest.mark.parametrize("key", ["../w.bin", "@model_path/../w.bin", "/etc/w.bin", ""])
 def test_weight_names_outside_the_model_directory_are_rejected(fake, backend, key):
     with pytest.raises(CompilationFailed, match="must be a path inside the model directory"):
         backend.compile(_conv_program(), weights={key: BLOB})
@@ -260,7 +277,7 @@ def test_missing_unfit_or_repeated_weights_are_rejected_before_any_message(fake,
 
 
 def test_a_program_the_engine_rejects_is_a_compilation_failure(fake, backend):
-    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 2])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S])})
     def prog(f, x):
         w = f.weight(tensor("fp16", [4, 4, 1, 1]), "@model_path/weights/w.bin", 64, name="wq")
         return f.conv(x=x, weight=w, name="y")
@@ -273,15 +290,15 @@ def test_a_program_the_engine_rejects_is_a_compilation_failure(fake, backend):
 
 
 def test_results_match_the_simulator(fake, backend):
-    x, y = _rand((1, 4, 1, 3), 1), _rand((1, 4, 1, 3), 2)
+    x, y = _rand((1, 4, 1, S), 1), _rand((1, 4, 1, S), 2)
     sim = runtime.open("sim").compile(_add_program())(x=x, y=y)
     with backend.compile(_add_program()) as k:
         np.testing.assert_array_equal(k(x=x, y=y)["z"], sim["z"])
-        k.inputs[0].write(np.ones((4, 3)))
-        k.inputs[1].write(np.full((1, 4, 1, 3), 2.0))
+        k.inputs[0].write(np.ones((4, S)))
+        k.inputs[1].write(np.full((1, 4, 1, S), 2.0))
         k.run()
         np.testing.assert_array_equal(k.outputs[0].read(), 3.0)
-    assert fake.constraint_violations == []
+    assert fake.refusals == []
 
 
 def test_identical_programs_share_a_temporary_directory_until_the_last_is_released(fake, backend, tmpdir_ns):
@@ -299,11 +316,11 @@ def test_identical_programs_share_a_temporary_directory_until_the_last_is_releas
 
 
 def test_surfaces_are_iosurfaces_behind_the_same_api(fake, backend):
-    k = backend.compile(_add_program((1, 6, 1, 4)))
+    k = backend.compile(_add_program((1, 6, 1, S)))
     s = k.inputs[0]
     assert isinstance(s, AneSurface)
     fake_surface = fake.surfaces[s.ref].value
-    assert s.id == fake_surface.surface_id and (s.channels, s.spatial, s.nbytes) == (6, 4, 48)
+    assert s.id == fake_surface.surface_id and (s.channels, s.spatial, s.nbytes) == (6, S, 6 * S * 2)
     assert s.alloc_size == ane.MIN_SURFACE_BYTES
     props = fake.find("IOSurfaceCreate")[0].values[0]
     assert list(props) == list(objc.IOSURFACE_KEYS)
@@ -316,18 +333,18 @@ def test_surfaces_are_iosurfaces_behind_the_same_api(fake, backend):
         "IOSurfacePixelFormat": 0,
     }
     mark = len(fake.calls)
-    s.write(np.ones((2, 4)), ch_offset=3)
-    s.write(np.full((1, 1, 1, 4), 7.0), ch_offset=0)
+    s.write(np.ones((2, S)), ch_offset=3)
+    s.write(np.full((1, 1, 1, S), 7.0), ch_offset=0)
     got = s.read()
     np.testing.assert_array_equal(got[:, 0], [7, 0, 0, 1, 1, 0])
-    np.testing.assert_array_equal(s.read(3, 2), np.ones((2, 4)))
+    np.testing.assert_array_equal(s.read(3, 2), np.ones((2, S)))
     locks = [c.args[1] for c in fake.calls[mark:] if c.name == "IOSurfaceLock"]
     unlocks = [c.args[1] for c in fake.calls[mark:] if c.name == "IOSurfaceUnlock"]
     assert locks == unlocks == [0, 0, 1, 1]  # writes lock read-write, reads read-only
-    with s.view() as buf:  # zero-copy: the array is the surface memory
+    with s.view() as buf:  # zero-copy: the array is the surface memory, packed at its start
         assert buf.__array_interface__["data"][0] == ctypes.addressof(fake_surface.memory)
         buf[0, 1, 0, 2] = 5.0
-    np.testing.assert_array_equal(fake_surface.array(np.float16, (1, 6, 1, 4))[0, 1, 0, 2], 5.0)
+    np.testing.assert_array_equal(fake_surface.array(np.float16, (1, 6, 1, S))[0, 1, 0, 2], 5.0)
     with pytest.raises(SurfaceCreationFailed, match=r"outside 0\.\.6"):
         s.read(5, 2)
     k.close()
@@ -335,60 +352,203 @@ def test_surfaces_are_iosurfaces_behind_the_same_api(fake, backend):
         s.read()
 
 
-def test_allocations_meet_the_reported_size_alignment_and_ordering_rules():
-    assert ane._allocations([10, 10, 10], ascending=True) == [49152, 49280, 49408]
-    assert ane._allocations([10, 10], ascending=False) == [49280, 49152]
-    assert ane._allocations([100_001, 60_000], ascending=False) == [100_096, 60_032]
-    assert ane._allocations([100_001, 60_000], ascending=True) == [100_096, 100_224]
+def test_one_allocation_size_per_direction():
+    """Orion docs/ane_constraints.md §12 (inputs) and §2 (outputs): the largest tensor of a direction
+    decides; at least the ~48 KB of Orion §4; a multiple of 128 bytes."""
+    assert ane.uniform_allocation([10, 10, 10]) == 49152
+    assert ane.uniform_allocation([100_001, 60_000]) == 100_096
+    assert ane.uniform_allocation([]) == 49152
 
 
-@pytest.mark.parametrize("io_order", ["size", "declared"])
-def test_several_inputs_and_outputs_bind_in_the_engine_order(fake, io_order):
-    backend = AneBackend(runtime=fake.runtime(), io_order=io_order)
+def test_every_surface_of_a_direction_has_the_same_size(fake, backend):
+    big = 64 * 1024  # channels of the big input / output: 64 * 1024 * 2 bytes > the 48 KB floor
+
+    @mil.program(inputs={"x": tensor("fp16", [1, big // S, 1, S]), "b": tensor("fp16", [1, 2, 1, S])})
+    def prog(f, x, b):
+        return f.mul(x=x, y=2.0, name="t"), f.add(x=b, y=1.0, name="s")
+
+    k = backend.compile(prog)
+    assert {s.alloc_size for s in k.inputs} == {big * 2}
+    assert {s.alloc_size for s in k.outputs} == {big * 2}
+    k.close()
+
+
+def test_several_inputs_and_outputs_bind_in_alphabetical_order(fake, backend):
+    """Orion docs/ane_constraints.md §3, §13: surfaces bind to MIL parameters in alphabetical order of
+    their names. The engine's function declares them sorted; the kernel keeps the program's order."""
     k = backend.compile(_multi_io_program())
-    if io_order == "size":
-        assert (k.layout.inputs, k.layout.outputs) == ((1, 0), (1, 0))
-    else:
-        assert (k.layout.inputs, k.layout.outputs) == ((0, 1), (0, 1))
+    assert (k.layout.inputs, k.layout.outputs) == ((1, 0), (1, 0))  # b before x, s before t
     main = parse_program(fake.find("modelWithMILText:weights:optionsPlist:")[0].values[0].decode()).main
-    assert [v.name for v in main.inputs] == [["big", "small"][i] for i in k.layout.inputs]
-    assert [v.name for v in main.outputs] == [["s", "t"][j] for j in k.layout.outputs]
-    assert [s.name for s in k.inputs] == ["big", "small"] and [s.name for s in k.outputs] == ["s", "t"]
-    arrays = {"big": _rand((1, 8, 1, 4), 3), "small": _rand((1, 2, 1, 4), 4)}
+    assert [v.name for v in main.inputs] == ["b", "x"] and [v.name for v in main.outputs] == ["s", "t"]
+    assert [s.name for s in k.inputs] == ["x", "b"] and [s.name for s in k.outputs] == ["t", "s"]
+    arrays = {name: _rand(shape, i) for i, (name, shape) in enumerate(MULTI_SHAPES.items())}
     expected = runtime.open("sim").compile(_multi_io_program())(**arrays)
     got = k(**arrays)
+    assert list(got) == ["t", "s"]
     for name in ("s", "t"):
         np.testing.assert_array_equal(got[name], expected[name])
-    assert fake.constraint_violations == []
+    (request,) = fake.find(REQUEST)
+    assert request.values[1] == [0, 1] and request.values[3] == [0, 1]
+    assert fake.refusals == []
     k.close()
 
 
-def test_without_the_padding_the_reported_engine_gives_zeros(fake, monkeypatch):
-    monkeypatch.setattr(ane, "MIN_SURFACE_BYTES", 64)  # what the engine is reported to reject
+# -- the engine rules the fake enforces, shown failing the way the old backend did --------------------------
+
+
+def test_the_fake_refuses_inputs_of_different_allocation_sizes(fake, backend, monkeypatch):
+    """Rule surface.uniform-input-size — mechramc/Orion docs/ane_constraints.md §12: input surfaces of
+    different allocation sizes fail at eval with "ANEProgramProcessRequestDirect() Failed with
+    status=0x1d". The old backend padded inputs to strictly ascending sizes: through the fake it fails."""
+    from anekit.runtime.ane import kernel as kernel_module
+
+    real = kernel_module.AneSurface
+    sizes = iter([49152, 49280])  # what the old "ascending sizes" allocation gave two inputs
+
+    def ascending(rt, shape, dtype, name, alloc):
+        return real(rt, shape, dtype, name, next(sizes, alloc))
+
+    monkeypatch.setattr(kernel_module, "AneSurface", ascending)
+    k = backend.compile(_add_program()).load()
+    with pytest.raises(EvalFailed, match="status=0x1d") as info:
+        k.run()
+    assert info.value.description == STATUS_0X1D
+    assert fake.refusals == ["input surfaces of different allocation sizes [49152, 49280]"]
+    k.close()
+
+
+def test_the_fake_refuses_outputs_of_different_allocation_sizes(fake, backend, monkeypatch):
+    """Rule surface.uniform-output-size — mechramc/Orion docs/ane_constraints.md §2: output surfaces of
+    different allocation sizes fail with status 0x1d (the old backend made them strictly descending)."""
+    from anekit.runtime.ane import kernel as kernel_module
+
+    real = kernel_module.AneSurface
+
+    def by_size(rt, shape, dtype, name, alloc):  # outputs as the old backend sized them: descending
+        return real(rt, shape, dtype, name, alloc + (128 if name == "s" else 0))
+
+    monkeypatch.setattr(kernel_module, "AneSurface", by_size)
+    k = backend.compile(_multi_io_program()).load()
+    assert len({s.alloc_size for s in k.outputs}) == 2
+    with pytest.raises(EvalFailed, match="status=0x1d"):
+        k(**{name: np.ones(shape) for name, shape in MULTI_SHAPES.items()})
+    assert "output surfaces of different allocation sizes" in fake.refusals[-1]
+    k.close()
+
+
+def test_binding_in_declaration_order_gives_wrong_numbers(fake, monkeypatch):
+    """Rule surface.bind-alphabetical — mechramc/Orion docs/ane_constraints.md §13 (all 6 permutations
+    of 3 inputs tried: only alphabetical order is right) and §3: binding in declaration order
+    is not an error, the numbers are silently wrong. The fake binds alphabetically, so a backend that
+    binds in declaration order (as the old one did with io_order="declared") computes garbage."""
+    monkeypatch.setattr(binding, "binding_order", lambda names: list(range(len(names))))
     k = AneBackend(runtime=fake.runtime()).compile(_multi_io_program())
-    out = k(big=np.ones((1, 8, 1, 4)), small=np.ones((1, 2, 1, 4)))
-    assert not out["s"].any() and not out["t"].any()
-    assert "input surface of 128 bytes" in fake.constraint_violations
+    arrays = {name: _rand(shape, i) for i, (name, shape) in enumerate(MULTI_SHAPES.items())}
+    expected = runtime.open("sim").compile(_multi_io_program())(**arrays)
+    got = k(**arrays)  # x (8 channels) read as b (2 channels) and the other way round
+    assert not np.array_equal(got["s"], expected["s"]) and not np.array_equal(got["t"], expected["t"])
+    assert fake.refusals == []  # silent, as on the engine
     k.close()
+
+
+def test_rows_under_64_bytes_are_refused_by_the_fake_and_by_the_backend(fake, backend, monkeypatch):
+    """Rule surface.min-row-bytes: no hardware-run project uses rows (the last dimension) under 64
+    bytes, i.e. spatial < 32 in fp16 (Orion §4 saw status 0x1d on small surfaces). The backend
+    refuses them at compile naming the tensor; with that check removed, the fake refuses the eval."""
+    with pytest.raises(CompilationFailed, match=r"input 'x' .* rows .* of 6 bytes.*surface\.min-row-bytes"):
+        backend.compile(_add_program((1, 4, 1, 3)))
+    with pytest.raises(CompilationFailed, match=r"not a multiple of 16 .*surface\.spatial-multiple-16"):
+        backend.compile(_add_program((1, 4, 1, 40)))
+    assert fake.sent() == []
+    monkeypatch.setattr("anekit.runtime.ane.kernel.check_surface_plan", lambda fn: None)
+    k = backend.compile(_add_program((1, 4, 1, 3))).load()
+    with pytest.raises(EvalFailed, match="status=0x1d"):
+        k.run()
+    assert fake.refusals == ["'x' has rows of 6 bytes"]
+    k.close()
+
+
+def test_a_request_built_before_the_latest_load_is_refused(fake, backend):
+    """Rule process.request-per-load — maderix/ANE training/ane_runtime.h builds the _ANERequest after
+    the load, and nothing public reuses one across an unload/reload. The old backend built one request
+    at compile and kept it for good: through the fake, a request older than the load fails."""
+    k = backend.compile(_add_program()).load()
+    k.run()
+    rt = backend.runtime
+    stale = rt.retain(k._engine.request)
+    k.unload()
+    k.load()
+    assert len(fake.find(REQUEST)) == 2  # one request per load
+    fresh, k._engine.request = k._engine.request, stale
+    with pytest.raises(EvalFailed, match="built before the model's latest load"):
+        k.run()
+    k._engine.request = fresh
+    k.run()  # the request of this load is accepted
+    rt.release(stale)
+    k.close()
+
+
+def test_the_engine_reads_packed_data_at_the_start_of_a_larger_surface(fake, backend):
+    """Rule surface.packed-data — mechramc/Orion docs/ane_constraints.md §14: the engine reads the first
+    C*S values of the surface as the packed [1, C, 1, S] tensor; surfaces are larger than tensors."""
+    k = backend.compile(_add_program()).load()
+    x = _rand((1, 4, 1, S), 1)
+    k.inputs[0].write(x)
+    k.inputs[1].write(np.zeros((4, S)))
+    k.run()
+    raw = fake.surfaces[k.outputs[0].ref].value
+    assert raw.alloc_size > 4 * S * 2
+    packed = np.frombuffer(raw.memory, dtype=np.float16, count=4 * S).reshape(4, S)
+    np.testing.assert_array_equal(packed, x.reshape(4, S).astype(np.float16))
+    assert not np.frombuffer(raw.memory, dtype=np.float16)[4 * S :].any()
+    k.close()
+
+
+def test_the_descriptor_gets_nsdata_and_a_dictionary(fake, backend):
+    """Rules descriptor.mil-text-nsdata (Orion §9: an NSString crashes) and descriptor.empty-weights-dict
+    (Orion §11: nil crashes, even without weights): the fake records either as a crash."""
+    backend.compile(_add_program()).close()
+    (desc,) = fake.find("modelWithMILText:weights:optionsPlist:")
+    assert isinstance(desc.values[0], bytes) and desc.values[1] == {}
+    rt = fake.runtime()
+    with rt.autorelease_pool():
+        assert (
+            rt.send(ane.api.DESCRIPTOR_WITH_MIL, rt.string("program(1.3) {}"), rt.dictionary({}), None)
+            is None
+        )
+        assert rt.send(ane.api.DESCRIPTOR_WITH_MIL, rt.data(b"program(1.3) {}"), None, None) is None
+    assert [e.split(":")[0] for e in fake.errors] == ["modelWithMILText"] * 2
+    assert "NSString, not NSData" in fake.errors[0] and "nil weights dictionary" in fake.errors[1]
+    fake.errors.clear()
+
+
+def test_weight_names_that_collide_with_framework_files_are_refused(fake, backend):
+    """Rule weights.reserved-name: model.mil is the MIL text, net.plist and data are written by the
+    compiler into the model directory (mechramc/Orion core/ane_runtime.m orion_program_patch_weights)."""
+    for key in ("model.mil", "@model_path/net.plist", "data", "@model_path/Data/w.bin", "NET.PLIST"):
+        with pytest.raises(CompilationFailed, match=r"weights\.reserved-name") as info:
+            backend.compile(_conv_program(), weights={key: BLOB})
+        assert f"weight '{key}'" in str(info.value)
+    assert fake.sent() == []
 
 
 def test_outputs_that_repeat_an_input_or_an_output_are_copied_on_the_host(fake, backend):
-    @mil.program(inputs={"x": tensor("fp16", [1, 2, 1, 3])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 2, 1, S])})
     def prog(f, x):
         z = f.add(x=x, y=x, name="z")
         return x, z, z
 
     k = backend.compile(prog)
     assert k.layout.outputs == (1,) and k.layout.host_copies == (("input", 0, 0), ("output", 1, 2))
-    assert len(fake.find(REQUEST)[0].values[2]) == 1
-    x = _rand((1, 2, 1, 3))
+    x = _rand((1, 2, 1, S))
     out = k(x=x)
     np.testing.assert_array_equal(out["x"], x.astype(np.float16))
     np.testing.assert_array_equal(out["z"], (x.astype(np.float16) * 2).astype(np.float16))
     assert [s.name for s in k.outputs] == ["x", "z", "z"]
     np.testing.assert_array_equal(k.outputs[2].read(), k.outputs[1].read())
+    assert len(fake.find(REQUEST)[0].values[2]) == 1  # one output surface goes to the engine
 
-    @mil.program(inputs={"x": tensor("fp16", [1, 2, 1, 3])})
+    @mil.program(inputs={"x": tensor("fp16", [1, 2, 1, S])})
     def passthrough(f, x):
         return x
 
@@ -470,9 +630,10 @@ def test_each_nserror_becomes_the_lifecycle_exception(fake, backend, tmpdir_ns, 
         kernels[0].unload()
     e = info.value
     assert (e.domain, e.code, e.description) == (ANE_DOMAIN, 11, "ANECCompile() FAILED")
+    assert e.user_info == "{ NSLocalizedDescription = ANECCompile() FAILED; }" and e.underlying is None
     assert str(e) == (
-        f"[ane] kernel 'main': {call} failed: ANECCompile() FAILED "
-        f"(NSError domain {ANE_DOMAIN}, code 11; macOS 15.1 (fake))"
+        f"[ane] kernel 'main': {call} failed: ANECCompile() FAILED (NSError domain {ANE_DOMAIN}, code 11; "
+        "userInfo { NSLocalizedDescription = ANECCompile() FAILED; }; macOS 15.1 (fake))"
     )
     kernels.clear()
     del info, e
@@ -529,10 +690,41 @@ def test_an_unload_failure_raises_but_close_still_releases(fake, backend, tmpdir
 )
 def test_nil_results_raise_and_release_what_was_built(fake, backend, tmpdir_ns, name, error, match):
     fake.return_nil(name)
-    with pytest.raises(error, match=match):
-        backend.compile(_add_program())
+    kernels = []
+    with pytest.raises(error, match=match):  # the request and its surface objects are built by load
+        kernels.append(backend.compile(_add_program()))
+        kernels[0].load()
+    if kernels:
+        assert not kernels[0].is_loaded and LOAD in fake.sent() and UNLOAD in fake.sent()
+        kernels.pop().close()
     gc.collect()
     assert fake.live_objects() == [] and list(tmpdir_ns.iterdir()) == []
+
+
+def test_an_nserror_carries_its_user_info_and_underlying_error(fake, backend):
+    """The one NSError conversion (anekit.runtime.objc) keeps description, code, domain, the rendered
+    userInfo and the NSUnderlyingErrorKey chain."""
+    k = backend.compile(_add_program())
+    for _ in range(2):  # the load and its retry
+        fake.fail(
+            "loadWithQoS:options:error:",
+            code=1,
+            description="load failed",
+            underlying=("com.apple.ane.driver", 0x1D, "program load failure"),
+        )
+    with pytest.raises(LoadFailed) as info:
+        k.load()
+    e = info.value
+    under = e.underlying
+    assert (under.domain, under.code, under.description) == (
+        "com.apple.ane.driver",
+        0x1D,
+        "program load failure",
+    )
+    assert e.nserror.underlying == under
+    assert "NSUnderlyingError = Error Domain=com.apple.ane.driver Code=29" in e.user_info
+    assert "underlying: program load failure (NSError domain com.apple.ane.driver, code 29" in str(e)
+    k.close()
 
 
 @pytest.mark.parametrize("cls", ane.CLASSES)
@@ -561,23 +753,66 @@ def test_a_framework_that_does_not_load_is_reported(tmpdir_ns):
 # -- real-time evaluation ---------------------------------------------------------------------------------
 
 
-def test_realtime_evaluation_is_used_when_asked(fake):
+def test_realtime_evaluation_passes_the_model_property_and_brackets_the_task(fake):
+    """The real-time path as public code drives it: after the normal load, beginRealTimeTask and
+    loadRealTimeModel:options:qos:error:; runs through -[_ANEClient evaluateRealTimeWithModel:options:
+    request:error:] given -[_ANEInMemoryModel model] (an _ANEModel), not the in-memory model; before the
+    normal unload, unloadRealTimeModel:options:qos:error: and endRealTimeTask (selectors listed by
+    maderix/ANE training/m5result.md)."""
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
     assert backend.realtime and fake.sent()[0] == "+[_ANEClient sharedConnection]"
-    x, y = _rand((1, 4, 1, 3)), _rand((1, 4, 1, 3), 1)
+    x, y = _rand((1, 4, 1, S)), _rand((1, 4, 1, S), 1)
     with backend.compile(_add_program()) as k:
+        built = [SURFACE_OBJECT] * 3 + [REQUEST]
+        assert fake.sent()[-7:] == [LOAD, *built, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD][-7:]
+        assert fake.realtime_tasks == 1
         mark = len(fake.calls)
         np.testing.assert_array_equal(
             k(x=x, y=y)["z"], runtime.open("sim").compile(_add_program())(x=x, y=y)["z"]
         )
         assert _since(fake, mark) == [REALTIME]
         call = fake.find(REALTIME)[0]
-        assert call.types == ("ptr", "ptr", "ptr", "ptr") and call.values[:3] == (
-            "<_ANEInMemoryModel>",
-            {},
-            "<_ANERequest>",
-        )
+        assert call.types == ("ptr", "ptr", "ptr", "ptr")
+        assert call.values[:3] == ("<_ANEModel>", {}, "<_ANERequest>")
+        assert fake.find(RT_LOAD)[0].values[:3] == ("<_ANEModel>", {}, 21)
+        mark = len(fake.calls)
+    assert _since(fake, mark) == [RT_UNLOAD, RT_END, UNLOAD]
+    assert fake.realtime_tasks == 0 and k.realtime_failure is None
     assert fake.live_objects() == []
+
+
+def test_the_in_memory_model_itself_is_refused_by_the_realtime_call(fake, backend):
+    """The old backend handed evaluateRealTimeWithModel: the _ANEInMemoryModel; public code hands it the
+    model's ``model`` property. The fake refuses anything but an _ANEModel."""
+    rt = backend.runtime
+    k = backend.compile(_add_program()).load()
+    with rt.autorelease_pool(), pytest.raises(EvalFailed, match="_ANEInMemoryModel is not an _ANEModel"):
+        client = rt.send(ane.api.CLIENT_SHARED)
+        rt.send_checked(
+            ane.CLIENT_EVALUATE_REALTIME,
+            k._engine.model,
+            k._engine.options,
+            k._engine.request,
+            to=client,
+            fails=EvalFailed,
+            what="old real-time call",
+        )
+    k.close()
+
+
+def test_a_failed_realtime_load_ends_the_task_and_uses_the_standard_call(fake):
+    backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    fake.fail("loadRealTimeModel:options:qos:error:", code=9, description="no real-time entitlement")
+    k = backend.compile(_add_program()).load()
+    assert fake.sent()[-2:] == [RT_LOAD, RT_END] and fake.realtime_tasks == 0
+    assert "no real-time entitlement" in k.realtime_failure
+    mark = len(fake.calls)
+    k.run()
+    k.unload()
+    assert _since(fake, mark) == [EVALUATE, UNLOAD]
+    k.load()  # a failed real-time load is not tried again
+    assert RT_BEGIN not in _since(fake, mark)
+    k.close()
 
 
 def test_a_failed_realtime_call_falls_back_to_the_standard_one(fake):
@@ -590,6 +825,7 @@ def test_a_failed_realtime_call_falls_back_to_the_standard_one(fake):
     assert _since(fake, mark) == [REALTIME, EVALUATE, EVALUATE]
     assert "no real-time task" in k.realtime_failure
     k.close()
+    assert fake.realtime_tasks == 0
 
 
 def test_realtime_is_unavailable_without_the_client(fake):
@@ -599,6 +835,42 @@ def test_realtime_is_unavailable_without_the_client(fake):
     with backend.compile(_add_program()) as k:
         k.run()
     assert REALTIME not in fake.sent() and EVALUATE in fake.sent()
+
+
+def test_realtime_is_unavailable_without_the_model_property(fake):
+    fake.remove_method("_ANEInMemoryModel", "-", "model")
+    backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    assert not backend.realtime and "-[_ANEInMemoryModel model]" in backend.realtime_unavailable
+
+
+# -- threads ----------------------------------------------------------------------------------------------
+
+
+def test_one_kernel_shared_between_threads_is_serialised(fake, backend):
+    """Each kernel holds its own lock around load / run / unload / close and kernel(**arrays)."""
+    import threading
+
+    k = backend.compile(_add_program()).load()
+    x = _rand((1, 4, 1, S))
+    want = (x.astype(np.float16) * 2).astype(np.float32)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(k(x=x, y=x)["z"], want)
+                k.unload()
+                k.load()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and fake.refusals == []
+    k.close()
 
 
 # -- chaining ---------------------------------------------------------------------------------------------
@@ -625,12 +897,12 @@ def _two_stage(backend: AneBackend):
 
 
 def _check_chain_result(k1, k2, chain) -> None:
-    x, y = _rand((1, 4, 1, 3), 5), _rand((1, 4, 1, 3), 6)
+    x, y = _rand((1, 4, 1, S), 5), _rand((1, 4, 1, S), 6)
     k1.inputs[0].write(x)
     k1.inputs[1].write(y)
     chain.run()
     z = (x.astype(np.float16) + y.astype(np.float16)).astype(np.float16)
-    np.testing.assert_array_equal(k2.outputs[0].read(), (z * np.float16(2)).reshape(4, 3))
+    np.testing.assert_array_equal(k2.outputs[0].read(), (z * np.float16(2)).reshape(4, S))
 
 
 def test_without_the_opt_in_a_chain_runs_sequentially(fake, backend):
@@ -733,7 +1005,7 @@ def test_a_chained_run_that_disagrees_with_the_sequential_run_is_abandoned(fake)
 
 def test_chain_links_are_checked(fake, backend):
     k1 = backend.compile(_add_program())
-    k2 = backend.compile(_scale_program(2.0, (1, 2, 1, 3)))
+    k2 = backend.compile(_scale_program(2.0, (1, 2, 1, S)))
     with pytest.raises(AneRuntimeError, match="cannot feed"):
         backend.chain([k1, k2])
     with pytest.raises(AneRuntimeError, match="later kernel"):

@@ -33,8 +33,11 @@ Ownership
 
 Errors
     ``nserror_exception`` is the one place where a native failure (a NO / nil result and its
-    ``NSError **``) becomes an anekit exception, carrying the error's ``domain``, ``code`` and
-    ``description`` as attributes and in the message.
+    ``NSError **``) becomes an anekit exception. It reads the error once into an ``NSErrorInfo``
+    (domain, code, localized description, ``userInfo`` rendered by ``-description``, and the error
+    under ``NSUnderlyingErrorKey``, recursively) and sets it on the exception as ``nserror``, with
+    ``domain``, ``code``, ``description``, ``user_info`` and ``underlying`` as shortcuts; the message
+    holds all of it.
 """
 
 from __future__ import annotations
@@ -174,6 +177,11 @@ NSDICTIONARY_WITH_OBJECTS = msg("+[NSDictionary dictionaryWithObjects:forKeys:co
 NSERROR_DOMAIN = msg("-[NSError domain]", "@")
 NSERROR_CODE = msg("-[NSError code]", "q")
 NSERROR_DESCRIPTION = msg("-[NSError localizedDescription]", "@")
+NSERROR_USER_INFO = msg("-[NSError userInfo]", "@")
+NSDICTIONARY_OBJECT_FOR_KEY = msg("-[NSDictionary objectForKey:]", "@ @")
+NSDICTIONARY_DESCRIPTION = msg("-[NSDictionary description]", "@")
+NSUNDERLYING_ERROR_KEY = "NSUnderlyingError"  # the value of Foundation's NSUnderlyingErrorKey
+MAX_UNDERLYING_DEPTH = 4  # NSUnderlyingErrorKey chains followed at most this deep
 
 IOSURFACE_LOCK_READ_ONLY = 1  # kIOSurfaceLockReadOnly
 # The IOSurface property keys (kIOSurfaceWidth, ...) are CFSTR constants whose values are these names.
@@ -185,6 +193,29 @@ IOSURFACE_KEYS = (
     "IOSurfaceAllocSize",
     "IOSurfacePixelFormat",
 )
+
+
+@dataclass(frozen=True)
+class NSErrorInfo:
+    """What an NSError said: read once, when the failure is turned into an anekit exception."""
+
+    domain: str
+    code: int
+    description: str
+    user_info: str = ""  # -[NSDictionary description] of userInfo ("" when it has none)
+    underlying: NSErrorInfo | None = None  # the NSError under NSUnderlyingErrorKey
+
+    def details(self) -> str:
+        """``NSError domain D, code C[; userInfo {...}][; underlying: ...]`` on one line."""
+        text = f"NSError domain {self.domain}, code {self.code}"
+        if self.user_info:
+            text += f"; userInfo {' '.join(self.user_info.split())}"
+        if self.underlying is not None:
+            text += f"; underlying: {self.underlying}"
+        return text
+
+    def __str__(self) -> str:
+        return f"{self.description} ({self.details()})"
 
 
 # -- where symbols come from ----------------------------------------------------------------------------
@@ -355,24 +386,38 @@ class ObjCRuntime:
             raise self.nserror_exception(error.value, fails, what)
         return result
 
+    def nserror_info(self, error: int, depth: int = 0) -> NSErrorInfo:
+        """Everything an NSError says: domain, code, description, userInfo and its underlying error."""
+        domain = self.to_str(self.send(NSERROR_DOMAIN, to=error))
+        code = int(self.send(NSERROR_CODE, to=error))
+        description = self.to_str(self.send(NSERROR_DESCRIPTION, to=error))
+        user_info, underlying = "", None
+        info = self.send(NSERROR_USER_INFO, to=error)
+        if info:
+            user_info = self.to_str(self.send(NSDICTIONARY_DESCRIPTION, to=info))
+            if depth < MAX_UNDERLYING_DEPTH:
+                with self.autorelease_pool():
+                    key = self.string(NSUNDERLYING_ERROR_KEY)
+                    under = self.send(NSDICTIONARY_OBJECT_FOR_KEY, key, to=info)
+                    if under:
+                        underlying = self.nserror_info(under, depth + 1)
+        return NSErrorInfo(domain, code, description, user_info, underlying)
+
     def nserror_exception(
         self, error: int | None, fails: type[AneRuntimeError], what: str
     ) -> AneRuntimeError:
         """The anekit exception for a failed call and its NSError (None: the call gave no error)."""
-        domain = description = None
-        code = None
-        if error:
-            domain = self.to_str(self.send(NSERROR_DOMAIN, to=error))
-            code = int(self.send(NSERROR_CODE, to=error))
-            description = self.to_str(self.send(NSERROR_DESCRIPTION, to=error))
-            exc = fails(
-                f"{what} failed: {description} (NSError domain {domain}, code {code}; {self.os_version})"
-            )
+        info = self.nserror_info(error) if error else None
+        if info is not None:
+            exc = fails(f"{what} failed: {info.description} ({info.details()}; {self.os_version})")
         else:
             exc = fails(f"{what} failed without an NSError ({self.os_version})")
-        exc.domain = domain  # type: ignore[attr-defined]
-        exc.code = code  # type: ignore[attr-defined]
-        exc.description = description  # type: ignore[attr-defined]
+        exc.nserror = info  # type: ignore[attr-defined]
+        exc.domain = info.domain if info else None  # type: ignore[attr-defined]
+        exc.code = info.code if info else None  # type: ignore[attr-defined]
+        exc.description = info.description if info else None  # type: ignore[attr-defined]
+        exc.user_info = info.user_info if info else None  # type: ignore[attr-defined]
+        exc.underlying = info.underlying if info else None  # type: ignore[attr-defined]
         return exc
 
     # -- ownership ------------------------------------------------------------------------------------

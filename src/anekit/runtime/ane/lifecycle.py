@@ -1,0 +1,296 @@
+"""One compiled ``_ANEInMemoryModel``: compile, load (building its request), evaluate, unload, release.
+
+Lifecycle (all calls at QoS 21 with an empty options dictionary, as public working code does)::
+
+    compile  +[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]
+                 MIL text as NSData (mechramc/Orion docs/ane_constraints.md §9, rule
+                 descriptor.mil-text-nsdata); weights always a dictionary, empty when there are none
+                 (Orion §11, rule descriptor.empty-weights-dict)
+             +[_ANEInMemoryModel inMemoryModelWithDescriptor:]
+             -[_ANEInMemoryModel hexStringIdentifier]; model.mil and every weight file are written to
+                 NSTemporaryDirectory()/<hexStringIdentifier>/ first (maderix/ANE training/ane_runtime.h)
+             -[_ANEInMemoryModel compileWithQoS:options:error:]
+    load     -[_ANEInMemoryModel loadWithQoS:options:error:] (retried once after 0.1 s), then the
+             request is built (``anekit.runtime.ane.request``; maderix/ANE training/ane_runtime.h
+             builds it after load), then, real-time only: -[_ANEClient beginRealTimeTask] and
+             -[_ANEClient loadRealTimeModel:options:qos:error:] with the model's ``model`` property
+    run      -[_ANEInMemoryModel evaluateWithQoS:options:request:error:], or real-time
+             -[_ANEClient evaluateRealTimeWithModel:options:request:error:] with the ``model`` property
+    unload   real-time only: unloadRealTimeModel:options:qos:error: and endRealTimeTask; the request is
+             released; -[_ANEInMemoryModel unloadWithQoS:error:]. Idempotent.
+    close    unload if loaded, release every retained object, remove the temporary directory
+
+Identical programs get the same hexStringIdentifier and so share one temporary directory; it is
+reference counted and removed when its last model is released.
+
+Reloading after changing weight files changes nothing (maderix/ANE training/test_weight_reload.m,
+training/m5result.md; rule weights.baked): new weights mean a new compile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+from anekit.errors import (
+    AneRuntimeError,
+    CompilationFailed,
+    DescriptorCreationFailed,
+    EvalFailed,
+    LoadFailed,
+    ModelCreationFailed,
+    UnloadFailed,
+)
+from anekit.fileio import write_bytes_atomic
+from anekit.runtime.ane.api import (
+    CLIENT_BEGIN_REALTIME,
+    CLIENT_END_REALTIME,
+    CLIENT_EVALUATE_REALTIME,
+    CLIENT_LOAD_REALTIME,
+    CLIENT_UNLOAD_REALTIME,
+    DESCRIPTOR_WITH_MIL,
+    MODEL_ANE_MODEL,
+    MODEL_COMPILE,
+    MODEL_EVALUATE,
+    MODEL_HEX_ID,
+    MODEL_LOAD,
+    MODEL_PATH,
+    MODEL_UNLOAD,
+    MODEL_WITH_DESCRIPTOR,
+    nil_check,
+)
+from anekit.runtime.ane.request import build_request
+from anekit.runtime.ane.surfaces import AneSurface
+from anekit.runtime.objc import Id, Message, ObjCRuntime
+
+LOAD_ATTEMPTS = 2
+LOAD_RETRY_DELAY = 0.1  # seconds between load attempts
+
+
+class TempDirs:
+    """Reference counts of model directories: identical programs share one hexStringIdentifier."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[str, int] = {}
+
+    def acquire(self, path: str) -> str:
+        with self._lock:
+            self._users[path] = self._users.get(path, 0) + 1
+        return path
+
+    def release(self, path: str) -> None:
+        with self._lock:
+            left = self._users.get(path, 0) - 1
+            if left > 0:
+                self._users[path] = left
+                return
+            self._users.pop(path, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+TEMP_DIRS = TempDirs()
+
+
+class EngineModel:
+    """A compiled _ANEInMemoryModel, its request while loaded, and its temporary directory.
+
+    Holds one reference to every object it retains and none to its kernel, so the kernel's finalizer
+    can close it. ``client``: the _ANEClient when real-time evaluation was asked for; ``realtime`` is
+    True while the real-time model is loaded, ``realtime_failure`` says why it is not.
+    """
+
+    def __init__(self, rt: ObjCRuntime, name: str, qos: int, client: Id | None = None) -> None:
+        self.rt = rt
+        self.name = name
+        self.qos = qos
+        self.client = client
+        self.model: Id | None = None
+        self.ane_model: Id | None = None  # -[_ANEInMemoryModel model], for the real-time calls
+        self.options: Id | None = None
+        self.request: Id | None = None
+        self.tmpdir: str | None = None
+        self.inputs: list[AneSurface] = []  # in binding order
+        self.outputs: list[AneSurface] = []
+        self.loaded = False
+        self.realtime = False
+        self.realtime_failure: str | None = None
+        self.closed = False
+
+    def _what(self, message: Message | str) -> str:
+        return f"[ane] kernel '{self.name}': {message}"
+
+    # -- compile -----------------------------------------------------------------------------------
+
+    def compile(self, mil_text: str, files: dict[str, bytes]) -> None:
+        rt = self.rt
+        with rt.autorelease_pool():
+            mil = rt.data(mil_text.encode("utf-8"))  # NSData, never NSString (Orion §9)
+            weights = rt.dictionary(  # a dictionary even when empty, never nil (Orion §11)
+                {MODEL_PATH + rel: {"offset": 0, "data": blob} for rel, blob in files.items()}
+            )
+            desc = rt.send(DESCRIPTOR_WITH_MIL, mil, weights, None)
+            nil_check(desc, DescriptorCreationFailed, self._what(DESCRIPTOR_WITH_MIL))
+            model = rt.send(MODEL_WITH_DESCRIPTOR, desc)
+            self.model = rt.retain(nil_check(model, ModelCreationFailed, self._what(MODEL_WITH_DESCRIPTOR)))
+            self.options = rt.retain(rt.dictionary({}))
+            hex_id = rt.to_str(rt.send(MODEL_HEX_ID, to=self.model))
+            if not hex_id or "/" in hex_id or hex_id.startswith("."):
+                raise ModelCreationFailed(f"{self._what(MODEL_HEX_ID)} returned {hex_id!r}")
+            self.tmpdir = TEMP_DIRS.acquire(os.path.join(rt.temporary_directory(), hex_id))
+            os.makedirs(os.path.join(self.tmpdir, "weights"), exist_ok=True)
+            write_bytes_atomic(os.path.join(self.tmpdir, "model.mil"), mil_text.encode("utf-8"))
+            for rel, blob in files.items():
+                write_bytes_atomic(os.path.join(self.tmpdir, *PurePosixPath(rel).parts), blob)
+            rt.send_checked(
+                MODEL_COMPILE,
+                self.qos,
+                self.options,
+                to=self.model,
+                fails=CompilationFailed,
+                what=self._what(MODEL_COMPILE),
+            )
+
+    def bind(self, inputs: Sequence[AneSurface], outputs: Sequence[AneSurface]) -> None:
+        """The surfaces every request of this model binds, in binding order."""
+        self.inputs, self.outputs = list(inputs), list(outputs)
+
+    # -- load / unload -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load, build this load's request, and (real-time) load the real-time model."""
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                with self.rt.autorelease_pool():
+                    self.rt.send_checked(
+                        MODEL_LOAD,
+                        self.qos,
+                        self.options,
+                        to=self.model,
+                        fails=LoadFailed,
+                        what=self._what(MODEL_LOAD),
+                    )
+                self.loaded = True
+                break
+            except LoadFailed:
+                if attempt + 1 == LOAD_ATTEMPTS:
+                    raise
+                time.sleep(LOAD_RETRY_DELAY)
+        try:
+            self.request = build_request(self.rt, self.inputs, self.outputs, self._what("request"))
+        except BaseException:
+            self.unload()
+            raise
+        if self.client is not None and self.realtime_failure is None:
+            self._load_realtime()
+
+    def _load_realtime(self) -> None:
+        """beginRealTimeTask + loadRealTimeModel:; on failure endRealTimeTask, and the standard call."""
+        rt, client = self.rt, self.client
+        with rt.autorelease_pool():
+            if self.ane_model is None:
+                ane_model = rt.send(MODEL_ANE_MODEL, to=self.model)
+                if not ane_model:
+                    self.realtime_failure = f"{MODEL_ANE_MODEL} returned nil"
+                    return
+                self.ane_model = rt.retain(ane_model)
+            rt.send(CLIENT_BEGIN_REALTIME, to=client)
+            try:
+                rt.send_checked(
+                    CLIENT_LOAD_REALTIME,
+                    self.ane_model,
+                    self.options,
+                    self.qos,
+                    to=client,
+                    fails=LoadFailed,
+                    what=self._what(CLIENT_LOAD_REALTIME),
+                )
+            except LoadFailed as e:
+                rt.send(CLIENT_END_REALTIME, to=client)
+                self.realtime_failure = str(e)
+                return
+        self.realtime = True
+
+    def _unload_realtime(self) -> None:
+        rt, client = self.rt, self.client
+        self.realtime = False
+        with rt.autorelease_pool():
+            try:
+                rt.send_checked(
+                    CLIENT_UNLOAD_REALTIME,
+                    self.ane_model,
+                    self.options,
+                    self.qos,
+                    to=client,
+                    fails=UnloadFailed,
+                    what=self._what(CLIENT_UNLOAD_REALTIME),
+                )
+            finally:
+                rt.send(CLIENT_END_REALTIME, to=client)
+
+    def unload(self) -> None:
+        """Real-time unload and end of task, release the request, unload. Idempotent."""
+        if not self.loaded:
+            return
+        try:
+            if self.realtime:
+                self._unload_realtime()
+        finally:
+            request, self.request = self.request, None
+            self.rt.release(request)
+            with self.rt.autorelease_pool():
+                self.rt.send_checked(
+                    MODEL_UNLOAD, self.qos, to=self.model, fails=UnloadFailed, what=self._what(MODEL_UNLOAD)
+                )
+            self.loaded = False
+
+    # -- evaluate ----------------------------------------------------------------------------------
+
+    def evaluate(self) -> None:
+        with self.rt.autorelease_pool():
+            self.rt.send_checked(
+                MODEL_EVALUATE,
+                self.qos,
+                self.options,
+                self.request,
+                to=self.model,
+                fails=EvalFailed,
+                what=self._what(MODEL_EVALUATE),
+            )
+
+    def evaluate_realtime(self) -> None:
+        with self.rt.autorelease_pool():
+            self.rt.send_checked(
+                CLIENT_EVALUATE_REALTIME,
+                self.ane_model,
+                self.options,
+                self.request,
+                to=self.client,
+                fails=EvalFailed,
+                what=self._what(CLIENT_EVALUATE_REALTIME),
+            )
+
+    # -- release -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.loaded:
+                try:
+                    self.unload()
+                except AneRuntimeError:
+                    self.loaded = False  # released below either way; nothing else can be done
+        finally:
+            for obj in (self.request, self.ane_model, self.options, self.model):
+                self.rt.release(obj)
+            self.request = self.ane_model = self.options = self.model = None
+            self.inputs, self.outputs = [], []
+            if self.tmpdir is not None:
+                TEMP_DIRS.release(self.tmpdir)
+                self.tmpdir = None
