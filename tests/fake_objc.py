@@ -59,6 +59,7 @@ import numpy as np
 from anekit.errors import AnekitError
 from anekit.mil.parser import parse_program
 from anekit.mil.verify import verify
+from anekit.rules.checks import MIN_ROW_BYTES  # rule surface.min-row-bytes
 from anekit.runtime.objc import ObjCRuntime
 from anekit.runtime.sim import Plan
 
@@ -68,7 +69,6 @@ ANE_DOMAIN = "com.apple.appleneuralengine"
 # the text is published; the NSError code that carries it is not, so the fake picks one.
 STATUS_0X1D = "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
 PROGRAM_INFERENCE_ERROR_CODE = 0x1D
-MIN_ROW_BYTES = 64  # rule surface.min-row-bytes
 
 _KIND = {
     "@": "ptr",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from anekit.errors import CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
@@ -27,10 +28,12 @@ MAX_PROVEN_CONV_INPUT = 2048  # conv.input-channels-unproven
 REFUSED_CONV_INPUT = 32000  # conv.input-channels-refused
 LARGE_OPERAND_DIM = 128  # op.transposed-weight-matmul: head-sized operands (<= 128) are fine
 MIN_ROW_BYTES = 64  # surface.min-row-bytes
+SPATIAL_MULTIPLE = 16  # surface.spatial-multiple-16
 MIN_SURFACE_BYTES = 49152  # surface.min-bytes
 MAX_SURFACE_BYTES = 16 * 1024 * 1024  # surface.max-bytes
-# Files the framework writes into an in-memory model's directory (weights.reserved-name).
-RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data", "weights"})
+# Files of an in-memory model's directory that are not weights (weights.reserved-name): the MIL text
+# every public project writes there, and the compiler's own net.plist and data.
+RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data"})
 
 WeightFiles = Mapping[str, "bytes | str | Path"]
 
@@ -75,6 +78,31 @@ class Finding:
 def errors(findings: Iterable[Finding]) -> list[Finding]:
     """The findings of ``error`` severity."""
     return [f for f in findings if f.is_error]
+
+
+def enforce(
+    program: Program, fn: Function, chip: str, weights: WeightFiles | None, who: str
+) -> list[Finding]:
+    """Refuse ``fn`` with CompilationFailed listing every error rule it breaks for ``chip``; returns the
+    warnings. What both backends call before compiling (``who`` says which, for the message)."""
+    findings = check_function(program, fn, chip, weights)
+    broken = errors(findings)
+    if broken:
+        listing = "\n".join(f"  {f.short()}" for f in broken)
+        raise CompilationFailed(
+            f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}; "
+            f"`anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 runs it anyway):\n"
+            f"{listing}"
+        )
+    return [f for f in findings if not f.is_error]
+
+
+def reserved_weight_name(path: str) -> str | None:
+    """The reserved name a weight path (``@model_path/...`` or relative) collides with: its first
+    component, case-insensitively (macOS file systems usually are); None when it is free."""
+    rel = path.split("@model_path/", 1)[-1]
+    head = rel.split("/", 1)[0].casefold() if rel else ""
+    return head if head in RESERVED_WEIGHT_NAMES else None
 
 
 # -- program checks ------------------------------------------------------------------------------
@@ -167,7 +195,7 @@ def _check_io(ctx: _Context) -> None:
                 continue
             width = shape[-1]
             itemsize = v.type.dtype.bits / 8  # type: ignore[union-attr]
-            if width % 16:
+            if width % SPATIAL_MULTIPLE:
                 ctx.report(
                     "surface.spatial-multiple-16", where, f"spatial width {width} (not a multiple of 16)"
                 )
@@ -424,10 +452,10 @@ def _blobfile(ctx: _Context, op: Op) -> None:
         return
     ref = val.value
     name = ref.path.rsplit("/", 1)[-1]
+    if reserved_weight_name(ref.path) is not None:
+        ctx.report_op("weights.reserved-name", op, f"weight file '{ref.path}' collides with a framework file")
     if ref.offset != 64:
         ctx.report_op("weights.one-blob-per-file-m1", op, f"{name} referred to at offset {ref.offset}")
-    if name in RESERVED_WEIGHT_NAMES:
-        ctx.report_op("weights.reserved-name", op, f"weight file '{name}' collides with a framework file")
     if ref.offset < 64 or ref.offset % 64:
         ctx.report_op(
             "weights.blobfile-offset", op, f"offset {ref.offset} is not a 64-aligned metadata record offset"
@@ -492,10 +520,9 @@ def check_weight_names(names: Iterable[str]) -> list[Finding]:
     r = rule("weights.reserved-name")
     found = []
     for path in names:
-        base = path.split("@model_path/", 1)[-1]
-        leaf = base.rsplit("/", 1)[-1]
-        if leaf in RESERVED_WEIGHT_NAMES or base in RESERVED_WEIGHT_NAMES:
-            found.append(Finding(r, f"weight '{path}'", f"'{leaf}' is written by the framework itself"))
+        clash = reserved_weight_name(path)
+        if clash is not None:
+            found.append(Finding(r, f"weight '{path}'", f"'{clash}' is a file of the model directory"))
     return found
 
 

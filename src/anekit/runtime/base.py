@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -258,6 +259,11 @@ def _surface_for(t: T.Type, name: str, surface_dtype: Callable[[T.DType], str]) 
             )
         return Surface(tuple(int(d) for d in t.shape), dtype, name)
     raise CompilationFailed(f"[compile] '{name}' has type {t}; kernel inputs and outputs must be tensors")
+
+
+def strict_default() -> bool:
+    """Backends refuse what the rule book refuses unless ``ANEKIT_STRICT`` says 0 / false / no / off."""
+    return os.environ.get("ANEKIT_STRICT", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class Backend:

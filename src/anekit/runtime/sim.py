@@ -22,7 +22,6 @@ exploring ops and shapes the engine may not take.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +35,9 @@ from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, get_op
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules import check_chip, check_function, errors
-from anekit.runtime.base import Backend, Kernel, WeightSource
+from anekit.rules import check_chip
+from anekit.rules.checks import enforce
+from anekit.runtime.base import Backend, Kernel, WeightSource, strict_default
 
 PRECISIONS = ("ane", "fp32")
 MODEL_PATH_PREFIX = "@model_path/"
@@ -269,11 +269,6 @@ class SimKernel(Kernel):
                     raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
 
 
-def strict_default() -> bool:
-    """Strict unless ``ANEKIT_STRICT`` says 0 / false / no / off."""
-    return os.environ.get("ANEKIT_STRICT", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
@@ -299,14 +294,7 @@ class SimBackend(Backend):
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
-            broken = errors(check_function(prog, fn, self.chip, weights))
-            if broken:
-                listing = "\n".join(f"  {f.short()}" for f in broken)
-                raise CompilationFailed(
-                    f"[compile] the engine would refuse or miscompute '{fn.name}' (strict simulator, chip "
-                    f"{self.chip}; `anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 "
-                    f"runs it anyway):\n{listing}"
-                )
+            enforce(prog, fn, self.chip, weights, "strict simulator")
         try:
             plan = Plan(fn, weights, self.precision)
         except EvalFailed as e:

@@ -23,6 +23,7 @@ Importing this package loads nothing (no framework, no library): it imports on e
 from __future__ import annotations
 
 from anekit.errors import ClassNotFound
+from anekit.rules.checks import MIN_ROW_BYTES, SPATIAL_MULTIPLE
 from anekit.runtime.ane.api import (
     ANE_FRAMEWORK,
     CHAINING,
@@ -38,7 +39,7 @@ from anekit.runtime.ane.api import (
     REQUIRED,
 )
 from anekit.runtime.ane.availability import AneProbe, is_available, probe, unavailable_reason
-from anekit.runtime.ane.binding import MIN_ROW_BYTES, SPATIAL_MULTIPLE, Layout
+from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.chaining import Chain
 from anekit.runtime.ane.kernel import AneBackend, AneKernel
 from anekit.runtime.ane.surfaces import MIN_SURFACE_BYTES, SURFACE_ALIGNMENT, AneSurface, uniform_allocation

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 import subprocess
 from dataclasses import dataclass, field
 
 from anekit.errors import ClassNotFound
+from anekit.rules import CHIPS
 from anekit.runtime.ane.api import ANE_FRAMEWORK, CHAINING, CLASSES, MODEL_UUID, REALTIME, REQUIRED
 from anekit.runtime.objc import ObjCRuntime
 
@@ -86,6 +88,13 @@ def chip() -> str:
         except (OSError, subprocess.SubprocessError):
             pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def chip_name(brand: str | None = None) -> str:
+    """The rule book's name of this Mac's chip ("m1".."m4") from its brand string, "any" otherwise."""
+    found = re.search(r"\bM(\d+)\b", brand if brand is not None else chip())
+    name = f"m{found.group(1)}" if found else "any"
+    return name if name in CHIPS else "any"
 
 
 def probe(runtime: ObjCRuntime | None = None) -> AneProbe:

@@ -15,11 +15,9 @@ show names whose case-insensitive and code-point orders agree.
 Outputs that are a function input, or repeat another output, are not sent to the engine: they are
 copied on the host after each run (``host_copies``).
 
-``check_surface_plan`` refuses, before anything is compiled, surfaces whose rows (the last
-dimension) are under MIN_ROW_BYTES (rule surface.min-row-bytes: no hardware-run project uses rows of
-fewer than 64 bytes, i.e. fewer than 32 fp16 values) or whose last dimension is not a multiple of
-SPATIAL_MULTIPLE (rule surface.spatial-multiple-16: ncdrone/rustane README "ANE Gotchas" reports
-silent corruption otherwise).
+Shapes the engine is not known to handle (rows under 64 bytes, widths not a multiple of 16, ...) are
+refused before anything is compiled by the rule book (``anekit.rules``), which the backend enforces
+for its chip; ``Layout.plan`` is what ``anekit.rules.check_surface_plan`` judges.
 """
 
 from __future__ import annotations
@@ -30,9 +28,6 @@ from anekit.errors import CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.ir import Block, Function, Var
 from anekit.runtime.ane.surfaces import uniform_allocation
-
-MIN_ROW_BYTES = 64  # rule surface.min-row-bytes
-SPATIAL_MULTIPLE = 16  # rule surface.spatial-multiple-16 (ncdrone/rustane README)
 
 
 def io_nbytes(v: Var) -> int:
@@ -74,6 +69,13 @@ class Layout:
     input_alloc: int
     output_alloc: int
 
+    def plan(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """``([(MIL name, allocation bytes)] of the inputs, ... of the outputs)`` in binding order."""
+        return (
+            [(v.name, self.input_alloc) for v in self.fn.inputs],
+            [(v.name, self.output_alloc) for v in self.fn.outputs],
+        )
+
     @classmethod
     def of(cls, fn: Function) -> Layout:
         in_bytes = [io_nbytes(v) for v in fn.inputs]
@@ -108,26 +110,3 @@ class Layout:
             uniform_allocation(in_bytes),
             uniform_allocation(out_bytes),
         )
-
-
-def check_surface_plan(fn: Function) -> None:
-    """Refuse surfaces the engine is not known to handle (rules surface.min-row-bytes and
-    surface.spatial-multiple-16), naming the tensor; runs before any message is sent."""
-    for kind, variables in (("input", fn.inputs), ("output", fn.outputs)):
-        for v in variables:
-            t = v.type
-            assert isinstance(t, (T.TensorType, T.TensorBufferType))
-            row = int(t.shape[-1]) if t.shape else 1
-            row_bytes = row * t.dtype.np.itemsize
-            where = f"[compile] {kind} '{v.name}' ({t})"
-            if row_bytes < MIN_ROW_BYTES:
-                raise CompilationFailed(
-                    f"{where}: rows (the last dimension) of {row_bytes} bytes; the engine needs "
-                    f"at least {MIN_ROW_BYTES} (rule surface.min-row-bytes: no hardware-run project uses "
-                    "shorter rows; use [1, C, 1, S] with S >= 32 for fp16)"
-                )
-            if row % SPATIAL_MULTIPLE:
-                raise CompilationFailed(
-                    f"{where}: the last dimension {row} is not a multiple of {SPATIAL_MULTIPLE} "
-                    "(rule surface.spatial-multiple-16: ncdrone/rustane README reports silent corruption)"
-                )

@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anekit.errors import EvalFailed
+from anekit.errors import CompilationFailed, EvalFailed
 from anekit.mil.ir import Function, Program
 from anekit.mil.printer import print_program
+from anekit.rules import check_chip, check_surface_plan
+from anekit.rules.checks import enforce
 from anekit.runtime.ane.api import ANE_FRAMEWORK, CLIENT_SHARED, QOS, REALTIME, REQUIRED, first_missing
-from anekit.runtime.ane.availability import native_runtime
-from anekit.runtime.ane.binding import Layout, check_surface_plan
+from anekit.runtime.ane.availability import chip_name, native_runtime
+from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.ane.surfaces import AneSurface, copy_surface
 from anekit.runtime.ane.weights import check_weights, weight_files
-from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface, WeightSource
+from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface, WeightSource, strict_default
 from anekit.runtime.objc import Id, ObjCRuntime
 
 if TYPE_CHECKING:
@@ -135,7 +137,9 @@ class AneBackend(Backend):
     ``runtime``: the objc runtime to drive (default: the system's; tests pass a fake). ``realtime``:
     evaluate through ``_ANEClient``'s real-time calls where they exist (opt-in; any failure falls back
     to the standard call, see ``anekit.runtime.ane.lifecycle``). ``chaining``: let ``chain()`` try
-    ``_ANEChainingRequest``.
+    ``_ANEChainingRequest``. ``chip`` ("m1".."m4", "any"; default: this Mac's) is the chip whose rules
+    the backend enforces before compiling; ``strict=False`` (or ``ANEKIT_STRICT=0``) sends anything to
+    the compiler, to explore what the rule book does not yet know.
     """
 
     name = "ane"
@@ -148,8 +152,12 @@ class AneBackend(Backend):
         qos: int = QOS,
         realtime: bool = False,
         chaining: bool = False,
+        chip: str | None = None,
+        strict: bool | None = None,
     ) -> None:
         super().__init__(compile_budget)
+        self.chip = check_chip(chip) if chip is not None else chip_name()
+        self.strict = strict_default() if strict is None else bool(strict)
         self.runtime = runtime if runtime is not None else native_runtime()
         self.runtime.load_framework(ANE_FRAMEWORK)
         for message in REQUIRED:
@@ -171,8 +179,12 @@ class AneBackend(Backend):
                     self.realtime_unavailable = f"{CLIENT_SHARED} returned nil"
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
+        if self.strict:
+            enforce(prog, fn, self.chip, weights, "ane backend")
         layout = Layout.of(fn)
-        check_surface_plan(layout.fn)
+        broken = check_surface_plan(*layout.plan(), chip=self.chip) if self.strict else []
+        if broken:  # Layout sizes and orders surfaces by the rules: this would be a bug in Layout
+            raise CompilationFailed(f"[compile] surface plan of '{fn.name}': {'; '.join(map(str, broken))}")
         files = weight_files(weights)
         check_weights(fn, files)
         text = print_program(Program({"main": layout.fn}, prog.version, dict(prog.attributes)))

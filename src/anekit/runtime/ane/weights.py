@@ -23,18 +23,12 @@ from anekit.errors import AnekitError, BlobFormatError, CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.mil.values import BlobRef, Literal
+from anekit.rules.checks import RESERVED_WEIGHT_NAMES, reserved_weight_name
 from anekit.runtime.ane.api import MODEL_PATH
 from anekit.runtime.base import WeightSource
 
-# Rule weights.reserved-name: files of the model directory written by anekit (model.mil) or by the
-# framework (net.plist, data) — see the module docstring for the evidence.
-RESERVED_NAMES = frozenset({"model.mil", "net.plist", "data"})
-
-
-def reserved(rel: str) -> str | None:
-    """The reserved name ``rel`` collides with (its first path component, case-insensitively), or None."""
-    head = PurePosixPath(rel).parts[0].casefold() if rel else ""
-    return head if head in RESERVED_NAMES else None
+# Rule weights.reserved-name (the rule book holds the names; see the module docstring for the evidence).
+RESERVED_NAMES = RESERVED_WEIGHT_NAMES
 
 
 def weight_files(weights: dict[str, WeightSource]) -> dict[str, bytes]:
@@ -48,7 +42,7 @@ def weight_files(weights: dict[str, WeightSource]) -> dict[str, bytes]:
                 f"[compile] weight name '{key}' must be a path inside the model directory, like "
                 "'@model_path/weights/w.bin'"
             )
-        clash = reserved(rel)
+        clash = reserved_weight_name(rel)
         if clash is not None:
             raise CompilationFailed(
                 f"[compile] weight '{key}' collides with '{clash}', a file the framework keeps in the model "
