@@ -100,10 +100,6 @@ def _inputs_of(prog: Program, rng: np.random.Generator) -> dict[str, np.ndarray]
     return {v.name: _random(_shape(v), rng) for v in prog.main.inputs}
 
 
-def _text(prog: Program, dialect: str | None) -> str:
-    return print_program(prog, dialect)
-
-
 # -- the rungs ------------------------------------------------------------------------------------
 
 
@@ -114,7 +110,7 @@ def elementwise_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
     f.output(f.mul(x=x, y=1.5, name="y"))  # (C, S)
     prog = b.build()
     return Rung(
-        "elementwise", _text(prog, dialect), {}, _inputs_of(prog, rng), "1 in / 1 out, mul by a const"
+        "elementwise", print_program(prog, dialect), {}, _inputs_of(prog, rng), "1 in / 1 out, mul by a const"
     )
 
 
@@ -131,7 +127,7 @@ def conv_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
     weights = (rng.standard_normal((CHANNELS, CHANNELS, 1, 1)) / np.sqrt(CHANNELS)).astype(np.float32)
     return Rung(
         "conv1x1",
-        _text(prog, dialect),
+        print_program(prog, dialect),
         {WEIGHT_FILE: fp16_blob(weights)},
         _inputs_of(prog, rng),
         "1x1 conv, baked BLOBFILE weights",
@@ -153,7 +149,7 @@ def multi_io_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
     prog = b.build()
     return Rung(
         "multi_io",
-        _text(prog, dialect),
+        print_program(prog, dialect),
         {},
         _inputs_of(prog, rng),
         "3 in / 2 out, names out of alphabetical order",
@@ -165,7 +161,8 @@ def kernel_rung(name: str, cfg: ModelConfig, weights: dict[str, Any], dialect: s
     rng = np.random.default_rng(seed)
     x = _random((1, spec.inputs.channels, 1, spec.inputs.spatial), rng)  # (1, C_in, 1, S)
     kind = "dynamic-weight kernel" if name in catalog.DYNAMIC_KERNELS else "kernel"
-    return Rung(name, _text(spec.program, dialect), spec.weight_files(), {"x": x}, f"{cfg.name} {kind}")
+    text = print_program(spec.program, dialect)
+    return Rung(name, text, spec.weight_files(), {"x": x}, f"{cfg.name} {kind}")
 
 
 def kernel_names() -> list[str]:
