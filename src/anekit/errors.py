@@ -104,6 +104,19 @@ class MilVerifyError(MilError, ValueError):
         super().__init__(f"[mil.verify] {len(self.problems)} problem(s):\n{body}")
 
 
+class MilDialectError(MilError, ValueError):
+    """A program that cannot be written in the requested MIL dialect (e.g. an iOS18 op in ``ios16``).
+
+    ``problems`` lists every op or type that does not fit; the message names each and the dialect.
+    """
+
+    def __init__(self, dialect: str, message: str, problems: list[str] | None = None) -> None:
+        self.dialect = dialect
+        self.problems = list(problems or [])
+        body = "".join(f"\n  - {p}" for p in self.problems)
+        super().__init__(f"[mil.dialect {dialect}] {message}{body}")
+
+
 class BlobFormatError(FormatError):
     """A MILBlob v2 weight file that is truncated, corrupted or inconsistent."""
 

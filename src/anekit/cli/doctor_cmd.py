@@ -4,6 +4,12 @@ Reports the OS (release, machine; on macOS the version and the chip), whether th
 AppleNeuralEngine framework is there and loads, which of its classes and selectors resolve, the
 compile budget, the numpy / Python versions, each backend and why it is unavailable, and the backend
 ``anekit.runtime.open()`` returns (honouring ``ANEKIT_BACKEND``). Exits 1 when ``open()`` would fail.
+``--json`` prints the report as JSON; ``--json OUT`` writes it to OUT (atomically).
+
+``--smoke`` then compiles, loads and runs the ladder of ``anekit.cli.smoke`` on that backend (the
+engine on a Mac, the simulator elsewhere, which the output says), one line per rung and a summary;
+with ``--json OUT`` the whole report (this machine, the backend, every rung) goes to OUT. Exits 0 when
+every rung passes, 1 otherwise.
 
 The framework facts come from ``anekit.runtime.ane.probe()``, which declares the classes and
 selectors the backend uses and only looks them up (it sends no message). The ane module is imported
@@ -26,6 +32,8 @@ from typing import Any
 
 import anekit
 from anekit import runtime
+from anekit.errors import AnekitError
+from anekit.fileio import atomic_write
 
 ENV = "ANEKIT_BACKEND"
 ANE_MODULE = "anekit.runtime.ane"
@@ -236,14 +244,122 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor", help="report the OS, the Neural Engine framework and the backend open() uses"
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="OUT",
+        help="the report as JSON: printed, or written to OUT (with --smoke: the ladder's full report)",
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="compile, load and run a ladder of programs and compare"
+    )
+    p.add_argument(
+        "--config", default="stories260K", metavar="NAME", help="--smoke: the preset whose kernels run"
+    )
+    p.add_argument("--seed", type=int, default=0, help="--smoke: seed of the random inputs and weights")
+    p.add_argument(
+        "--dialect",
+        choices=["auto", "ios18", "ios16"],
+        default="auto",
+        help="--smoke: MIL dialect of the programs (auto: by chip on the engine, ios18 elsewhere)",
+    )
     p.set_defaults(run=run)
 
 
+def check_writable(path: str) -> None:
+    """Refuse, before any work, a report path that cannot be written (AnekitError naming it)."""
+    if not path:
+        raise AnekitError("[doctor] --json needs a file name")
+    parent = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise AnekitError(f"[doctor] --json {path}: is a directory")
+    if not os.path.isdir(parent):
+        raise AnekitError(f"[doctor] --json {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise AnekitError(f"[doctor] --json {path}: not writable")
+
+
+def write_json(path: str, report: dict[str, Any]) -> None:
+    """The report as JSON in ``path``, written atomically (never half-written)."""
+    data = (json.dumps(report, indent=2) + "\n").encode("utf-8")
+    try:
+        with atomic_write(path) as f:
+            f.write(data)
+    except OSError as e:
+        raise AnekitError(f"[doctor] cannot write --json {path}: {e.strerror or e}") from e
+
+
 def run(args: argparse.Namespace) -> int:
+    to_file = args.json not in (None, "-")
+    if to_file:
+        check_writable(args.json)
+    if getattr(args, "smoke", False):
+        return run_smoke(args)
     report = collect()
-    if args.json:
+    if to_file:
+        write_json(args.json, report)
+        sys.stdout.write(format_report(report))
+    elif args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(format_report(report))
     return 0 if report["open"]["ok"] else 1
+
+
+def run_smoke(args: argparse.Namespace) -> int:
+    """``--smoke``: the ladder on the backend ``open()`` returns, a line per rung, a summary, the JSON."""
+    from anekit.cli import smoke
+    from anekit.kernels import preset
+    from anekit.mil import dialect_for_chip
+
+    cfg = preset(args.config)  # an unknown preset is an AnekitError before anything runs
+    report = collect()
+    backend = runtime.open()
+    chip = report["os"]["chip"]
+    if args.dialect != "auto":
+        dialect = args.dialect
+    else:
+        dialect = dialect_for_chip(chip) if backend.name == "ane" else "ios18"
+    out = sys.stderr if args.json == "-" else sys.stdout  # JSON on stdout: the lines go to stderr
+    where = backend_note(backend.name, report)
+    print(f"smoke ladder on {backend.name} ({type(backend).__name__}): {where}", file=out)
+    print(f"MIL dialect {dialect}; kernels of {cfg.name}; seed {args.seed}", file=out)
+    print(f"pass: max |backend - simulator| <= {smoke.ATOL} + {smoke.RTOL} * max |simulator|", file=out)
+
+    def show(index: int, result: smoke.RungResult) -> None:
+        print(smoke.format_result(index, result), file=out, flush=True)
+
+    results = smoke.run_ladder(backend, smoke.ladder(cfg, dialect, args.seed), on_result=show)
+    failed = [r.name for r in results if r.status != "pass"]
+    summary = f"{len(results) - len(failed)}/{len(results)} rungs pass on {backend.name}"
+    print(summary + (f"; failed: {', '.join(failed)}" if failed else ""), file=out)
+    if backend.name == "sim":
+        print(where, file=out)
+    full = {
+        "doctor": report,
+        "backend": {"name": backend.name, "class": type(backend).__name__, "note": where},
+        "chip": chip,
+        "dialect": dialect,
+        "config": cfg.name,
+        "seed": args.seed,
+        "tolerance": {"atol": smoke.ATOL, "rtol": smoke.RTOL},
+        "rungs": [r.to_json() for r in results],
+        "summary": {"rungs": len(results), "passed": len(results) - len(failed), "failed": failed},
+        "ok": not failed,
+    }
+    if args.json == "-":
+        sys.stdout.write(json.dumps(full, indent=2) + "\n")
+    elif args.json:
+        write_json(args.json, full)
+        print(f"wrote {args.json}", file=out)
+    return 0 if not failed else 1
+
+
+def backend_note(name: str, report: dict[str, Any]) -> str:
+    """Where the ladder ran, in words: on the engine, or in the simulator and why."""
+    if name != "sim":
+        return f"on the Neural Engine ({report['os']['chip'] or 'unknown chip'})"
+    if report["env"][ENV] == "sim" and report["backends"].get("ane", {}).get("available"):
+        return f"the ladder ran in the simulator ({ENV}=sim; this machine has the Neural Engine)"
+    return "no Neural Engine here: the ladder ran in the simulator"

@@ -1,6 +1,7 @@
 """The MIL language: types, IR, op registry, builder, text printer and parser, verifier."""
 
 from anekit.mil.builder import Builder, FunctionBuilder, program
+from anekit.mil.dialect import DIALECTS, dialect_for_chip
 from anekit.mil.ir import Block, Function, Op, Program, Var
 from anekit.mil.parser import parse_literal, parse_program, parse_type
 from anekit.mil.printer import format_literal, format_op, print_program
@@ -28,12 +29,13 @@ def parse(text: str, source: str = "") -> Program:
     return parse_program(text, source)
 
 
-def to_text(prog: Program) -> str:
-    """The canonical MIL text of a program."""
-    return print_program(prog)
+def to_text(prog: Program, dialect: str | None = None) -> str:
+    """The canonical MIL text of a program (in ``dialect``, "ios16" or "ios18", when given)."""
+    return print_program(prog, dialect)
 
 
 __all__ = [
+    "DIALECTS",
     "DTYPES",
     "BlobRef",
     "Block",
@@ -56,6 +58,7 @@ __all__ = [
     "Type",
     "Var",
     "check",
+    "dialect_for_chip",
     "format_literal",
     "format_op",
     "get_op",

@@ -13,8 +13,13 @@ Canonical form (what coremlc writes into model.mil)::
 Functions are indented 4 spaces, statements 12, the closing ``} -> (...)`` 8. Op inputs and attributes
 are printed sorted by name. Floating-point values print as C hex floats (``0x1.5p-17``: exact); inside a
 dict literal they print as shortest-round-trip decimals (``0.0046742807655237523``), as coremlc does.
-Programs of version 1.0 spell scalars ``tensor<fp16, []>``; later versions spell them ``fp16``. Text
-ends with a newline.
+Programs of version 1.0 spell scalars ``tensor<fp16, []>`` (BLOBFILE's path and offset included);
+later versions spell them ``fp16``. Text ends with a newline.
+
+``print_program(p, dialect="ios16")`` writes the program in the older verbose dialect (``program(1.0)``,
+``func main<ios16>``, tensor-spelled scalars) that M1 / M2 engines are reported to need, refusing ops
+the iOS16 opset does not have; ``dialect="ios18"`` writes ``program(1.3)`` / ``<ios18>``. Without a
+dialect the program is printed as it is (its own version and opsets). See ``anekit.mil.dialect``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import math
 import numpy as np
 
 from anekit.mil import types as T
+from anekit.mil.dialect import require
 from anekit.mil.ir import Arg, Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
 
@@ -84,7 +90,9 @@ def _payload(lit: Literal, style: str, in_dict: bool = False) -> str:
     """The text inside ``TYPE(...)`` for a literal."""
     t, v = lit.type, lit.value
     if isinstance(v, BlobRef):
-        return f"BLOBFILE(path = string({_quote(v.path)}), offset = uint64({v.offset}))"
+        path = f"{T.format_type(T.TensorType(T.string, ()), style)}({_quote(v.path)})"
+        offset = f"{T.format_type(T.TensorType(T.uint64, ()), style)}({v.offset})"
+        return f"BLOBFILE(path = {path}, offset = {offset})"
     if isinstance(t, T.TensorType):
         assert isinstance(v, np.ndarray)
         if v.ndim == 0:
@@ -127,23 +135,33 @@ def format_op(op: Op, style: str = "scalar") -> str:
     return f"{outs} = {op.op_type}{version}({args}){_attrs(op.attributes, style)};"
 
 
-def format_function(fn: Function, style: str = "scalar") -> str:
+def format_function(fn: Function, style: str = "scalar", opset: str | None = None) -> str:
+    """One function; ``opset`` replaces the function's own (a dialect's opset)."""
     ins = ", ".join(f"{T.format_type(v.type, style)} {v.name}" for v in fn.inputs)
     attrs = _attrs(fn.attributes, style)
-    opset = f"<{fn.opset}>" if fn.opset else ""
+    opset = opset or fn.opset
+    opset = f"<{opset}>" if opset else ""
     head = f"{FUNC_INDENT}func {fn.name}{opset}({ins}){' ' + attrs if attrs else ''} {{\n"
     body = "".join(f"{STMT_INDENT}{format_op(op, style)}\n" for op in fn.ops)
     outs = ", ".join(v.name for v in fn.outputs)
     return f"{head}{body}{CLOSE_INDENT}}} -> ({outs});\n"
 
 
-def print_program(prog: Program) -> str:
-    """The canonical MIL text of a program."""
-    style = scalar_style_for(prog.version)
-    parts = [f"program({prog.version})\n"]
+def print_program(prog: Program, dialect: str | None = None) -> str:
+    """The canonical MIL text of a program; in ``dialect`` ("ios16" or "ios18") when one is given.
+
+    A dialect rewrites the version header and every function's opset; a program that uses what the
+    dialect lacks raises MilDialectError naming the op (or type) and the dialect.
+    """
+    version, opset = prog.version, None
+    if dialect is not None:
+        d = require(prog, dialect)
+        version, opset = d.version, d.opset
+    style = scalar_style_for(version)
+    parts = [f"program({version})\n"]
     if prog.attributes:
         parts.append(_attrs(prog.attributes, style) + "\n")
     parts.append("{\n")
-    parts.extend(format_function(fn, style) for fn in prog.functions.values())
+    parts.extend(format_function(fn, style, opset) for fn in prog.functions.values())
     parts.append("}\n")
     return "".join(parts)

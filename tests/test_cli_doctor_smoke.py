@@ -1,0 +1,304 @@
+"""``anekit doctor --smoke``: the ladder, its report, its failures and its bad inputs.
+
+On a machine without the engine the backend under test is the simulator, and the reference is the
+simulator too: a passing ladder there proves that every rung's program is generated, printed (in
+either dialect), parsed, verified, compiled, loaded and run end to end, that the comparison, report
+and exit status work -- not that the silicon computes the same numbers (that is what the ladder is
+for on a Mac). The failure cases inject backends that fail or misbehave in known ways, so the report
+is checked against a known cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anekit.cli import doctor_cmd, smoke
+from anekit.errors import CompilationFailed, EvalFailed
+from anekit.kernels import preset
+from anekit.runtime.sim import SimBackend, SimKernel
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+RUNG_KEYS = {
+    "name",
+    "what",
+    "sha256",
+    "inputs",
+    "outputs",
+    "status",
+    "stage",
+    "error",
+    "max_err",
+    "tolerance",
+    "ms",
+    "stage_ms",
+}
+FIRST_RUNGS = ["elementwise", "conv1x1", "multi_io"]
+
+
+def _doctor(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="anekit")
+    doctor_cmd.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["doctor", *argv])
+    return args.run(args)
+
+
+@pytest.fixture
+def sim_only(monkeypatch):
+    """The doctor sees the simulator as the best backend, whatever this machine has."""
+    monkeypatch.setenv("ANEKIT_BACKEND", "sim")
+
+
+def _use_backend(monkeypatch, backend):
+    monkeypatch.setattr(doctor_cmd.runtime, "open", lambda *a, **k: backend)
+
+
+class FailingCompile(SimBackend):
+    """A backend whose compiler refuses one rung's program (found by a name in its text)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def _compile(self, prog, fn, weights):
+        if any(op.name == self.marker for op in fn.ops):
+            raise CompilationFailed("[compile] ANECCompile() FAILED (injected)")
+        return super()._compile(prog, fn, weights)
+
+
+class FailingRun(SimBackend):
+    """A backend whose every kernel fails at run time."""
+
+    def _compile(self, prog, fn, weights):
+        kernel = super()._compile(prog, fn, weights)
+
+        def boom() -> None:
+            raise EvalFailed("[run] evaluateWithQoS failed: status 0x1d (injected)")
+
+        kernel._run = boom
+        return kernel
+
+
+class MisboundInputs(SimBackend):
+    """A backend that binds several input surfaces in reverse order (a binding-order bug)."""
+
+    def _compile(self, prog, fn, weights):
+        kernel = super()._compile(prog, fn, weights)
+        assert isinstance(kernel, SimKernel)
+        kernel.plan.input_slots = kernel.plan.input_slots[::-1]
+        return kernel
+
+
+# -- the ladder on this machine -------------------------------------------------------------------------
+
+
+def test_ladder_runs_every_rung_and_passes_in_the_simulator(sim_only, capsys):
+    assert _doctor("--smoke") == 0
+    out = capsys.readouterr().out
+    names = FIRST_RUNGS + smoke.kernel_names()
+    for i, name in enumerate(names, 1):
+        line = next(x for x in out.splitlines() if x.split()[:2] == [str(i), name])
+        assert " PASS " in line and "max_err 0 " in line and line.endswith(" ms")
+    assert "  1 elementwise        [1,64,1,32] -> [1,64,1,32]  PASS" in out
+    assert "3x[1,64,1,32] -> 2x[1,64,1,32]" in out
+    assert f"{len(names)}/{len(names)} rungs pass on sim" in out
+    assert "the ladder ran in the simulator" in out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="what the ladder says off a Mac")
+def test_ladder_off_a_mac_says_there_is_no_engine(monkeypatch, capsys):
+    monkeypatch.delenv("ANEKIT_BACKEND", raising=False)
+    assert _doctor("--smoke") == 0
+    assert "no Neural Engine here: the ladder ran in the simulator" in capsys.readouterr().out
+
+
+def test_ladder_in_the_ios16_dialect_passes_too(sim_only, capsys, tmp_path):
+    out = tmp_path / "r.json"
+    assert _doctor("--smoke", "--dialect", "ios16", "--json", str(out)) == 0
+    report = json.loads(out.read_text())
+    assert report["dialect"] == "ios16" and report["ok"]
+    assert "MIL dialect ios16" in capsys.readouterr().out
+
+
+def test_json_report_has_machine_backend_and_every_rung(sim_only, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert _doctor("--smoke", "--json", str(out)) == 0
+    report = json.loads(out.read_text())
+    assert {
+        "doctor",
+        "backend",
+        "chip",
+        "dialect",
+        "config",
+        "seed",
+        "tolerance",
+        "rungs",
+        "summary",
+        "ok",
+    } <= (report.keys())
+    assert report["doctor"]["open"]["backend"] == "sim"
+    assert report["backend"]["name"] == "sim" and report["config"] == "stories260K"
+    assert report["tolerance"] == {"atol": smoke.ATOL, "rtol": smoke.RTOL}
+    rungs = report["rungs"]
+    assert [r["name"] for r in rungs] == FIRST_RUNGS + smoke.kernel_names()
+    for r in rungs:
+        assert set(r) == RUNG_KEYS
+        assert r["status"] == "pass" and r["error"] is None and r["max_err"] == 0.0
+        assert len(r["sha256"]) == 64 and r["ms"] >= 0 and set(r["stage_ms"]) == {"compile", "load", "run"}
+    assert rungs[2]["inputs"] == {"zeta": [1, 64, 1, 32], "alpha": [1, 64, 1, 32], "mid": [1, 64, 1, 32]}
+    assert list(rungs[2]["outputs"]) == ["y_sum", "b_prod"]
+    assert report["summary"] == {"rungs": len(rungs), "passed": len(rungs), "failed": []}
+    assert not [p for p in tmp_path.iterdir() if p.name != "report.json"]  # no temporary file left
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_json_to_stdout_keeps_the_lines_on_stderr(sim_only, capsys):
+    assert _doctor("--smoke", "--json") == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["ok"] is True
+    assert "rungs pass on sim" in captured.err
+
+
+def test_plain_doctor_json_out_writes_the_machine_report(sim_only, tmp_path, capsys):
+    out = tmp_path / "doctor.json"
+    assert _doctor("--json", str(out)) == 0
+    assert json.loads(out.read_text())["open"]["backend"] == "sim"
+
+
+# -- failures are reported, and the ladder goes on ------------------------------------------------------
+
+
+def test_a_compile_failure_is_reported_and_the_ladder_goes_on(sim_only, monkeypatch, tmp_path, capsys):
+    _use_backend(monkeypatch, FailingCompile("y"))  # the conv rung's output op is named "y" (and rung 1's)
+    out = tmp_path / "r.json"
+    assert _doctor("--smoke", "--json", str(out)) == 1
+    report = json.loads(out.read_text())
+    by_name = {r["name"]: r for r in report["rungs"]}
+    for name in ("elementwise", "conv1x1"):
+        r = by_name[name]
+        assert r["status"] == "fail" and r["stage"] == "compile"
+        assert r["error"] == "CompilationFailed: [compile] ANECCompile() FAILED (injected)"
+        assert r["max_err"] is None
+    assert by_name["multi_io"]["status"] == "pass"
+    assert all(by_name[n]["status"] == "pass" for n in smoke.kernel_names())
+    assert report["summary"]["failed"] == ["elementwise", "conv1x1"] and report["ok"] is False
+    text = capsys.readouterr().out
+    assert "compile: CompilationFailed: [compile] ANECCompile() FAILED (injected)" in text
+    assert "failed: elementwise, conv1x1" in text
+
+
+def test_a_run_failure_is_reported_with_its_stage(sim_only, monkeypatch, capsys):
+    _use_backend(monkeypatch, FailingRun())
+    assert _doctor("--smoke") == 1
+    text = capsys.readouterr().out
+    assert "run: EvalFailed: [run] evaluateWithQoS failed: status 0x1d (injected)" in text
+    assert "0/20 rungs pass on sim" in text
+
+
+def test_misbound_inputs_fail_the_multi_input_rung_on_its_numbers():
+    """The multi-input rung exists to catch a binding-order bug: the numbers must give it away."""
+    rungs = [smoke.multi_io_rung("ios18", np.random.default_rng(0))]
+    (result,) = smoke.run_ladder(MisboundInputs(), rungs)
+    assert result.status == "fail" and result.stage == "compare"
+    assert result.max_err > result.tolerance
+    assert "differs from the simulator" in result.error
+
+
+def test_a_program_the_simulator_refuses_is_a_failed_rung():
+    good = smoke.elementwise_rung("ios18", np.random.default_rng(0))
+    bad_text = good.text.replace("mul(x = x, y = ", "mul(x = x, zz = ")
+    bad = smoke.Rung("refused", bad_text, {}, good.inputs, "a program that does not verify")
+    failed_generate = ("broken_generator", "KeyError: 'wq'")
+    results = smoke.run_ladder(SimBackend(), [bad, failed_generate, good])
+    assert [r.status for r in results] == ["fail", "fail", "pass"]
+    assert results[0].stage == "reference"
+    assert "the simulator refused it at compile: CompilationFailed" in results[0].error
+    assert "unexpected input 'zz'" in results[0].error
+    assert results[1].stage == "generate" and results[1].error == "KeyError: 'wq'"
+
+
+def test_max_error_treats_matching_infinities_as_equal_and_nan_as_failure():
+    inf, nan = float("inf"), float("nan")
+    assert smoke.max_error(np.array([1.0, inf, -inf]), np.array([1.0, inf, -inf])) == 0.0
+    assert smoke.max_error(np.array([1.0, nan]), np.array([1.0, 2.0])) == inf
+    assert smoke.max_error(np.array([1.0, 2.5]), np.array([1.0, 2.0])) == 0.5
+    assert smoke.max_error(np.zeros(3), np.zeros(4)) == inf
+
+
+def test_the_ladder_uses_a_preset_given_by_name(sim_only, tmp_path):
+    out = tmp_path / "r.json"
+    assert _doctor("--smoke", "--config", "stories260K", "--json", str(out)) == 0
+    cfg = preset("stories260K")
+    sdpa = next(r for r in json.loads(out.read_text())["rungs"] if r["name"] == "sdpa_fwd")
+    assert sdpa["inputs"]["x"] == [1, cfg.dim, 1, cfg.seq_len]
+
+
+# -- bad input: one anekit line, no traceback, nothing written ------------------------------------------
+
+
+def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT / "src"), ANEKIT_BACKEND="sim")
+    return subprocess.run(
+        [sys.executable, "-m", "anekit.cli.main", "doctor", *argv],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str], starts: str) -> None:
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(starts), proc.stderr
+    assert proc.stdout == ""
+
+
+def test_cli_unknown_config_is_one_error_line(tmp_path):
+    proc = _cli("--smoke", "--config", "stories7B", "--json", "out.json", cwd=tmp_path)
+    _one_error_line(proc, "anekit: [config] unknown preset 'stories7B' (known: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_json_in_a_missing_directory_is_one_error_line(tmp_path):
+    proc = _cli("--smoke", "--json", "no/such/dir/out.json", cwd=tmp_path)
+    _one_error_line(
+        proc, "anekit: [doctor] --json no/such/dir/out.json: directory no/such/dir does not exist"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_json_onto_a_directory_is_one_error_line(tmp_path):
+    (tmp_path / "d").mkdir()
+    proc = _cli("--smoke", "--json", "d", cwd=tmp_path)
+    _one_error_line(proc, "anekit: [doctor] --json d: is a directory")
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write anywhere")
+def test_cli_json_in_a_read_only_directory_is_one_error_line(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        proc = _cli("--smoke", "--json", "ro/out.json", cwd=tmp_path)
+        _one_error_line(proc, "anekit: [doctor] --json ro/out.json: not writable")
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_cli_smoke_exit_status_and_file(tmp_path):
+    proc = _cli("--smoke", "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["ok"] is True
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
