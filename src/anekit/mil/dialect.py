@@ -171,17 +171,22 @@ def _op_problem(op: Op, target: str) -> str | None:
     return None
 
 
+def function_problems(fn: Function, name: str) -> list[tuple[Op | None, str]]:
+    """Why each input (op None) or op of ``fn`` cannot be written in dialect ``name``."""
+    target = dialect(name).opset
+    found: list[tuple[Op | None, str]] = [
+        (None, f"input '{v.name}' has {p}") for v in fn.inputs if (p := _type_problem(v.type, target))
+    ]
+    found += [(op, p) for op in fn.ops if (p := _op_problem(op, target))]
+    return found
+
+
 def check(prog: Program, name: str) -> list[str]:
     """Every reason the program cannot be written in dialect ``name`` (empty: it can)."""
-    target = dialect(name).opset
     problems: list[str] = []
     for fn in prog.functions.values():
-        problems += [
-            f"function '{fn.name}' input '{v.name}' has {p}"
-            for v in fn.inputs
-            if (p := _type_problem(v.type, target))
-        ]
-        problems += [f"{_where(fn, op)}: {p}" for op in fn.ops if (p := _op_problem(op, target))]
+        for op, p in function_problems(fn, name):
+            problems.append(f"function '{fn.name}' {p}" if op is None else f"{_where(fn, op)}: {p}")
     return problems
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from anekit.errors import CompilationFailed
 from anekit.mil import types as T
+from anekit.mil.dialect import function_problems
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
 from anekit.rules.book import CHIPS, Rule, check_chip, rule
@@ -171,6 +172,7 @@ def check_function(
         for check in _OP_CHECKS.get(op.op_type, ()):
             check(ctx, op)
     _check_outputs(ctx)
+    _check_dialect(ctx)
     return ctx.findings
 
 
@@ -211,6 +213,18 @@ def _check_io(ctx: _Context) -> None:
                 ctx.report("surface.min-bytes", where, f"{nbytes:g} bytes (< {MIN_SURFACE_BYTES})")
             if nbytes > MAX_SURFACE_BYTES:
                 ctx.report("surface.max-bytes", where, f"{nbytes / 2**20:.1f} MB (> 16 MB)")
+
+
+def _check_dialect(ctx: _Context) -> None:
+    """dialect.m1-m2: what the older program(1.0) / <ios16> form cannot express."""
+    r = rule("dialect.m1-m2")
+    if not r.applies_to(ctx.chip):
+        return
+    for op, problem in function_problems(ctx.fn, "ios16"):
+        if op is None:
+            ctx.report("dialect.m1-m2", "function inputs", problem, ctx.fn.line)
+        else:
+            ctx.report_op("dialect.m1-m2", op, problem)
 
 
 def _check_outputs(ctx: _Context) -> None:
@@ -552,4 +566,5 @@ def iter_rules_checked() -> Iterator[str]:
         "weights.blobfile-offset",
         "weights.reserved-name",
         "weights.one-blob-per-file-m1",
+        "dialect.m1-m2",
     )

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anekit.errors import CompilationFailed, EvalFailed
+from anekit.errors import CompilationFailed, EvalFailed, MilDialectError
+from anekit.mil.dialect import dialect as mil_dialect
+from anekit.mil.dialect import dialect_for_chip
 from anekit.mil.ir import Function, Program
 from anekit.mil.printer import print_program
 from anekit.rules import check_chip, check_surface_plan
@@ -138,8 +140,9 @@ class AneBackend(Backend):
     evaluate through ``_ANEClient``'s real-time calls where they exist (opt-in; any failure falls back
     to the standard call, see ``anekit.runtime.ane.lifecycle``). ``chaining``: let ``chain()`` try
     ``_ANEChainingRequest``. ``chip`` ("m1".."m4", "any"; default: this Mac's) is the chip whose rules
-    the backend enforces before compiling; ``strict=False`` (or ``ANEKIT_STRICT=0``) sends anything to
-    the compiler, to explore what the rule book does not yet know.
+    the backend enforces before compiling and whose MIL dialect it writes (``dialect`` overrides:
+    "ios18", or "ios16" — program(1.0) — which M1 / M2 are reported to need); ``strict=False`` (or
+    ``ANEKIT_STRICT=0``) sends anything to the compiler, to explore what the rule book does not yet know.
     """
 
     name = "ane"
@@ -154,9 +157,12 @@ class AneBackend(Backend):
         chaining: bool = False,
         chip: str | None = None,
         strict: bool | None = None,
+        dialect: str | None = None,
     ) -> None:
         super().__init__(compile_budget)
         self.chip = check_chip(chip) if chip is not None else chip_name()
+        # The MIL text the compiler gets: program(1.0) / <ios16> on M1 and M2 (rule dialect.m1-m2).
+        self.dialect = mil_dialect(dialect).name if dialect is not None else dialect_for_chip(self.chip)
         self.strict = strict_default() if strict is None else bool(strict)
         self.runtime = runtime if runtime is not None else native_runtime()
         self.runtime.load_framework(ANE_FRAMEWORK)
@@ -187,7 +193,11 @@ class AneBackend(Backend):
             raise CompilationFailed(f"[compile] surface plan of '{fn.name}': {'; '.join(map(str, broken))}")
         files = weight_files(weights)
         check_weights(fn, files)
-        text = print_program(Program({"main": layout.fn}, prog.version, dict(prog.attributes)))
+        engine_prog = Program({"main": layout.fn}, prog.version, dict(prog.attributes))
+        try:
+            text = print_program(engine_prog, dialect=self.dialect)
+        except MilDialectError as e:
+            raise CompilationFailed(f"[compile] '{fn.name}' for {self.chip}: {e}") from e
         engine = EngineModel(self.runtime, fn.name, self.qos, self._client if self.realtime else None)
         try:
             engine.compile(text, files)
