@@ -258,3 +258,12 @@ def test_the_strict_simulator_checks_for_its_chip(monkeypatch):
     assert runtime.open("sim", chip="m4").compile(prog)
     with pytest.raises(CompilationFailed, match=r"op\.cast-m1-m2"):
         runtime.open("sim", chip="m1").compile(prog)
+
+
+def test_what_the_older_dialect_cannot_express_is_an_error_on_m1_and_m2():
+    qt = tensor("fp16", [1, 4, 32, 32])
+    prog = _prog(lambda f, x, q: f.scaled_dot_product_attention(query=q, key=q, value=q), {"x": X, "q": qt})
+    m1 = [f for f in check_program(prog, chip="m1") if f.rule.id == "dialect.m1-m2"]
+    assert m1 and m1[0].is_error and "scaled_dot_product_attention" in m1[0].message
+    assert "dialect.m1-m2" not in _ids(check_program(prog, chip="m4"))
+    assert "dialect.m1-m2" in _ids(check_program(prog, chip="any"), "warn")

@@ -1084,3 +1084,29 @@ def test_nserror_exception_without_an_error():
     e = rt.nserror_exception(None, LoadFailed, "[x] load")
     assert isinstance(e, LoadFailed) and str(e) == "[x] load failed without an NSError (macOS 99)"
     assert (e.domain, e.code, e.description) == (None, None, None)
+
+
+def test_the_backend_writes_the_dialect_of_its_chip_and_enforces_its_rules(fake):
+    """Rule dialect.m1-m2 (maderix/ANE pull request #6, M1 Pro: program(1.0) / <ios16> with
+    tensor<string, []> scalars) and op.cast-m1-m2: the backend for an M1 sends the older form and refuses
+    a cast before any message; for an M4 it sends program(1.3) / <ios18> and compiles the cast."""
+    m1 = AneBackend(runtime=fake.runtime(), chip="m1")
+    assert m1.dialect == "ios16"
+    m1.compile(_add_program()).close()
+    text = fake.find("modelWithMILText:weights:optionsPlist:")[-1].values[0].decode()
+    assert text.startswith("program(1.0)") and "func main<ios16>" in text and 'string("' not in text
+
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S])})
+    def cast(f, x):
+        return f.cast(x=f.relu(x=x), dtype="fp32", name="y")
+
+    sent = len(fake.find("modelWithMILText:weights:optionsPlist:"))
+    with pytest.raises(CompilationFailed, match=r"op\.cast-m1-m2 error main: cast 'y'"):
+        m1.compile(cast)
+    assert len(fake.find("modelWithMILText:weights:optionsPlist:")) == sent  # refused before the framework
+    m4 = AneBackend(runtime=fake.runtime(), chip="m4")
+    assert m4.dialect == "ios18"
+    m4.compile(cast).close()
+    text = fake.find("modelWithMILText:weights:optionsPlist:")[-1].values[0].decode()
+    assert text.startswith("program(1.3)") and "func main<ios18>" in text
+    assert AneBackend(runtime=fake.runtime(), chip="m1", dialect="ios18").dialect == "ios18"

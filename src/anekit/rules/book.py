@@ -225,6 +225,22 @@ _RULES: tuple[Rule, ...] = (
         f"{MADERIX} training/ane_runtime.h (ane_compile builds the request after loadWithQoS)",
         checked_by="anekit.runtime.ane",
     ),
+    Rule(
+        "process.realtime-eval",
+        "The real-time path (_ANEClient evaluateRealTimeWithModel:options:request:error:) is an opt-in: it "
+        "was faster only for small kernels, and beginRealTimeTask may need an entitlement.",
+        "process",
+        "warn",
+        "measured",
+        f"{MADERIX} pull request #40 docs/ANE_INTERNALS.md (M4 Max: 0.093 vs 0.175 ms at 64x32, slower at "
+        "768x256; 'beginRealTimeTask: NO (possibly needs entitlement)'); pull request #16 (M5: 'works but "
+        "no perf gain')",
+        evidence="Public code disagrees on the model object: pull request #40 passes the _ANEInMemoryModel "
+        "itself, a bridge passes its underlying _ANEModel after loadRealTimeModel:, bracketed by "
+        "beginRealTimeTask / endRealTimeTask (pull request #22 brackets too). anekit follows the bridge and "
+        "falls back to the standard call on any failure.",
+        checked_by="anekit.runtime.ane (realtime=True)",
+    ),
     # -- ops --------------------------------------------------------------------------------------
     Rule(
         "op.gelu",
