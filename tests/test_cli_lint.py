@@ -12,7 +12,7 @@ from anekit.cli.main import main
 from anekit.kernels import catalog
 from anekit.kernels.config import PRESETS, preset
 from anekit.mil import tensor
-from anekit.rules import check_program, errors
+from anekit.rules import CHIPS, check_program, errors
 from anekit.rules.doc import BEGIN, END, markdown
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -94,7 +94,7 @@ def test_conv_baked_matches_the_reference(shape):
     got = spec.run(runtime.open("sim"), x=x)
     assert list(got) == ["y"]
     assert _rel(got["y"], composable.matmul_reference(x, w)) < 1e-3
-    assert _blob_consts(spec.program) == {"w": (WEIGHT_FILE, 64)}
+    assert _blob_consts(spec.program) == {"w": ("@model_path/weights/w.bin", 64)}  # one file per weight
 
 
 def test_conv_baked_checks_its_weight_and_limits():

@@ -121,8 +121,8 @@ class KernelBuilder:
 
     def weight(self, name: str, shape: tuple[int, ...], array: np.ndarray | None) -> Var:
         """An fp16 BLOBFILE const of this kernel's weight file."""
-        offset = self.pack.add(name, shape, array)
-        return self.f.weight(tensor("fp16", list(shape)), self.pack.path, offset, name=name)
+        path, offset = self.pack.add(name, shape, array)
+        return self.f.weight(tensor("fp16", list(shape)), path, offset, name=name)
 
     def matrix(self, name: str, key: str, rows: int, cols: int, transpose: bool = False) -> Var:
         """A [rows, cols, 1, 1] conv weight from the (out, in) matrix ``key`` (or its transpose)."""

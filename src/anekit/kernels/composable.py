@@ -28,7 +28,7 @@ import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import MAX_CHANNELS, MAX_SPATIAL, ConfigError, ModelConfig
-from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+from anekit.kernels.spec import WEIGHT_FILE, KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
 from anekit.mil.ir import Program
 from anekit.runtime.base import Backend, Kernel
@@ -535,6 +535,7 @@ def fused_qkv(
     check_channels("fused_qkv", dim=dim, kv_dim=kv, taps=dim + 2 * kv)
     values = _values(wq=wq, wk=wk, wv=wv)
     kb = KernelBuilder("fused_qkv", _placeholder("fused_qkv", seq), Layout.of([("x", dim)], seq), values)
+    kb.pack = WeightPack(single_file=WEIGHT_FILE)  # the training API's multi-chunk file
     x = kb.part("x")  # (1, dim, 1, S)
     q = kb.conv(x, kb.matrix("wq", "wq", dim, dim), "q")  # (1, dim, 1, S)
     k = kb.conv(x, kb.matrix("wk", "wk", kv, dim), "k")  # (1, kv_dim, 1, S)
@@ -560,6 +561,7 @@ def fused_ffn_up(
     kb = KernelBuilder(
         "fused_ffn_up", _placeholder("fused_ffn_up", seq), Layout.of([("x", dim)], seq), values
     )
+    kb.pack = WeightPack(single_file=WEIGHT_FILE)  # the training API's multi-chunk file
     x = kb.part("x")  # (1, dim, 1, S)
     h1 = kb.conv(x, kb.matrix("w1", "w1", hidden, dim), "h1")  # (1, hidden, 1, S)
     h3 = kb.conv(x, kb.matrix("w3", "w3", hidden, dim), "h3")  # (1, hidden, 1, S)

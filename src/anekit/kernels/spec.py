@@ -23,7 +23,9 @@ from anekit.mil.ir import Program
 from anekit.mil.printer import print_program
 from anekit.runtime.base import Backend, Kernel
 
-WEIGHT_FILE = "@model_path/weights/weights.bin"
+WEIGHT_FOLDER = "@model_path/weights/"
+BLOB_OFFSET = 64  # a file's first blob: its metadata record follows the 64-byte header
+WEIGHT_FILE = "@model_path/weights/weights.bin"  # the one file of a single-file pack
 FP16_MAX = 65504.0
 
 
@@ -95,46 +97,59 @@ def _rows(a: np.ndarray, channels: int, spatial: int, what: str) -> np.ndarray:
 
 @dataclass
 class WeightPack:
-    """The fp16 weights of one kernel, in one MILBlob file: offsets are known before any data exists.
+    """The fp16 weights of one kernel: by default each in its own MILBlob file, referred to at offset 64.
 
-    With no arrays (shape-only generation, e.g. to check a preset's programs) the offsets are the same
-    as the file ``data()`` would write.
+    One blob per file is the form every chip takes: maderix/ANE benchmarks/ANE_BENCHMARK_REPORT.md
+    ("Cross-Generation MIL Compatibility") reports per-matrix weight blobs working on M1 to M5, while
+    several blobs in one file, referred to at other offsets, fail on M1 (rule weights.one-blob-per-file-m1).
+    ``single_file`` packs every weight into that one file instead (the training API's multi-chunk blob,
+    which the fused composable pieces mirror). Paths and offsets are known before any data exists, so
+    kernels can be generated from shapes only.
     """
 
-    path: str = WEIGHT_FILE
+    folder: str = WEIGHT_FOLDER
     entries: list[tuple[str, tuple[int, ...], np.ndarray | None]] = field(default_factory=list)
+    single_file: str | None = None
 
-    def add(self, name: str, shape: tuple[int, ...], array: np.ndarray | None) -> int:
-        """Add a weight; returns its metadata offset (what BLOBFILE refers to)."""
+    def add(self, name: str, shape: tuple[int, ...], array: np.ndarray | None) -> tuple[str, int]:
+        """Add a weight; returns its BLOBFILE path and offset (of its metadata record)."""
+        if any(n == name for n, _, _ in self.entries):
+            raise LayoutError(f"[weights] '{name}' is added twice")
         if array is not None:
             array = np.asarray(array)
             if math.prod(array.shape) != math.prod(shape):
                 raise LayoutError(f"[weights] '{name}' has shape {list(array.shape)}, expected {list(shape)}")
-        offset = self.next_offset()
+        offset = self._offset(len(self.entries)) if self.single_file else BLOB_OFFSET
         self.entries.append((name, tuple(shape), array))
-        return offset
+        return self.path(name), offset
 
-    def next_offset(self) -> int:
-        pos = 64
-        for _, shape, _ in self.entries:
-            pos += 64 + (2 * math.prod(shape) + 63) // 64 * 64
-        return pos
+    def path(self, name: str) -> str:
+        """The weight's file: ``@model_path/weights/<name>.bin`` (or the single file)."""
+        return self.single_file or f"{self.folder}{name}.bin"
 
     @property
     def complete(self) -> bool:
         return all(a is not None for _, _, a in self.entries)
 
-    def data(self) -> bytes:
-        """The weight file's bytes (fp16, round to nearest even)."""
+    def files(self) -> dict[str, bytes]:
+        """``{BLOBFILE path: the file's bytes}`` (fp16, round to nearest even)."""
+        if not self.entries:
+            return {}
         if not self.complete:
             missing = [n for n, _, a in self.entries if a is None]
             raise LayoutError(f"[weights] no values for {missing}: the kernel was generated from shapes only")
-        blob, offsets = build_blob_bytes([(a.reshape(s), "fp16") for _, s, a in self.entries])  # type: ignore[union-attr]
-        assert offsets == [self._offset(i) for i in range(len(offsets))]
-        return blob
+        arrays = [(a.reshape(shape), "fp16") for _, shape, a in self.entries]  # type: ignore[union-attr]
+        if self.single_file:
+            blob, offsets = build_blob_bytes(arrays)
+            assert offsets == [self._offset(i) for i in range(len(offsets))]
+            return {self.single_file: blob}
+        return {
+            self.path(name): build_blob_bytes([item])[0] for (name, _, _), item in zip(self.entries, arrays)
+        }
 
     def _offset(self, index: int) -> int:
-        pos = 64
+        """Metadata offset of entry ``index`` in the single file."""
+        pos = BLOB_OFFSET
         for _, shape, _ in self.entries[:index]:
             pos += 64 + (2 * math.prod(shape) + 63) // 64 * 64
         return pos
@@ -157,8 +172,7 @@ class KernelSpec:
 
     def weight_files(self) -> dict[str, bytes]:
         """Every weight file the program refers to: ``{"@model_path/weights/x.bin": bytes}``."""
-        own = {self.weights.path: self.weights.data()} if self.weights.entries else {}
-        return {**own, **self.shared_files}
+        return {**self.weights.files(), **self.shared_files}
 
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
