@@ -27,6 +27,7 @@ __all__ = [
     "f32_to_fp16",
     "fp16_to_f32",
     "from_fp16_array",
+    "round_f64_to_bf16",
     "round_to_bf16",
     "round_to_fp16",
     "to_fp16_array",
@@ -504,3 +505,29 @@ def bf16_to_f32(bits: int) -> float:
     Raises Fp16Error if ``bits`` is not an int in 0..65535.
     """
     return float(_U32(_scalar_bits(bits, "bf16") << 16).view(np.float32))
+
+
+def round_f64_to_bf16(x: npt.ArrayLike) -> np.ndarray:
+    """Round float64 values to the nearest bfloat16 value (ties to even) in ONE rounding; float32 result.
+
+    ``round_to_bf16`` takes float32, so float64 input would be rounded twice (to float32, then to bf16)
+    and land on the wrong side of a tie that float32 cannot see. Here the 8 significant bits are kept
+    straight from the float64 bit pattern; below bf16's normal range values round on its subnormal grid
+    (2**-133), past its largest finite value they overflow to +-inf, NaN stays NaN.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    bits = np.ascontiguousarray(a).view(np.uint64)
+    drop = np.uint64(45)  # 53 significant bits of float64 -> 8 of bfloat16
+    half = np.uint64((1 << 44) - 1)
+    odd = (bits >> drop) & np.uint64(1)
+    rounded = ((bits + half + odd) >> drop << drop).view(np.float64)
+    small = np.abs(a) < 2.0**-126
+    if small.any():  # bf16 subnormals share float32's grid: round there, ties to even
+        rounded = np.where(small, np.round(a * 2.0**133) * 2.0**-133, rounded)
+    with np.errstate(over="ignore"):
+        out = rounded.astype(np.float32)
+    out[np.abs(rounded) > BF16_MAX] = np.copysign(np.inf, rounded[np.abs(rounded) > BF16_MAX])
+    nan = np.isnan(a)
+    if nan.any():
+        out[nan] = np.nan
+    return out.reshape(a.shape)

@@ -518,11 +518,13 @@ class _Parser:
                 arr = np.empty(len(flat), dtype=object)
                 arr[:] = flat
             elif dt.kind == "float":
-                arr = np.array(flat, dtype=np.float64).astype(dt.np)
-                if dt.name == "bf16":
-                    from anekit.fp16 import round_to_bf16
+                arr = np.array(flat, dtype=np.float64)
+                if dt.name == "bf16":  # one rounding from the value written (no float32 detour)
+                    from anekit.fp16 import round_f64_to_bf16
 
-                    arr = round_to_bf16(arr)
+                    arr = round_f64_to_bf16(arr)
+                else:
+                    arr = arr.astype(dt.np)
             else:
                 lo, hi = dt.int_range()
                 bad = [x for x in flat if not lo <= x <= hi]

@@ -83,12 +83,13 @@ def tensor_literal(dt: str | T.DType, data: Any, shape: tuple[int, ...] | None =
             bad = raw[(raw < lo) | (raw > hi) | (raw != np.floor(raw) if raw.dtype.kind == "f" else False)]
             if bad.size:
                 raise ValueError(f"value {bad.ravel()[0].item()!r} does not fit {d.name} ({lo}..{hi})")
-    with np.errstate(over="ignore", invalid="ignore"):
-        arr = np.asarray(data, dtype=d.np if d.name != "string" else object)
-    if d.name == "bf16":
-        from anekit.fp16 import round_to_bf16
+    if d.name == "bf16":  # one rounding from the value given (no float32 detour)
+        from anekit.fp16 import round_f64_to_bf16
 
-        arr = round_to_bf16(arr.astype(np.float32))
+        arr = round_f64_to_bf16(np.asarray(data, dtype=np.float64))
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.asarray(data, dtype=d.np if d.name != "string" else object)
     if shape is not None:
         arr = arr.reshape(shape)
     return Literal(T.TensorType(d, tuple(int(s) for s in arr.shape)), arr)
