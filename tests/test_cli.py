@@ -57,6 +57,20 @@ def test_demo_runs_and_checks_its_kernels(capsys):
     assert "All kernels round-trip as MIL text and match their float64 references" in text
 
 
+def test_demo_exits_1_when_a_kernel_disagrees_with_its_reference(capsys, monkeypatch):
+    from anekit.kernels import reference
+
+    real = reference.ffn_fwd
+
+    def off_by_a_bit(cfg, x, w):
+        want = real(cfg, x, w)
+        return {tap: v * 1.1 for tap, v in want.items()}  # 10% off: far beyond fp16 tolerance
+
+    monkeypatch.setattr(reference, "ffn_fwd", off_by_a_bit)
+    assert main(["demo", "--seq", "32"]) == 1
+    assert "demo FAILED" in capsys.readouterr().err
+
+
 def test_demo_rejects_a_config_the_engine_cannot_run(capsys):
     assert main(["demo", "--dim", "60", "--heads", "8"]) == 1
     assert "dim 60 is not divisible by n_heads 8" in capsys.readouterr().err
