@@ -24,14 +24,16 @@ from functools import cache
 
 import numpy as np
 
-from anekit.cost.chips import COMMUNITY, INTERNALS, M3_ULTRA, REPORT, Chip, chip
+from anekit.cost.chips import BENCH_RESULTS, INTERNALS, M3_ULTRA, REPORT, Chip, chip
 from anekit.cost.model import Params, predict
 from anekit.cost.step import step_kernels
 from anekit.cost.work import Work, count
 from anekit.kernels.config import PRESETS
 from anekit.mil import Builder, Program, tensor
 
-ORION_API = "mechramc/Orion docs/ane_api_reference.md: 'hello_mil.m: z = x + y on [1,256,1,64] (eval 0.223ms)'"
+ORION_API = (
+    "mechramc/Orion docs/ane_api_reference.md: 'hello_mil.m: z = x + y on [1,256,1,64] (eval 0.223ms)'"
+)
 TRAIN_LARGE = " (t_ane: forward evaluations only, training/train_large.m)"
 
 
@@ -43,8 +45,9 @@ def conv_program(channels: int, spatial: int, depth: int = 1) -> Program:
     y = f.input("x", tensor("fp16", [1, channels, 1, spatial]))
     for i in range(depth):
         w = f.weight(tensor("fp16", [channels, channels, 1, 1]), f"@model_path/weights/w{i}.bin", 64)
-        y = f.conv(x=y, weight=w, strides=[1, 1], pad_type="valid", pad=[0, 0, 0, 0], dilations=[1, 1],
-                   groups=1)  # fmt: skip
+        y = f.conv(
+            x=y, weight=w, strides=[1, 1], pad_type="valid", pad=[0, 0, 0, 0], dilations=[1, 1], groups=1
+        )
     f.output(y)
     return b.build()
 
@@ -102,29 +105,63 @@ def _fwd(device: str, ms: float, low: float, high: float) -> Published:
     return Published(
         f"fwd110m-{device}",
         f"stories110M static, 24 forward evals/step, {label}",
-        device, ms, low, high, REPORT + TRAIN_LARGE, _forward_110m,
-    )  # fmt: skip
+        device,
+        ms,
+        low,
+        high,
+        REPORT + TRAIN_LARGE,
+        _forward_110m,
+    )
 
 
 PUBLISHED: tuple[Published, ...] = (
-    Published("conv64x32", "one 64-ch 1x1 conv, spatial 32, M4 Max", "m4-max", 0.175, 0.109, 0.175,
-              INTERNALS.replace("'Hardware Architecture'", "'Execution Paths' (standard eval)"),
-              lambda: _one("conv", 64, 32)),
-    Published("conv768x256", "one 768-ch 1x1 conv, spatial 256, M4 Max", "m4-max", 0.205, 0.177, 0.226,
-              INTERNALS.replace("'Hardware Architecture'", "'Execution Paths' (standard eval)"),
-              lambda: _one("conv", 768, 256)),
-    Published("add256x64", "one add [1,256,1,64], M4 Max", "m4-max", 0.223, 0.223, 0.223, ORION_API,
-              lambda: _one("add", 256, 64)),
+    Published(
+        "conv64x32",
+        "one 64-ch 1x1 conv, spatial 32, M4 Max",
+        "m4-max",
+        0.175,
+        0.109,
+        0.175,
+        INTERNALS.replace("'Hardware Architecture'", "'Execution Paths' (standard eval)"),
+        lambda: _one("conv", 64, 32),
+    ),
+    Published(
+        "conv768x256",
+        "one 768-ch 1x1 conv, spatial 256, M4 Max",
+        "m4-max",
+        0.205,
+        0.177,
+        0.226,
+        INTERNALS.replace("'Hardware Architecture'", "'Execution Paths' (standard eval)"),
+        lambda: _one("conv", 768, 256),
+    ),
+    Published(
+        "add256x64",
+        "one add [1,256,1,64], M4 Max",
+        "m4-max",
+        0.223,
+        0.223,
+        0.223,
+        ORION_API,
+        lambda: _one("add", 256, 64),
+    ),
     _fwd("m1-pro", 33.5, 32, 35),
     _fwd("m1-max", 40.0, 35, 45),
     _fwd("m3-ultra", 10.0, 10, 10),
     _fwd("m4-pro", 8.9, 8.9, 8.9),
     _fwd("m4-max", 10.2, 10.2, 10.2),
-    Published("dyn110m-m3-ultra", "stories110M dynamic, whole step fwd+bwd engine time, M3 Ultra",
-              "m3-ultra", 69.7, 69.3, 69.7,
-              M3_ULTRA.replace("README.md", "raw/train_dynamic.log") + " (ane_fwd 32.7 + ane_bwd 37.0 ms)",
-              _dynamic_step_110m, held_out=True),
-)  # fmt: skip
+    Published(
+        "dyn110m-m3-ultra",
+        "stories110M dynamic, whole step fwd+bwd engine time, M3 Ultra",
+        "m3-ultra",
+        69.7,
+        69.3,
+        69.7,
+        M3_ULTRA.replace("README.md", "raw/train_dynamic.log") + " (ane_fwd 32.7 + ane_bwd 37.0 ms)",
+        _dynamic_step_110m,
+        held_out=True,
+    ),
+)
 
 # Whole-step figures (engine + CPU + I/O): context only, never an error of this engine-only model.
 CONTEXT: tuple[tuple[str, str, str, float, str], ...] = (
@@ -138,7 +175,9 @@ NOT_USED = (
     "M5 rows of " + REPORT + ": no m5 chip in anekit.",
     "mechramc/Orion docs/m2_benchmarks.md: 'M2' is Orion's milestone, measured on an M4 Max; its ANE "
     "figures include 25 compiles per call, not engine time.",
-    "Peak-rate kernels (inmem_peak 128x conv 512ch sp64, " + COMMUNITY + "): 64 MB of weights run at "
+    "Peak-rate kernels (128x conv 512ch sp64, 0.385 ms on M4 Max, "
+    + BENCH_RESULTS
+    + "): 64 MB of weights run at "
     "166 GB/s, above the engine's measured bandwidth; this model has no term for it.",
 )
 
@@ -156,8 +195,14 @@ def fit(figures: tuple[Published, ...] = PUBLISHED) -> Params:
     parts = []
     for f in used:
         rows = [(predict(w, f.chip, zero), n) for w, n in f.workload()]
-        parts.append((np.array([r.compute_ms for r, _ in rows]), np.array([r.memory_ms for r, _ in rows]),
-                      np.array([n for _, n in rows], dtype=float), math.log(f.ms)))  # fmt: skip
+        parts.append(
+            (
+                np.array([r.compute_ms for r, _ in rows]),
+                np.array([r.memory_ms for r, _ in rows]),
+                np.array([n for _, n in rows], dtype=float),
+                math.log(f.ms),
+            )
+        )
     eff = np.geomspace(0.01, 1.0, 240)
     over = np.linspace(0.0, 0.5, 251)
     for _ in range(3):

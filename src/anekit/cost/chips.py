@@ -85,12 +85,17 @@ def _bw(value: float) -> Figure:
 
 
 # Peak fp16: the best published rate of the engine (one die). Measured where a hardware run exists.
-_M1_PEAK = _tf(11.0, "rated", COMMUNITY, "M1 11 TOPS, fp16 per the report; inmem_peak FAILs on M1 (MIL compat)")
+_M1_PEAK = _tf(
+    11.0, "rated", COMMUNITY, "M1 11 TOPS, fp16 per the report; inmem_peak FAILs on M1 (MIL compat)"
+)
 _M2_PEAK = _tf(15.8, "rated", COMMUNITY, "M2 15.8 TOPS (fp16, like M1/M3 per the report)")
 _M3_PEAK = _tf(15.8, "rated", COMMUNITY, "M3 15.8 TOPS; M3 Pro measured 16.77 at sp2048 (report)")
 _M4_PEAK = _tf(18.6, "measured", MADERIX_README, "M4, 128x conv 512ch 64x64")
 _M4X_PEAK = _tf(
-    19.0, "derived", INTERNALS, "Apple's 38 TOPS is INT8: ~19 TFLOPS fp16 (same engine as M4; M4 measured 18.6)"
+    19.0,
+    "derived",
+    INTERNALS,
+    "Apple's 38 TOPS is INT8: ~19 TFLOPS fp16 (the M4's engine; M4 measured 18.6)",
 )
 # SRAM: measured on M4 Max only (sram_probe: efficiency peaks at 12.5 MB of weights, first spill at 32 MB).
 _M4_SRAM = Figure(32.0, "MB", "measured", BENCH_RESULTS, "M4 Max: first spill at 32 MB of weights")
@@ -113,8 +118,8 @@ CHIPS: dict[str, Chip] = {
             "m3-ultra",
             "m3",
             "M3 Ultra",
-            _tf(15.8, "derived", REPORT, "rated 31.6 for two dies; one program runs on one die (8.08 measured "
-                "at sp64 in " + M3_ULTRA + ", below M3 Pro's 9.98)"),
+            _tf(15.8, "derived", REPORT, "rated 31.6 for two dies; one program runs on one die (8.08 "
+                "measured at sp64 in " + M3_ULTRA + ", below M3 Pro's 9.98)"),
             Figure(120.22, "GB/s", "assumed", ANEMLL, "no M3 Ultra entry: the M3 Max value stands in"),
             _M3_SRAM,
         ),
