@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from anekit import __version__
 from anekit.cli import (
+    cost_cmd,
     demo,
     doctor_cmd,
     inspect_cmd,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cmd.add_parser(sub)
     kernels_cmd.add_parser(sub)
     lint_cmd.add_parser(sub)
+    cost_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser
