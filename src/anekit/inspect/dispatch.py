@@ -138,6 +138,11 @@ def _module_sniff(kind: Kind, mod: ModuleType, src: Source) -> bool:
         return False
 
 
+def _near_module(module: str, head: bytes) -> bool:
+    mod = _load(module)
+    return mod is not None and bool(mod.near(head))
+
+
 def _module_summary(kind: Kind, src: Source) -> dict[str, Any]:
     mod = _load(kind.module)
     if mod is None:
@@ -999,6 +1004,7 @@ KINDS: tuple[Kind, ...] = (
         "CoreML model spec (a Model protobuf: specificationVersion, then a description)",
         module="anekit.inspect.coreml",
         whole_file=True,
+        near=lambda src: src.complete and _near_module("anekit.inspect.coreml", src.head),
     ),
     Kind(
         "plist",
