@@ -459,3 +459,24 @@ def test_a_decoder_that_fails_to_import_for_another_reason_is_not_hidden(monkeyp
     monkeypatch.setattr(dispatch.importlib, "import_module", broken)
     with pytest.raises(ModuleNotFoundError, match="somedependency"):
         dispatch._load("anekit.inspect.hwx")
+
+
+def test_a_kernel_dump_directory_and_its_index_are_described(tmp_path, capsys):
+    out = tmp_path / "dump"
+    assert main(["kernels", "dump", "--config", "stories260K", str(out)]) == 0
+    capsys.readouterr()
+    index = json.loads((out / "kernels.json").read_text())
+    info = inspect_json(capsys, out)
+    assert info["kind"] == "kernel_dump" and info["config"] == index["config"]
+    assert [k["name"] for k in info["kernels"]] == list(index["kernels"])
+    for k in info["kernels"]:  # each kernel folder's own files, read back: its MIL verifies, its blobs exist
+        folder = out / k["name"]
+        assert k["verifies"] is True and k["unresolved_blob_refs"] == []
+        assert k["weight_files"] == len(list((folder / "weights").glob("*.bin")))
+    assert info["all_verify"] is True
+    doc = inspect_json(capsys, out / "kernels.json")
+    assert doc["kind"] == "json" and doc["format"].startswith("anekit kernel dump index")
+    assert doc["contents"]["kernels"] == sorted(index["kernels"])
+    (out / "kernels.json").unlink()
+    rc, _, err = inspect(capsys, str(out))
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "no kernels.json" in err
