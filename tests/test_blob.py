@@ -561,7 +561,7 @@ def test_inspect_json_and_warnings(tmp_path, capsys):
 
 
 def test_inspect_rejects_other_files_with_an_anekit_error(tmp_path):
-    other = tmp_path / "model.espresso.weights"
+    other = tmp_path / "model.espresso.bin"
     other.write_bytes(bytes(200))
     with pytest.raises(AnekitError, match=r"\[inspect\] .*not a file kind anekit can inspect.*MILBlob"):
         run_inspect(["inspect", str(other)])
@@ -574,9 +574,9 @@ def test_inspect_rejects_other_files_with_an_anekit_error(tmp_path):
 
 
 @pytest.mark.parametrize("path", corpus_files("ane_weights", "*"), ids=lambda p: p.name)
-def test_inspect_rejects_the_corpus_weight_files(path: Path):
-    with pytest.raises(AnekitError):
-        run_inspect(["inspect", str(path)])
+def test_the_corpus_weight_files_are_raw_ane_weights_not_milblob(path: Path, capsys):
+    assert run_inspect(["inspect", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "ane_weights"
 
 
 def test_no_warning_for_well_formed_files():

@@ -106,6 +106,9 @@ CORPUS_KINDS = [
     ("llama2c", "tokenizer.model", "sentencepiece", ""),
     ("plist", "*.plist", "plist", ""),
     ("mlmodelc", "*.mlmodelc", "mlmodelc", ""),
+    ("mlmodelc", "*.mlmodelc/metadata.json", "json", ""),
+    ("mlmodelc", "*.mlmodelc/**/coremldata.bin", "coremldata", ""),
+    ("ane_weights", "*.weights", "ane_weights", ""),
 ]
 CORPUS_CASES = [
     pytest.param(path, kind, module, id=f"{folder}/{path.name}")
@@ -167,12 +170,32 @@ def test_hwx_summary_header(capsys):
 
 
 @pytest.mark.parametrize("path", corpus_files("ane_weights", "*"), ids=lambda p: p.name)
-def test_ane_weight_files_are_not_milblob_and_say_so(path, capsys):
-    rc, out, err = inspect(capsys, str(path))
-    assert rc == 1 and out == ""
-    assert err.startswith(f"anekit: [inspect] {path}: not a file kind anekit can inspect")
-    assert "not MILBlob v2 weights (" in err
-    assert "not an ANE hardware container" in err
+def test_ane_weight_files_are_described_with_the_plist_that_names_them(path, tmp_path, capsys):
+    info = inspect_json(capsys, path)
+    assert info["kind"] == "ane_weights" and info["file_size"] == path.stat().st_size
+    # Beside a network plist that lists it (as ANECompiler's net.plist lists its weights), it says so.
+    name = path.name.removeprefix("tinygrad-")
+    (tmp_path / name).write_bytes(path.read_bytes())
+    net = corpus_path("plist", "tinygrad-net.plist")
+    (tmp_path / "net.plist").write_bytes(net.read_bytes())
+    info = inspect_json(capsys, tmp_path / name)
+    listed = name in ("model.espresso.weights", "net.additional.weights")  # net.plist's Weights array
+    assert info["referenced_by"] == (["net.plist"] if listed else [])
+
+
+def test_min_weights_read_as_the_uint16_count_they_hold(capsys):
+    info = inspect_json(capsys, corpus_path("ane_weights", "tinygrad-min.weights"))
+    assert info["as_uint16"]["range"] == [0, 1023] and info["as_fp16"]["count"] == 1024  # SOURCES.md
+
+
+def test_coreml_metadata_and_coremldata_are_described(capsys):
+    bundle = corpus_path("mlmodelc", "add_model.mlmodelc")
+    meta = inspect_json(capsys, bundle / "metadata.json")
+    assert meta["format"].startswith("CoreML compiled-model metadata")
+    assert meta["contents"]["specificationVersion"] == 7
+    assert meta["contents"]["mlProgramOperationTypeHistogram"] == {"Ios16.mul": 1}
+    data = inspect_json(capsys, bundle / "coremldata.bin")
+    assert "var_3" in data["strings"] and data["file_size"] == 319  # the output name of model.mil
 
 
 @pytest.mark.parametrize("path", corpus_files("mlmodel", "*.mlmodel"), ids=lambda p: p.name)
@@ -251,7 +274,6 @@ def test_no_two_kinds_claim_the_same_file(tmp_path):
         if not module or importlib.util.find_spec(module) is not None:
             expected.update({p: [kind] for p in corpus_files(folder, pattern)})
     expected.update({p: ["mlmodel"] for p in corpus_files("mlmodel", "*.mlmodel")})
-    expected.update({p: [] for p in corpus_files("ane_weights", "*")})
     for path, kinds in expected.items():
         assert claimants(path) == kinds, path
 
@@ -437,3 +459,24 @@ def test_a_decoder_that_fails_to_import_for_another_reason_is_not_hidden(monkeyp
     monkeypatch.setattr(dispatch.importlib, "import_module", broken)
     with pytest.raises(ModuleNotFoundError, match="somedependency"):
         dispatch._load("anekit.inspect.hwx")
+
+
+def test_a_kernel_dump_directory_and_its_index_are_described(tmp_path, capsys):
+    out = tmp_path / "dump"
+    assert main(["kernels", "dump", "--config", "stories260K", str(out)]) == 0
+    capsys.readouterr()
+    index = json.loads((out / "kernels.json").read_text())
+    info = inspect_json(capsys, out)
+    assert info["kind"] == "kernel_dump" and info["config"] == index["config"]
+    assert [k["name"] for k in info["kernels"]] == list(index["kernels"])
+    for k in info["kernels"]:  # each kernel folder's own files, read back: its MIL verifies, its blobs exist
+        folder = out / k["name"]
+        assert k["verifies"] is True and k["unresolved_blob_refs"] == []
+        assert k["weight_files"] == len(list((folder / "weights").glob("*.bin")))
+    assert info["all_verify"] is True
+    doc = inspect_json(capsys, out / "kernels.json")
+    assert doc["kind"] == "json" and doc["format"].startswith("anekit kernel dump index")
+    assert doc["contents"]["kernels"] == sorted(index["kernels"])
+    (out / "kernels.json").unlink()
+    rc, _, err = inspect(capsys, str(out))
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "no kernels.json" in err

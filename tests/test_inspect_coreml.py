@@ -63,7 +63,7 @@ def test_other_files_are_not_taken_for_specs():
 
 @pytest.mark.parametrize(
     "data, message",
-    [(b"\x08", "varint runs past the end"), (b"\x08\x01\x12\x05ab", "length runs past the end"),
+    [(b"\x08", "varint runs past the end"), (b"\x08\x01\x12\x05ab", "truncated at byte 6, expected 9"),
      (b"\x08\x01\x0b", "unsupported wire type 3"), (b"\x12\x00", "specificationVersion")],
 )  # fmt: skip
 def test_malformed_specs_name_the_problem(data, message):

@@ -28,7 +28,7 @@ def _input_dtype(a: np.ndarray, case: SimCase) -> str:
 
 def _build(case: SimCase) -> tuple[mil.Program, dict[str, np.ndarray]]:
     b = mil.Builder()
-    f = b.function()
+    f = b.function(opset=case.opset)
     feeds: dict[str, np.ndarray] = {}
     args: dict = {}
     for key, value in case.inputs.items():

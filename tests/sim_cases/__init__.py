@@ -31,6 +31,7 @@ class SimCase:
     rtol: float = 4e-3
     atol: float = 2e-3
     label: str = ""
+    opset: str = "ios18"  # the function's opset: "ios16" for the iOS16 forms of the constexpr ops
 
     @property
     def id(self) -> str:

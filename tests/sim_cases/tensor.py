@@ -300,6 +300,7 @@ def _lut16_case(nbits: int) -> SimCase:
             "shape": np.array(vals.shape, dtype=np.uint32),
         },
         label=f"ios16-{nbits}bit",
+        opset="ios16",  # the iOS16 form (packed indices and a shape): its parameters are attributes
         **EXACT,
     )
 
@@ -1126,6 +1127,7 @@ QUANTIZATION_CASES = [
             "shape": np.array(_sp_bits16.shape, dtype=np.uint32),
         },
         label="ios16",
+        opset="ios16",
         **EXACT,
     ),
     SimCase(

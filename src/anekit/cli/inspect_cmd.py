@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "inspect",
         help="describe an artifact: .hwx, task descriptors, E5 descriptors, MILBlob weights, MIL, "
-        "llama2.c / BLZT / tokenizer files, CoreML bundles",
+        "llama2.c / BLZT / tokenizer files, CoreML bundles and their metadata.json / coremldata.bin, raw "
+        "ANECompiler .weights, `anekit kernels dump` directories",
         description="Recognise FILE by its content (not its name) and describe it; with --diff, show "
         "field by field what differs between two files of the same kind.",
     )

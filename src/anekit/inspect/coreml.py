@@ -80,9 +80,15 @@ def parse_fields(data: bytes, base: int = 0, path: str = "message") -> list[Wire
         elif wire == 2:
             length, pos = read_varint(data, pos, f"{path}[{number}].length")
             if length > len(data) - pos:
+                end, want = base + len(data), base + pos + length
+                what = (
+                    f"truncated at byte {end}, expected {want}"
+                    if path == "Model"
+                    else "length runs past the end"
+                )
                 raise FormatError(
-                    FORMAT, f"{path}[{number}]", "length runs past the end", offset=base + at,
-                    expected=f"<= {len(data) - pos}", actual=length,
+                    FORMAT, f"{path}[{number}]", f"{what} (the field's length says {length} bytes)",
+                    offset=base + at, expected=f"<= {len(data) - pos}", actual=length,
                 )  # fmt: skip
             out.append(WireField(number, wire, bytes(data[pos : pos + length]), base + at))
             pos += length
@@ -116,6 +122,18 @@ def detect(data: bytes) -> bool:
     except FormatError:
         return False
     return bool(fields) and fields[0].number == 1 and any(f.number == 2 and f.wire_type == 2 for f in fields)
+
+
+def near(data: bytes) -> bool:
+    """A Model message cut short: specificationVersion first, then top-level fields until one whose length
+    runs past the end (what ``detect`` refuses; ``summarize`` then says where it was truncated)."""
+    if len(data) < 4 or data[0] != 0x08:
+        return False
+    try:
+        parse_fields(data, 0, "Model")
+    except FormatError as e:
+        return "truncated at byte" in str(e)
+    return False
 
 
 def summarize(data: bytes) -> dict[str, Any]:

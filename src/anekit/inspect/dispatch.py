@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import plistlib
 import struct
 import warnings
@@ -115,6 +114,9 @@ class Kind:
     directory: bool = False
     hint: Callable[[bytes], bool] | None = None
     why_not: Callable[[Source], str | None] | None = None
+    # Tried only when no kind accepts the file: a file with this kind's header that fails its full test
+    # (a truncated model); the summary then raises the reader's own error ("truncated at byte N, ...").
+    near: Callable[[Source], bool] | None = None
 
 
 def _load(module: str) -> ModuleType | None:
@@ -134,6 +136,11 @@ def _module_sniff(kind: Kind, mod: ModuleType, src: Source) -> bool:
         return bool(mod.detect(src.head))
     except FormatError:  # a detect that decodes to decide: "not this kind"
         return False
+
+
+def _near_module(module: str, head: bytes) -> bool:
+    mod = _load(module)
+    return mod is not None and bool(mod.near(head))
 
 
 def _module_summary(kind: Kind, src: Source) -> dict[str, Any]:
@@ -251,6 +258,34 @@ def _sniff_llama2c(src: Source) -> bool:
     return _llama2c_legacy_size(d) == src.size
 
 
+def _llama2c_header(head: bytes) -> dict[str, int] | None:
+    """The 7 ints of a legacy header when they read as a model's shape (positive, dividing as a model's
+    must, widths within _MAX_DIM), whatever n_layers says; None otherwise."""
+    if len(head) < 28:
+        return None
+    d = dict(zip(_LLAMA2C_DIMS, struct.unpack_from("<7i", head, 0)))
+    dim, hidden, layers, heads, kv_heads, vocab, seq = (d[k] for k in _LLAMA2C_DIMS)
+    if min(dim, hidden, layers, heads, kv_heads, seq, abs(vocab)) <= 0:
+        return None
+    if max(dim, hidden, abs(vocab), seq) > _MAX_DIM or dim % heads or heads % kv_heads or (dim // heads) % 2:
+        return None
+    return d
+
+
+def _near_llama2c(src: Source) -> bool:
+    """A legacy header that reads as a model's shape but promises more bytes than the file holds."""
+    d = _llama2c_header(src.head)
+    return d is not None and _llama2c_size_any_layers(d) > src.size
+
+
+def _llama2c_size_any_layers(d: dict[str, int]) -> int:
+    kv_dim = d["n_kv_heads"] * (d["dim"] // d["n_heads"])
+    per_layer = 2 * d["dim"] + 2 * d["dim"] ** 2 + 2 * kv_dim * d["dim"] + 3 * d["hidden_dim"] * d["dim"]
+    vocab, dim = abs(d["vocab_size"]), d["dim"]
+    floats = d["n_layers"] * per_layer + vocab * dim * (1 + (d["vocab_size"] < 0)) + dim
+    return 28 + 4 * (floats + d["seq_len"] * (dim // d["n_heads"]))
+
+
 def _tensor_list(params: Any) -> list[dict[str, Any]]:
     """Name, shape and CRC-32 of every parameter array (what --diff compares to find an edited weight)."""
     return [
@@ -279,6 +314,12 @@ def _summarize_llama2c(src: Source) -> dict[str, Any]:
     }
 
 
+def _plausible_score(score: float) -> bool:
+    from anekit.llama.llama2c import _plausible_score as plausible
+
+    return plausible(score)
+
+
 def _sniff_tokenizer_bin(src: Source) -> bool:
     """u32 max_token_length, then records (f32 score, i32 length <= max, bytes) that tile the whole file
     (or, for a file too large to read here, the first 64 records)."""
@@ -289,7 +330,7 @@ def _sniff_tokenizer_bin(src: Source) -> bool:
     off, records = 4, 0
     while off + 8 <= len(head) and (src.complete or records < 64):
         score, n = struct.unpack_from("<fi", head, off)
-        if not math.isfinite(score) or not 0 <= n <= max_len:
+        if not _plausible_score(score) or not 0 <= n <= max_len:
             return False
         off += 8 + n
         records += 1
@@ -644,6 +685,174 @@ def _summarize_mlmodelc(src: Source) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------------
+# JSON documents, kernel dumps, and the files of Apple's toolchains that carry no signature
+# --------------------------------------------------------------------------------------------------------
+
+
+def _json_value(src: Source) -> Any:
+    if not src.complete or src.head.lstrip()[:1] not in (b"{", b"["):
+        return None
+    try:
+        return json.loads(src.head.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _json_role(value: Any) -> str:
+    """What a JSON document is, from its keys."""
+    item = value[0] if isinstance(value, list) and len(value) == 1 else value
+    if isinstance(item, dict):
+        if "metadataOutputVersion" in item or "mlProgramOperationTypeHistogram" in item:
+            return "CoreML compiled-model metadata (metadata.json of an .mlmodelc)"
+        if "fileFormatVersion" in item and "itemInfoEntries" in item:
+            return "CoreML package manifest (Manifest.json of an .mlpackage)"
+        if isinstance(item.get("kernels"), dict) and "config" in item:
+            return "anekit kernel dump index (kernels.json of `anekit kernels dump`)"
+    return "JSON document"
+
+
+def _sniff_json(src: Source) -> bool:
+    return _json_value(src) is not None
+
+
+def _summarize_json(src: Source) -> dict[str, Any]:
+    value = _json_value(src)
+    role = _json_role(value)
+    body = _json_digest(value) if role.startswith("CoreML") else _shape_of(value)
+    if role.startswith("anekit kernel dump"):
+        body = {"config": value["config"], "kernels": sorted(value["kernels"])}
+    return {"format": role, "file_size": src.size, "contents": body, "crc32": _crc(src.data())}
+
+
+def _sniff_kernel_dump(src: Source) -> bool:
+    index = src.path / "kernels.json"
+    if not index.is_file():
+        return False
+    try:
+        value = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(value, dict) and isinstance(value.get("kernels"), dict)
+
+
+def _summarize_kernel_dump(src: Source) -> dict[str, Any]:
+    """kernels.json, and for each kernel folder its model.mil's summary and weight files."""
+    root = src.path
+    index = json.loads((root / "kernels.json").read_text(encoding="utf-8"))
+    kernels = []
+    for name, entry in index["kernels"].items():
+        folder = root / str(name)
+        item: dict[str, Any] = {"name": name}
+        if isinstance(entry, dict):
+            item.update({k: entry[k] for k in ("ops", "input", "output") if k in entry})
+        mil_path = folder / "model.mil"
+        if not mil_path.is_file():
+            item["error"] = f"{mil_path.relative_to(root).as_posix()} is missing"
+        else:
+            try:
+                mil_info = mil_summary(mil_path.read_bytes().decode("utf-8"), str(mil_path))
+                item["mil_ops"] = sum(f["ops"] for f in mil_info["functions"])
+                item["verifies"] = mil_info["verifies"]
+                item["unresolved_blob_refs"] = _check_blob_refs(folder, mil_info["blob_refs"])
+            except UnicodeDecodeError as e:
+                item["error"] = f"model.mil is not UTF-8 text ({e.reason} at byte {e.start})"
+            except AnekitError as e:
+                item["error"] = str(e)
+        weights = sorted((folder / "weights").glob("*.bin")) if (folder / "weights").is_dir() else []
+        item["weight_files"] = len(weights)
+        item["weight_bytes"] = sum(p.stat().st_size for p in weights)
+        kernels.append(item)
+    return {
+        "format": "anekit kernel dump (`anekit kernels dump`)",
+        "config": index.get("config"),
+        "kernels": kernels,
+        "all_verify": all(k.get("verifies") is True for k in kernels),
+    }
+
+
+def _printable_strings(data: bytes, least: int = 4) -> list[str]:
+    out, run = [], bytearray()
+    for b in data + b"\0":
+        if 0x20 <= b < 0x7F:
+            run.append(b)
+            continue
+        if len(run) >= least:
+            out.append(run.decode("ascii"))
+        run.clear()
+    return out
+
+
+def _by_name(name: str) -> Callable[[Source], bool]:
+    """A kind with no signature of its own, recognised by its file name only when no content test claims
+    the file (the kinds before it in ``KINDS`` are all tried first)."""
+
+    def sniff(src: Source) -> bool:
+        return src.path.name == name or (name.startswith(".") and src.path.name.endswith(name))
+
+    return sniff
+
+
+def _summarize_coremldata(src: Source) -> dict[str, Any]:
+    """What can be said of coremlc's coremldata.bin without its (unpublished) layout: size, checksum, the
+    leading u32 and the text it carries (model kind, feature names, coremltools metadata)."""
+    data = src.data()
+    return {
+        "format": "compiled CoreML model data (coremldata.bin; layout undocumented, recognised by name)",
+        "file_size": src.size,
+        "first_u32": _u32(data, 0),
+        "strings": _printable_strings(data)[:64],
+        "crc32": _crc(data),
+    }
+
+
+def _plists_naming(src: Source) -> list[str]:
+    """Property lists beside the file that name it (ANECompiler's net.plist lists its weight files)."""
+    names = {src.path.name}
+    found = []
+    for plist in sorted(src.path.parent.glob("*.plist")):
+        try:
+            value = plistlib.loads(plist.read_bytes())
+        except Exception:
+            continue
+        if names & set(_strings_in(value)):
+            found.append(plist.name)
+    return found
+
+
+def _strings_in(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings_in(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings_in(v)
+
+
+def _summarize_ane_weights(src: Source) -> dict[str, Any]:
+    """Raw weight bytes an ANECompiler plist names: no header, so only their size and two readings."""
+    data = src.data()
+    info: dict[str, Any] = {
+        "format": "raw ANECompiler weights (named by a network plist; no header, recognised by name)",
+        "file_size": src.size,
+        "referenced_by": _plists_naming(src),
+        "crc32": _crc(data),
+    }
+    if src.size % 2 == 0 and src.size:
+        halves = np.frombuffer(data, "<f2").astype(np.float64)
+        finite = halves[np.isfinite(halves)]
+        info["as_fp16"] = {
+            "count": int(halves.size),
+            "finite": int(finite.size),
+            "range": [float(finite.min()), float(finite.max())] if finite.size else None,
+        }
+        words = np.frombuffer(data, "<u2")
+        info["as_uint16"] = {"range": [int(words.min()), int(words.max())]}
+    return info
+
+
+# --------------------------------------------------------------------------------------------------------
 # the kinds, in detection order
 # --------------------------------------------------------------------------------------------------------
 
@@ -664,6 +873,37 @@ def _why_not_e5(src: Source) -> str | None:
     return None
 
 
+def _why_not_llama2c(src: Source) -> str | None:
+    """The llama2.c reader's own error, when the first 28 bytes read as 7 positive ints."""
+    if len(src.head) < 28 or min(struct.unpack_from("<7i", src.head, 0)[:5]) <= 0:
+        return None
+    from anekit.llama.llama2c import _checked_header
+
+    try:
+        _checked_header(np.frombuffer(src.head[:256], np.uint8), src.size, src.path.stem)
+    except AnekitError as e:
+        return f"not a llama2.c model ({e})"
+    return None
+
+
+def _why_not_tokenizer(src: Source) -> str | None:
+    """The tokenizer.bin reader's own error, when the file starts like one (a max_token_length 1..4096 and
+    a plausible first record)."""
+    max_len = _u32(src.head, 0)
+    if not src.complete or max_len is None or not 1 <= max_len <= 4096 or len(src.head) < 12:
+        return None
+    score, n = struct.unpack_from("<fi", src.head, 4)
+    if not _plausible_score(score) or not 0 <= n <= max_len:  # not even its first record: not close
+        return None
+    from anekit.llama.llama2c import parse_tokenizer_bin
+
+    try:
+        parse_tokenizer_bin(src.head)
+    except FormatError as e:
+        return f"not a llama2.c tokenizer.bin ({e})"
+    return None
+
+
 def _why_not_hwx(src: Source) -> str:
     return (
         f"not an ANE hardware container (bytes 0-3 are {src.head[:4].hex(' ') or 'missing'}, not ce fa ef be)"
@@ -671,6 +911,14 @@ def _why_not_hwx(src: Source) -> str:
 
 
 KINDS: tuple[Kind, ...] = (
+    Kind(
+        "kernel_dump",
+        "anekit kernel dump",
+        "a directory holding kernels.json and one folder per kernel (model.mil, weights/)",
+        _sniff_kernel_dump,
+        _summarize_kernel_dump,
+        directory=True,
+    ),
     Kind(
         "mlpackage",
         "CoreML model package",
@@ -717,6 +965,8 @@ KINDS: tuple[Kind, ...] = (
         "llama2.c model (ak42 magic, or 7 header ints whose shapes give the file size)",
         _sniff_llama2c,
         _summarize_llama2c,
+        why_not=_why_not_llama2c,
+        near=_near_llama2c,
     ),
     Kind(
         "llama2c.tokenizer",
@@ -724,6 +974,7 @@ KINDS: tuple[Kind, ...] = (
         "llama2.c tokenizer.bin (u32 max_token_length, then score / length / bytes records)",
         _sniff_tokenizer_bin,
         _summarize_tokenizer_bin,
+        why_not=_why_not_tokenizer,
     ),
     Kind(
         "sentencepiece",
@@ -753,6 +1004,7 @@ KINDS: tuple[Kind, ...] = (
         "CoreML model spec (a Model protobuf: specificationVersion, then a description)",
         module="anekit.inspect.coreml",
         whole_file=True,
+        near=lambda src: src.complete and _near_module("anekit.inspect.coreml", src.head),
     ),
     Kind(
         "plist",
@@ -760,6 +1012,28 @@ KINDS: tuple[Kind, ...] = (
         "property list (XML with a plist DOCTYPE, or bplist00)",
         _sniff_plist,
         _summarize_plist,
+    ),
+    Kind(
+        "json",
+        "JSON document",
+        "JSON (CoreML metadata.json / Manifest.json, anekit kernels.json, or any other)",
+        _sniff_json,
+        _summarize_json,
+    ),
+    # Last: no signature, recognised by name once every content test has said no.
+    Kind(
+        "coremldata",
+        "compiled CoreML model data",
+        "coremldata.bin (by name: its layout is not published)",
+        _by_name("coremldata.bin"),
+        _summarize_coremldata,
+    ),
+    Kind(
+        "ane_weights",
+        "raw ANECompiler weights",
+        "*.weights named by an ANECompiler network plist (by name: raw bytes, no header)",
+        _by_name(".weights"),
+        _summarize_ane_weights,
     ),
 )
 """Known kinds, tried in this order; add a row to teach ``inspect`` a new format."""
@@ -786,23 +1060,35 @@ def identify(path: Path | str) -> tuple[Kind, Source]:
                 return kind, src
         elif kind.sniff is not None and kind.sniff(src):
             return kind, src
+    for kind in KINDS:
+        if kind.near is not None and kind.directory == src.is_dir and kind.near(src):
+            return kind, src
     raise _unknown(src, missing)
 
 
+_GENERIC_WHY_NOT = ("hwx", "milblob")  # reasons any file gets (a magic it lacks): named only when no other
+
+
 def _unknown(src: Source, missing: list[Kind]) -> FormatError:
+    """One short line: what the file is not, naming the closest kind anekit knows and why it is not that."""
     candidates = [k for k in KINDS if k.directory == src.is_dir]
-    if src.is_dir:
-        what = "a directory that is neither a .mlpackage nor a .mlmodelc bundle"
-    else:
-        start = src.head[:8].hex(" ") or "nothing"
-        reasons = [r for k in candidates if k.why_not is not None and (r := k.why_not(src))]
-        what = f"{src.size} bytes starting {start}" + "".join(f"; {r}" for r in reasons)
     note = ""
     if missing:
         note = "; decoders not available here: " + ", ".join(f"{k.module} ({k.title})" for k in missing)
-    known = ", ".join(k.title for k in candidates)
+    if src.is_dir:
+        what = (
+            "a directory that is neither a .mlpackage nor a .mlmodelc bundle nor a kernel dump "
+            "(no Manifest.json + Data/, no model.mil or coremldata.bin, no kernels.json)"
+        )
+        return FormatError(FMT, str(src.path), f"not a file kind anekit can inspect: {what}{note}")
+    reasons = [(k.name, r) for k in candidates if k.why_not is not None and (r := k.why_not(src))]
+    specific = [r for name, r in reasons if name not in _GENERIC_WHY_NOT]
+    closest = specific[0] if specific else "; ".join(r for _, r in reasons)
+    start = src.head[:8].hex(" ") or "nothing"
     return FormatError(
-        FMT, str(src.path), f"not a file kind anekit can inspect ({what}){note}; knows: {known}"
+        FMT,
+        str(src.path),
+        f"not a file kind anekit can inspect ({src.size} bytes starting {start}); closest: {closest}{note}",
     )
 
 

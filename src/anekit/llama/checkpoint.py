@@ -193,8 +193,11 @@ def _body(cfg: ModelConfig, untied: bool) -> list[_Tensor]:
 
 
 def checkpoint_size(cfg: ModelConfig, untied: bool = False) -> int:
-    """Bytes of a BLZT file for this model (header included)."""
-    return HEADER_SIZE + 4 * sum(t.count for t in _body(cfg, untied))
+    """Bytes of a BLZT file for this model (header included), by arithmetic: the same sum as walking
+    ``_body``, without one entry per layer, so a hostile header's n_layers costs nothing to size."""
+    per_layer = sum(int(np.prod(shape)) for shape in layer_shapes(cfg).values())
+    head = cfg.dim + cfg.vocab_size * cfg.dim * (2 if untied else 1)  # rms_final, embed [, wcls]
+    return HEADER_SIZE + 4 * 3 * (cfg.n_layers * per_layer + head)  # weights, adam m, adam v
 
 
 def _get(p: Params, t: _Tensor) -> np.ndarray | None:
@@ -352,11 +355,13 @@ def _size_error(cfg: ModelConfig, size: int, given_cfg: bool) -> FormatError:
                 checkpoint_size(cfg.with_(n_kv_heads=kv), untied=True),
             ):
                 hint = f"; it fits n_kv_heads = {kv}: pass a cfg with n_kv_heads={kv}"
+    truncated = f"truncated at byte {size}, expected {tied}: " if size < tied else ""
     return FormatError(
         FORMAT,
         "file size",
-        f"the header's shape fields (n_kv_heads = {cfg.n_kv_heads}) need {tied} bytes, or {untied} with an "
-        f"untied classifier{hint}",
+        f"{truncated}the header's shape fields (n_kv_heads = {cfg.n_kv_heads}) need {tied} bytes, or "
+        f"{untied} with an untied classifier{hint}",
+        offset=size if size < tied else None,
         expected=tied,
         actual=size,
     )

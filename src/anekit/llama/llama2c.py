@@ -266,20 +266,47 @@ def _read_header(buf: np.ndarray) -> tuple[dict[str, int], int, int, bool]:
     return {k: h[k] for k in _DIMS}, 1, AK42_HEADER_SIZE, bool(h["shared_classifier"])
 
 
+def _extents(order: tuple, cfg: ModelConfig, shared: bool) -> list[tuple[str, str, int, int]]:
+    """(key, scope, floats per array, arrays) of every run of arrays of a file, in file order: the
+    arithmetic of ``_layout`` without one entry per layer, so a hostile n_layers costs nothing."""
+    shapes = layer_shapes(cfg)
+    out: list[tuple[str, str, int, int]] = []
+    for key, scope in order:
+        if scope == "layers":
+            out.append((key, scope, int(np.prod(shapes[key])), cfg.n_layers))
+        elif scope == "rope":
+            out.append((key, scope, cfg.seq_len * (cfg.head_dim // 2), 1))
+        elif scope == "model":
+            out.append((key, scope, cfg.vocab_size * cfg.dim if key == "embed" else cfg.dim, 1))
+        elif not shared:  # "head"
+            out.append((key, scope, cfg.vocab_size * cfg.dim, 1))
+    return out
+
+
+def _checked_header(head: np.ndarray, size: int, name: str) -> tuple[ModelConfig, int, int, bool]:
+    """The config, version, data offset and classifier flag of a model file of ``size`` bytes whose first
+    bytes are ``head``; FormatError when the header's counts do not give exactly ``size`` bytes.
+    Only the header is looked at: nothing is allocated from its counts."""
+    h, version, start, shared = _read_header(head)
+    cfg = ModelConfig(**h, rope=True, name=name)
+    extents = _extents(_ORDERS[version], cfg, shared)
+    need = start + 4 * sum(n * k for _, _, n, k in extents)
+    if size != need:
+        raise _size_error(extents, start, size, need, shared)
+    return cfg, version, start, shared
+
+
 def parse_llama2c(
     data: bytes | bytearray | memoryview | np.ndarray, *, name: str = "llama2c"
 ) -> Llama2cModel:
     """Decode a llama2.c model file (legacy or ak42 version 1) from memory.
 
-    The arrays are views of one float32 buffer (a writable copy when ``data`` is read-only).
+    The arrays are views of one float32 buffer (a writable copy when ``data`` is read-only). The header's
+    counts are checked against the data's size before any array is made.
     """
     buf = writable_bytes(data)
-    h, version, start, shared = _read_header(buf)
-    cfg = ModelConfig(**h, rope=True, name=name)
+    cfg, version, start, shared = _checked_header(buf[:AK42_HEADER_SIZE], int(buf.size), name)
     layout = _layout(_ORDERS[version], cfg, shared)
-    need = start + 4 * sum(int(np.prod(s)) for *_, s in layout)
-    if buf.size != need:
-        raise _size_error(layout, start, int(buf.size), need, shared)
 
     floats = buf[start:].view("<f4")
     arrays: dict[tuple[str, int | None], np.ndarray] = {}
@@ -296,7 +323,9 @@ def parse_llama2c(
     )
 
 
-def _size_error(layout: list, start: int, size: int, need: int, shared: bool) -> FormatError:
+def _size_error(
+    extents: list[tuple[str, str, int, int]], start: int, size: int, need: int, shared: bool
+) -> FormatError:
     flag = "shared classifier" if shared else "unshared classifier (wcls at the end)"
     if size > need:
         return FormatError(
@@ -308,31 +337,43 @@ def _size_error(layout: list, start: int, size: int, need: int, shared: bool) ->
             actual=size,
         )
     at = start
-    for label, _, _, shape in layout:
-        end = at + 4 * int(np.prod(shape))
-        if size < end:
+    for key, scope, n, repeats in extents:
+        run_end = at + 4 * n * repeats
+        if size < run_end:
+            layer = (size - at) // (4 * n) if n else 0
+            label = f"layers.{layer}.{key}" if scope == "layers" else key
+            tensor_at = at + 4 * n * layer
             return FormatError(
                 FORMAT,
                 label,
-                f"file truncated inside this tensor, which starts at byte {at:#x} (header: {flag})",
+                f"truncated at byte {size}, expected {need}: the header's shapes need {need} bytes and the "
+                f"file ends inside {label}, which starts at byte {tensor_at:#x} (header: {flag})",
                 offset=size,
                 expected=need,
                 actual=size,
             )
-        at = end
+        at = run_end
     raise AssertionError("unreachable: size < need but every tensor fits")
 
 
 def read_llama2c(source: PathOrBytes, *, name: str | None = None) -> tuple[ModelConfig, Params]:
-    """Read a llama2.c model file (a path, or its bytes): its config (named after the file) and weights."""
+    """Read a llama2.c model file (a path, or its bytes): its config (named after the file) and weights.
+
+    From a path, the header is read and checked against the file's size before the rest is read."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         model = parse_llama2c(source, name=name or "llama2c")
     else:
+        name = name or Path(source).stem
         try:
-            buf = np.fromfile(os.fspath(source), dtype=np.uint8)
+            with open(os.fspath(source), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = np.frombuffer(f.read(AK42_HEADER_SIZE), np.uint8)
+                _checked_header(head, size, name)
+                f.seek(0)
+                buf = np.fromfile(f, dtype=np.uint8)
         except OSError as e:
             raise AnekitError(f"[{FORMAT}] cannot read model file {source}: {e}") from e
-        model = parse_llama2c(buf, name=name or Path(source).stem)
+        model = parse_llama2c(buf, name=name)
     return model.cfg, model.params
 
 
@@ -534,14 +575,37 @@ class Tokenizer:
         return build_tokenizer_bin(self)
 
 
+MAX_TOKEN_LENGTH = 1 << 16  # a piece longer than this is not a tokenizer's (llama's longest is 27 bytes)
+_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
+
+def _plausible_score(score: float) -> bool:
+    """A merge score as sentencepiece writes it: finite, and zero or a normal float32 (the log-probability
+    like scores of llama's vocabulary are -1e6 .. 0). A subnormal is what small ints read as floats give."""
+    return score == 0.0 or (np.isfinite(score) and abs(score) >= _SMALLEST_NORMAL)
+
+
 def parse_tokenizer_bin(data: bytes | bytearray | memoryview) -> Tokenizer:
-    """Decode tokenizer.bin from memory; every record up to the end of the data."""
+    """Decode tokenizer.bin from memory; every record up to the end of the data.
+
+    The file stores no count or length of its own, so it is checked for plausibility instead: a
+    max_token_length of 1 .. MAX_TOKEN_LENGTH, every score a finite normal float32 (or zero), every
+    length within 0 .. max_token_length, and records that end exactly at the end of the file."""
     mv = memoryview(data).cast("B")
     if len(mv) < 4:
         raise FormatError(
             TOKENIZER_FORMAT, "max_token_length", "file too short", offset=0, expected=4, actual=len(mv)
         )
     (max_len,) = struct.unpack_from("<I", mv, 0)
+    if not 1 <= max_len <= MAX_TOKEN_LENGTH:
+        raise FormatError(
+            TOKENIZER_FORMAT,
+            "max_token_length",
+            f"not a llama2.c tokenizer.bin: the longest piece must be 1 .. {MAX_TOKEN_LENGTH} bytes",
+            offset=0,
+            expected=f"1..{MAX_TOKEN_LENGTH}",
+            actual=max_len,
+        )
     vocab, scores = [], []
     off = 4
     while off < len(mv):
@@ -556,6 +620,16 @@ def parse_tokenizer_bin(data: bytes | bytearray | memoryview) -> Tokenizer:
                 actual=len(mv) - off,
             )
         score, n = struct.unpack_from("<fi", mv, off)
+        if not _plausible_score(score):
+            raise FormatError(
+                TOKENIZER_FORMAT,
+                f"token[{i}].score",
+                "not a llama2.c tokenizer.bin: a merge score is a finite float32, zero or normal (NaN, "
+                "inf or a subnormal here: the bits of a small integer, as in a model file's header)",
+                offset=off,
+                expected="a finite float32",
+                actual=score,
+            )
         if n < 0 or n > max_len:
             raise FormatError(
                 TOKENIZER_FORMAT,

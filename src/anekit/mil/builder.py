@@ -128,11 +128,19 @@ class FunctionBuilder:
         opdef = get_op(op_type)
         float_dtype = self._float_dtype(inputs)
         base = name if name is not None else op_type
+        given = [k for k, v in inputs.items() if v is not None]
+        # The iOS16 / iOS17 constexpr forms carry their parameters as attributes (``Form``).
+        as_attributes = any(
+            f.place == "attributes" and self.fn.opset in f.opsets and f.fits("attributes", given)
+            for f in opdef.forms
+        )
         args: dict[str, Arg] = {}
-        for key, value in inputs.items():
-            if value is None:
-                continue
-            args[key] = self._arg(value, f"{base}_{key}" if name else None, float_dtype)
+        for key in given:
+            value = inputs[key]
+            if as_attributes:
+                args[key] = value if isinstance(value, Literal) else from_python(value, float_dtype)
+            else:
+                args[key] = self._arg(value, f"{base}_{key}" if name else None, float_dtype)
         where = f"{name or op_type}"
         out_types = opdef.type_outputs(args, where)
         out_name = self._claim(name, op_type)
@@ -142,6 +150,9 @@ class FunctionBuilder:
             outputs = [Var(self._claim(f"{out_name}_{i}", op_type), t) for i, t in enumerate(out_types)]
         attrs = {"name": string_literal(out_name)}
         attrs.update(attributes or {})
+        if as_attributes:
+            attrs.update(args)
+            args = {}
         self.fn.block.ops.append(Op(op_type, args, outputs, attrs, version=version))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from anekit.errors import MilDialectError
+from anekit.errors import MilDialectError, MilTypeError
 from anekit.mil import types as T
 from anekit.mil.ir import Arg, Function, Op, Program
+from anekit.mil.registry import REGISTRY, OpDef, known_ops, op_arguments
 from anekit.mil.values import Literal
 
 
@@ -148,16 +149,27 @@ def _literals(arg: Arg) -> list[Literal]:
     return []
 
 
+def _registered(op_type: str) -> OpDef | None:
+    known_ops()  # loads every op family
+    return REGISTRY.get(op_type)
+
+
 def _op_problem(op: Op, target: str) -> str | None:
     """Why an op cannot be written in the target dialect, or None."""
     since = OPS_SINCE.get(op.op_type)
     if since and _newer(since, target):
         return f"op '{op.op_type}' is not in the {target} opset (added in {since})"
     form_input = IOS16_FORM_INPUT.get(op.op_type)
-    if form_input and target in ("ios15", "ios16") and form_input not in op.inputs:
+    if form_input and target in ("ios15", "ios16") and form_input not in {**op.inputs, **op.attributes}:
         return (
             f"op '{op.op_type}' uses its ios18 form (no '{form_input}' input); {target} has only the old form"
         )
+    opdef = _registered(op.op_type)
+    if opdef is not None and opdef.forms and not (op.version and _newer(op.version, target)):
+        try:
+            op_arguments(opdef, op, target)
+        except MilTypeError as e:
+            return f"op '{op.op_type}' is not in a form of the {target} opset ({e.reason})"
     if op.version and _newer(op.version, target):
         return f"op '{op.op_type}<{op.version}>' is an {op.version} op version"
     values = [*op.outputs]

@@ -22,13 +22,14 @@ caller chooses their precision) with defaults filled in, and returns one array p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from anekit.errors import MilTypeError, UnknownOpError
 from anekit.mil import types as T
-from anekit.mil.ir import Arg, Var
+from anekit.mil.ir import Arg, Op, Var
 from anekit.mil.values import BlobRef, Literal
 
 _MISSING = object()
@@ -206,6 +207,39 @@ class RefArgs:
         return float(np.asarray(self[name]).item())
 
 
+OPSETS = ("ios15", "ios16", "ios17", "ios18")  # the opsets whose op forms anekit knows; others: any form
+
+
+@dataclass(frozen=True)
+class Form:
+    """One way an op is written in some opsets: where its parameters sit and what they are called.
+
+    coremltools writes the constexpr ops of its iOS16 definitions (used in iOS16 and iOS17 programs, and
+    in later ones for ops never redefined) with every parameter as an *attribute*,
+    ``constexpr_cast()[name = ..., output_dtype = ..., source_val = ...]``, and those of its iOS18
+    definitions with *inputs*, ``constexpr_cast(output_dtype = ..., source_val = ...)[name = ...]``
+    (apple/coremltools ``converters/mil/backend/mil/load.py`` ``translate_constexpr``: attributes when the
+    op's definition is of opset iOS17 or older).
+    """
+
+    label: str  # the coremltools definition it follows, e.g. "ios16" (defs/iOS16/constexpr_ops.py)
+    opsets: frozenset[str]  # the opsets in which coremltools writes the op this way
+    place: str  # "inputs" or "attributes"
+    params: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    def describe(self, op_type: str) -> str:
+        """The form as text: ``constexpr_cast()[source_val, output_dtype]`` (ios16, ios17)."""
+        names = ", ".join(p + "?" * (p in self.optional) for p in self.params)
+        body = f"()[{names}]" if self.place == "attributes" else f"({names})"
+        return f"{op_type}{body} ({', '.join(sorted(self.opsets))}: parameters as {self.place})"
+
+    def fits(self, place: str, given: Iterable[str]) -> bool:
+        names = set(given)
+        required = set(self.params) - set(self.optional)
+        return place == self.place and names <= set(self.params) and required <= names
+
+
 class OpDef:
     """Base class of every op. Subclasses are named exactly like the MIL op (a trailing ``_`` is
     dropped, for names such as ``round_``) and registered with ``@register_op``."""
@@ -214,6 +248,9 @@ class OpDef:
     inputs: ClassVar[dict[str, Input]] = {}
     # Inputs that must share one dtype (the ``T`` of the MIL spec), checked before ``infer``.
     same_dtype: ClassVar[tuple[str, ...]] = ()
+    # How the op is written, per opset, when that differs from "every parameter an input" (the
+    # constexpr ops: ``Form``). Empty: the parameters are always the inputs.
+    forms: ClassVar[tuple[Form, ...]] = ()
 
     def infer(self, a: InferArgs) -> T.Type | tuple[T.Type, ...]:
         raise NotImplementedError
@@ -291,6 +328,48 @@ class OpDef:
         """Run the numpy reference; always returns a tuple of outputs."""
         out = self.reference(RefArgs(self, values, out_types))
         return out if isinstance(out, tuple) else (out,)
+
+
+def op_arguments(opdef: OpDef, op: Op, opset: str | None = None) -> dict[str, Arg]:
+    """The parameters of ``op`` by name: its inputs, or, for an op written in a form that carries them as
+    attributes (``opdef.forms``), those attributes. ``opset`` is the function's opset (``op.version``
+    wins when the op names its own); in a known opset only the forms coremltools writes there are
+    accepted, in an unknown one (or None) any form of the op. MilTypeError naming the op, the opset, how
+    it was written and every form of the op when none fits."""
+    if not opdef.forms:
+        return op.inputs
+    known = {p for f in opdef.forms for p in f.params}
+    attrs = {k: v for k, v in op.attributes.items() if k in known}
+    if attrs and op.inputs:
+        place, given = "inputs and attributes", {**op.inputs, **attrs}
+    elif attrs:
+        place, given = "attributes", attrs
+    else:
+        place, given = "inputs", op.inputs
+    opset = op.version or opset
+    strict = opset in OPSETS
+    candidates = [f for f in opdef.forms if not strict or opset in f.opsets]
+    if any(f.fits(place, given) for f in candidates):
+        return given
+    written = f"{opdef.name}{'' if place == 'attributes' else '(' + ', '.join(op.inputs) + ')'}"
+    if attrs:
+        written += f"[{', '.join(attrs)}]"
+    if not candidates:
+        since = sorted({o for f in opdef.forms for o in f.opsets}, key=OPSETS.index)[0]
+        expect = f"{opdef.name} has no form in opset {opset} (coremltools defines it from {since} on)"
+    else:
+        expect = f"opset {opset or '(unknown)'} takes " + " or ".join(
+            f.describe(opdef.name) for f in candidates
+        )
+    others = [f for f in opdef.forms if f not in candidates]
+    if others:
+        expect += "; other opsets take " + " or ".join(f.describe(opdef.name) for f in others)
+    raise MilTypeError(
+        opdef.name,
+        f"written as {written} (parameters as {place}), which fits no form of the op: {expect}",
+        input_types=describe_types(given),
+        where=op.where(),
+    )
 
 
 def _is_blob(item: Arg) -> bool:

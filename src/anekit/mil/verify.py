@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from anekit.errors import MilError, MilTypeError, MilVerifyError
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
-from anekit.mil.registry import get_op
+from anekit.mil.registry import get_op, op_arguments
 from anekit.mil.values import Literal
 
 
@@ -128,7 +128,8 @@ class _FunctionChecker:
             if _opaque_in(v.type):
                 return  # already reported where it was defined
         try:
-            inferred = opdef.type_outputs(op.inputs, where)
+            args = op_arguments(opdef, op, self.fn.opset)
+            inferred = opdef.type_outputs(args, where)
         except MilTypeError as e:
             self.typing(op.line, e)
             return
@@ -139,7 +140,7 @@ class _FunctionChecker:
             err = MilTypeError(
                 op.op_type,
                 f"declared output type(s) {d} but the inputs give {i}",
-                input_types={k: str(_arg_type_text(a)) for k, a in op.inputs.items()},
+                input_types={k: str(_arg_type_text(a)) for k, a in args.items()},
                 where=where,
             )
             self.typing(op.line, err)

@@ -33,7 +33,7 @@ from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalF
 from anekit.fp16 import bf16_bits_to_f32, from_fp16_array, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
-from anekit.mil.registry import OpDef, get_op
+from anekit.mil.registry import OpDef, get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
@@ -184,7 +184,8 @@ class Plan:
             return
         args: list[tuple[str, Any]] = []
         all_const = True
-        for key, arg in op.inputs.items():
+        opdef = get_op(op.op_type)
+        for key, arg in op_arguments(opdef, op).items():  # inputs, or the attributes of an iOS16 form
             items = arg if isinstance(arg, tuple) else (arg,)
             slots = []
             for item in items:
@@ -200,7 +201,7 @@ class Plan:
         out_types = tuple(v.type for v in op.outputs)
         step = Step(
             op,
-            get_op(op.op_type),
+            opdef,
             tuple(args),
             tuple(self._slot(v) for v in op.outputs),
             out_types,

@@ -8,7 +8,7 @@ import numpy as np
 
 from anekit.mil import types as T
 from anekit.mil.ops._util import norm_axis
-from anekit.mil.registry import InferArgs, Input, OpDef, RefArgs, register_op
+from anekit.mil.registry import Form, InferArgs, Input, OpDef, RefArgs, register_op
 
 # cast: iOS15 allows fp16, fp32, int32, bool; iOS17 adds int8, uint8, int16, uint16 (for x and dtype).
 CAST_T = frozenset({"fp16", "fp32", "int8", "uint8", "int16", "uint16", "int32", "bool"})
@@ -22,6 +22,22 @@ LUT_T = frozenset({"int8", "uint8", "fp16", "fp32"})
 SHIFT_T = frozenset({"int4", "uint4", "int8", "uint8", "fp16", "fp32"})
 SPARSE_T = frozenset({"int4", "uint4", "int8", "uint8", "fp16", "fp32"})
 IOS16_PALETTES = (2, 4, 16, 64, 256)
+
+# Where each constexpr op keeps its parameters in each opset, as coremltools writes them: the ops of its
+# iOS16 definitions (defs/iOS16/constexpr_ops.py) carry them as attributes in iOS16 and iOS17 programs,
+# and so does constexpr_affine_dequantize in later ones (it was never redefined); the iOS18 definitions
+# (defs/iOS18/compression.py) take inputs. Source: apple/coremltools backend/mil/load.py
+# translate_constexpr (attributes when the definition's opset is iOS17 or older).
+_OLD = frozenset({"ios16", "ios17"})
+_NEW = frozenset({"ios18"})
+
+
+def _old_form(*params: str) -> Form:
+    return Form("ios16", _OLD, "attributes", params)
+
+
+def _new_form(*params: str, optional: tuple[str, ...] = ()) -> Form:
+    return Form("ios18", _NEW, "inputs", params, optional)
 
 
 # -- helpers -----------------------------------------------------------------------------------------
@@ -338,6 +354,7 @@ class constexpr_affine_dequantize(OpDef):
         "scale": Input(T.FLOATS, rank=(0, 1), const=True),
         "axis": Input(INT32, rank=0, const=True),
     }
+    forms = (Form("ios16", _OLD | _NEW, "attributes", ("quantized_data", "zero_point", "scale", "axis")),)
 
     def infer(self, a: InferArgs) -> T.Type:
         q = a.tensor("quantized_data")
@@ -358,6 +375,7 @@ class constexpr_cast(OpDef):
     """
 
     inputs = {"source_val": Input("fp16", const=True), "output_dtype": Input(STRING, rank=0, const=True)}
+    forms = (_old_form("source_val", "output_dtype"), _new_form("source_val", "output_dtype"))
 
     def infer(self, a: InferArgs) -> T.Type:
         if a.str("output_dtype") != "fp32":
@@ -386,6 +404,7 @@ class constexpr_blockwise_shift_scale(OpDef):
         "scale": Input(T.FLOATS, const=True),
         "offset": Input(SHIFT_T, const=True, optional=True),
     }
+    forms = (_new_form("data", "scale", "offset", optional=("offset",)),)
 
     def infer(self, a: InferArgs) -> T.Type:
         d = a.tensor("data")
@@ -424,6 +443,10 @@ class constexpr_lut_to_dense(OpDef):
         "shape": Input({"uint32", INT32}, rank=1, const=True, optional=True),
         "vector_axis": Input(INT32, rank=0, const=True, optional=True),
     }
+    forms = (
+        _old_form("indices", "lut", "shape"),
+        _new_form("indices", "lut", "vector_axis", optional=("vector_axis",)),
+    )
 
     def infer(self, a: InferArgs) -> T.Type:
         idx = a.tensor("indices")
@@ -481,6 +504,7 @@ class constexpr_sparse_to_dense(OpDef):
         "mask": Input({"uint1", "uint8"}, const=True),
         "shape": Input({"uint32", INT32}, rank=1, const=True, optional=True),
     }
+    forms = (_old_form("nonzero_data", "mask", "shape"), _new_form("nonzero_data", "mask"))
 
     def infer(self, a: InferArgs) -> T.Type:
         data = a.tensor("nonzero_data")
@@ -537,6 +561,9 @@ class constexpr_lut_to_sparse(OpDef):
         "lut": Input(LUT_T, const=True),
         "vector_axis": Input(INT32, rank=0, const=True, optional=True),
     }
+    forms = (
+        _new_form("indices_mask", "indices_nonzero_data", "lut", "vector_axis", optional=("vector_axis",)),
+    )
 
     def infer(self, a: InferArgs) -> tuple[T.Type, ...]:
         mask = a.tensor("indices_mask")
@@ -576,6 +603,7 @@ class constexpr_sparse_blockwise_shift_scale(OpDef):
         "scale": Input(T.FLOATS, const=True),
         "offset": Input(SHIFT_T, const=True, optional=True),
     }
+    forms = (_new_form("data_mask", "nonzero_data", "scale", "offset", optional=("offset",)),)
 
     def infer(self, a: InferArgs) -> tuple[T.Type, ...]:
         mask = a.tensor("data_mask")
