@@ -149,5 +149,5 @@ def test_corpus_neural_network_specs_are_refused_by_name(path):
 
 
 def test_a_compiled_mlmodelc_is_not_a_package():
-    with pytest.raises(CoreMLFormatError, match="Manifest.json"):
+    with pytest.raises(CoreMLFormatError, match=r"Manifest\.json"):
         load_mlpackage(corpus_path("mlmodelc", "add_model.mlmodelc"))
