@@ -148,7 +148,9 @@ def model_file(package: Path, entry: Entry) -> Path:
 def weight_file(model_dir: Path, package: Path, file_name: str, field: str) -> Path:
     """The file a BLOBFILE ``fileName`` (``@model_path/...``) names, inside the package."""
     if not file_name.startswith(MODEL_PATH):
-        raise CoreMLFormatError(field, f"weight file name must start with {MODEL_PATH}", actual=file_name)
+        raise CoreMLFormatError(
+            f"{field}.fileName", f"weight file name must start with {MODEL_PATH}", actual=file_name
+        )
     rel_model = model_dir.relative_to(package).as_posix()
     path = inside(package, f"{rel_model}/{file_name[len(MODEL_PATH) :]}", f"{field}.fileName")
     if not path.is_file():
