@@ -224,7 +224,7 @@ def test_a_missing_weight_source_names_the_const(tmp_path):
     x = f.input("x", tensor("fp16", [1, 32, 1, 16]))
     w = f.weight(tensor("fp16", [64, 32, 1, 1]), "@model_path/weights/w.bin", 64, name="w")
     f.output(f.conv(x=x, weight=w))
-    with pytest.raises(CoreMLFormatError, match="op 'w'.*w.bin"):
+    with pytest.raises(CoreMLFormatError, match=r"op 'w'.*w\.bin"):
         save_mlpackage(b.build(), tmp_path / "w.mlpackage")
     assert list(tmp_path.iterdir()) == []
 

@@ -99,11 +99,14 @@ def _read_spec(path: Path) -> Any:
     p = proto()
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_SPEC_BYTES + 1)
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_SPEC_BYTES:
+                raise CoreMLFormatError(
+                    path.name, "model spec larger than protobuf's 2 GB limit", actual=size
+                )
+            raw = f.read(size)
     except OSError as e:
         raise CoreMLFormatError(path.name, f"cannot read {path}: {e}") from None
-    if len(raw) > MAX_SPEC_BYTES:
-        raise CoreMLFormatError(path.name, "model spec larger than protobuf's 2 GB limit")
     model = p.Model.Model()
     try:
         model.ParseFromString(raw)
@@ -116,6 +119,13 @@ def load_mlpackage(path: str | os.PathLike[str]) -> MLPackage:
     """Read a .mlpackage directory (or a bare .mlmodel spec) into an ``MLPackage``."""
     proto()
     path = Path(path)
+    try:
+        return _load(path)
+    except OSError as e:  # a path the file system refuses (too long, a loop, permissions)
+        raise CoreMLFormatError(str(path), f"cannot read the package: {e}") from None
+
+
+def _load(path: Path) -> MLPackage:
     package: Path | None
     if path.is_dir():
         package = path
