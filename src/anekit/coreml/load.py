@@ -61,7 +61,9 @@ class _Blobs:
     def __call__(self, file_name: str, offset: int, t: T.TensorType, where: str) -> Literal:
         if self.package is None:
             raise CoreMLFormatError(where, "a bare .mlmodel spec has no weight files", actual=file_name)
-        path = weight_file(self.model_dir, self.package, file_name, where)
+        path = self.files.get(file_name)  # resolved (and checked) once per weight file
+        if path is None:
+            path = weight_file(self.model_dir, self.package, file_name, where)
         blob = self.open.get(path)
         if blob is None:
             try:
