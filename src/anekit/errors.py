@@ -126,6 +126,21 @@ class BlobFormatError(FormatError):
         super().__init__("milblob", field, message, offset=offset, expected=expected, actual=actual)
 
 
+class CoreMLFormatError(FormatError):
+    """A CoreML package (.mlpackage) or model spec (.mlmodel) that anekit cannot read or write: names the
+    file, the field (a protobuf field path, a Manifest key) or the op."""
+
+    def __init__(
+        self, field: str, message: str, *, offset: int | None = None, expected: Any = None, actual: Any = None
+    ) -> None:
+        self.reason = message
+        super().__init__("mlpackage", field, message, offset=offset, expected=expected, actual=actual)
+
+
+class CoreMLUnavailable(AnekitError, ImportError):
+    """The CoreML entry points need coremltools' protobuf classes: the ``coreml`` extra is not installed."""
+
+
 class AneRuntimeError(AnekitError):
     """Base of the runtime errors; they follow a kernel's lifecycle (create, compile, load, run, unload).
 

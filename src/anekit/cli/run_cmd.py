@@ -1,4 +1,5 @@
-"""``anekit run PROGRAM.mil --weights DIR_OR_FILE --input NAME=FILE.npy ... --output OUT.npz``."""
+"""``anekit run PROGRAM.mil --weights DIR_OR_FILE --input NAME=FILE.npy ... --output OUT.npz``; a CoreML
+package (``MODEL.mlpackage``) runs the same way, its weights taken from the package."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ MODEL_PATH = "@model_path/"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="compile a MIL program and run it on numpy inputs")
-    p.add_argument("program", type=Path, metavar="PROGRAM.mil")
+    p.add_argument("program", type=Path, metavar="PROGRAM.mil|MODEL.mlpackage")
     p.add_argument(
         "--weights",
         type=Path,
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="simulator: run even what the engine would refuse (default: refuse it, naming the rule)",
     )
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is printed)")
-    p.add_argument("--function", default="main")
+    p.add_argument("--function", help="the function to run (default: main, or the package's default)")
     p.set_defaults(run=run)
 
 
@@ -98,18 +99,31 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
     return given
 
 
-def run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str]:
+    """The program, its weight files and the function to run, from MIL text or a CoreML package."""
+    if args.program.suffix in (".mlpackage", ".mlmodel"):
+        from anekit.coreml import load_mlpackage
+
+        if args.weights is not None:
+            raise AnekitError("[run] a CoreML package carries its own weights: drop --weights")
+        pkg = load_mlpackage(args.program)
+        return pkg.program, dict(pkg.weights), args.function or pkg.default_function
     try:
         text = args.program.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise AnekitError(f"[run] cannot read {args.program}: {e}") from e
     prog = mil.parse(text, str(args.program))
+    return prog, weight_map(args.weights, prog), args.function or "main"
+
+
+def run(args: argparse.Namespace) -> int:
+    prog, weights, function = _load(args)
     options: dict[str, object] = {}
     if (args.backend or "sim") == "sim":
         options = {"precision": args.precision, **({"strict": False} if args.no_strict else {})}
     backend = runtime.open(args.backend, **options)
     t0 = time.perf_counter()
-    kernel = backend.compile(prog, weight_map(args.weights, prog), function=args.function)
+    kernel = backend.compile(prog, weights, function=function)
     compile_ms = 1e3 * (time.perf_counter() - t0)
     fn = next(f for f in prog.functions.values() if f.name == kernel.name)
     feeds = _inputs(args, fn)

@@ -20,6 +20,14 @@ float64 arrays take the dtype of the op's first float tensor input (fp32 when th
 ``mul(x=fp16_tensor, y=0.5)`` makes an fp16 constant; float32 / float16 arrays keep their dtype;
 Python ints and int64 arrays become int32. Pass a Literal (or ``f.const(value, dtype=...)``) to
 choose a dtype explicitly.
+
+With ``Builder(blob_storage=True, blob_threshold=4096)`` the builder tracks large constants as weights
+while the program is built (the "builder option" of the CoreML weight-blob spec): every const whose data
+takes at least ``blob_threshold`` bytes is appended to one in-memory MILBlob file as it is created, and
+the const refers to it as ``BLOBFILE(@model_path/weights/weight.bin, offset)``; smaller ones stay inline.
+``b.weights`` is then ``{"@model_path/weights/weight.bin": bytes}`` — what a backend's ``compile`` and
+``anekit.coreml.save_mlpackage(..., weights=b.weights, blob_threshold=None)`` take. The program holds
+no second copy of the data.
 """
 
 from __future__ import annotations
@@ -53,11 +61,55 @@ def _check_name(name: str) -> str:
     return name
 
 
+BLOB_WEIGHT_PATH = "@model_path/weights/weight.bin"
+# Dtypes the weight file takes: every MILBlob dtype from iOS18, only these four before (coremltools
+# converters/mil/backend/mil/load.py should_use_weight_file).
+_BLOB_DTYPES = frozenset(
+    {"fp16", "fp32", "uint8", "int8", "bf16", "int16", "uint16", "int32", "uint32"}
+    | {"int4", "uint1", "uint2", "uint3", "uint4", "uint6"}
+)
+_PRE_IOS18_BLOB_DTYPES = frozenset({"fp16", "fp32", "uint8", "int8"})
+
+
+class _WeightTracker:
+    """The constants a builder keeps as weights: one MILBlob file, in memory, appended as consts come."""
+
+    def __init__(self, threshold: int) -> None:
+        import io
+
+        from anekit.blob import _BlobStream  # the blob layer writes the file; imported only when asked for
+
+        self.threshold = threshold
+        self._buf = io.BytesIO()
+        self._stream = _BlobStream(self._buf)
+
+    def track(self, lit: Literal, opset: str) -> Literal:
+        t = lit.type
+        if not isinstance(t, T.TensorType) or not t.is_static or not hasattr(lit.value, "dtype"):
+            return lit
+        allowed = _PRE_IOS18_BLOB_DTYPES if opset in ("ios15", "ios16", "ios17") else _BLOB_DTYPES
+        nbytes = -(-(t.numel or 0) * t.dtype.bits // 8)
+        if t.dtype.name not in allowed or nbytes < self.threshold:
+            return lit
+        value = lit.value
+        if t.dtype.name == "bf16":  # held as float32 values already rounded to bf16: store their bits
+            from anekit.fp16 import f32_to_bf16_bits
+
+            value = f32_to_bf16_bits(value)
+        offset = self._stream.append(value, t.dtype.name)
+        return blob_literal(t, BLOB_WEIGHT_PATH, offset)
+
+    def weights(self) -> dict[str, bytes]:
+        self._stream._finish()
+        return {BLOB_WEIGHT_PATH: self._buf.getvalue()} if self._stream.count else {}
+
+
 class FunctionBuilder:
     """Builds one function; every registered op is a method: ``f.conv(x=..., weight=...)``."""
 
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, tracker: _WeightTracker | None = None) -> None:
         self.fn = fn
+        self._tracker = tracker
         self._names: set[str] = {v.name for v in fn.inputs}
         self._counters: dict[str, int] = {}
 
@@ -97,6 +149,8 @@ class FunctionBuilder:
             lit = tensor_literal(dtype, value)
         else:
             lit = from_python(value)
+        if self._tracker is not None:
+            lit = self._tracker.track(lit, self.fn.opset)
         out = Var(self._claim(name, "const"), lit.type)
         attrs = {"name": string_literal(out.name), "val": lit}
         self.fn.block.ops.append(Op("const", {}, [out], attrs))
@@ -187,12 +241,28 @@ class FunctionBuilder:
 
 
 class Builder:
-    """Builds a Program of one or more functions."""
+    """Builds a Program of one or more functions (``blob_storage``: keep large consts as weights)."""
 
-    def __init__(self, version: str = DEFAULT_PROGRAM_VERSION, build: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        version: str = DEFAULT_PROGRAM_VERSION,
+        build: dict[str, str] | None = None,
+        *,
+        blob_storage: bool = False,
+        blob_threshold: int = 1024,
+    ) -> None:
         info = DEFAULT_BUILD_INFO if build is None else build
         attrs = {"buildInfo": build_info(info)} if info else {}
         self.prog = Program(version=version, attributes=attrs)
+        if blob_threshold < 0:
+            raise ValueError(f"blob_threshold must be >= 0, got {blob_threshold}")
+        self.blob_threshold = blob_threshold
+        self._tracker = _WeightTracker(blob_threshold) if blob_storage else None
+
+    @property
+    def weights(self) -> dict[str, bytes]:
+        """The weight file of the tracked consts (``{}`` without ``blob_storage`` or when none was large)."""
+        return self._tracker.weights() if self._tracker is not None else {}
 
     def function(self, name: str = "main", opset: str = DEFAULT_OPSET) -> FunctionBuilder:
         _check_name(name)
@@ -200,7 +270,7 @@ class Builder:
             raise MilVerifyError([f"function '{name}' is already defined"])
         fn = Function(name, [], Block(), opset=opset)
         self.prog.add_function(fn)
-        return FunctionBuilder(fn)
+        return FunctionBuilder(fn, self._tracker)
 
     def build(self) -> Program:
         for fn in self.prog.functions.values():

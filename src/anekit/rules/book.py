@@ -447,6 +447,7 @@ _RULES: tuple[Rule, ...] = (
         "warn",
         "seed law",
         f"{LAWS} law 4 (validated ceiling 223 MB)",
+        checked_by="anekit.rules.checks.check_package (anekit lint MODEL.mlpackage)",
     ),
     Rule(
         "package.layers-per-shard",

@@ -32,6 +32,7 @@ MIN_ROW_BYTES = 64  # surface.min-row-bytes
 SPATIAL_MULTIPLE = 16  # surface.spatial-multiple-16
 MIN_SURFACE_BYTES = 49152  # surface.min-bytes
 MAX_SURFACE_BYTES = 16 * 1024 * 1024  # surface.max-bytes
+SHARD_WEIGHT_BYTES = 250 * 10**6  # package.shard-size: law 4's ~250 MB ceiling (validated: 223 MB)
 # Files of an in-memory model's directory that are not weights (weights.reserved-name): the MIL text
 # every public project writes there, and the compiler's own net.plist and data.
 RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data"})
@@ -529,6 +530,16 @@ def check_surface_plan(
     return [f for f in found if f.rule.applies_to(chip)]
 
 
+def check_package(weight_bytes: int, where: str, chip: str = "any") -> list[Finding]:
+    """Package-scope rules: ``package.shard-size`` (weights over ~250 MB do not compile for the engine)."""
+    check_chip(chip)
+    r = rule("package.shard-size")
+    if weight_bytes <= SHARD_WEIGHT_BYTES or not r.applies_to(chip):
+        return []
+    mb = weight_bytes / 1e6
+    return [Finding(r, where, f"{mb:.0f} MB of weights (> {SHARD_WEIGHT_BYTES // 10**6} MB): shard it")]
+
+
 def check_weight_names(names: Iterable[str]) -> list[Finding]:
     """Weight files whose names collide with files the framework writes (``weights.reserved-name``)."""
     r = rule("weights.reserved-name")
@@ -568,3 +579,8 @@ def iter_rules_checked() -> Iterator[str]:
         "weights.one-blob-per-file-m1",
         "dialect.m1-m2",
     )
+
+
+def iter_package_rules_checked() -> Iterator[str]:
+    """Rule ids that ``check_package`` can report."""
+    yield "package.shard-size"

@@ -1,6 +1,7 @@
 """Lint targets: find the programs in files and directories and run the rule book's checks on each.
 
 A target is a ``.mil`` file (its BLOBFILE weights resolved next to it, as ``@model_path`` is), a
+CoreML package (``.mlpackage``: the program inside, its weights, and the package-scope rules), a
 directory (every ``model.mil`` below it: a kernel dump, a compiled model's folder), or a Python file
 whose module-level ``Program`` objects (and objects with a ``program`` attribute, e.g. a generated
 ``KernelSpec``) are linted after running it. Parse and verify problems are reported as findings of
@@ -18,7 +19,7 @@ from anekit.errors import AnekitError
 from anekit.mil import parse, verify
 from anekit.mil.ir import Program
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules.checks import Finding, check_program
+from anekit.rules.checks import Finding, WeightFiles, check_package, check_program
 
 MODEL_PATH = "@model_path/"
 
@@ -55,10 +56,16 @@ class LintResult:
 
 
 def lint_program(
-    program: Program, target: str, chip: str = "any", weights_dir: Path | None = None
+    program: Program,
+    target: str,
+    chip: str = "any",
+    weights_dir: Path | None = None,
+    weights: WeightFiles | None = None,
 ) -> LintResult:
-    """Check one program; BLOBFILE paths resolve against ``weights_dir`` (the ``@model_path`` folder)."""
-    weights = _weight_files(program, weights_dir) if weights_dir is not None else None
+    """Check one program; BLOBFILE paths resolve through ``weights`` or against ``weights_dir`` (the
+    ``@model_path`` folder)."""
+    if weights is None and weights_dir is not None:
+        weights = _weight_files(program, weights_dir)
     return LintResult(target, check_program(program, chip, weights))
 
 
@@ -70,14 +77,14 @@ def lint_paths(paths: list[Path], chip: str = "any") -> list[LintResult]:
             raise AnekitError(f"[lint] {path}: no such file or directory")
         if path.is_dir():
             if path.suffix == ".mlpackage":
-                raise AnekitError(
-                    f"[lint] {path}: CoreML packages are not linted yet (anekit cannot read .mlpackage "
-                    "programs until the CoreML package support lands); lint the .mil it was made from"
-                )
+                results.append(_lint_package(path, chip))
+                continue
             found = sorted(path.rglob("*.mil"))
             if not found:
                 raise AnekitError(f"[lint] {path}: no .mil file below this directory")
             results.extend(_lint_mil(p, chip) for p in found)
+        elif path.suffix == ".mlmodel":
+            results.append(_lint_package(path, chip))
         elif path.suffix == ".py":
             results.extend(_lint_python(path, chip))
         else:
@@ -95,6 +102,19 @@ def _lint_mil(path: Path, chip: str) -> LintResult:
     except AnekitError as e:
         return LintResult(str(path), problem=str(e).splitlines()[0])
     return lint_program(program, str(path), chip, path.parent)
+
+
+def _lint_package(path: Path, chip: str) -> LintResult:
+    """The program inside a CoreML package, then the package-scope rules (its weight size)."""
+    from anekit.coreml import load_mlpackage
+
+    try:
+        pkg = load_mlpackage(path)
+    except AnekitError as e:
+        return LintResult(str(path), problem=str(e).splitlines()[0])
+    result = lint_program(pkg.program, str(path), chip, weights=pkg.weights)
+    result.findings.extend(check_package(pkg.weight_bytes, str(path), chip))
+    return result
 
 
 def _lint_python(path: Path, chip: str) -> list[LintResult]:

@@ -1,0 +1,26 @@
+"""CoreML packages: any verified Program as an ML Program .mlpackage, and packages back into Programs.
+
+    save_mlpackage(program, "model.mlpackage")          # consts >= 1024 bytes go to weights/weight.bin
+    pkg = load_mlpackage("model.mlpackage")              # .program, .weights, .default_function, ...
+    runtime.open("sim").compile(pkg.program, pkg.weights, function=pkg.default_function)
+
+The protobuf classes come from coremltools (``pip install anekit[coreml]``); without it every entry
+point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
+``values`` (types and literals), ``spec`` (Program <-> Model), ``manifest`` (layout and safe paths),
+``save`` and ``load``.
+"""
+
+from anekit.coreml.load import MLPackage, load_mlpackage
+from anekit.coreml.manifest import WEIGHT_PATH
+from anekit.coreml.save import DEFAULT_BLOB_THRESHOLD, save_mlpackage
+from anekit.errors import CoreMLFormatError, CoreMLUnavailable
+
+__all__ = [
+    "DEFAULT_BLOB_THRESHOLD",
+    "WEIGHT_PATH",
+    "CoreMLFormatError",
+    "CoreMLUnavailable",
+    "MLPackage",
+    "load_mlpackage",
+    "save_mlpackage",
+]
