@@ -63,23 +63,28 @@ def _store_fn(dt: T.DType, precision: str) -> Store:
 
 
 SMALL = 2048  # below this many elements numpy's own casts cost less than the fast path's fixed calls
+# Memory layout of stored fp16 values, kept as it has always been because it decides how numpy's matmul
+# accumulates (BLAS or its own loop): C-contiguous from this many elements on, the op result's own
+# element order below it.
+C_LAYOUT_FROM = 4096
 
 
 def _store_fp16(v: Any) -> np.ndarray:
     """Round to fp16 values held in float32 (round to nearest even, overflow to inf)."""
     if isinstance(v, np.ndarray) and v.dtype == np.float16:  # already fp16 values: widening is exact
-        return v.astype(np.float32)
+        return v.astype(np.float32) if v.size < C_LAYOUT_FROM else v.astype(np.float32, order="C")
     a = np.asarray(v, dtype=np.float32)
     if a.size < SMALL:  # same values as round_to_fp16 (NaN stays NaN), less fixed cost
         return a.astype(np.float16).astype(np.float32)
-    return round_to_fp16(a)
+    out = np.empty(a.shape, np.float32) if a.size >= C_LAYOUT_FROM else np.empty_like(a)
+    return round_to_fp16(a, out=out)
 
 
 def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
     """``_store_fp16`` of an op's result, rounding in place when the result is a fresh float32 array.
 
     In place only when nothing else can see the array: it owns its data and is none of the op's inputs
-    (a reference may hand an input back). Same values as ``_store_fp16``.
+    (a reference may hand an input back). Same values and layout as ``_store_fp16``.
     """
     if (
         type(v) is np.ndarray
@@ -87,12 +92,18 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
         and v.size >= SMALL
         and v.flags.owndata
         and v.flags.writeable
+        and (v.size < C_LAYOUT_FROM or v.flags.c_contiguous)
         and not any(v is x for x in inputs)
     ):
         if _round_fp16_fast(v, v) is not None:
             return v
         return round_to_fp16(v, out=v)
     return _store_fp16(v)
+
+
+def _moved(v: np.ndarray) -> np.ndarray:
+    """A moved value as the store would have laid it out (its values are already rounded)."""
+    return np.ascontiguousarray(v) if v.size >= C_LAYOUT_FROM else v
 
 
 # Ops whose outputs are input values moved around, never computed: with every float input already held in
@@ -216,6 +227,7 @@ class Plan:
             files.close()
         self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
         self.n_slots = len(self.slot_of)
+        self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
 
     def _slot(self, v: Var) -> int:
         slot = len(self.slot_of)
@@ -268,9 +280,11 @@ class Plan:
             self.steps.append(step)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        env: list[Any] = [None] * self.n_slots
-        for slot, value in self.constants.items():
-            env[slot] = value
+        if self._template is None or len(self._template) != self.n_slots:
+            self._template = [None] * self.n_slots
+            for slot, value in self.constants.items():
+                self._template[slot] = value
+        env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for slot, store, value in zip(self.input_slots, self.input_stores, inputs):
             env[slot] = store(value)
         with np.errstate(all="ignore"):
@@ -302,7 +316,7 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
     if len(outs) != len(step.stores):
         raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) returned {len(outs)} outputs")
     if step.moves_only and all(type(o) is np.ndarray and o.dtype == np.float32 for o in outs):
-        return list(outs)
+        return [_moved(o) for o in outs]
     if step.fp16_out:
         inputs = tuple(values.values())
         return [_store_fp16_result(o, inputs) for o in outs]
