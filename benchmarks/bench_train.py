@@ -46,7 +46,8 @@ def main() -> None:
         total = sum(timer.seconds.values())
         shares = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(timer.seconds.items()))
         print(
-            f"{name:>12} ({args.weights}): {ms:8.1f} ms/step, {cfg.seq_len / ms * 1e3:8.0f} tokens/s ({shares}); "
+            f"{name:>12} ({args.weights}): {ms:8.1f} ms/step, {cfg.seq_len / ms * 1e3:8.0f} tokens/s "
+            f"({shares}); "
             f"compile {1e3 * compile_timer.seconds['compile']:.0f} ms (baked: once per batch; dynamic: once)"
         )
 
