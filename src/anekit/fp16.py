@@ -307,8 +307,7 @@ def _round_fp16_fast(x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None
     does; x + C - C is then exact. Below 2**-14, C = 0.75 gives the fixed subnormal step 2**-24. A result
     of zero comes back as +0, so the sign of x is put back with an OR (negative results already carry
     it). No operation yields or reads a float32 subnormal except x itself, so flush-to-zero modes cannot
-    change the result. ``out`` may be
-    ``x`` (in place) or None; it must not overlap ``x`` otherwise.
+    change the result. ``out`` may be ``x`` (in place) or None; it must not overlap ``x`` otherwise.
     """
     if x.ndim == 0 or x.size == 0:  # numpy hands back scalars for 0-d operands: not worth a special case
         return None
