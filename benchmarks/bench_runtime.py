@@ -39,7 +39,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args()
-    backend = runtime.open("sim", compile_budget=10**9)
+    # Not strict: the tiny [1, 4, 1, 4] kernel breaks the engine's surface rules, on purpose (pure overhead).
+    backend = runtime.open("sim", compile_budget=10**9, strict=False)
 
     @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, 4])})
     def tiny(f, x):
@@ -55,8 +56,7 @@ def main() -> None:
     spec = forward.sdpa_fwd(cfg, catalog.random_weights(cfg))
     prog, files = spec.program, spec.weight_files()
     text = mil.to_text(prog)
-    blob = files[spec.weights.path]
-    mb = len(blob) / 1e6
+    mb = sum(len(b) for b in files.values()) / 1e6
     print(f"SDPA program: {prog.op_count()} ops, {len(text)} characters, {mb:.1f} MB of fp16 weights")
     _report(
         "compile SDPA 768x256 (Program)", _times(lambda: backend.compile(prog, files), args.repeat), 1e3, "ms"

@@ -288,6 +288,48 @@ def _round_fp16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
     np.bitwise_or(r, a, out=dst)
 
 
+# The one-pass-per-step path of round_to_fp16 (see _round_fp16_fast): x + C - C with C = 1.5 * 2**(e + 13)
+# for x in binade 2**e, so that x + C falls in a binade whose float32 ulp is the half's ulp at 2**e.
+_F32_EXP = _U32(0x7F800000)
+_MAGIC_OFFSET = _U32((13 << 23) | 0x00400000)  # exponent + 13, mantissa 0.5: times 1.5 * 2**13
+# Binades below 2**-14 (subnormal halves, zero) share C = 0.75: ulp 2**-24 in [0.5, 1), the subnormal step.
+_MAGIC_MIN = _U32(0x38800000 + ((13 << 23) | 0x00400000))
+# |x| >= 65520 rounds past 65504 (65520 itself is a tie that goes to the even 65536, i.e. inf).
+_FP16_ROUND_LIMIT = np.float32(65520.0)
+
+
+def _round_fp16_fast(x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+    """Round float32 ``x`` to binary16 precision in float32 arithmetic, or None if ``x`` holds NaN, inf or a
+    magnitude of 65520 or more (the caller then takes the blocked bit path, which handles those).
+
+    For x in the binade [2**e, 2**(e+1)), e >= -14, add C = 1.5 * 2**(e + 13): x + C lies in
+    [2**(e+13), 2**(e+14)), where the float32 ulp is 2**(e - 10), the half's ulp at 2**e, and C is an
+    even multiple of it, so the float32 addition (round to nearest even) rounds x exactly as binary16
+    does; x + C - C is then exact. Below 2**-14, C = 0.75 gives the fixed subnormal step 2**-24. A result
+    of zero comes back as +0, so the sign of x is put back with an OR (negative results already carry
+    it). No operation yields or reads a float32 subnormal except x itself, so flush-to-zero modes cannot
+    change the result. ``out`` may be ``x`` (in place) or None; it must not overlap ``x`` otherwise.
+    """
+    if x.ndim == 0 or x.size == 0:  # numpy hands back scalars for 0-d operands: not worth a special case
+        return None
+    lo, hi = np.minimum.reduce(x, axis=None), np.maximum.reduce(x, axis=None)
+    if not (lo > -_FP16_ROUND_LIMIT and hi < _FP16_ROUND_LIMIT):  # also False for NaN
+        return None
+    u = x.view(_U32)
+    c = np.bitwise_and(u, _F32_EXP)
+    sign = np.bitwise_and(u, _F32_SIGN) if out is x else None  # in place: keep the sign before overwriting
+    np.add(c, _MAGIC_OFFSET, out=c)
+    np.maximum(c, _MAGIC_MIN, out=c)
+    cf = c.view(np.float32)
+    r = np.add(x, cf, out=np.empty(x.shape, dtype=np.float32) if out is None else out)
+    np.subtract(r, cf, out=r)
+    if sign is None:
+        sign = np.bitwise_and(u, _F32_SIGN, out=c)
+    rb = r.view(_U32)
+    np.bitwise_or(rb, sign, out=rb)
+    return r
+
+
 def _decode_f16_table() -> np.ndarray:
     """The float32 pattern (uint32) of each of the 65,536 binary16 patterns, read-only."""
     h = np.arange(1 << 16, dtype=np.uint32)
@@ -456,7 +498,15 @@ def round_to_fp16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray
     must be a writeable float32 array of the input's shape; it receives the result and is returned. It may be
     the input itself, for rounding in place.
     """
-    return _round(_round_fp16_kernel, x, out)
+    xf = _as_f32(x)
+    if out is not None:
+        _check_out(out, xf.shape)
+        if out is not xf and np.may_share_memory(xf, out):
+            return _round(_round_fp16_kernel, xf, out)  # partial overlap: the blocked path copies first
+    fast = _round_fp16_fast(xf, out)
+    if fast is not None:
+        return fast
+    return _round(_round_fp16_kernel, xf, out)
 
 
 def round_to_bf16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray:

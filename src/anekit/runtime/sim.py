@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
-from anekit.fp16 import bf16_bits_to_f32, from_fp16_array, round_to_bf16, round_to_fp16
+from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
-from anekit.mil.registry import OpDef, get_op, op_arguments
+from anekit.mil.registry import OpDef, RefArgs, get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
@@ -62,17 +62,76 @@ def _store_fn(dt: T.DType, precision: str) -> Store:
     return lambda v: np.asarray(v).astype(storage)
 
 
-SMALL = 4096  # below this many elements numpy's own cast is faster than the blocked bit path
+SMALL = 2048  # below this many elements numpy's own casts cost less than the fast path's fixed calls
+# Memory layout of stored fp16 values, kept as it has always been because it decides how numpy's matmul
+# accumulates (BLAS or its own loop): C-contiguous from this many elements on, the op result's own
+# element order below it.
+C_LAYOUT_FROM = 4096
 
 
 def _store_fp16(v: Any) -> np.ndarray:
     """Round to fp16 values held in float32 (round to nearest even, overflow to inf)."""
     if isinstance(v, np.ndarray) and v.dtype == np.float16:  # already fp16 values: widening is exact
-        return from_fp16_array(v) if v.size >= SMALL else v.astype(np.float32)
+        return v.astype(np.float32) if v.size < C_LAYOUT_FROM else v.astype(np.float32, order="C")
     a = np.asarray(v, dtype=np.float32)
     if a.size < SMALL:  # same values as round_to_fp16 (NaN stays NaN), less fixed cost
         return a.astype(np.float16).astype(np.float32)
-    return round_to_fp16(a)
+    out = np.empty(a.shape, np.float32) if a.size >= C_LAYOUT_FROM else np.empty_like(a)
+    return round_to_fp16(a, out=out)
+
+
+def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
+    """``_store_fp16`` of an op's result, rounding in place when the result is a fresh float32 array.
+
+    In place only when nothing else can see the array: it owns its data and is none of the op's inputs
+    (a reference may hand an input back). Same values and layout as ``_store_fp16``.
+    """
+    if (
+        type(v) is np.ndarray
+        and v.dtype == np.float32
+        and v.size >= SMALL
+        and v.flags.owndata
+        and v.flags.writeable
+        and (v.size < C_LAYOUT_FROM or v.flags.c_contiguous)
+        and not any(v is x for x in inputs)
+    ):
+        if _round_fp16_fast(v, v) is not None:
+            return v
+        return round_to_fp16(v, out=v)
+    return _store_fp16(v)
+
+
+def _moved(v: np.ndarray) -> np.ndarray:
+    """A moved value as the store would have laid it out (its values are already rounded)."""
+    return np.ascontiguousarray(v) if v.size >= C_LAYOUT_FROM else v
+
+
+# Ops whose outputs are input values moved around, never computed: with every float input already held in
+# the output's dtype they need no rounding (it would give back the same bits).
+VALUE_MOVING_OPS = frozenset(
+    {
+        "reshape", "transpose", "expand_dims", "squeeze", "flatten2d", "concat", "split", "stack",
+        "slice_by_size", "slice_by_index", "tile", "reverse", "identity", "depth_to_space",
+        "space_to_depth", "pixel_shuffle",
+    }
+)  # fmt: skip
+
+
+def _moves_values_only(op: Op, out_types: tuple[T.Type, ...]) -> bool:
+    """True if ``op`` only moves values and every float tensor in and out has one dtype."""
+    if op.op_type not in VALUE_MOVING_OPS:
+        return False
+    dtypes = set()
+    for arg in op.inputs.values():
+        for item in arg if isinstance(arg, tuple) else (arg,):
+            t = item.type
+            if isinstance(t, (T.TensorType, T.TensorBufferType)) and t.dtype.kind == "float":
+                dtypes.add(t.dtype.name)
+    for t in out_types:
+        if not isinstance(t, T.TensorType) or t.dtype.kind != "float":
+            return False
+        dtypes.add(t.dtype.name)
+    return len(dtypes) == 1
 
 
 def _store_for(t: T.Type, precision: str) -> Store:
@@ -91,6 +150,10 @@ class Step:
     out_slots: tuple[int, ...]
     out_types: tuple[T.Type, ...]
     stores: tuple[Store, ...]
+    # True when the outputs are input values moved around (VALUE_MOVING_OPS): stored as they come.
+    moves_only: bool = False
+    # True when every output is fp16 in "ane" precision: rounded in place where the result is fresh.
+    fp16_out: bool = False
 
 
 class _WeightFiles:
@@ -164,6 +227,7 @@ class Plan:
             files.close()
         self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
         self.n_slots = len(self.slot_of)
+        self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
 
     def _slot(self, v: Var) -> int:
         slot = len(self.slot_of)
@@ -199,13 +263,16 @@ class Plan:
                 all_const = all_const and slot in self.constants
             args.append((key, tuple(slots) if isinstance(arg, tuple) else slots[0]))
         out_types = tuple(v.type for v in op.outputs)
+        stores = tuple(_store_for(t, self.precision) for t in out_types)
         step = Step(
             op,
             opdef,
             tuple(args),
             tuple(self._slot(v) for v in op.outputs),
             out_types,
-            tuple(_store_for(t, self.precision) for t in out_types),
+            stores,
+            moves_only=_moves_values_only(op, out_types),
+            fp16_out=all(st is _store_fp16 for st in stores),
         )
         if all_const:  # fold: computed once here, exactly as a run would compute it
             for slot, value in zip(step.out_slots, run_step(step, self.constants)):
@@ -214,9 +281,11 @@ class Plan:
             self.steps.append(step)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        env: list[Any] = [None] * self.n_slots
-        for slot, value in self.constants.items():
-            env[slot] = value
+        if self._template is None or len(self._template) != self.n_slots:
+            self._template = [None] * self.n_slots
+            for slot, value in self.constants.items():
+                self._template[slot] = value
+        env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for slot, store, value in zip(self.input_slots, self.input_stores, inputs):
             env[slot] = store(value)
         with np.errstate(all="ignore"):
@@ -227,18 +296,31 @@ class Plan:
 
 
 def run_step(step: Step, env: Any) -> list[np.ndarray]:
-    """Run one op's reference on its input slots and store each output in its declared dtype."""
+    """Run one op's reference on its input slots and store each output in its declared dtype.
+
+    Outputs that only move input values (``Step.moves_only``) are already in their dtype and are kept as
+    they come; fresh fp16 results are rounded in place. Either way the stored values are those of
+    ``store(output)``.
+    """
     values = {
         key: tuple(env[s] for s in slot) if isinstance(slot, tuple) else env[slot] for key, slot in step.args
     }
+    opdef = step.opdef
     try:
-        outs = step.opdef.run(values, step.out_types)
+        outs = opdef.reference(RefArgs(opdef, values, step.out_types))
     except AnekitError:
         raise
     except Exception as e:  # the one boundary where a reference's failure becomes an anekit error
         raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}") from e
+    if not isinstance(outs, tuple):
+        outs = (outs,)
     if len(outs) != len(step.stores):
         raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) returned {len(outs)} outputs")
+    if step.moves_only and all(type(o) is np.ndarray and o.dtype == np.float32 for o in outs):
+        return [_moved(o) for o in outs]
+    if step.fp16_out:
+        inputs = tuple(values.values())
+        return [_store_fp16_result(o, inputs) for o in outs]
     return [store(o) for store, o in zip(step.stores, outs)]
 
 
@@ -258,9 +340,9 @@ class SimKernel(Kernel):
 
     def _run(self) -> None:
         ins = []
-        for s in self.inputs:
+        for s in self.inputs:  # the plan's input stores convert (fp16 -> float32), so no copy here
             with s.view() as buf:
-                ins.append(buf.copy())
+                ins.append(buf if buf.dtype != np.float32 else buf.copy())
         outs = self.plan.run(ins)
         for surface, value in zip(self.outputs, outs):
             with surface.view() as buf, np.errstate(over="ignore"):
