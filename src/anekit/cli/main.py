@@ -17,6 +17,7 @@ from anekit import __version__
 from anekit.cli import (
     demo,
     doctor_cmd,
+    export_cmd,
     inspect_cmd,
     kernels_cmd,
     lint_cmd,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cmd.add_parser(sub)
     kernels_cmd.add_parser(sub)
     lint_cmd.add_parser(sub)
+    export_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)
     return parser

@@ -1,1 +1,1 @@
-"""CoreML packages: write / read .mlpackage (anekit.coreml package I/O), model export, int8, shards, predict."""
+"""CoreML packages: .mlpackage write / read, model export (KV-cache states), int8, shards, predict."""

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit.coreml.quantize import Quantized, quantize
 from anekit.kernels.blocks import MASK_VALUE, pair_swap_matrix
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
@@ -52,7 +53,6 @@ from anekit.mil import types as T
 from anekit.mil.builder import Builder, FunctionBuilder
 from anekit.mil.ir import Program, Var
 from anekit.mil.values import blob_literal
-from anekit.coreml.quantize import Quantized, quantize
 
 WEIGHT_PATH = "@model_path/weights/weight.bin"  # the weight file of a CoreML package
 FUNCTIONS = ("prefill", "decode")
@@ -102,7 +102,9 @@ class WeightSink:
         self._scales: dict[str, np.ndarray] = {}
         self.nbytes = 0
 
-    def blob(self, f: FunctionBuilder, key: str, dtype: str, shape: tuple[int, ...], make: Callable[[], Any]) -> Var:
+    def blob(
+        self, f: FunctionBuilder, key: str, dtype: str, shape: tuple[int, ...], make: Callable[[], Any]
+    ) -> Var:
         """A const of ``shape`` whose data is the blob ``key`` (written from ``make()`` the first time)."""
         if key not in self._offsets:
             data = make()
@@ -112,7 +114,7 @@ class WeightSink:
         return f.const(lit, name=_name(key, shape))
 
     def projection(self, f: FunctionBuilder, key: str, w: np.ndarray) -> Var:
-        """The conv weight [out, in, 1, 1] of matrix ``w`` (out, in): fp16, or dequantized from int8 / int4."""
+        """The conv weight [out, in, 1, 1] of ``w`` (out, in): fp16, or dequantized from int8 / int4."""
         shape = (int(w.shape[0]), int(w.shape[1]), 1, 1)
         if self.quant == "none":
             return self.blob(f, key, "fp16", shape, lambda: np.asarray(w).reshape(shape))
@@ -164,7 +166,14 @@ class _Graph:
     def conv(self, x: Var, w: Var, name: str) -> Var:
         """A 1x1 conv: [1, in, T, 1] -> [1, out, T, 1] (law 2)."""
         return self.f.conv(
-            x=x, weight=w, strides=[1, 1], pad_type="valid", pad=[0, 0, 0, 0], dilations=[1, 1], groups=1, name=name
+            x=x,
+            weight=w,
+            strides=[1, 1],
+            pad_type="valid",
+            pad=[0, 0, 0, 0],
+            dilations=[1, 1],
+            groups=1,
+            name=name,
         )
 
     def fp16(self, key: str, a: Callable[[], np.ndarray], shape: tuple[int, ...]) -> Var:
@@ -177,7 +186,9 @@ class _Graph:
         xs = f.mul(x=x, y=1.0 / math.sqrt(c), name=f"{tag}_xs")  # (1, C, T, 1)
         sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, T, 1): x^2 / C
         ms = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, T, 1)
-        r = f.pow(x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r")  # (1, 1, T, 1)
+        r = f.pow(
+            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
+        )  # (1, 1, T, 1)
         gv = self.fp16(key, lambda: g.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
         return f.mul(x=f.mul(x=x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_out")  # (1, C, T, 1)
 
@@ -192,10 +203,14 @@ class _Graph:
             return half[pair].reshape(1, channels, s, 1)  # (1, C, S, 1)
 
         def at_pos(which: int, tag: str) -> Var:
-            full = self.fp16(f"rope_{tag}_{channels}", lambda: table(which), (1, channels, s, 1))  # (1, C, S, 1)
+            full = self.fp16(
+                f"rope_{tag}_{channels}", lambda: table(which), (1, channels, s, 1)
+            )  # (1, C, S, 1)
             if pos is None:
                 return full
-            return self.f.gather(x=full, indices=pos, axis=2, name=f"rope_{tag}_{channels}_at")  # (1, C, 1, 1)
+            return self.f.gather(
+                x=full, indices=pos, axis=2, name=f"rope_{tag}_{channels}_at"
+            )  # (1, C, 1, 1)
 
         return (
             self.once(f"cos{channels}", lambda: at_pos(0, "cos")),
@@ -225,7 +240,7 @@ class _Graph:
         return f.reshape(x=cols, shape=[1, cfg.dim, t, 1], name=out or "embed_x")  # (1, dim, T, 1)
 
     def decode_masks(self) -> tuple[Var, Var]:
-        """Decode: where position pos is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S]."""
+        """Decode: where pos is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S]."""
         f, s = self.f, self.cfg.seq_len
         ramp = f.const(np.arange(s, dtype=np.int32).reshape(1, 1, s, 1), name="ramp")  # (1, 1, S, 1)
         here = f.equal(x=ramp, y=self.pos4, name="here")  # (1, 1, S, 1) bool
@@ -235,7 +250,9 @@ class _Graph:
         col = f.select(cond=seen, a=zero, b=hidden, name="mask_col")  # (1, 1, S, 1)
         return here, f.reshape(x=col, shape=[1, 1, 1, s], name="mask")  # (1, 1, 1, S)
 
-    def layer(self, x: Var, i: int, k_state: Var, v_state: Var, pos: Var | None, out: str | None = None) -> Var:
+    def layer(
+        self, x: Var, i: int, k_state: Var, v_state: Var, pos: Var | None, out: str | None = None
+    ) -> Var:
         """One transformer layer: attention over the cached keys / values, SwiGLU FFN, both residual."""
         f, cfg, t, s = self.f, self.cfg, self.t, self.cfg.seq_len
         lp, tag = self.params.layers[i], f"l{i}"
@@ -275,7 +292,9 @@ class _Graph:
         h1 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w1", lp.w1), f"{tag}_h1")  # (1, hidden, T, 1)
         h3 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w3", lp.w3), f"{tag}_h3")  # (1, hidden, T, 1)
         gate = f.mul(x=f.silu(x=h1, name=f"{tag}_silu"), y=h3, name=f"{tag}_gate")  # (1, hidden, T, 1)
-        down = self.conv(gate, self.sink.projection(f, f"layers.{i}.w2", lp.w2), f"{tag}_down")  # (1, dim, T, 1)
+        down = self.conv(
+            gate, self.sink.projection(f, f"layers.{i}.w2", lp.w2), f"{tag}_down"
+        )  # (1, dim, T, 1)
         return f.add(x=x, y=down, name=out or f"{tag}_res2")  # (1, dim, T, 1) residual
 
     def head(self, x: Var, last: Var | None) -> Var:

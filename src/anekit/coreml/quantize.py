@@ -51,7 +51,9 @@ class Quantized:
     rel_rms_error: float  # ||w - scale * q|| / ||w||
 
     def dequantized(self) -> np.ndarray:
-        return (self.data.astype(np.float32) * np.repeat(self.scale, self._block(), axis=1)).astype(np.float32)
+        return (self.data.astype(np.float32) * np.repeat(self.scale, self._block(), axis=1)).astype(
+            np.float32
+        )
 
     def _block(self) -> int:
         return self.data.shape[1] // self.scale.shape[1] if self.data.ndim > 1 else 1

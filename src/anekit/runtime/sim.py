@@ -283,7 +283,6 @@ class SimKernel(Kernel):
                     raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
 
 
-
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
