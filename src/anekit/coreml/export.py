@@ -366,5 +366,10 @@ def stage_weight_bytes(cfg: ModelConfig, stage: Stage, quant: str = "none", tied
             tables += 2 * (kv * kv + 2 * kv * s)
         total += tables
     if stage.head:
-        total += 2 * d + (2 if (tied and quant == "none") else proj) * cfg.vocab_size * d
+        shares_embedding = (
+            tied and quant == "none" and stage.embed
+        )  # the classifier reads the embedding's blob
+        total += 2 * d + (
+            0 if shares_embedding else (2 if tied and quant == "none" else proj) * cfg.vocab_size * d
+        )
     return int(total)
