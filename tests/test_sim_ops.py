@@ -13,7 +13,8 @@ from tests.sim_cases import SimCase, all_cases
 CASES = all_cases()
 # Ops a single-op program cannot exercise on its own: const is every program's constant, and a
 # tensor_buffer input only exists in whole programs (tests/test_runtime.py runs one).
-NOT_RUNNABLE_ALONE = {"const", "tensor_buffer_to_tensor"}
+# The state ops need a state<...> input, which the harness cannot make: test_ops_state.py runs them.
+NOT_RUNNABLE_ALONE = {"const", "tensor_buffer_to_tensor", "read_state", "coreml_update_state"}
 
 
 def _input_dtype(a: np.ndarray, case: SimCase) -> str:
