@@ -18,6 +18,7 @@ from anekit.cli import (
     cost_cmd,
     demo,
     doctor_cmd,
+    export_cmd,
     inspect_cmd,
     kernels_cmd,
     lint_cmd,
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cmd.add_parser(sub)
     kernels_cmd.add_parser(sub)
     lint_cmd.add_parser(sub)
+    export_cmd.add_parser(sub)
     cost_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)

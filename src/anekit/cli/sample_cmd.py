@@ -26,7 +26,12 @@ TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for beside MODE
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="generate text from a checkpoint or a llama2.c model (CPU)")
-    p.add_argument("model", type=Path, metavar="MODEL", help="anekit BLZT checkpoint or llama2.c model .bin")
+    p.add_argument(
+        "model",
+        type=Path,
+        metavar="MODEL",
+        help="anekit BLZT checkpoint, llama2.c model .bin, or an `anekit export` package / shard directory",
+    )
     p.add_argument("--prompt", default="", help="text to start from (default: none, a story from BOS)")
     p.add_argument(
         "--steps", type=int, default=256, help="positions to run, prompt included (0: the model's seq_len)"
@@ -108,7 +113,7 @@ def load_model(args: argparse.Namespace) -> Params:
     return _params_of(read_llama2c(path), path)
 
 
-def load_tokenizer(args: argparse.Namespace, cfg: ModelConfig) -> Any:
+def load_tokenizer(args: argparse.Namespace, cfg: Any) -> Any:
     from anekit.llama import tokenizer
 
     if args.tokenizer is not None:
@@ -120,11 +125,22 @@ def load_tokenizer(args: argparse.Namespace, cfg: ModelConfig) -> Any:
     return tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
 
 
+def is_export(path: Path) -> bool:
+    """An ``anekit export`` output: an .mlpackage, a shard directory or its shards.json."""
+    return path.suffix == ".mlpackage" or path.name == "shards.json" or (path / "shards.json").is_file()
+
+
 def run(args: argparse.Namespace) -> int:
     from anekit.llama.sample import Sampler
 
-    params = load_model(args)
-    sampler = Sampler(params, load_tokenizer(args, params.cfg))
+    if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
+        from anekit.coreml.decoder import PackageDecoder
+
+        decoder = PackageDecoder.open(args.model)
+        sampler = Sampler(decoder, load_tokenizer(args, decoder.cfg))
+    else:
+        params = load_model(args)
+        sampler = Sampler(params, load_tokenizer(args, params.cfg))
     out = sys.stdout
     for piece in sampler.generate(args.prompt, args.steps, args.temperature, args.top_p, args.seed):
         out.write(piece)

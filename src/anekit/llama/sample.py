@@ -299,10 +299,12 @@ class Sampler:
     ``decode(ids)``), as llama2.c's run.c: the prompt is forced, then tokens are sampled until
     ``steps`` positions (prompt included) or a BOS token, which delimits stories."""
 
-    def __init__(self, params: Params, tokenizer: Any, precision: str = "fp32") -> None:
-        self.cfg = params.cfg
+    def __init__(self, params: Params | Decoder, tokenizer: Any, precision: str = "fp32") -> None:
+        # A Decoder given directly (e.g. an exported package run in the simulator) is used as it is; its
+        # cfg needs only vocab_size and seq_len.
+        self.decoder = make_decoder(params, precision) if isinstance(params, Params) else params
+        self.cfg = self.decoder.cfg
         self.tokenizer = tokenizer
-        self.decoder = make_decoder(params, precision)
         bos = getattr(tokenizer, "bos_id", BOS_ID)  # a property, or a method as sentencepiece's own
         self.bos_id = int(bos() if callable(bos) else bos)
         size = getattr(tokenizer, "vocab_size", None)

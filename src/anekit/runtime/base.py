@@ -6,7 +6,13 @@ Every backend implements the same small protocol (DESIGN.md "Backends")::
     kernel.load(); kernel.run(); kernel.unload()        # also a context manager; unload is idempotent
     kernel.inputs / kernel.outputs -> [Surface]         # write, run, read: surfaces are reused
     kernel(x=array, ...) -> {output name: array}         # the same with numpy arrays
+    kernel.states -> {state name: array}                 # buffers of state<...> inputs, kept across runs
     backend.compile_count, backend.compile_budget
+
+A function input of type ``state<tensor<...>>`` (a stateful iOS18 function, CoreML's MLState) gets no
+surface: it is a buffer the kernel holds across runs, zero when the kernel is made, in ``kernel.states``
+(name -> numpy array of the wrapped shape; float states hold float32 values). Ops read and write it in
+place. Two kernels share states by sharing the dict: ``decode.states = prefill.states``.
 
 A Surface is a tensor buffer, usually [1, C, 1, S] fp16 (channels = model dim, spatial = sequence).
 ``read`` / ``write`` take a channel offset so several results can share one surface ("taps").
@@ -152,9 +158,13 @@ class Kernel:
     def __init__(self, backend: Backend, fn: Function, name: str = "") -> None:
         self.backend = backend
         self.name = name or fn.name
-        self.input_names = [v.name for v in fn.inputs]
+        tensors = [v for v in fn.inputs if not isinstance(v.type, T.StateType)]
+        self.input_names = [v.name for v in tensors]
         self.output_names = [v.name for v in fn.outputs]
-        self.inputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in fn.inputs]
+        self.inputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in tensors]
+        self.states: dict[str, np.ndarray] = {
+            v.name: _state_buffer(v.type, v.name) for v in fn.inputs if isinstance(v.type, T.StateType)
+        }
         self.outputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in fn.outputs]
         self._loaded = False
         self._closed = False
@@ -259,6 +269,15 @@ def _surface_for(t: T.Type, name: str, surface_dtype: Callable[[T.DType], str]) 
             )
         return Surface(tuple(int(d) for d in t.shape), dtype, name)
     raise CompilationFailed(f"[compile] '{name}' has type {t}; kernel inputs and outputs must be tensors")
+
+
+def _state_buffer(t: T.StateType, name: str) -> np.ndarray:
+    """The zeroed buffer of a state input: float32 for float states (values rounded by the ops)."""
+    w = t.wrapped
+    if not isinstance(w, T.TensorType) or not w.is_static:
+        raise CompilationFailed(f"[compile] state '{name}' has type {t}; states must wrap static tensors")
+    dtype = np.float32 if w.dtype.is_float else w.dtype.np
+    return np.zeros(tuple(int(d) for d in w.shape), dtype=dtype)
 
 
 def strict_default() -> bool:

@@ -331,6 +331,9 @@ class SimKernel(Kernel):
         self.precision = backend.precision
         super().__init__(backend, fn)
         self.plan = plan
+        # Where each function input comes from: a state buffer (by name) or the next input surface.
+        self._state_inputs = [v.name if isinstance(v.type, T.StateType) else None for v in fn.inputs]
+        self._state_shapes = {name: buf.shape for name, buf in self.states.items()}
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -339,9 +342,20 @@ class SimKernel(Kernel):
         return dtype.name
 
     def _run(self) -> None:
-        ins = []
-        for s in self.inputs:  # the plan's input stores convert (fp16 -> float32), so no copy here
-            with s.view() as buf:
+        ins: list[np.ndarray] = []
+        surfaces = iter(self.inputs)
+        for state in self._state_inputs:
+            if state is not None:
+                buf = self.states.get(state)
+                want = self._state_shapes[state]
+                if buf is None or buf.shape != want:
+                    raise EvalFailed(
+                        f"[{self.name}] state '{state}' must be an array of shape {list(want)} in "
+                        f"kernel.states, got {None if buf is None else list(buf.shape)}"
+                    )
+                ins.append(buf)  # the buffer itself: state ops read and write it in place
+                continue
+            with next(surfaces).view() as buf:  # the plan's input stores convert fp16 -> float32
                 ins.append(buf if buf.dtype != np.float32 else buf.copy())
         outs = self.plan.run(ins)
         for surface, value in zip(self.outputs, outs):

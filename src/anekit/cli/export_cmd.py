@@ -1,0 +1,105 @@
+"""``anekit export MODEL --to mlpackage|llama2c OUT``: a model as CoreML package(s) or llama2.c files.
+
+``--to mlpackage`` writes the ``prefill`` / ``decode`` program with KV-cache states
+(``anekit.coreml.export``), optionally int8 (``--quantize``) and sharded (``--shard-mb``); ``--to llama2c``
+writes run.c's model file and ``tokenizer.bin`` beside it. ``--check-residency`` (macOS) then checks with
+MLComputePlan that every conv prefers the Neural Engine (law 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import warnings
+from pathlib import Path
+
+from anekit.errors import AnekitError
+
+TARGETS = ("mlpackage", "llama2c")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export", help="export a model as a CoreML package (prefill / decode) or llama2.c files"
+    )
+    p.add_argument("model", type=Path, metavar="MODEL", help="anekit BLZT checkpoint or llama2.c model .bin")
+    p.add_argument("--to", choices=TARGETS, required=True, help="what to write")
+    p.add_argument("out", type=Path, metavar="OUT", help="OUT.mlpackage, a shard directory, or OUT.bin")
+    p.add_argument("--quantize", default="none", help="none (fp16, default), int8 (per tensor), int4-block")
+    p.add_argument(
+        "--shard-mb",
+        type=str,
+        default=None,
+        help="split into packages under this many MB of weights (default: 250 when the model is larger)",
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--tokenizer", type=Path, metavar="TOK", help="tokenizer to write beside a llama2c export")
+    p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
+    p.add_argument("--config", help="model preset of a BLZT checkpoint (as anekit sample)")
+    p.set_defaults(run=run)
+
+
+def _shard_mb(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise AnekitError(f"[export] --shard-mb must be a positive number of MB, got {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit.cli.sample_cmd import load_model
+    from anekit.coreml.quantize import QUANT_MODES, QuantizationWarning
+
+    if args.quantize not in QUANT_MODES:
+        raise AnekitError(f"[export] unknown --quantize {args.quantize!r} (known: {', '.join(QUANT_MODES)})")
+    shard_mb = _shard_mb(args.shard_mb)
+    if args.to == "llama2c" and (args.quantize != "none" or shard_mb is not None):
+        raise AnekitError("[export] --quantize and --shard-mb apply to --to mlpackage only")
+    params = load_model(args)
+    if args.to == "llama2c":
+        from anekit.coreml.model_export import export_llama2c
+        from anekit.llama.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer) if args.tokenizer is not None else _beside(args.model)
+        for path in export_llama2c(params, args.out, tok, force=args.force):
+            print(f"wrote {path}")
+        return 0
+    from anekit.coreml.model_export import export_mlpackage
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QuantizationWarning)
+        report = export_mlpackage(params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force)
+    for w in caught:
+        print(f"anekit: warning: {w.message}", file=sys.stderr)
+    for q in report.quantized:
+        scale = float(q.scale.ravel()[0])
+        print(
+            f"{q.dtype} {q.name}: scale {scale:.4g}, max |error| {q.max_abs_error:.4g}, "
+            f"relative rms error {q.rel_rms_error:.3%}"
+        )
+    for path, size in zip(report.packages, report.weight_bytes):
+        print(f"wrote {path} ({size / 1e6:.1f} MB of weights)")
+    if report.sharded:
+        print(f"wrote {args.out / 'shards.json'}")
+    if args.check_residency:
+        from anekit.coreml.predict import check_residency
+
+        for path in report.packages:
+            for line in check_residency(path):
+                print(line)
+    return 0
+
+
+def _beside(model: Path) -> object | None:
+    from anekit.llama.tokenizer import load_tokenizer
+
+    for name in ("tokenizer.model", "tokenizer.bin"):
+        if (model.parent / name).is_file():
+            return load_tokenizer(model.parent / name)
+    return None

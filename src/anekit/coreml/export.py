@@ -1,0 +1,375 @@
+"""The llama2.c-style model as a CoreML ML Program: ``prefill`` and ``decode`` sharing KV-cache states.
+
+What the program follows (the empirical-laws reference, ../shared/reference/ane-empirical-laws.md):
+
+* Law 1, layout: every activation is rank 4, batch 1, channels second, the sequence in *height*:
+  ``[1, C, T, 1]``. The reference states this shape for the CoreML route, where it was validated with
+  MLComputePlan placement checks; anekit's direct kernels put the sequence in width (``[1, C, 1, S]``)
+  because the private API's IOSurface rules (``surface.spatial-multiple-16``, ``surface.min-row-bytes``)
+  are about the last axis. A CoreML package allocates its own buffers, so those two rules do not apply
+  to it (``PACKAGE_EXEMPT_RULES``); they would fire on any decode step anyway (T = 1).
+* Law 2, ops: every projection (wq, wk, wv, wo, w1, w2, w3, the classifier, the RoPE pair swap) is a
+  1x1 ``conv`` with a constant weight ``[C_out, C_in, 1, 1]``; the functions are ``<ios18>``.
+* Law 3, int8: ``quantize="int8"`` stores each projection as int8 with one fp16 scale
+  (``constexpr_blockwise_shift_scale``, see ``anekit.coreml.quantize``).
+* Law 8, KV cache: keys and values live in states ``k_cache_<i>`` / ``v_cache_<i>``
+  (``state<tensor<fp16, [1, kv_dim, seq_len, 1]>>``, one pair per layer so shards own their layers'
+  caches). ``prefill`` writes a whole cache; ``decode`` reads it, puts the new position in with a
+  one-hot ``select`` and writes it back (``read_state`` / ``coreml_update_state``); the cache never
+  travels through the function's inputs or outputs.
+
+The functions (T = seq_len for prefill, 1 for decode)::
+
+    prefill(tokens [1,1,T,1] int32, last [1,1,1,1] int32, states) -> logits [1, vocab, 1, 1] of tokens[last]
+    decode(token [1,1,1,1] int32, pos [1,1,1,1] int32, states)     -> logits [1, vocab, 1, 1]
+
+A prompt shorter than seq_len is padded (any id): causal attention never lets a position see a later
+one, and each padded position's cache entry is overwritten by the decode step that reaches it before
+any query may read it. A stage of a sharded export holds a part: the embedding (tokens -> hidden
+``y [1, dim, T, 1]``), layers (``x`` -> ``y``, with ``pos`` in decode) or the head (``x`` -> logits,
+with ``last`` in prefill); ``anekit.coreml.shards`` chains them.
+
+Weights stream into one MILBlob file through ``anekit.blob.BlobWriter``: each array is converted in
+chunks as it is written and referred to as ``BLOBFILE(@model_path/weights/weight.bin, offset)``; both
+functions refer to the same blobs, and a tied classifier shares the embedding's blob. Where the time
+goes: converting float32 weights to fp16 (or int8) and writing them; the program itself is small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.coreml.quantize import Quantized, quantize
+from anekit.kernels.blocks import MASK_VALUE, pair_swap_matrix
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import Params
+from anekit.llama.sample import rope_tables
+from anekit.mil import types as T
+from anekit.mil.builder import Builder, FunctionBuilder
+from anekit.mil.ir import Program, Var
+from anekit.mil.values import blob_literal
+
+WEIGHT_PATH = "@model_path/weights/weight.bin"  # the weight file of a CoreML package
+FUNCTIONS = ("prefill", "decode")
+# Rules of the direct path's IOSurfaces (the last axis of every kernel input / output); a CoreML package
+# allocates its own buffers, and law 1 puts the sequence in height, so width is 1 (reported to the lead).
+PACKAGE_EXEMPT_RULES = frozenset({"surface.spatial-multiple-16", "surface.min-row-bytes"})
+PROJECTIONS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one package computes: the embedding, layers [first, stop), the head (final norm + logits)."""
+
+    embed: bool
+    layers: tuple[int, ...]
+    head: bool
+
+    @staticmethod
+    def whole(cfg: ModelConfig) -> Stage:
+        return Stage(True, tuple(range(cfg.n_layers)), True)
+
+    @property
+    def label(self) -> str:
+        parts = (["embed"] if self.embed else []) + (
+            [f"layers{self.layers[0]}-{self.layers[-1]}"] if self.layers else []
+        )
+        return "-".join(parts + (["head"] if self.head else [])) or "empty"
+
+
+class WeightSink:
+    """Appends constant arrays to a MILBlob writer once each (by key) and hands out BLOBFILE literals.
+
+    ``quant`` ("none", "int8", "int4-block") applies to the projections; ``on_quantized`` is called with
+    each quantized weight (the error report). ``append`` is the writer's ``append(data, dtype) -> offset``.
+    """
+
+    def __init__(
+        self,
+        append: Callable[[Any, str], int],
+        quant: str = "none",
+        on_quantized: Callable[[Quantized], None] | None = None,
+    ) -> None:
+        self._append = append
+        self.quant = quant
+        self.on_quantized = on_quantized
+        self._offsets: dict[str, int] = {}
+        self._scales: dict[str, np.ndarray] = {}
+        self.nbytes = 0
+
+    def blob(
+        self, f: FunctionBuilder, key: str, dtype: str, shape: tuple[int, ...], make: Callable[[], Any]
+    ) -> Var:
+        """A const of ``shape`` whose data is the blob ``key`` (written from ``make()`` the first time)."""
+        if key not in self._offsets:
+            data = make()
+            self._offsets[key] = self._append(data, dtype)
+            self.nbytes += int(np.asarray(data).size * T.dtype(dtype).bits // 8)
+        lit = blob_literal(T.tensor(dtype, shape), WEIGHT_PATH, self._offsets[key])
+        return f.const(lit, name=_name(key, shape))
+
+    def projection(self, f: FunctionBuilder, key: str, w: np.ndarray) -> Var:
+        """The conv weight [out, in, 1, 1] of ``w`` (out, in): fp16, or dequantized from int8 / int4."""
+        shape = (int(w.shape[0]), int(w.shape[1]), 1, 1)
+        if self.quant == "none":
+            return self.blob(f, key, "fp16", shape, lambda: np.asarray(w).reshape(shape))
+        if key not in self._scales:
+            q = quantize(self.quant, key, np.asarray(w).reshape(shape))
+            self._scales[key] = q.scale
+            if self.on_quantized is not None:
+                self.on_quantized(q)
+            data = self.blob(f, key, q.dtype, shape, lambda: q.data)
+        else:
+            data = self.blob(f, key, "int4" if self.quant == "int4-block" else "int8", shape, _never)
+        scale = self._scales[key]
+        scale_var = f.const(scale.astype(np.float16), name=f"{_name(key, shape)}_scale")
+        return f.constexpr_blockwise_shift_scale(data=data, scale=scale_var, name=f"{_name(key, shape)}_dq")
+
+
+def _never() -> Any:
+    raise AssertionError("a blob was asked for twice without being written")
+
+
+def _name(key: str, shape: tuple[int, ...]) -> str:
+    return key.replace(".", "_") + ("" if len(shape) == 4 else f"_r{len(shape)}")
+
+
+@dataclass
+class _Graph:
+    """Builds one function (prefill or decode) of a stage; each method is one block of the model."""
+
+    f: FunctionBuilder
+    cfg: ModelConfig
+    params: Params
+    sink: WeightSink
+    mode: str
+    pos4: Var | None = None  # decode: the position [1, 1, 1, 1]
+    t: int = field(init=False)  # positions per call: seq_len in prefill, 1 in decode
+    _memo: dict[str, Any] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.t = self.cfg.seq_len if self.mode == "prefill" else 1
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()`` the first time ``key`` is asked for in this function, the same value afterwards."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    # -- pieces ------------------------------------------------------------------------------------
+
+    def conv(self, x: Var, w: Var, name: str) -> Var:
+        """A 1x1 conv: [1, in, T, 1] -> [1, out, T, 1] (law 2)."""
+        return self.f.conv(
+            x=x,
+            weight=w,
+            strides=[1, 1],
+            pad_type="valid",
+            pad=[0, 0, 0, 0],
+            dilations=[1, 1],
+            groups=1,
+            name=name,
+        )
+
+    def fp16(self, key: str, a: Callable[[], np.ndarray], shape: tuple[int, ...]) -> Var:
+        return self.once(f"{key}{shape}", lambda: self.sink.blob(self.f, key, "fp16", shape, a))
+
+    def rmsnorm(self, x: Var, key: str, g: np.ndarray, tag: str) -> Var:
+        """x * (mean over channels of x^2 + eps)^-1/2 * g; x scaled by 1/sqrt(C) before squaring so the fp16
+        sum cannot overflow (rule numerics.fp16-sum-of-squares), pow(-0.5) not rsqrt (op.rane-rejected)."""
+        f, c = self.f, self.cfg.dim
+        xs = f.mul(x=x, y=1.0 / math.sqrt(c), name=f"{tag}_xs")  # (1, C, T, 1)
+        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, T, 1): x^2 / C
+        ms = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, T, 1)
+        r = f.pow(
+            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
+        )  # (1, 1, T, 1)
+        gv = self.fp16(key, lambda: g.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
+        return f.mul(x=f.mul(x=x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_out")  # (1, C, T, 1)
+
+    def rope_tables(self, channels: int, pos: Var | None) -> tuple[Var, Var]:
+        """cos / sin [1, channels, T, 1] at this call's positions: the whole table in prefill (positions
+        0 .. T-1), the row at ``pos`` in decode. Angles in float32 as run.c (``llama.sample.rope_tables``)."""
+        cfg, s = self.cfg, self.cfg.seq_len
+
+        def table(which: int) -> np.ndarray:
+            half = rope_tables(cfg, s)[which]  # (hd/2, S)
+            pair = (np.arange(channels) % cfg.head_dim) // 2  # (C,): the pair of each channel in its head
+            return half[pair].reshape(1, channels, s, 1)  # (1, C, S, 1)
+
+        def at_pos(which: int, tag: str) -> Var:
+            full = self.fp16(
+                f"rope_{tag}_{channels}", lambda: table(which), (1, channels, s, 1)
+            )  # (1, C, S, 1)
+            if pos is None:
+                return full
+            return self.f.gather(
+                x=full, indices=pos, axis=2, name=f"rope_{tag}_{channels}_at"
+            )  # (1, C, 1, 1)
+
+        return (
+            self.once(f"cos{channels}", lambda: at_pos(0, "cos")),
+            self.once(f"sin{channels}", lambda: at_pos(1, "sin")),
+        )
+
+    def rope(self, x: Var, channels: int, cos: Var, sin: Var, tag: str) -> Var:
+        """Rotate channel pairs (2i, 2i+1): x cos + (P x) sin, P the pair swap (a, b) -> (-b, a) as a conv."""
+        swap = self.fp16(
+            f"rope_swap_{channels}",
+            lambda: pair_swap_matrix(channels).reshape(channels, channels, 1, 1),
+            (channels, channels, 1, 1),
+        )
+        xc = self.f.mul(x=x, y=cos, name=f"{tag}_xc")  # (1, C, T, 1)
+        ps = self.f.mul(x=self.conv(x, swap, f"{tag}_swap"), y=sin, name=f"{tag}_ps")  # (1, C, T, 1)
+        return self.f.add(x=xc, y=ps, name=tag)  # (1, C, T, 1)
+
+    # -- blocks --------------------------------------------------------------------------------------
+
+    def embed(self, tokens: Var, out: str | None = None) -> Var:
+        """tokens [1, 1, T, 1] -> x [1, dim, T, 1]: rows of the embedding table."""
+        f, cfg, t = self.f, self.cfg, self.t
+        table = self.fp16("embed", lambda: self.params.embed, (cfg.vocab_size, cfg.dim))  # (vocab, dim)
+        ids = f.reshape(x=tokens, shape=[t], name="ids")  # (T,)
+        rows = f.gather(x=table, indices=ids, axis=0, name="embed_rows")  # (T, dim)
+        cols = f.transpose(x=rows, perm=[1, 0], name="embed_cols")  # (dim, T)
+        return f.reshape(x=cols, shape=[1, cfg.dim, t, 1], name=out or "embed_x")  # (1, dim, T, 1)
+
+    def decode_masks(self) -> tuple[Var, Var]:
+        """Decode: where pos is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S]."""
+        f, s = self.f, self.cfg.seq_len
+        ramp = f.const(np.arange(s, dtype=np.int32).reshape(1, 1, s, 1), name="ramp")  # (1, 1, S, 1)
+        here = f.equal(x=ramp, y=self.pos4, name="here")  # (1, 1, S, 1) bool
+        seen = f.less_equal(x=ramp, y=self.pos4, name="seen")  # (1, 1, S, 1) bool
+        zero = np.zeros((1, 1, 1, 1), np.float16)
+        hidden = np.full((1, 1, 1, 1), MASK_VALUE, np.float16)
+        col = f.select(cond=seen, a=zero, b=hidden, name="mask_col")  # (1, 1, S, 1)
+        return here, f.reshape(x=col, shape=[1, 1, 1, s], name="mask")  # (1, 1, 1, S)
+
+    def layer(
+        self, x: Var, i: int, k_state: Var, v_state: Var, pos: Var | None, out: str | None = None
+    ) -> Var:
+        """One transformer layer: attention over the cached keys / values, SwiGLU FFN, both residual."""
+        f, cfg, t, s = self.f, self.cfg, self.t, self.cfg.seq_len
+        lp, tag = self.params.layers[i], f"l{i}"
+        hd, g, m = cfg.head_dim, cfg.n_kv_heads, cfg.kv_group
+        xn = self.rmsnorm(x, f"layers.{i}.rms_att", lp.rms_att, f"{tag}_att_norm")  # (1, dim, T, 1)
+        q = self.conv(xn, self.sink.projection(f, f"layers.{i}.wq", lp.wq), f"{tag}_q")  # (1, dim, T, 1)
+        k = self.conv(xn, self.sink.projection(f, f"layers.{i}.wk", lp.wk), f"{tag}_k")  # (1, kv, T, 1)
+        v = self.conv(xn, self.sink.projection(f, f"layers.{i}.wv", lp.wv), f"{tag}_v")  # (1, kv, T, 1)
+        cos_q, sin_q = self.rope_tables(cfg.dim, pos)
+        cos_k, sin_k = self.rope_tables(cfg.kv_dim, pos) if cfg.kv_dim != cfg.dim else (cos_q, sin_q)
+        q = self.rope(q, cfg.dim, cos_q, sin_q, f"{tag}_q_rope")  # (1, dim, T, 1)
+        k = self.rope(k, cfg.kv_dim, cos_k, sin_k, f"{tag}_k_rope")  # (1, kv, T, 1)
+        if pos is None:  # prefill: this call's keys are the whole cache (positions 0 .. S-1)
+            keys = f.coreml_update_state(state=k_state, value=k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
+            values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
+            mask = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, T, S)
+        else:  # decode: the cache with position pos replaced by this token's key / value
+            here, mask = self.once("decode_masks", self.decode_masks)  # (1, 1, S, 1), (1, 1, 1, S)
+            old_k = f.read_state(input=k_state, name=f"{tag}_k_old")  # (1, kv, S, 1)
+            old_v = f.read_state(input=v_state, name=f"{tag}_v_old")  # (1, kv, S, 1)
+            new_k = f.select(cond=here, a=k, b=old_k, name=f"{tag}_k_new")  # (1, kv, S, 1)
+            new_v = f.select(cond=here, a=v, b=old_v, name=f"{tag}_v_new")  # (1, kv, S, 1)
+            keys = f.coreml_update_state(state=k_state, value=new_k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
+            values = f.coreml_update_state(state=v_state, value=new_v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
+        qh = f.reshape(x=q, shape=[g, m, hd, t], name=f"{tag}_qh")  # (kv heads, group, hd, T)
+        kh = f.reshape(x=keys, shape=[g, 1, hd, s], name=f"{tag}_kh")  # (kv heads, 1, hd, S)
+        vh = f.reshape(x=values, shape=[g, 1, hd, s], name=f"{tag}_vh")  # (kv heads, 1, hd, S)
+        scores = f.matmul(x=qh, y=kh, transpose_x=True, name=f"{tag}_scores")  # (kv heads, group, T, S)
+        scaled = f.mul(x=scores, y=1.0 / math.sqrt(hd), name=f"{tag}_scaled")  # (kv heads, group, T, S)
+        masked = f.add(x=scaled, y=mask, name=f"{tag}_masked")  # (kv heads, group, T, S)
+        probs = f.softmax(x=masked, axis=-1, name=f"{tag}_probs")  # (kv heads, group, T, S)
+        att = f.matmul(x=vh, y=probs, transpose_y=True, name=f"{tag}_att")  # (kv heads, group, hd, T)
+        att = f.reshape(x=att, shape=[1, cfg.dim, t, 1], name=f"{tag}_att_x")  # (1, dim, T, 1)
+        o = self.conv(att, self.sink.projection(f, f"layers.{i}.wo", lp.wo), f"{tag}_o")  # (1, dim, T, 1)
+        x = f.add(x=x, y=o, name=f"{tag}_res1")  # (1, dim, T, 1) residual
+        xn = self.rmsnorm(x, f"layers.{i}.rms_ffn", lp.rms_ffn, f"{tag}_ffn_norm")  # (1, dim, T, 1)
+        h1 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w1", lp.w1), f"{tag}_h1")  # (1, hidden, T, 1)
+        h3 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w3", lp.w3), f"{tag}_h3")  # (1, hidden, T, 1)
+        gate = f.mul(x=f.silu(x=h1, name=f"{tag}_silu"), y=h3, name=f"{tag}_gate")  # (1, hidden, T, 1)
+        down = self.conv(
+            gate, self.sink.projection(f, f"layers.{i}.w2", lp.w2), f"{tag}_down"
+        )  # (1, dim, T, 1)
+        return f.add(x=x, y=down, name=out or f"{tag}_res2")  # (1, dim, T, 1) residual
+
+    def head(self, x: Var, last: Var | None) -> Var:
+        """Final RMSNorm and classifier of one position (``last`` in prefill) -> logits [1, vocab, 1, 1]."""
+        f, p = self.f, self.params
+        xn = self.rmsnorm(x, "rms_final", p.rms_final, "final_norm")  # (1, dim, T, 1)
+        if last is not None:
+            xn = f.gather(x=xn, indices=last, axis=2, name="final_last")  # (1, dim, 1, 1)
+        key = "embed" if p.wcls is None else "wcls"
+        if p.wcls is None and self.sink.quant == "none":  # tied: the embedding's blob, seen as a conv weight
+            shape = (self.cfg.vocab_size, self.cfg.dim, 1, 1)
+            w = self.sink.blob(f, key, "fp16", shape, lambda: p.embed.reshape(shape))
+        else:
+            w = self.sink.projection(f, "classifier" if p.wcls is None else key, p.classifier)
+        return self.conv(xn, w, "logits")  # (1, vocab, 1, 1)
+
+
+def _causal_mask(s: int) -> np.ndarray:
+    """[1, 1, S, S]: 0 where key position <= query position, the fp16 minimum elsewhere."""
+    return np.triu(np.full((s, s), MASK_VALUE, dtype=np.float32), k=1).reshape(1, 1, s, s)
+
+
+def stage_function(b: Builder, params: Params, stage: Stage, sink: WeightSink, mode: str) -> None:
+    """Add ``prefill`` or ``decode`` of ``stage`` to the program being built."""
+    cfg = params.cfg
+    f = b.function(mode, opset="ios18")
+    g = _Graph(f, cfg, params, sink, mode)
+    t, one = g.t, [1, 1, 1, 1]
+    # A stage without the head returns the hidden state as "y", named on the op that computes it.
+    out_name = None if stage.head else "y"
+    if stage.embed:
+        tokens = f.input("tokens" if mode == "prefill" else "token", T.tensor("int32", [1, 1, t, 1]))
+        x = g.embed(tokens, out_name if not stage.layers else None)
+    else:
+        x = f.input("x", T.tensor("fp16", [1, cfg.dim, t, 1]))
+    pos = last = None
+    if mode == "decode" and stage.layers:
+        g.pos4 = f.input("pos", T.tensor("int32", one))
+        pos = f.reshape(x=g.pos4, shape=[1], name="pos_index")  # (1,)
+    if mode == "prefill" and stage.head:
+        last = f.reshape(x=f.input("last", T.tensor("int32", one)), shape=[1], name="last_index")  # (1,)
+    cache = T.StateType(T.tensor("fp16", [1, cfg.kv_dim, cfg.seq_len, 1]))
+    for n, i in enumerate(stage.layers):
+        k_state, v_state = f.input(f"k_cache_{i}", cache), f.input(f"v_cache_{i}", cache)
+        x = g.layer(x, i, k_state, v_state, pos, out_name if n == len(stage.layers) - 1 else None)
+    f.output(g.head(x, last) if stage.head else x)
+
+
+def build_program(params: Params, stage: Stage, sink: WeightSink) -> Program:
+    """The two-function program (``prefill``, ``decode``) of one stage, its weights written to ``sink``."""
+    b = Builder()
+    for mode in FUNCTIONS:
+        stage_function(b, params, stage, sink, mode)
+    return b.build()
+
+
+def stage_weight_bytes(cfg: ModelConfig, stage: Stage, quant: str = "none", tied: bool = True) -> int:
+    """Bytes of weights one stage writes (projection element size 2, int8 1, int4 0.5; tables fp16)."""
+    proj = {"none": 2.0, "int8": 1.0, "int4-block": 0.5}[quant]
+    d, kv, h, s = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.seq_len
+    total = 0.0
+    if stage.embed:
+        total += 2 * cfg.vocab_size * d
+    if stage.layers:
+        per_layer = proj * (2 * d * d + 2 * kv * d + 3 * h * d) + 2 * 2 * d
+        total += len(stage.layers) * per_layer
+        tables = 2 * (d * d + 2 * d * s) + 2 * s * s
+        if kv != d:
+            tables += 2 * (kv * kv + 2 * kv * s)
+        total += tables
+    if stage.head:
+        shares_embedding = (
+            tied and quant == "none" and stage.embed
+        )  # the classifier reads the embedding's blob
+        total += 2 * d + (
+            0 if shares_embedding else (2 if tied and quant == "none" else proj) * cfg.vocab_size * d
+        )
+    return int(total)

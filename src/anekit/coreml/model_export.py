@@ -1,0 +1,170 @@
+"""``anekit export``'s work: a model into one .mlpackage, into shards, or into llama2.c's files.
+
+Nothing half-written is left: a package is written by ``save_mlpackage`` (atomic), its weight file is
+streamed into a temporary directory beside the target first; a sharded export is assembled in a
+temporary directory that is renamed into place at the end; llama2.c files go through ``atomic_write``.
+An existing target is refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anekit.blob import BlobWriter
+from anekit.coreml.export import WEIGHT_PATH, Stage, WeightSink, build_program, stage_weight_bytes
+from anekit.coreml.quantize import Quantized, check_mode
+from anekit.coreml.shards import DEFAULT_SHARD_MB, MB, SHARDS_FILE, package_name, plan_shards, shards_manifest
+from anekit.errors import AnekitError
+from anekit.llama.params import Params
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote."""
+
+    path: Path
+    packages: list[Path] = field(default_factory=list)
+    weight_bytes: list[int] = field(default_factory=list)
+    quantized: list[Quantized] = field(default_factory=list)
+    sharded: bool = False
+
+
+def _refuse_existing(out: Path, force: bool) -> None:
+    if (out.exists() or out.is_symlink()) and not force:
+        raise AnekitError(f"[export] {out} already exists (use --force to replace it)")
+
+
+def _save(program: object, path: Path, blob: Path, overwrite: bool) -> None:
+    try:
+        from anekit.coreml import save_mlpackage  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise AnekitError(f"[export] writing .mlpackage files is not available here ({e})") from e
+    save_mlpackage(program, path, weights={WEIGHT_PATH: blob}, default_function="decode", overwrite=overwrite)
+
+
+def _write_stage(
+    params: Params, stage: Stage, target: Path, scratch: Path, quant: str, overwrite: bool,
+    on_quantized: Callable[[Quantized], None],
+) -> int:  # fmt: skip
+    """One stage's program and weights -> ``target`` (.mlpackage); returns the weight bytes written."""
+    blob = scratch / f"{target.stem}.weight.bin"
+    with BlobWriter(blob) as writer:
+        sink = WeightSink(writer.append, quant, on_quantized)
+        program = build_program(params, stage, sink)
+    _save(program, target, blob, overwrite)
+    blob.unlink(missing_ok=True)
+    return sink.nbytes
+
+
+def export_mlpackage(
+    params: Params,
+    out: str | os.PathLike[str],
+    *,
+    quant: str = "none",
+    shard_mb: float | None = None,
+    force: bool = False,
+) -> ExportReport:
+    """Export ``params`` as one package ``out`` or, when ``shard_mb`` is given or the weights exceed the
+    250 MB of law 4, as a directory ``out`` of shard packages and ``shards.json``."""
+    out = Path(out)
+    check_mode(quant)
+    _refuse_existing(out, force)
+    cfg = params.cfg
+    tied = params.wcls is None
+    total = stage_weight_bytes(cfg, Stage.whole(cfg), quant, tied)
+    if shard_mb is None and total > DEFAULT_SHARD_MB * MB:
+        shard_mb = DEFAULT_SHARD_MB
+    stages = plan_shards(cfg, shard_mb, quant, tied) if shard_mb is not None else [Stage.whole(cfg)]
+    report = ExportReport(out, sharded=shard_mb is not None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
+    tmp.mkdir()
+    try:
+        if not report.sharded:
+            report.weight_bytes.append(
+                _write_stage(params, stages[0], out, tmp, quant, force, report.quantized.append)
+            )
+            report.packages.append(out)
+            return report
+        for i, stage in enumerate(stages):
+            target = tmp / package_name(i, stage)
+            report.weight_bytes.append(
+                _write_stage(params, stage, target, tmp, quant, False, report.quantized.append)
+            )
+            report.packages.append(out / target.name)
+        manifest = shards_manifest(cfg, stages, report.weight_bytes, quant, shard_mb)  # type: ignore[arg-type]
+        (tmp / SHARDS_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_dir(tmp, out)
+        return report
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    """Move the finished directory ``new`` to ``out``, replacing what was there only after it is ready."""
+    old = None
+    if out.exists() or out.is_symlink():
+        old = out.parent / f".{out.name}.{secrets.token_hex(4)}.old"
+        os.replace(out, old)
+    try:
+        os.replace(new, out)
+    except OSError:
+        if old is not None:
+            os.replace(old, out)
+        raise
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def export_llama2c(
+    params: Params, out: str | os.PathLike[str], tokenizer: object | None, *, force: bool = False
+) -> list[Path]:
+    """run.c's model file ``out`` and, beside it, ``tokenizer.bin`` (from ``tokenizer``, if given)."""
+    from anekit.llama.llama2c import write_llama2c, write_tokenizer_bin
+
+    out = Path(out)
+    written = [out]
+    tok_path = out.parent / "tokenizer.bin"
+    _refuse_existing(out, force)
+    llama_tok = None
+    if tokenizer is not None:
+        _refuse_existing(tok_path, force)
+        llama_tok = to_llama2c_tokenizer(tokenizer)
+        written.append(tok_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_llama2c(out, params)
+    if llama_tok is not None:
+        write_tokenizer_bin(tok_path, llama_tok)
+    return written
+
+
+def to_llama2c_tokenizer(tokenizer: object) -> object:
+    """llama2.c's Tokenizer from anekit's (sentencepiece) one, as llama2.c's tokenizer.py converts:
+    "▁" becomes a space, BOS / EOS become "\\n<s>\\n" / "\\n</s>\\n", each piece keeps its score."""
+    from anekit.llama.llama2c import Tokenizer
+
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    sp = getattr(tokenizer, "sp", None)
+    if sp is None:
+        raise AnekitError(f"[export] cannot convert a {type(tokenizer).__name__} to llama2.c's tokenizer.bin")
+    bos, eos = int(sp.bos_id()), int(sp.eos_id())
+    vocab, scores = [], []
+    for i in range(int(sp.GetPieceSize())):
+        piece = str(sp.IdToPiece(i))
+        if i == bos:
+            piece = "\n<s>\n"
+        elif i == eos:
+            piece = "\n</s>\n"
+        vocab.append(piece.replace("\u2581", " ").encode("utf-8"))
+        scores.append(float(sp.GetScore(i)))
+    return Tokenizer(vocab, scores)
