@@ -267,3 +267,16 @@ def test_what_the_older_dialect_cannot_express_is_an_error_on_m1_and_m2():
     assert m1 and m1[0].is_error and "scaled_dot_product_attention" in m1[0].message
     assert "dialect.m1-m2" not in _ids(check_program(prog, chip="m4"))
     assert "dialect.m1-m2" in _ids(check_program(prog, chip="any"), "warn")
+
+
+def test_rules_hold_on_their_route():
+    """A decode step's [1, C, 1, 1] I/O breaks the direct route's surface rules (caller-made IOSurfaces)
+    but not a CoreML package's, whose buffers CoreML allocates; op rules hold on both."""
+    one = tensor("fp16", [1, 64, 1, 1])
+    prog = _prog(lambda f, x: f.relu(x=x), {"x": one})
+    assert "surface.min-row-bytes" in _ids(check_program(prog), "error")
+    assert not errors(check_program(prog, route="coreml"))
+    squares = _prog(lambda f, x: f.reduce_sum(x=f.mul(x=x, y=x), axes=[1], keep_dims=True))
+    assert "numerics.fp16-sum-of-squares" in _ids(check_program(squares, route="coreml"), "error")
+    with pytest.raises(AnekitError, match="unknown route 'tpu'"):
+        check_program(prog, route="tpu")

@@ -99,9 +99,13 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
     return given
 
 
+def _is_package(args: argparse.Namespace) -> bool:
+    return args.program.suffix in (".mlpackage", ".mlmodel")
+
+
 def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str]:
     """The program, its weight files and the function to run, from MIL text or a CoreML package."""
-    if args.program.suffix in (".mlpackage", ".mlmodel"):
+    if _is_package(args):
         from anekit.coreml import load_mlpackage
 
         if args.weights is not None:
@@ -121,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, object] = {}
     if (args.backend or "sim") == "sim":
         options = {"precision": args.precision, **({"strict": False} if args.no_strict else {})}
+        if _is_package(args):
+            options["route"] = "coreml"  # a package's buffers are CoreML's: the surface rules do not hold
     backend = runtime.open(args.backend, **options)
     t0 = time.perf_counter()
     kernel = backend.compile(prog, weights, function=function)

@@ -6,9 +6,9 @@ both functions once; its decode kernel shares the prefill kernel's state buffers
 (``decode.states = prefill.states``), so the KV cache written by prefill is what decode reads, and it
 stays in the kernels between calls, never passed in or out (law 8).
 
-Strictness: the rule book is applied as the strict simulator applies it, except the two IOSurface
-rules of the direct path that a CoreML package's ``[1, C, T, 1]`` I/O breaks by construction
-(``anekit.coreml.export.PACKAGE_EXEMPT_RULES``; see that module).
+Strictness: the strict simulator applies the rule book for the CoreML route (``route="coreml"``): the
+rules about the direct path's IOSurfaces, descriptor and dialect do not hold for a package, whose
+buffers CoreML allocates (a decode step's ``[1, C, 1, 1]`` I/O would break them by construction).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from anekit.coreml.export import FUNCTIONS, PACKAGE_EXEMPT_RULES
+from anekit.coreml.export import FUNCTIONS
 from anekit.coreml.shards import CALLER, SHARDS_FILE, read_manifest
-from anekit.errors import AnekitError, CompilationFailed
+from anekit.errors import AnekitError
 from anekit.mil import types as T
 from anekit.mil.ir import Program
 from anekit.rules.checks import check_function, errors
@@ -47,12 +47,10 @@ class _StageKernels:
 
 
 def package_findings(program: Program, chip: str = "any") -> list[Any]:
-    """The error findings of every function of an exported program, less the package-exempt rules."""
+    """The error findings of every function of an exported program, for the CoreML route."""
     found = []
     for fn in program.functions.values():
-        found += [
-            f for f in errors(check_function(program, fn, chip)) if f.rule.id not in PACKAGE_EXEMPT_RULES
-        ]
+        found += errors(check_function(program, fn, chip, route="coreml"))
     return found
 
 
@@ -64,14 +62,8 @@ def compile_stage(
         raise AnekitError(
             f"[sample] {name} has no function {missing[0]!r} (it has: {', '.join(program.functions)})"
         )
-    if backend.strict:
-        broken = package_findings(program, backend.chip)
-        if broken:
-            listing = "\n".join(f"  {f.short()}" for f in broken)
-            raise CompilationFailed(f"[compile] {name} breaks rules of the rule book:\n{listing}")
-    loose = SimBackend(compile_budget=backend.compile_budget, precision=backend.precision, strict=False)
-    prefill = loose.compile(program, dict(weights), function="prefill").load()
-    decode = loose.compile(program, dict(weights), function="decode").load()
+    prefill = backend.compile(program, dict(weights), function="prefill").load()
+    decode = backend.compile(program, dict(weights), function="decode").load()
     decode.states = prefill.states  # one KV cache, written by prefill, read and updated by decode
     return _StageKernels(name, prefill, decode, sources)
 
@@ -98,7 +90,7 @@ class PackageDecoder:
         strict: bool = True,
     ) -> PackageDecoder:
         """Stages from (name, program, weights) in chain order; each stage's x is the previous y."""
-        backend = SimBackend(precision=precision, strict=strict)
+        backend = SimBackend(compile_budget=10**6, precision=precision, strict=strict, route="coreml")
         stages = []
         previous = None
         for name, program, weights in programs:

@@ -6,8 +6,8 @@ What the program follows (the empirical-laws reference, ../shared/reference/ane-
   ``[1, C, T, 1]``. The reference states this shape for the CoreML route, where it was validated with
   MLComputePlan placement checks; anekit's direct kernels put the sequence in width (``[1, C, 1, S]``)
   because the private API's IOSurface rules (``surface.spatial-multiple-16``, ``surface.min-row-bytes``)
-  are about the last axis. A CoreML package allocates its own buffers, so those two rules do not apply
-  to it (``PACKAGE_EXEMPT_RULES``); they would fire on any decode step anyway (T = 1).
+  are about the last axis. A CoreML package allocates its own buffers, so those rules hold only for the
+  direct route (the rule book's ``routes``); they would fire on any decode step anyway (T = 1).
 * Law 2, ops: every projection (wq, wk, wv, wo, w1, w2, w3, the classifier, the RoPE pair swap) is a
   1x1 ``conv`` with a constant weight ``[C_out, C_in, 1, 1]``; the functions are ``<ios18>``.
 * Law 3, int8: ``quantize="int8"`` stores each projection as int8 with one fp16 scale
@@ -58,7 +58,6 @@ WEIGHT_PATH = "@model_path/weights/weight.bin"  # the weight file of a CoreML pa
 FUNCTIONS = ("prefill", "decode")
 # Rules of the direct path's IOSurfaces (the last axis of every kernel input / output); a CoreML package
 # allocates its own buffers, and law 1 puts the sequence in height, so width is 1 (reported to the lead).
-PACKAGE_EXEMPT_RULES = frozenset({"surface.spatial-multiple-16", "surface.min-row-bytes"})
 PROJECTIONS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 
 

@@ -29,6 +29,13 @@ from dataclasses import dataclass
 from anekit.errors import AnekitError
 
 CHIPS = ("m1", "m2", "m3", "m4")
+# How a program reaches the engine: "direct" (MIL text + weight files handed to the private framework,
+# IOSurfaces the caller allocates) or "coreml" (a CoreML package, whose buffers CoreML allocates). The
+# surface, descriptor and dialect rules hold only for the direct route; an op the private compiler
+# refuses is, on the CoreML route, placed on the CPU instead (law 6), so those rules are direct-only too.
+ROUTES = ("direct", "coreml")
+DIRECT = ("direct",)
+COREML = ("coreml",)
 SCOPES = ("program", "op", "tensor", "surface", "package", "quantization", "process")
 SEVERITIES = ("error", "warn")
 STATUSES = ("measured", "reported", "seed law")
@@ -54,6 +61,7 @@ class Rule:
     chips: tuple[str, ...] = CHIPS
     evidence: str = ""
     checked_by: str = "anekit.rules.checks"
+    routes: tuple[str, ...] = ROUTES  # the routes the rule holds on
 
     def __post_init__(self) -> None:
         problems = []
@@ -67,8 +75,14 @@ class Rule:
             problems.append("no source (a rule without a source does not go in)")
         if not set(self.chips) <= set(CHIPS) or not self.chips:
             problems.append(f"chips {self.chips} not a subset of {CHIPS}")
+        if not set(self.routes) <= set(ROUTES) or not self.routes:
+            problems.append(f"routes {self.routes} not a subset of {ROUTES}")
         if problems:
             raise ValueError(f"[rules] rule '{self.id}': " + "; ".join(problems))
+
+    def on_route(self, route: str) -> bool:
+        """Whether the rule holds for programs that reach the engine by ``route``."""
+        return route in self.routes
 
     def applies_to(self, chip: str) -> bool:
         """Whether the rule holds on ``chip`` ("any": every rule of every chip applies)."""
@@ -85,6 +99,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §12 (status 0x1d at eval with inputs [768,32] and [768,16], M4 Max)",
         checked_by="anekit.runtime.ane surfaces; anekit.rules.checks.check_surface_plan",
+        routes=DIRECT,
     ),
     Rule(
         "surface.uniform-output-size",
@@ -95,6 +110,7 @@ _RULES: tuple[Rule, ...] = (
         f"{ORION} §2 (status 0x1d with outputs [d,s] and [h,s], M4 Max); {MADERIX} README reports "
         "multi-input requests failing with 0x1d",
         checked_by="anekit.runtime.ane surfaces; anekit.rules.checks.check_surface_plan",
+        routes=DIRECT,
     ),
     Rule(
         "surface.bind-alphabetical",
@@ -105,6 +121,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §3 and §13 (all 6 permutations of 3 inputs tried; only alphabetical order is right)",
         checked_by="anekit.runtime.ane requests; anekit.rules.checks.check_surface_plan",
+        routes=DIRECT,
     ),
     Rule(
         "surface.packed-data",
@@ -115,6 +132,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §14 (stride-padded data gave a ~260x smaller result)",
         checked_by="anekit.runtime.ane surfaces",
+        routes=DIRECT,
     ),
     Rule(
         "surface.spatial-multiple-16",
@@ -124,6 +142,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"{RUSTANE}: 'IOSurface spatial width must be multiple of 16 (silent data corruption otherwise)'; "
         f"{ORION} §4: 'ANE internally uses a stride of 16 for the seq dimension'",
+        routes=DIRECT,
     ),
     Rule(
         "surface.min-row-bytes",
@@ -134,6 +153,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"{ORION} §4 (seq=1 surfaces fail with status 0x1d, M4 Max); the smallest shapes run by "
         f"hardware-run projects are 64-byte rows ({MADERIX} real-time benchmark at 64x32)",
+        routes=DIRECT,
     ),
     Rule(
         "surface.min-bytes",
@@ -144,6 +164,7 @@ _RULES: tuple[Rule, ...] = (
         f"{ORION} §4 (minimum working [768,16] = 49,152 bytes, M4 Max)",
         evidence=f"{MADERIX} benchmarked 64x32 fp16 kernels (4 KB) on M4 through the real-time path, so "
         "small surfaces are not refused everywhere: a warning, not an error.",
+        routes=DIRECT,
     ),
     Rule(
         "surface.max-bytes",
@@ -153,6 +174,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"{MADERIX} training/training_dynamic/mil_dynamic.h splits the FFN backward and the SDPA "
         "forward (no Wo) into kernels with smaller inputs",
+        routes=DIRECT,
     ),
     # -- weights ------------------------------------------------------------------------------------
     Rule(
@@ -163,6 +185,7 @@ _RULES: tuple[Rule, ...] = (
         "error",
         "measured",
         f"{ORION} §8 (a wrong offset reads garbage silently)",
+        routes=DIRECT,
     ),
     Rule(
         "weights.baked",
@@ -173,6 +196,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §7; {MADERIX} training/test_weight_reload.m",
         checked_by="anekit.llama.trainer (baked mode recompiles every batch)",
+        routes=DIRECT,
     ),
     Rule(
         "weights.reserved-name",
@@ -185,6 +209,7 @@ _RULES: tuple[Rule, ...] = (
         "model.mil, net.plist, data)' (M4 Max); mechramc/Orion core/ane_runtime.h: the compiler's "
         "'data' file is the BLOBFILE",
         checked_by="anekit.runtime.ane; anekit.rules.checks.check_weight_names",
+        routes=DIRECT,
     ),
     # -- how the framework is driven ------------------------------------------------------------
     Rule(
@@ -195,6 +220,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §9 (an NSString crashes or fails silently)",
         checked_by="anekit.runtime.ane",
+        routes=DIRECT,
     ),
     Rule(
         "descriptor.empty-weights-dict",
@@ -204,6 +230,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §11 (nil crashes)",
         checked_by="anekit.runtime.ane",
+        routes=DIRECT,
     ),
     Rule(
         "process.compile-budget",
@@ -214,6 +241,7 @@ _RULES: tuple[Rule, ...] = (
         "measured",
         f"{ORION} §5, first documented by {MADERIX}",
         checked_by="anekit.runtime.base.Backend.compile; anekit.llama.trainer",
+        routes=DIRECT,
     ),
     Rule(
         "process.request-per-load",
@@ -224,6 +252,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"{MADERIX} training/ane_runtime.h (ane_compile builds the request after loadWithQoS)",
         checked_by="anekit.runtime.ane",
+        routes=DIRECT,
     ),
     Rule(
         "process.realtime-eval",
@@ -240,6 +269,7 @@ _RULES: tuple[Rule, ...] = (
         "beginRealTimeTask / endRealTimeTask (pull request #22 brackets too). anekit follows the bridge and "
         "falls back to the standard call on any failure.",
         checked_by="anekit.runtime.ane (realtime=True)",
+        routes=DIRECT,
     ),
     # -- ops --------------------------------------------------------------------------------------
     Rule(
@@ -249,6 +279,7 @@ _RULES: tuple[Rule, ...] = (
         "error",
         "measured",
         f"{ORION} §10 (ANECCompile() FAILED)",
+        routes=DIRECT,
     ),
     Rule(
         "op.concat",
@@ -267,6 +298,7 @@ _RULES: tuple[Rule, ...] = (
         "warn",
         "reported",
         f"{MADERIX} training/training_dynamic/mil_dynamic.h (concat on axes 1 and 3 only)",
+        routes=DIRECT,
     ),
     Rule(
         "op.sdpa-mask",
@@ -289,6 +321,7 @@ _RULES: tuple[Rule, ...] = (
         f"of {MADERIX} (README: 'RMSNorm folded into forward kernels as MIL ops (reduce_sum + pow + mul)', "
         f"trained on M1 to M5) use both and {RUSTANE} recommends pow(-0.5): decided that reduce_sum and "
         "pow are accepted.",
+        routes=DIRECT,
     ),
     Rule(
         "op.sqrt-after-reduce",
@@ -297,6 +330,7 @@ _RULES: tuple[Rule, ...] = (
         "error",
         "reported",
         f"{RUSTANE}: 'ANE compiler fails on rsqrt/sqrt after reduce ops — use pow(-0.5)'",
+        routes=DIRECT,
     ),
     Rule(
         "op.identity-output",
@@ -310,6 +344,7 @@ _RULES: tuple[Rule, ...] = (
         "marks identity Y on M1-M5 ('aliases Cast/no-op') and a maderix/ANE PR (#6, inmem_peak.m) ends in "
         "identity. Since identity lowers to cast and cast is reported missing on M1/M2 (op.cast-m1-m2), "
         "anekit's kernels avoid it: a warning.",
+        routes=DIRECT,
     ),
     Rule(
         "op.cast-m1-m2",
@@ -320,6 +355,7 @@ _RULES: tuple[Rule, ...] = (
         f"{MADERIX} pull request #6 (commit 709b602, tested on M1 Pro): 'M1/M2 ANE doesn't support the "
         "cast op (fp32<->fp16)'",
         chips=("m1", "m2"),
+        routes=DIRECT,
     ),
     Rule(
         "op.softmax-axis-size",
@@ -338,6 +374,7 @@ _RULES: tuple[Rule, ...] = (
         "warn",
         "reported",
         f"no kernel of {MADERIX} training/stories_mil.h or training_dynamic/mil_dynamic.h has one",
+        routes=DIRECT,
     ),
     Rule(
         "op.transposed-weight-matmul",
@@ -348,6 +385,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"{MADERIX} training/training_dynamic/mil_dynamic.h gen_dyn_matmul (activations transposed, "
         "weights consumed as they are; transposes only on head-sized operands)",
+        routes=DIRECT,
     ),
     Rule(
         "op.matmul-const-weight",
@@ -365,6 +403,7 @@ _RULES: tuple[Rule, ...] = (
         "error",
         "reported",
         f"{MADERIX} training/ane_classifier.h: 'ANE rejects conv with 32000 input channels'",
+        routes=DIRECT,
     ),
     Rule(
         "conv.input-channels-unproven",
@@ -374,6 +413,7 @@ _RULES: tuple[Rule, ...] = (
         "reported",
         f"2048 is the largest conv input seen working in hardware-run kernels ({MADERIX} "
         "training/training_dynamic: Qwen3-0.6B Q_DIM 2048)",
+        routes=DIRECT,
     ),
     Rule(
         "numerics.fp16-sum-of-squares",
@@ -394,6 +434,7 @@ _RULES: tuple[Rule, ...] = (
         "error",
         "seed law",
         f"{LAWS} law 1; every kernel of {MADERIX} and {ORION} uses [1, C, 1, S] surfaces",
+        routes=DIRECT,
     ),
     Rule(
         "dialect.m1-m2",
@@ -408,6 +449,7 @@ _RULES: tuple[Rule, ...] = (
         evidence="maderix's stories_mil.h kernels (program(1.3), ios18) train on M1 Pro / Max, so the "
         "newer form is not refused outright; the backend writes the older dialect on M1 / M2.",
         checked_by="anekit.runtime.ane picks the dialect by chip; anekit.rules.checks (ops newer than iOS16)",
+        routes=DIRECT,
     ),
     Rule(
         "weights.one-blob-per-file-m1",
@@ -419,6 +461,7 @@ _RULES: tuple[Rule, ...] = (
         f"{MADERIX} benchmarks/ANE_BENCHMARK_REPORT.md, 'Cross-Generation MIL Compatibility': single-blob "
         "weights FAIL and BLOBFILE offset refs FAIL on M1; per-matrix weight blobs YES",
         chips=("m1",),
+        routes=DIRECT,
     ),
     # -- the CoreML route (ane-empirical-laws.md) ---------------------------------------------------
     Rule(
@@ -429,6 +472,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 1",
         checked_by="anekit.rules.checks (function I/O); CoreML packages once they are written",
+        routes=COREML,
     ),
     Rule(
         "quant.int8-per-tensor",
@@ -448,6 +492,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 4 (validated ceiling 223 MB)",
         checked_by="anekit.rules.checks.check_package (anekit lint MODEL.mlpackage)",
+        routes=COREML,
     ),
     Rule(
         "package.layers-per-shard",
@@ -457,6 +502,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 5",
         checked_by="the export's shard planner",
+        routes=COREML,
     ),
     Rule(
         "package.residency",
@@ -466,6 +512,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 6",
         checked_by="the export's residency check (macOS only)",
+        routes=COREML,
     ),
     Rule(
         "process.chaining",
@@ -476,6 +523,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 7; {MADERIX} docs/ANE_CHAINING_RESEARCH.md (blocked on Code=15, needs Espresso IR)",
         checked_by="anekit.runtime.ane (chaining is opt-in with a sequential fallback)",
+        routes=DIRECT,
     ),
     Rule(
         "package.kv-state",
@@ -485,6 +533,7 @@ _RULES: tuple[Rule, ...] = (
         "seed law",
         f"{LAWS} law 8",
         checked_by="the model export (states)",
+        routes=COREML,
     ),
 )
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from anekit.errors import CompilationFailed
+from anekit.errors import AnekitError, CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.dialect import function_problems
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules.book import CHIPS, Rule, check_chip, rule
+from anekit.rules.book import CHIPS, ROUTES, Rule, check_chip, rule
 
 FP16_MAX = 65504.0
 BLOB_SENTINEL = 0xDEADBEEF
@@ -83,11 +83,16 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def enforce(
-    program: Program, fn: Function, chip: str, weights: WeightFiles | None, who: str
+    program: Program,
+    fn: Function,
+    chip: str,
+    weights: WeightFiles | None,
+    who: str,
+    route: str = "direct",
 ) -> list[Finding]:
     """Refuse ``fn`` with CompilationFailed listing every error rule it breaks for ``chip``; returns the
     warnings. What both backends call before compiling (``who`` says which, for the message)."""
-    findings = check_function(program, fn, chip, weights)
+    findings = check_function(program, fn, chip, weights, route)
     broken = errors(findings)
     if broken:
         listing = "\n".join(f"  {f.short()}" for f in broken)
@@ -113,16 +118,19 @@ def reserved_weight_name(path: str) -> str | None:
 class _Context:
     """What the checks of one function share: the chip, the weight files, and who consumes what."""
 
-    def __init__(self, program: Program, fn: Function, chip: str, weights: WeightFiles | None) -> None:
+    def __init__(
+        self, program: Program, fn: Function, chip: str, weights: WeightFiles | None, route: str = "direct"
+    ) -> None:
         self.program = program
         self.fn = fn
         self.chip = chip
+        self.route = route
         self.weights = weights
         self.findings: list[Finding] = []
 
     def report(self, rule_id: str, where: str, message: str, line: int | None = None) -> None:
         r = rule(rule_id)
-        if not r.applies_to(self.chip):
+        if not r.applies_to(self.chip) or not r.on_route(self.route):
             return
         severity = r.severity
         if self.chip == "any" and set(r.chips) != set(CHIPS):
@@ -150,24 +158,33 @@ def _on(*op_types: str) -> Callable[[OpCheck], OpCheck]:
     return register
 
 
-def check_program(program: Program, chip: str = "any", weights: WeightFiles | None = None) -> list[Finding]:
-    """Every finding of the op, tensor and program rules for ``chip`` ("any": the rules of every chip).
+def check_program(
+    program: Program, chip: str = "any", weights: WeightFiles | None = None, route: str = "direct"
+) -> list[Finding]:
+    """Every finding of the op, tensor and program rules for ``chip`` ("any": the rules of every chip)
+    and ``route`` ("direct": the private framework with caller-made surfaces; "coreml": a package).
 
     ``weights`` maps BLOBFILE paths (``@model_path/weights/x.bin``) to their bytes or files; when given,
     BLOBFILE offsets are checked against the files' metadata records.
     """
     findings: list[Finding] = []
     for fn in program.functions.values():
-        findings.extend(check_function(program, fn, chip, weights))
+        findings.extend(check_function(program, fn, chip, weights, route))
     return findings
 
 
 def check_function(
-    program: Program, fn: Function, chip: str = "any", weights: WeightFiles | None = None
+    program: Program,
+    fn: Function,
+    chip: str = "any",
+    weights: WeightFiles | None = None,
+    route: str = "direct",
 ) -> list[Finding]:
     """The findings of one function of ``program`` (what a backend compiles)."""
     check_chip(chip)
-    ctx = _Context(program, fn, chip, weights)
+    if route not in ROUTES:
+        raise AnekitError(f"[rules] unknown route '{route}' (choose one of: {', '.join(ROUTES)})")
+    ctx = _Context(program, fn, chip, weights, route)
     _check_io(ctx)
     for op in fn.ops:
         for check in _OP_CHECKS.get(op.op_type, ()):
@@ -219,7 +236,7 @@ def _check_io(ctx: _Context) -> None:
 def _check_dialect(ctx: _Context) -> None:
     """dialect.m1-m2: what the older program(1.0) / <ios16> form cannot express."""
     r = rule("dialect.m1-m2")
-    if not r.applies_to(ctx.chip):
+    if not r.applies_to(ctx.chip) or not r.on_route(ctx.route):
         return
     for op, problem in function_problems(ctx.fn, "ios16"):
         if op is None:

@@ -61,12 +61,13 @@ def lint_program(
     chip: str = "any",
     weights_dir: Path | None = None,
     weights: WeightFiles | None = None,
+    route: str = "direct",
 ) -> LintResult:
     """Check one program; BLOBFILE paths resolve through ``weights`` or against ``weights_dir`` (the
-    ``@model_path`` folder)."""
+    ``@model_path`` folder). ``route``: "coreml" for a package's program (its buffers are CoreML's)."""
     if weights is None and weights_dir is not None:
         weights = _weight_files(program, weights_dir)
-    return LintResult(target, check_program(program, chip, weights))
+    return LintResult(target, check_program(program, chip, weights, route))
 
 
 def lint_paths(paths: list[Path], chip: str = "any") -> list[LintResult]:
@@ -112,7 +113,7 @@ def _lint_package(path: Path, chip: str) -> LintResult:
         pkg = load_mlpackage(path)
     except AnekitError as e:
         return LintResult(str(path), problem=str(e).splitlines()[0])
-    result = lint_program(pkg.program, str(path), chip, weights=pkg.weights)
+    result = lint_program(pkg.program, str(path), chip, weights=pkg.weights, route="coreml")
     result.findings.extend(check_package(pkg.weight_bytes, str(path), chip))
     return result
 

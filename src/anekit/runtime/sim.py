@@ -370,7 +370,8 @@ class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
     ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
-    the rule book for ``chip``.
+    the rule book for ``chip`` and ``route`` ("direct": kernels for the private framework; "coreml":
+    the program of a CoreML package, whose buffers CoreML allocates).
     """
 
     name = "sim"
@@ -381,6 +382,7 @@ class SimBackend(Backend):
         precision: str = "ane",
         strict: bool | None = None,
         chip: str = "any",
+        route: str = "direct",
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
@@ -388,10 +390,11 @@ class SimBackend(Backend):
         self.precision = precision
         self.strict = strict_default() if strict is None else bool(strict)
         self.chip = check_chip(chip)
+        self.route = route  # whose rules strictness applies: the direct route's, or a CoreML package's
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
-            enforce(prog, fn, self.chip, weights, "strict simulator")
+            enforce(prog, fn, self.chip, weights, "strict simulator", self.route)
         try:
             plan = Plan(fn, weights, self.precision)
         except EvalFailed as e:
