@@ -255,6 +255,40 @@ def test_kernel_style_weight_files_are_copied_into_weight_bin(tmp_path):
     np.testing.assert_array_equal(consts["bias"], bias)
 
 
+@pytest.mark.parametrize("consume", [False, True])
+def test_one_weight_file_becomes_weight_bin_as_it_is(tmp_path, consume):
+    """A program whose consts all come from one weight file: the file is taken whole (copied, or moved
+    when the caller hands it over), offsets kept; a small const of it is still written inline."""
+    from anekit.blob import write_blobs
+
+    w = (RNG.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float16)
+    bias = RNG.standard_normal(32).astype(np.float16)
+    src = tmp_path / "all.bin"
+    off_w, off_b = write_blobs(src, [(w, "fp16"), (bias, "fp16")])
+    original = src.read_bytes()
+    b = Builder()
+    f = b.function("main")
+    x = f.input("x", tensor("fp16", [1, 32, 1, 16]))
+    wv = f.weight(tensor("fp16", [32, 32, 1, 1]), WEIGHT_PATH, off_w, name="w")
+    bv = f.weight(tensor("fp16", [32]), WEIGHT_PATH, off_b, name="bias")
+    f.output(f.conv(x=x, weight=wv, bias=bv, name="y"))
+    path = save_mlpackage(
+        b.build(), tmp_path / "k.mlpackage", weights={WEIGHT_PATH: src}, consume_weights=consume
+    )
+    assert (path / "Data/com.apple.CoreML/weights/weight.bin").read_bytes() == original
+    assert src.exists() is not consume
+    spec, ct_prog = ct_load(path)
+    assert (
+        val_kind(spec, "main", "w") == "blobFileValue" and val_kind(spec, "main", "bias") == "immediateValue"
+    )
+    consts = ct_consts(ct_prog)
+    np.testing.assert_array_equal(consts["w"], w)
+    np.testing.assert_array_equal(consts["bias"], bias)
+    loaded = load_mlpackage(path)
+    ref = next(op for op in loaded.program.main.ops if op.outputs[0].name == "w").attributes["val"].value
+    assert ref == BlobRef(WEIGHT_PATH, off_w)
+
+
 def test_the_builder_option(tmp_path):
     w = (RNG.standard_normal((64, 64, 1, 1)) * 0.1).astype(np.float16)  # 8192 bytes: tracked
     small = RNG.standard_normal((64, 16, 1, 1)).astype(np.float16)  # 2048 bytes: under 4096, inline

@@ -241,7 +241,12 @@ class _Graph:
     def decode_masks(self) -> tuple[Var, Var]:
         """Decode: where pos is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S]."""
         f, s = self.f, self.cfg.seq_len
-        ramp = f.const(np.arange(s, dtype=np.int32).reshape(1, 1, s, 1), name="ramp")  # (1, 1, S, 1)
+        # Through the weight sink like every other large const, so the package's weight.bin is the sink's
+        # file as written (no const left to append).
+        ramp = self.once(
+            f"ramp{s}",
+            lambda: self.sink.blob(f, "ramp", "int32", (1, 1, s, 1), lambda: np.arange(s, dtype=np.int32)),
+        )  # (1, 1, S, 1)
         here = f.equal(x=ramp, y=self.pos4, name="here")  # (1, 1, S, 1) bool
         seen = f.less_equal(x=ramp, y=self.pos4, name="seen")  # (1, 1, S, 1) bool
         zero = np.zeros((1, 1, 1, 1), np.float16)

@@ -45,7 +45,10 @@ def _save(program: object, path: Path, blob: Path, overwrite: bool) -> None:
         from anekit.coreml import save_mlpackage  # type: ignore[attr-defined]
     except ImportError as e:
         raise AnekitError(f"[export] writing .mlpackage files is not available here ({e})") from e
-    save_mlpackage(program, path, weights={WEIGHT_PATH: blob}, default_function="decode", overwrite=overwrite)
+    save_mlpackage(
+        program, path, weights={WEIGHT_PATH: blob}, default_function="decode", overwrite=overwrite,
+        consume_weights=True,  # the stage's scratch weight file becomes the package's weight.bin
+    )  # fmt: skip
 
 
 def _write_stage(

@@ -41,7 +41,7 @@ from anekit.coreml.values import literal_to_value, tensor_bytes
 from anekit.errors import AnekitError, CoreMLFormatError
 from anekit.fp16 import bf16_bits_to_f32
 from anekit.mil import types as T
-from anekit.mil.ir import Function, Program
+from anekit.mil.ir import Function, Op, Program
 from anekit.mil.values import BlobRef, Literal, tensor_literal
 from anekit.mil.verify import verify
 
@@ -65,14 +65,23 @@ def goes_to_weight_file(t: T.TensorType, fn: Function) -> bool:
 
 
 class _Placer:
-    """Decides, for every literal of the program, inline value or weight-file value (writing the data)."""
+    """Decides, for every literal of the program, inline value or weight-file value (writing the data).
+
+    ``adopted``: the one source weight file that was copied whole as the package's weight.bin, so its
+    blobs keep their offsets and nothing is re-encoded (``writer`` is then None: see ``_adoptable``).
+    """
 
     def __init__(
-        self, writer: BlobWriter, threshold: int | None, weights: Mapping[str, WeightSource]
+        self,
+        writer: BlobWriter | None,
+        threshold: int | None,
+        weights: Mapping[str, WeightSource],
+        adopted: str | None = None,
     ) -> None:
         self.writer = writer
         self.threshold = threshold
         self.weights = weights
+        self.adopted = adopted
         self.files: dict[str, BlobFile] = {}
         self.copied: dict[tuple[str, int], int] = {}
 
@@ -104,6 +113,7 @@ class _Placer:
         if isinstance(lit.value, BlobRef):
             return self._external(lit, t, lit.value, fn, where, eligible)
         if eligible and self.threshold is not None and stored_bytes(t) >= self.threshold:
+            assert self.writer is not None, "an adopted weight file leaves nothing to append"
             offset = self.writer.append(_blob_values(lit), t.dtype.name)
             return literal_to_value(Literal(t, BlobRef(WEIGHT_PATH, offset)), where)
         return literal_to_value(lit, where)
@@ -121,7 +131,10 @@ class _Placer:
                 f"the const declares {t}",
             )
         small = self.threshold is not None and entry.size_in_bytes < self.threshold
+        if eligible and not small and self.adopted == ref.path:  # the file is weight.bin as it is
+            return literal_to_value(Literal(t, BlobRef(WEIGHT_PATH, ref.offset)), where)
         if eligible and not small:
+            assert self.writer is not None, "an adopted weight file leaves nothing to append"
             key = (ref.path, ref.offset)
             if key not in self.copied:
                 self.copied[key] = self.writer.append(blob.raw(ref.offset), entry.dtype, count=entry.elements)
@@ -134,6 +147,56 @@ class _Placer:
     def close(self) -> None:
         for blob in self.files.values():
             blob.close()
+
+
+def _adoptable(program: Program, weights: Mapping[str, WeightSource], threshold: int | None) -> str | None:
+    """The BLOBFILE path of a weight file that can become weight.bin as it is, or None.
+
+    That is the case when the program refers to exactly one weight file, given as a file, and no inline
+    const would be appended: copying the file whole (the kernel's fast copy) then replaces decoding and
+    re-encoding every blob, and offsets stay valid. Consts of that file that stay inline (under the
+    threshold, or of a dtype the opset keeps inline) are read as usual; their blobs stay in the copy,
+    unreferenced, as do blobs no const refers to.
+    """
+    refs: set[str] = set()
+    for fn in program.functions.values():
+        for op in fn.ops:
+            for lit in _literals(op):
+                t = lit.type
+                if not isinstance(t, T.TensorType):
+                    continue
+                if isinstance(lit.value, BlobRef):
+                    refs.add(lit.value.path)
+                elif threshold is not None and stored_bytes(t) >= threshold and goes_to_weight_file(t, fn):
+                    return None  # an inline const that would have to be appended
+    if len(refs) != 1:
+        return None
+    (path,) = refs
+    source = weights.get(path, weights.get(path.removeprefix("@model_path/")))
+    return path if isinstance(source, (str, os.PathLike)) and Path(source).is_file() else None
+
+
+def _adopt(weights: Mapping[str, WeightSource], path: str, dest: Path, consume: bool) -> Path:
+    """Put the source file of ``path`` at ``dest``: moved when ``consume`` allows and the file system
+    does, copied otherwise (the kernel's fast copy, no decoding)."""
+    source = weights.get(path, weights.get(path.removeprefix("@model_path/")))
+    assert isinstance(source, (str, os.PathLike))
+    if consume:
+        with contextlib.suppress(OSError):  # another file system: copy instead
+            os.replace(source, dest)
+            return dest
+    shutil.copyfile(source, dest)
+    return dest
+
+
+def _literals(op: Op) -> list[Literal]:
+    """Every literal of an op: its attributes and its inline inputs (tuples flattened)."""
+    found = [v for v in op.attributes.values() if isinstance(v, Literal)]
+    for arg in op.inputs.values():
+        for a in arg if isinstance(arg, tuple) else (arg,):
+            if isinstance(a, Literal):
+                found.append(a)
+    return found
 
 
 def _blob_values(lit: Literal) -> Any:
@@ -172,6 +235,7 @@ def save_mlpackage(
     default_function: str | None = None,
     description: str | None = None,
     overwrite: bool = False,
+    consume_weights: bool = False,
 ) -> Path:
     """Write ``program`` as an ML Program package at ``path`` (``.mlpackage``); returns the path.
 
@@ -180,7 +244,9 @@ def save_mlpackage(
     smaller ones inline; None keeps each const where the program has it (inline values inline,
     BLOBFILE values in weight.bin) — the form for a program built with ``Builder(blob_storage=True)``.
     ``default_function``: the function CoreML runs by default ("main", or the first function).
-    An existing ``path`` is refused unless ``overwrite``.
+    An existing ``path`` is refused unless ``overwrite``. ``consume_weights``: the weight files given are
+    the caller's scratch files, so one that becomes weight.bin as it is may be moved in, not copied (and
+    is then gone, whether the save succeeds or not).
     """
     p = proto()  # CoreMLUnavailable before anything touches the disk
     path = Path(path)
@@ -200,9 +266,12 @@ def save_mlpackage(
         model_dir = tmp / DATA / MODEL_ENTRY.rsplit("/", 1)[0]
         weights_dir = tmp / DATA / WEIGHTS_ENTRY
         weights_dir.mkdir(parents=True)
-        placer = None
-        with BlobWriter(weights_dir / WEIGHT_FILE) as writer:
-            placer = _Placer(writer, blob_threshold, weights or {})
+        adopted = _adoptable(program, weights or {}, blob_threshold)
+        if adopted is not None:  # one weight file, all of it going to weight.bin: take it whole
+            weights = {adopted: _adopt(weights or {}, adopted, weights_dir / WEIGHT_FILE, consume_weights)}
+        writing = BlobWriter(weights_dir / WEIGHT_FILE) if adopted is None else contextlib.nullcontext()
+        with writing as writer:
+            placer = _Placer(writer, blob_threshold, weights or {}, adopted)
             try:
                 model = program_to_model(
                     program, placer, default_function=default_function, description=description
