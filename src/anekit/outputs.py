@@ -54,7 +54,7 @@ def _parent_problem(path: Path) -> str | None:
     parent = path.parent
     if parent.is_dir():
         if not os.access(parent, os.W_OK | os.X_OK):
-            return f"directory {parent} is not writable"
+            return f"not writable (directory {parent})"
         return None
     for up in (parent, *parent.parents):  # the nearest part of the path that exists
         if up.exists() or up.is_symlink():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.kernels.config import preset
 from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
 
 TARGETS = ("mlpackage", "llama2c")
@@ -55,7 +56,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
     p.add_argument(
         "--config",
-        type=flags.preset_name,
         metavar="NAME",
         help=flags.preset_help("model preset of a BLZT checkpoint (as anekit sample)"),
     )
@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from anekit.cli.sample_cmd import check_finite, load_model
     from anekit.coreml.quantize import QUANT_MODES, QuantizationWarning
 
+    if args.config is not None:
+        preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
     if args.quantize not in QUANT_MODES:
         raise AnekitError(f"[export] unknown --quantize {args.quantize!r} (known: {', '.join(QUANT_MODES)})")
     shard_mb = args.shard_mb

@@ -3,6 +3,10 @@
 A value that does not parse or lies outside its range is a usage error (argparse's message naming the
 flag, exit status 2), found before any file is read or written; the message names the range, so that
 0 or -1 is never silently taken for "the default". Defaults are shown in each flag's help.
+
+Names looked up in a table after parsing (``--config`` presets, ``--chip``, ``--quantize``) are not
+checked here: an unknown one is an ``anekit:`` error line (exit status 1) from the table's own lookup,
+the same in every command, ``train`` included.
 """
 
 from __future__ import annotations
@@ -51,15 +55,6 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str
 
 
 seed = int_range(0, SEED_MAX)
-
-
-def preset_name(text: str) -> str:
-    """A model preset's name (``default``, ``stories260K``, ...), checked against the presets table."""
-    from anekit.kernels.config import PRESETS
-
-    if text not in PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r} (known: {', '.join(PRESETS)})")
-    return text
 
 
 def preset_help(what: str) -> str:

@@ -75,7 +75,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--config",
-        type=flags.preset_name,
         metavar="NAME",
         help=flags.preset_help(
             "model preset of a BLZT checkpoint (its header has no n_kv_heads); default: the name in "
@@ -173,6 +172,8 @@ def is_export(path: Path) -> bool:
 def run(args: argparse.Namespace) -> int:
     from anekit.llama.sample import Sampler
 
+    if args.config is not None:
+        preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder
 
