@@ -3,8 +3,8 @@
 Every command that writes goes through the same three steps, so a bad output location costs the user no
 work and leaves nothing behind:
 
-1. ``check_file`` / ``check_dir`` before the work starts: the output must not be a directory where a file
-   is wanted (or a file where a directory is), its parent directory must exist (anekit does not create
+1. ``check_file`` / ``check_dir`` (``check_cache`` for a cache, whose directories may be created) before
+   the work starts: the output must not be a directory where a file is wanted (or a file where a directory is), its parent directory must exist (anekit does not create
    missing parents: a typo in a path should not grow a tree), no part of the path may be a file, and the
    parent must be writable.
 2. The write itself goes through an atomic writer (``anekit.fileio.atomic_write``, ``BlobWriter``, or a
@@ -92,6 +92,22 @@ def check_dir(path: str | os.PathLike[str], what: str) -> Path:
     problem = _parent_problem(path)
     if problem:
         raise OutputError(f"{what} {path}: {problem}")
+    return path
+
+
+def check_cache(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse a cache file ``path`` that cannot be created: its directories may be missing (a cache makes
+    them), but the nearest existing one must be a writable directory, and ``path`` must not be one."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{what} {path}: is a directory, not a file")
+    for up in path.parents:
+        if up.exists() or up.is_symlink():
+            if not up.is_dir():
+                raise OutputError(f"{what} {path}: {up} is a file, not a directory")
+            if not os.access(up, os.W_OK | os.X_OK):
+                raise OutputError(f"{what} {path}: not writable (directory {up})")
+            break
     return path
 
 
