@@ -4,9 +4,9 @@ Every command that writes goes through the same three steps, so a bad output loc
 work and leaves nothing behind:
 
 1. ``check_file`` / ``check_dir`` (``check_cache`` for a cache, whose directories may be created) before
-   the work starts: the output must not be a directory where a file is wanted (or a file where a directory is), its parent directory must exist (anekit does not create
-   missing parents: a typo in a path should not grow a tree), no part of the path may be a file, and the
-   parent must be writable.
+   the work starts: the output must not be a directory where a file is wanted (or a file where a
+   directory is), its parent directory must exist (anekit does not create missing parents: a typo in a
+   path should not grow a tree), no part of the path may be a file, and the parent must be writable.
 2. The write itself goes through an atomic writer (``anekit.fileio.atomic_write``, ``BlobWriter``, or a
    temporary directory renamed into place), so an interrupted or failed write leaves only the previous
    content.
