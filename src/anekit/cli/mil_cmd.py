@@ -37,7 +37,7 @@ def run_check(args: argparse.Namespace) -> int:
             prog = mil.verify(mil.parse(_read(path), str(path)))
         except AnekitError as e:
             failed += 1
-            print(f"{path}: FAIL {e}", file=sys.stderr)
+            print(f"{path}: FAIL {e.one_line()}", file=sys.stderr)
             continue
         sigs = "; ".join(fn.signature() for fn in prog.functions.values())
         print(f"{path}: ok, {prog.op_count()} ops, {sigs}")

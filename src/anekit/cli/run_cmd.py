@@ -116,6 +116,8 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
         name, sep, file = item.partition("=")
         if not sep:
             raise AnekitError(f"[run] --input takes NAME=FILE.npy, got '{item}'")
+        if name in given:
+            raise AnekitError(f"[run] --input {name} is given twice")
         try:
             given[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as e:

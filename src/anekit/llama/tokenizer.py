@@ -15,6 +15,7 @@ sentencepiece is imported only when used; without it these functions raise a cle
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -206,12 +207,16 @@ def default_tokenizer(
             return SentencePieceTokenizer(path)
         except FormatError:
             pass  # a damaged cache entry: train again and replace it
+    missing = [d for d in path.parents if not d.exists()]  # made by the write; removed if it fails
     try:
         check_cache(path, "[tokenizer] cache")
         text = corpus.generate_corpus(corpus.DEFAULT_STORIES, corpus.DEFAULT_SEED)
         with writing(path, "[tokenizer] cache"):
             return SentencePieceTokenizer(train_bpe(text, vocab_size, path.with_suffix("")))
     except OutputError as e:
+        for d in missing:  # deepest first; only the empty ones this call created
+            with contextlib.suppress(OSError):
+                d.rmdir()
         raise OutputError(f"{e} (set {CACHE_ENV} to a writable directory)") from e
 
 
