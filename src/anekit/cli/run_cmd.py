@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--random",
         type=flags.seed,
         metavar="SEED",
-        help=f"fill inputs not given with N(0, 1) values from this seed (0 .. {flags.SEED_MAX})",
+        help=f"fill inputs not given with N(0, 1) values from this seed, 0 .. {flags.SEED_MAX} "
+        "(default: none, every input must be given)",
     )
     p.add_argument(
         "--output",
