@@ -241,7 +241,7 @@ KERNELS = [
     c("kernels-exists", *K, "{out}/d", status=1, says="exists (use --force", setup="dir"),
     c("kernels-force-foreign-dir", *K, "{out}/d", "--force", status=1, says="not a previous dump",
       setup="dir", sub=True),
-    c("kernels-force-out-of-cwd", *K, "{out}", "--force", status=1, says="not a previous dump", setup="dir"),
+    c("kernels-force-output-root", *K, "{out}", "--force", status=1, says="not a previous dump", setup="dir"),
     c("kernels-dump-exists", *K, "{out}/k", status=1, says="exists (use --force", setup="dump"),
     c("kernels-out-is-file", *K, "{out}/m.bin", status=1, says="is a file", setup="file"),
     c("kernels-out-is-file-force", *K, "{out}/m.bin", "--force", status=1, says="is a file", setup="file"),
