@@ -289,11 +289,13 @@ def test_cli_export_sample_and_bad_input(
     assert greedy(PackageDecoder.open(out), 64) == greedy(PackageDecoder.open(tmp_path / "s"), 64)
     for bad, msg in (
         (["--shard-mb", "0.01"], "cannot be sharded"),
-        (["--shard-mb", "x"], "positive number"),
         (["--quantize", "int3"], "unknown --quantize"),
     ):
         assert main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), *bad]) == 1
         assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # not a number: argparse's usage error, naming the range
+        main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), "--shard-mb", "x"])
+    assert exit_.value.code == 2 and "expected a number in (0, inf)" in capsys.readouterr().err
     truncated = tmp_path / "t.bin"
     truncated.write_bytes(Path(model).read_bytes()[:1000])
     assert main(["export", str(truncated), "--to", "mlpackage", str(tmp_path / "bad")]) == 1

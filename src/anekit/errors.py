@@ -8,6 +8,11 @@ from typing import Any
 class AnekitError(Exception):
     """Root of every error anekit raises on purpose."""
 
+    def one_line(self) -> str:
+        """The message on one line, as the command line prints it: a message listing several findings on
+        their own lines (rules refused, types that do not match) keeps them, joined by "; "."""
+        return "; ".join(line.strip() for line in str(self).splitlines() if line.strip())
+
 
 class FormatError(AnekitError, ValueError):
     """A binary or text file does not follow its format.
@@ -65,6 +70,10 @@ class MilSyntaxError(MilError, ValueError):
         caret = " " * ((caret_column or column) - 1) + "^"
         text += f"\n    {line_text}\n    {caret}"
         super().__init__(text)
+
+    def one_line(self) -> str:
+        """The first line, which says where (source:line:col) and what; the caret lines need a terminal."""
+        return str(self).splitlines()[0]
 
 
 class MilTypeError(MilError, TypeError):

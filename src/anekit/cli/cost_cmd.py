@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from anekit.cli import flags
 from anekit.cost import calibration
 from anekit.cost.chips import CHIPS, Chip, chip
 from anekit.cost.model import Params, predict
@@ -30,9 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "error against every published figure.",
     )
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
-    p.add_argument("--config", metavar="NAME", help="a preset: every kernel one training step runs")
+    p.add_argument(
+        "--config",
+        metavar="NAME",
+        help=flags.preset_help("every kernel one training step of this model runs"),
+    )
     p.add_argument("--chip", default="m4", metavar="CHIP", help=f"one of {', '.join(CHIPS)} (default m4)")
-    p.add_argument("--weights", default="baked", choices=WEIGHT_MODES, help="weight mode of --config")
+    p.add_argument(
+        "--weights", default="baked", choices=WEIGHT_MODES, help="weight mode of --config (default: baked)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
     p.set_defaults(run=run_cost)

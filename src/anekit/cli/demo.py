@@ -15,7 +15,16 @@ import time
 import numpy as np
 
 from anekit import mil, runtime
+from anekit.cli import flags
 from anekit.kernels import ModelConfig, forward, reference
+
+DEMO_FLAGS = (  # flag, default, largest value, what it sets
+    ("--dim", 64, 1024, "model dimension (channels)"),
+    ("--hidden", 172, 4096, "FFN hidden dimension"),
+    ("--heads", 8, 64, "attention heads"),
+    ("--kv-heads", 4, 64, "key / value heads (dividing --heads)"),
+    ("--seq", 32, 1024, "sequence length"),
+)
 
 
 def demo_config(args: argparse.Namespace) -> ModelConfig:
@@ -42,12 +51,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="generate, print, parse, verify and simulate one transformer layer's kernels"
     )
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--hidden", type=int, default=172)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
+    # The bounds keep the demo a demo (seconds, not hours, and well under a GB); ModelConfig then checks
+    # what the numbers must satisfy together (heads dividing dim, kv heads dividing heads, ...).
+    for flag, default, hi, what in DEMO_FLAGS:
+        p.add_argument(
+            flag,
+            type=flags.int_range(1, hi),
+            default=default,
+            metavar="N",
+            help=f"{what}, 1 .. {hi} (default: %(default)s)",
+        )
+    p.add_argument(
+        "--seed",
+        type=flags.seed,
+        default=0,
+        help=f"seed of the weights and the input, 0 .. {flags.SEED_MAX} (default: %(default)s)",
+    )
     p.set_defaults(run=run)
 
 

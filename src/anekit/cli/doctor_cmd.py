@@ -32,8 +32,9 @@ from typing import Any
 
 import anekit
 from anekit import runtime
-from anekit.errors import AnekitError
+from anekit.cli import flags
 from anekit.fileio import atomic_write
+from anekit.outputs import OutputError, check_file, writing
 
 ENV = "ANEKIT_BACKEND"
 ANE_MODULE = "anekit.runtime.ane"
@@ -255,14 +256,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--smoke", action="store_true", help="compile, load and run a ladder of programs and compare"
     )
     p.add_argument(
-        "--config", default="stories260K", metavar="NAME", help="--smoke: the preset whose kernels run"
+        "--config",
+        default="stories260K",
+        metavar="NAME",
+        help=flags.preset_help("--smoke: the preset whose kernels run (default: %(default)s)"),
     )
-    p.add_argument("--seed", type=int, default=0, help="--smoke: seed of the random inputs and weights")
+    p.add_argument(
+        "--seed",
+        type=flags.seed,
+        default=0,
+        help=f"--smoke: seed of the random inputs and weights, 0 .. {flags.SEED_MAX} (default: %(default)s)",
+    )
     p.add_argument(
         "--dialect",
         choices=["auto", "ios18", "ios16"],
         default="auto",
-        help="--smoke: MIL dialect of the programs (auto: by chip on the engine, ios18 elsewhere)",
+        help="--smoke: MIL dialect of the programs (default auto: by chip on the engine, ios18 elsewhere)",
     )
     p.set_defaults(run=run)
 
@@ -270,24 +279,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_writable(path: str) -> None:
     """Refuse, before any work, a report path that cannot be written (AnekitError naming it)."""
     if not path:
-        raise AnekitError("[doctor] --json needs a file name")
-    parent = os.path.dirname(path) or "."
-    if os.path.isdir(path):
-        raise AnekitError(f"[doctor] --json {path}: is a directory")
-    if not os.path.isdir(parent):
-        raise AnekitError(f"[doctor] --json {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise AnekitError(f"[doctor] --json {path}: not writable")
+        raise OutputError("[doctor] --json needs a file name")
+    check_file(path, "[doctor] --json")
 
 
 def write_json(path: str, report: dict[str, Any]) -> None:
     """The report as JSON in ``path``, written atomically (never half-written)."""
     data = (json.dumps(report, indent=2) + "\n").encode("utf-8")
-    try:
-        with atomic_write(path) as f:
-            f.write(data)
-    except OSError as e:
-        raise AnekitError(f"[doctor] cannot write --json {path}: {e.strerror or e}") from e
+    with writing(path, "[doctor] --json"), atomic_write(path) as f:
+        f.write(data)
 
 
 def run(args: argparse.Namespace) -> int:

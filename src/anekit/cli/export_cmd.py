@@ -14,9 +14,14 @@ import sys
 import warnings
 from pathlib import Path
 
+from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.kernels.config import preset
+from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
 
 TARGETS = ("mlpackage", "llama2c")
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # a tokenizer beside MODEL goes with a llama2c export
+EXPORT_MARKERS = ("Manifest.json", "shards.json")  # what makes a directory a previous export
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,56 +30,88 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="anekit BLZT checkpoint or llama2.c model .bin")
     p.add_argument("--to", choices=TARGETS, required=True, help="what to write")
-    p.add_argument("out", type=Path, metavar="OUT", help="OUT.mlpackage, a shard directory, or OUT.bin")
-    p.add_argument("--quantize", default="none", help="none (fp16, default), int8 (per tensor), int4-block")
+    p.add_argument(
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="OUT.mlpackage, a shard directory, or OUT.bin (its parent directory must exist)",
+    )
+    p.add_argument(
+        "--quantize", default="none", help="none (fp16, the default), int8 (per tensor), int4-block"
+    )
     p.add_argument(
         "--shard-mb",
-        type=str,
+        type=flags.float_range(0, math.inf, lo_open=True),
         default=None,
-        help="split into packages under this many MB of weights (default: 250 when the model is larger)",
+        metavar="MB",
+        help="split into packages under this many MB of weights, a number > 0 (default: one package, "
+        "or 250 MB shards when the model is larger)",
     )
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUT if it exists and is a previous export (a package, a shard directory or a file)",
+    )
     p.add_argument("--tokenizer", type=Path, metavar="TOK", help="tokenizer to write beside a llama2c export")
     p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
-    p.add_argument("--config", help="model preset of a BLZT checkpoint (as anekit sample)")
+    p.add_argument(
+        "--config",
+        metavar="NAME",
+        help=flags.preset_help("model preset of a BLZT checkpoint (as anekit sample)"),
+    )
     p.set_defaults(run=run)
 
 
-def _shard_mb(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise AnekitError(f"[export] --shard-mb must be a positive number of MB, got {text!r}")
-    return value
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse, before the model is read, an OUT that cannot be written or must not be replaced."""
+    what = "[export] OUT"
+    if args.to == "llama2c":
+        check_file(args.out, what)
+        if args.tokenizer is not None or any((args.model.parent / n).is_file() for n in TOKENIZER_FILES):
+            check_file(args.out.parent / "tokenizer.bin", what)
+        return
+    if args.out.is_dir():  # a previous package or shard directory
+        check_dir(args.out, what)
+    else:
+        check_file(args.out, what)
+    if args.force and args.out.exists() and not looks_like(args.out, *EXPORT_MARKERS):
+        raise OutputError(
+            f"{what} {args.out}: not a previous export (no {' or '.join(EXPORT_MARKERS)} in it); "
+            "--force replaces only those: remove it yourself or choose another OUT"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.cli.sample_cmd import load_model
+    from anekit.cli.sample_cmd import check_finite, load_model
     from anekit.coreml.quantize import QUANT_MODES, QuantizationWarning
 
+    if args.config is not None:
+        preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
     if args.quantize not in QUANT_MODES:
         raise AnekitError(f"[export] unknown --quantize {args.quantize!r} (known: {', '.join(QUANT_MODES)})")
-    shard_mb = _shard_mb(args.shard_mb)
+    shard_mb = args.shard_mb
     if args.to == "llama2c" and (args.quantize != "none" or shard_mb is not None):
         raise AnekitError("[export] --quantize and --shard-mb apply to --to mlpackage only")
-    params = load_model(args)
+    check_out(args)
+    params = check_finite(load_model(args), args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
         from anekit.llama.tokenizer import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer) if args.tokenizer is not None else _beside(args.model)
-        for path in export_llama2c(params, args.out, tok, force=args.force):
+        with writing(args.out, "[export]"):
+            written = export_llama2c(params, args.out, tok, force=args.force)
+        for path in written:
             print(f"wrote {path}")
         return 0
     from anekit.coreml.model_export import export_mlpackage
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
-        report = export_mlpackage(params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force)
+        with writing(args.out, "[export]"):
+            report = export_mlpackage(
+                params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force
+            )
     for w in caught:
         print(f"anekit: warning: {w.message}", file=sys.stderr)
     for q in report.quantized:
@@ -99,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 def _beside(model: Path) -> object | None:
     from anekit.llama.tokenizer import load_tokenizer
 
-    for name in ("tokenizer.model", "tokenizer.bin"):
+    for name in TOKENIZER_FILES:
         if (model.parent / name).is_file():
             return load_tokenizer(model.parent / name)
     return None

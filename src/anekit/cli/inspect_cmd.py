@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Recognise FILE by its content (not its name) and describe it; with --diff, show "
         "field by field what differs between two files of the same kind.",
     )
-    p.add_argument("file", type=Path, nargs="?", metavar="FILE")
+    p.add_argument("file", type=Path, nargs="?", metavar="FILE", help="the file (or directory) to describe")
     p.add_argument("--diff", type=Path, nargs=2, metavar=("A", "B"), help="compare two files of one kind")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.set_defaults(run=run)

@@ -9,8 +9,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from anekit.errors import AnekitError
-from anekit.kernels import catalog, preset
+from anekit.cli import flags
+from anekit.kernels import ModelConfig, catalog, preset
+from anekit.outputs import OutputError, check_dir, looks_like, writing
+
+INDEX = "kernels.json"  # the dump's index; a directory holding it is a previous dump --force may replace
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,58 +21,106 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ksub = p.add_subparsers(dest="kernels_command", metavar="ACTION")
     ksub.required = True
     dump = ksub.add_parser("dump", help="write every kernel of one layer and the head as .mil + weights/")
+    dump.add_argument("--config", required=True, metavar="NAME", help=flags.preset_help("the model"))
     dump.add_argument(
-        "--config", required=True, metavar="NAME", help="a preset: stories260K, stories15M, ..."
+        "out",
+        type=Path,
+        metavar="OUT_DIR",
+        help="a new directory (its parent must exist), or a previous dump",
     )
-    dump.add_argument("out", type=Path, metavar="OUT_DIR")
-    dump.add_argument("--seed", type=int, default=0, help="seed of the random (llama2.c-style) weights")
+    dump.add_argument(
+        "--seed",
+        type=flags.seed,
+        default=0,
+        help=f"seed of the random (llama2.c-style) weights, 0 .. {flags.SEED_MAX} (default: %(default)s)",
+    )
     dump.add_argument("--dynamic", action="store_true", help="also the dynamic-weight variants")
-    dump.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    dump.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace OUT_DIR if it is a previous dump (holds {INDEX}); any other directory is refused",
+    )
     dump.set_defaults(run=run_dump)
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse, before any kernel is generated, an OUT_DIR that cannot be written or must not be replaced."""
+    check_dir(out, "[kernels] OUT_DIR")
+    if not out.exists():
+        return
+    if not force:
+        raise OutputError(f"[kernels] OUT_DIR {out}: exists (use --force to replace a previous dump)")
+    if not looks_like(out, INDEX):
+        raise OutputError(
+            f"[kernels] OUT_DIR {out}: not a previous dump (no {INDEX} in it); --force replaces only "
+            "those: remove it yourself or choose another OUT_DIR"
+        )
+
+
+def replace_dir(new: Path, out: Path) -> None:
+    """Move the finished ``new`` to ``out``; a previous ``out`` is moved aside first and removed only once
+    ``new`` is in place (on a failure it is put back)."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, old / out.name)
+    try:
+        os.replace(new, out)
+    except OSError:
+        if old is not None:
+            os.replace(old / out.name, out)
+            old.rmdir()
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dict) -> list[str]:
+    """Each kernel's model.mil and weights/ under ``folder``, and its index; returns a line per kernel."""
+    index, lines = {}, []
+    for name in names:
+        spec = catalog.build(name, cfg, weights)
+        (folder / name / "weights").mkdir(parents=True)
+        (folder / name / "model.mil").write_text(spec.text(), encoding="utf-8")
+        for path, data in spec.weight_files().items():
+            (folder / name / path.removeprefix("@model_path/")).write_bytes(data)
+        index[name] = {
+            "ops": spec.program.op_count(),
+            "input": {
+                "channels": spec.inputs.channels,
+                "spatial": spec.inputs.spatial,
+                "parts": spec.inputs.parts,
+            },
+            "output": {
+                "channels": spec.outputs.channels,
+                "spatial": spec.outputs.spatial,
+                "parts": spec.outputs.parts,
+            },
+        }
+        shape_in = f"[1, {spec.inputs.channels}, 1, {spec.inputs.spatial}]"
+        shape_out = f"[1, {spec.outputs.channels}, 1, {spec.outputs.spatial}]"
+        lines.append(f"{name:>18}: {index[name]['ops']:4d} ops, in {shape_in} -> out {shape_out}")
+    (folder / INDEX).write_text(json.dumps({"config": cfg.name, "kernels": index}, indent=2) + "\n")
+    return lines
 
 
 def run_dump(args: argparse.Namespace) -> int:
     cfg = preset(args.config)
-    if args.out.exists() and not args.force:
-        raise AnekitError(f"[kernels] {args.out} exists (use --force to replace it)")
+    check_out(args.out, args.force)
     names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
     if args.dynamic:
         names += list(catalog.DYNAMIC_KERNELS)
     weights = catalog.random_weights(cfg, args.seed)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
-    try:
-        index = {}
-        for name in names:
-            spec = catalog.build(name, cfg, weights)
-            folder = tmp / name
-            (folder / "weights").mkdir(parents=True)
-            (folder / "model.mil").write_text(spec.text(), encoding="utf-8")
-            for path, data in spec.weight_files().items():
-                (folder / path.removeprefix("@model_path/")).write_bytes(data)
-            index[name] = {
-                "ops": spec.program.op_count(),
-                "input": {
-                    "channels": spec.inputs.channels,
-                    "spatial": spec.inputs.spatial,
-                    "parts": spec.inputs.parts,
-                },
-                "output": {
-                    "channels": spec.outputs.channels,
-                    "spatial": spec.outputs.spatial,
-                    "parts": spec.outputs.parts,
-                },
-            }
-            shape_in = f"[1, {spec.inputs.channels}, 1, {spec.inputs.spatial}]"
-            shape_out = f"[1, {spec.outputs.channels}, 1, {spec.outputs.spatial}]"
-            print(f"{name:>18}: {index[name]['ops']:4d} ops, in {shape_in} -> out {shape_out}")
-        (tmp / "kernels.json").write_text(json.dumps({"config": cfg.name, "kernels": index}, indent=2) + "\n")
-        if args.out.exists():
-            shutil.rmtree(args.out)
-        os.replace(tmp, args.out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
+    with writing(args.out, "[kernels] OUT_DIR"):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", suffix=".tmp", dir=args.out.parent))
+        try:
+            lines = write_kernels(tmp, names, cfg, weights)
+            replace_dir(tmp, args.out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    print("\n".join(lines))
     print(f"wrote {len(names)} kernels of {cfg.name} to {args.out}")
     return 0

@@ -1,4 +1,16 @@
-"""Entry point of the ``anekit`` command: parses the subcommand and reports anekit errors cleanly."""
+"""Entry point of the ``anekit`` command: parses the subcommand and reports anekit errors cleanly.
+
+Two kinds of error, each with its own form:
+
+- **Usage errors** (exit status 2, argparse's form: the usage, then ``anekit CMD: error: ...``): what
+  the command line alone shows to be wrong — an unknown flag or command, a missing argument, a value
+  that does not parse as its type, lies outside its range (the message names the range: see
+  ``anekit.cli.flags``) or is not one of a flag's fixed choices. Nothing is read or written.
+- **anekit errors** (exit status 1, one line on stderr: ``anekit: [where] what``): everything found
+  after that — names looked up in a table (``--config`` presets, ``--chip``, ``--quantize``), input
+  files, output locations (``anekit.outputs``), the program or model itself. Outputs are left as they
+  were.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except AnekitError as e:
-        print(f"anekit: {e}", file=sys.stderr)
+        print(f"anekit: {e.one_line()}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0

@@ -15,10 +15,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     msub = p.add_subparsers(dest="mil_command", metavar="ACTION")
     msub.required = True
     check = msub.add_parser("check", help="parse and verify MIL files; one line per file")
-    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE", help="MIL text files")
     check.set_defaults(run=run_check)
     fmt = msub.add_parser("fmt", help="print a MIL file in canonical form")
-    fmt.add_argument("file", type=Path, metavar="FILE")
+    fmt.add_argument("file", type=Path, metavar="FILE", help="a MIL text file")
     fmt.add_argument("--no-verify", action="store_true", help="format even if the program does not verify")
     fmt.set_defaults(run=run_fmt)
 
@@ -37,7 +37,7 @@ def run_check(args: argparse.Namespace) -> int:
             prog = mil.verify(mil.parse(_read(path), str(path)))
         except AnekitError as e:
             failed += 1
-            print(f"{path}: FAIL {e}", file=sys.stderr)
+            print(f"{path}: FAIL {e.one_line()}", file=sys.stderr)
             continue
         sigs = "; ".join(fn.signature() for fn in prog.functions.values())
         print(f"{path}: ok, {prog.op_count()} ops, {sigs}")

@@ -6,38 +6,72 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from anekit import mil, runtime
+from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.fileio import atomic_write
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
+from anekit.outputs import check_file, writing
 
 MODEL_PATH = "@model_path/"
+REPEAT_MAX = 1_000_000
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="compile a MIL program and run it on numpy inputs")
-    p.add_argument("program", type=Path, metavar="PROGRAM.mil|MODEL.mlpackage")
+    p.add_argument(
+        "program",
+        type=Path,
+        metavar="PROGRAM.mil|MODEL.mlpackage",
+        help="MIL text, or a CoreML package (its weights come from the package)",
+    )
     p.add_argument(
         "--weights",
         type=Path,
         metavar="DIR_OR_FILE",
         help="a model directory (holding weights/...), a weights directory, or one weight file",
     )
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input tensor")
-    p.add_argument("--random", type=int, metavar="SEED", help="fill inputs not given with N(0, 1) values")
-    p.add_argument("--output", type=Path, metavar="OUT.npz", help="save every output")
+    p.add_argument(
+        "--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input tensor (repeatable)"
+    )
+    p.add_argument(
+        "--random",
+        type=flags.seed,
+        metavar="SEED",
+        help=f"fill inputs not given with N(0, 1) values from this seed, 0 .. {flags.SEED_MAX} "
+        "(default: none, every input must be given)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        metavar="OUT.npz",
+        help="save every output (a new file, or one to replace; its directory must exist)",
+    )
     p.add_argument("--backend", choices=sorted(runtime.BACKENDS), help="default: the best available")
-    p.add_argument("--precision", choices=["ane", "fp32"], default="ane", help="simulator numerics")
+    p.add_argument(
+        "--precision",
+        choices=["ane", "fp32"],
+        default="ane",
+        help="simulator numerics (default: %(default)s)",
+    )
     p.add_argument(
         "--no-strict",
         action="store_true",
         help="simulator: run even what the engine would refuse (default: refuse it, naming the rule)",
     )
-    p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is printed)")
+    p.add_argument(
+        "--repeat",
+        type=flags.int_range(1, REPEAT_MAX),
+        default=1,
+        metavar="N",
+        help=f"runs to time, the median is printed (1 .. {REPEAT_MAX}; default: %(default)s)",
+    )
     p.add_argument("--function", help="the function to run (default: main, or the package's default)")
     p.set_defaults(run=run)
 
@@ -83,6 +117,8 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
         name, sep, file = item.partition("=")
         if not sep:
             raise AnekitError(f"[run] --input takes NAME=FILE.npy, got '{item}'")
+        if name in given:
+            raise AnekitError(f"[run] --input {name} is given twice")
         try:
             given[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as e:
@@ -120,7 +156,36 @@ def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str]:
     return prog, weight_map(args.weights, prog), args.function or "main"
 
 
+def nonfinite(value: np.ndarray) -> str:
+    """ "" for an array of finite numbers, else how many of its values are NaN, +inf and -inf."""
+    if not value.size or value.dtype.kind not in "fc":
+        return ""
+    counts = {
+        "NaN": int(np.isnan(value).sum()),
+        "+inf": int(np.isposinf(value).sum()),
+        "-inf": int(np.isneginf(value).sum()),
+    }
+    return ", ".join(f"{n} {label}" for label, n in counts.items() if n)
+
+
+def summary(name: str, value: np.ndarray) -> str:
+    """One line: shape, dtype, range and mean of the finite values, and the count of the others."""
+    line = f"{name}: {list(value.shape)} {value.dtype}"
+    if value.size and value.dtype.kind == "f":
+        finite = value[np.isfinite(value)]
+        if finite.size:
+            # float64 sums: a float16 mean of large finite values would itself overflow to inf
+            mean = finite.astype(np.float64).mean()
+            line += f"  min {finite.min():.4g}  max {finite.max():.4g}  mean {mean:.4g}"
+    bad = nonfinite(value)
+    if bad:
+        line += f"  NOT FINITE: {bad} of {value.size}"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        check_file(args.output, "[run] --output")
     prog, weights, function = _load(args)
     options: dict[str, object] = {}
     if (args.backend or "sim") == "sim":
@@ -134,25 +199,28 @@ def run(args: argparse.Namespace) -> int:
     fn = next(f for f in prog.functions.values() if f.name == kernel.name)
     feeds = _inputs(args, fn)
     times = []
-    with kernel:
-        for _ in range(max(1, args.repeat)):
+    # Overflow to inf and NaN are results here, counted in the summary below: numpy's RuntimeWarnings
+    # about them would only repeat that on stderr, without saying which tensor.
+    with kernel, np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(args.repeat):
             t1 = time.perf_counter()
             outputs = kernel(**feeds)
             times.append(1e3 * (time.perf_counter() - t1))
+        bad_inputs = {name: nonfinite(np.asarray(value)) for name, value in feeds.items()}
+        lines = [f"  input {name}: NOT FINITE: {bad}" for name, bad in bad_inputs.items() if bad]
+        lines += [f"  {summary(name, value)}" for name, value in outputs.items()]
     print(
         f"{args.program}: backend {backend.name}, compile {compile_ms:.2f} ms, "
         f"run {statistics.median(times):.3f} ms (median of {len(times)})"
     )
-    for name, value in outputs.items():
-        stats = ""
-        if value.size and value.dtype.kind == "f":
-            finite = value[np.isfinite(value)]
-            if finite.size:
-                stats = f"  min {finite.min():.4g}  max {finite.max():.4g}  mean {finite.mean():.4g}"
-        print(f"  {name}: {list(value.shape)} {value.dtype}{stats}")
-    if args.output:
-        tmp = args.output.with_name(args.output.name + ".tmp.npz")
-        np.savez(tmp, **outputs)
-        tmp.replace(args.output)
+    print("\n".join(lines))
+    bad_outputs = [name for name, value in outputs.items() if nonfinite(value)]
+    if bad_outputs:
+        names = ", ".join(bad_outputs)
+        print(f"warning: {len(bad_outputs)} of {len(outputs)} outputs hold NaN or inf: {names}")
+    if args.output is not None:
+        with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
+            np.savez(f, **outputs)
         print(f"wrote {args.output}")
     return 0

@@ -14,14 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from anekit.cli import flags
 from anekit.errors import AnekitError
-from anekit.kernels.config import ModelConfig
+from anekit.kernels.config import ModelConfig, preset
 from anekit.llama.params import Params
 
 BLZT_MAGIC = 0x424C5A54  # anekit (and the ANE training reference) checkpoint
 AK42_MAGIC = 0x616B3432  # llama2.c's versioned export formats
 TRAIN_STATE = "train_state.json"  # written by ``anekit train`` beside its checkpoint; names the config
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for beside MODEL when --tokenizer is absent
+STEPS_MAX = 1 << 20  # far above any model's seq_len: the steps are capped at the model's anyway
+TEMPERATURE_MAX = 100.0  # logits / 100 is already a uniform draw for any model anekit reads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,10 +39,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt", default="", help="text to start from (default: none, a story from BOS)")
     p.add_argument(
-        "--steps", type=int, default=256, help="positions to run, prompt included (0: the model's seq_len)"
+        "--steps",
+        type=flags.int_range(1, STEPS_MAX),
+        default=256,
+        metavar="N",
+        help=f"positions to run, prompt included, at most the model's seq_len (1 .. {STEPS_MAX}; "
+        "default: %(default)s)",
     )
-    p.add_argument("--temperature", type=float, default=1.0, help="0 is greedy (argmax); default 1.0")
-    p.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass; 1.0 turns it off")
+    p.add_argument(
+        "--temperature",
+        type=flags.float_range(0, TEMPERATURE_MAX),
+        default=1.0,
+        metavar="T",
+        help=f"0 is greedy (argmax); 0 .. {TEMPERATURE_MAX:g} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=flags.float_range(0, 1, lo_open=True),
+        default=0.9,
+        metavar="P",
+        help="nucleus sampling mass in (0, 1]; 1 turns it off (default: %(default)s)",
+    )
     p.add_argument(
         "--tokenizer",
         type=Path,
@@ -45,11 +67,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="sentencepiece .model or llama2.c tokenizer.bin (default: one beside MODEL, else the "
         "built-in corpus's tokenizer)",
     )
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
+    p.add_argument(
+        "--seed",
+        type=flags.seed,
+        default=None,
+        help=f"random seed, 0 .. {flags.SEED_MAX} (default: from the clock)",
+    )
     p.add_argument(
         "--config",
-        help="model preset of a BLZT checkpoint (its header has no n_kv_heads); default: the name in "
-        f"{TRAIN_STATE} beside it, else n_kv_heads = n_heads",
+        metavar="NAME",
+        help=flags.preset_help(
+            "model preset of a BLZT checkpoint (its header has no n_kv_heads); default: the name in "
+            f"{TRAIN_STATE} beside it, else n_kv_heads = n_heads"
+        ),
     )
     p.set_defaults(run=run)
 
@@ -93,10 +123,19 @@ def _config_name(args: argparse.Namespace) -> str | None:
 
 
 def _named_config(name: str) -> ModelConfig:
-    # ``anekit train`` knows its own "default" model besides the presets.
-    from anekit.cli import train_cmd
+    return preset(name)  # "default" (anekit train's model) is a preset like the others
 
-    return train_cmd._config(name)
+
+def check_finite(params: Params, path: Path, command: str) -> Params:
+    """Refuse a model whose weights hold NaN or inf: whatever it generated would be noise."""
+    for name, value in params.tensors():
+        bad = ~np.isfinite(value)
+        if bad.any():
+            raise AnekitError(
+                f"[{command}] {path}: weight {name} holds {int(bad.sum())} NaN or inf values of "
+                f"{value.size}: the model is broken (a diverged training run?)"
+            )
+    return params
 
 
 def load_model(args: argparse.Namespace) -> Params:
@@ -133,13 +172,15 @@ def is_export(path: Path) -> bool:
 def run(args: argparse.Namespace) -> int:
     from anekit.llama.sample import Sampler
 
+    if args.config is not None:
+        preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder
 
         decoder = PackageDecoder.open(args.model)
         sampler = Sampler(decoder, load_tokenizer(args, decoder.cfg))
     else:
-        params = load_model(args)
+        params = check_finite(load_model(args), args.model, "sample")
         sampler = Sampler(params, load_tokenizer(args, params.cfg))
     out = sys.stdout
     for piece in sampler.generate(args.prompt, args.steps, args.temperature, args.top_p, args.seed):

@@ -15,6 +15,7 @@ sentencepiece is imported only when used; without it these functions raise a cle
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -27,6 +28,8 @@ from typing import Any, Protocol, runtime_checkable
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import write_bytes_atomic
 from anekit.llama import corpus
+
+CACHE_ENV = "ANEKIT_CACHE"  # the per-user cache directory (tokenizers/ inside it)
 
 DEFAULT_VOCAB = 512  # llama2.c's stories260K uses a 512-token vocabulary
 MAX_VOCAB = 1 << 16  # token ids are stored as uint16 in shards and batches
@@ -169,8 +172,8 @@ def train_bpe(text: str, vocab_size: int, out_prefix: str | os.PathLike[str]) ->
 
 def user_cache_dir() -> Path:
     """The per-user anekit cache: $ANEKIT_CACHE, else $XDG_CACHE_HOME/anekit, else ~/.cache/anekit."""
-    if os.environ.get("ANEKIT_CACHE"):
-        return Path(os.environ["ANEKIT_CACHE"]).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "anekit"
     return Path.home() / ".cache" / "anekit"
@@ -196,14 +199,25 @@ def default_tokenizer(
 ) -> SentencePieceTokenizer:
     """The BPE tokenizer of the embedded corpus: trained on first use (about 0.1 s), then loaded from
     the per-user cache. A cached file that does not load is retrained and replaced."""
+    from anekit.outputs import OutputError, check_cache, writing
+
     path = default_tokenizer_path(vocab_size, cache_dir)
-    if path.exists():
+    if path.is_file():
         try:
             return SentencePieceTokenizer(path)
         except FormatError:
             pass  # a damaged cache entry: train again and replace it
-    text = corpus.generate_corpus(corpus.DEFAULT_STORIES, corpus.DEFAULT_SEED)
-    return SentencePieceTokenizer(train_bpe(text, vocab_size, path.with_suffix("")))
+    missing = [d for d in path.parents if not d.exists()]  # made by the write; removed if it fails
+    try:
+        check_cache(path, "[tokenizer] cache")
+        text = corpus.generate_corpus(corpus.DEFAULT_STORIES, corpus.DEFAULT_SEED)
+        with writing(path, "[tokenizer] cache"):
+            return SentencePieceTokenizer(train_bpe(text, vocab_size, path.with_suffix("")))
+    except OutputError as e:
+        for d in missing:  # deepest first; only the empty ones this call created
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise OutputError(f"{e} (set {CACHE_ENV} to a writable directory)") from e
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:

@@ -1,0 +1,64 @@
+"""Typed, range-checked command-line values shared by the commands (argparse ``type=`` callables).
+
+A value that does not parse or lies outside its range is a usage error (argparse's message naming the
+flag, exit status 2), found before any file is read or written; the message names the range, so that
+0 or -1 is never silently taken for "the default". Defaults are shown in each flag's help.
+
+Names looked up in a table after parsing (``--config`` presets, ``--chip``, ``--quantize``) are not
+checked here: an unknown one is an ``anekit:`` error line (exit status 1) from the table's own lookup,
+the same in every command, ``train`` included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+SEED_MAX = 2**32 - 1  # seeds are 32-bit unsigned everywhere anekit takes one (as numpy's legacy seeding)
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], int]:
+    """A parser of integers in ``lo .. hi`` (both included)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in {lo} .. {hi}, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo} .. {hi}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_range(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A parser of finite numbers in ``[lo, hi]`` (``(lo, hi]`` when ``lo_open``); NaN and inf are refused."""
+    left = "(" if lo_open else "["
+    span = f"{left}{lo:g}, {hi:g}]" if math.isfinite(hi) else f"{left}{lo:g}, inf)"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {span}, got {text!r}")
+        if value < lo or (lo_open and value == lo) or value > hi:
+            raise argparse.ArgumentTypeError(f"must be in {span}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+seed = int_range(0, SEED_MAX)
+
+
+def preset_help(what: str) -> str:
+    """Help text of a ``--config`` flag: what it is for and the presets' names."""
+    from anekit.kernels.config import PRESETS
+
+    return f"{what}: one of {', '.join(PRESETS)}"
