@@ -500,12 +500,13 @@ def _run(args: argparse.Namespace) -> int:
             raise AnekitError(f"[train] --resume continues the run in {out}; {flag} starts a new one")
         if not ckpt_path.is_file():
             raise AnekitError(f"[train] --resume: no checkpoint {ckpt_path} (start the run without --resume)")
-        ck = checkpoint.load_checkpoint_file(ckpt_path)
-        if ck.run is None:
+        if checkpoint.read_run_record(ckpt_path) is None:
             raise AnekitError(
                 f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
                 "older anekit); start a new run from its weights with --init"
             )
+        ck = checkpoint.load_checkpoint_file(ckpt_path)
+        assert ck.run is not None
         spec = Run.from_record(ck.run, ckpt_path)
         _check_flags(args, spec, out)
         state = _state_from(ck, ck.run)
@@ -632,18 +633,23 @@ def _run(args: argparse.Namespace) -> int:
         if not args.resume:
             save(state)  # step 0: from now on a kill at any instant leaves a run that --resume continues
         reason = "done"
-        if state.step < tc.steps:
-            reason = train(
-                backend,
-                state,
-                dataset,
-                tc,
-                on_step=on_step,
-                on_checkpoint=save,
-                checkpoint_every=every,
-                checkpoint_seconds=seconds,
-                should_stop=lambda: stopper.signum is not None or console.closed,
-            )
+        try:
+            if state.step < tc.steps:
+                reason = train(
+                    backend,
+                    state,
+                    dataset,
+                    tc,
+                    on_step=on_step,
+                    on_checkpoint=save,
+                    checkpoint_every=every,
+                    checkpoint_seconds=seconds,
+                    should_stop=lambda: stopper.signum is not None or console.closed,
+                )
+        except AnekitError:
+            if not args.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
+                ckpt_path.unlink(missing_ok=True)
+            raise
         if console.tty:
             console.print()
         save(state)

@@ -107,6 +107,7 @@ __all__ = [
     "load_checkpoint_file",
     "parse_checkpoint",
     "read_checkpoint",
+    "read_run_record",
     "save_checkpoint",
 ]
 
@@ -618,6 +619,12 @@ def load_checkpoint(
     """
     buf, name = _read_all(path)
     return parse_checkpoint(buf, cfg, name=name)
+
+
+def read_run_record(path: PathOrBytes) -> dict[str, Any] | None:
+    """Only the run record of a BLZT file (None when it has none); the body is not decoded."""
+    buf, _ = _read_all(path)
+    return _split_run(buf)[1]
 
 
 def load_checkpoint_file(path: PathOrBytes, cfg: ModelConfig | None = None) -> Checkpoint:
