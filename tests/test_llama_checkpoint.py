@@ -19,11 +19,14 @@ from anekit.kernels.config import ModelConfig
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import (
     HEADER_SIZE,
+    RUN_FOOTER,
     CheckpointMeta,
     build_checkpoint,
     checkpoint_size,
     load_checkpoint,
+    load_checkpoint_file,
     parse_checkpoint,
+    read_checkpoint,
     save_checkpoint,
 )
 from anekit.llama.params import Params
@@ -171,18 +174,65 @@ def test_lr_and_loss_come_back_as_float32():
     assert back.lr == float(np.float32(3e-4)) and back.loss == float(np.float32(2.1))
 
 
-def test_grouped_query_model_needs_its_config(tmp_path):
+def test_grouped_query_model_needs_its_config_or_its_run_record(tmp_path):
+    """The header has no n_kv_heads: a plain file is read as n_kv_heads == n_heads (never guessed from
+    the size, which a damaged hidden_dim can fake); the run record anekit train appends carries it."""
     p, m, v = _state(GQA)
     path = tmp_path / "gqa.bin"
     save_checkpoint(path, p, m, v, META)
     with pytest.raises(FormatError) as e:
-        load_checkpoint(path)  # the header has no n_kv_heads: read as n_kv_heads == n_heads
+        load_checkpoint(path)
     assert e.value.field == "file size" and "n_kv_heads=2" in str(e.value)
     assert e.value.actual == checkpoint_size(GQA)
     p2, _, v2, meta = load_checkpoint(path, GQA)
     _assert_same(p, p2)
     _assert_same(v, v2)
     assert p2.layers[0].wk.shape == (GQA.kv_dim, GQA.dim) and meta == META
+    save_checkpoint(path, p, m, v, META, run=RUN)
+    ck = load_checkpoint_file(path)
+    assert ck.kv_source == "run record" and ck.params.cfg.n_kv_heads == 2
+    _assert_same(p, ck.params)
+
+
+RUN = {"config": {**{k: getattr(GQA, k) for k in ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
+                                                   "vocab_size", "seq_len")}, "name": "gqa"},
+       "state": {"losses": [3.5, 0.1 + 0.2]}}  # fmt: skip
+
+
+def test_the_run_record_round_trips_after_the_body():
+    """parse(build(x)) == x and build(parse(b)) == b with a run record; the body is unchanged by it."""
+    p, m, v = _state(GQA)
+    plain = build_checkpoint(p, m, v, META)
+    data = build_checkpoint(p, m, v, META, run=RUN)
+    assert data.startswith(plain) and data[-RUN_FOOTER.size :][:8] == b"ANEKRUN\0"
+    ck = read_checkpoint(data)
+    assert ck.run == RUN and ck.kv_source == "run record" and ck.params.cfg.name == "gqa"
+    assert ck.run["state"]["losses"][1] == 0.1 + 0.2  # floats come back exactly
+    assert build_checkpoint(ck.params, ck.adam_m, ck.adam_v, ck.meta, run=ck.run) == data
+    _assert_same(p, ck.params)
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda b: b[:-30] + b[-29:], "run record crc32"),  # one JSON byte gone: size still says n
+        (lambda b: b[:-12] + b"\0\0\0\0" + b[-8:], "run record crc32"),
+        (lambda b: b[:-16] + b"\2\0\0\0" + b[-12:], "run record version"),
+        (lambda b: b[:-8] + (10**9).to_bytes(8, "little"), "run record size"),
+    ],
+)
+def test_a_damaged_run_record_is_named(mutate, field):
+    p, m, v = _state(GQA)
+    with pytest.raises(FormatError) as e:
+        read_checkpoint(mutate(build_checkpoint(p, m, v, META, run=RUN)))
+    assert e.value.field == field
+
+
+def test_a_run_record_that_contradicts_the_header_is_refused():
+    p, m, v = _state(GQA)
+    bad = {"config": {**RUN["config"], "dim": 32}}
+    with pytest.raises(FormatError, match=r"run record config\.dim"):
+        read_checkpoint(build_checkpoint(p, m, v, META, run=bad))
 
 
 def test_untied_classifier_round_trips_after_the_embedding(tmp_path):

@@ -1,12 +1,7 @@
-"""``anekit train``: the loss falls, a restart is invisible in the loss curve, bad runs stop cleanly."""
+"""``anekit train``: the loss falls, the budget stops a run before it is exceeded, bad runs stop cleanly
+(restarts, resume and interruptions: test_train_resume.py and test_train_signals.py)."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,38 +10,8 @@ from anekit import runtime
 from anekit.cli.main import main
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
+from anekit.llama.checkpoint import load_checkpoint_file
 from anekit.llama.trainer import TrainConfig, TrainingDiverged, TrainState, train
-from tests.conftest import PROJECT_ROOT
-
-
-def _env(cache: Path) -> dict[str, str]:
-    src = str(PROJECT_ROOT / "src")
-    return dict(
-        os.environ, ANEKIT_CACHE=str(cache), PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
-
-
-def _train(out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), "--steps", "6", "--accum", "2",
-           "--sample-steps", "0", *extra]  # fmt: skip
-    return subprocess.run(cmd, env=_env(cache), capture_output=True, text=True, timeout=300)
-
-
-def test_a_restart_is_invisible_in_the_loss_curve(tmp_path):
-    """Run once without restarts and once with a budget that forces a fresh process every two steps."""
-    cache = tmp_path / "cache"
-    straight = _train(tmp_path / "a", cache, "--compile-budget", "1000", "--weights", "baked")
-    assert straight.returncode == 0, straight.stderr
-    restarted = _train(tmp_path / "b", cache, "--compile-budget", "45", "--weights", "baked")  # 1 + 20 a step
-    assert restarted.stdout.count("anekit train:") == 1  # a restart is one line, not a second header
-    assert restarted.returncode == 0, restarted.stderr
-    assert restarted.stdout.count("continuing in a fresh process") == 2
-    a = (tmp_path / "a" / "loss.csv").read_text()
-    b = (tmp_path / "b" / "loss.csv").read_text()
-    assert a == b and len(a.splitlines()) == 7  # header + 6 steps, identical to the last digit
-    assert (tmp_path / "a" / "ckpt.bin").read_bytes()[96:] == (tmp_path / "b" / "ckpt.bin").read_bytes()[96:]
-    png = (tmp_path / "b" / "loss.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def _tiny_state(seed: int = 0) -> tuple[ModelConfig, TrainState]:
@@ -89,8 +54,8 @@ def test_resume_with_a_different_config_is_refused(tmp_path, monkeypatch, capsys
     monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--steps", "1", "--accum", "1", "--sample-steps", "0"]) == 0
-    state = json.loads((out / "train_state.json").read_text())
-    assert state["config"] == "default" and len(state["losses"]) == 1
+    run = load_checkpoint_file(out / "ckpt.bin").run
+    assert run["config"]["name"] == "default" and len(run["state"]["losses"]) == 1
     assert (
         main(["train", "--out", str(out), "--resume", "--config", "stories260K", "--sample-steps", "0"]) == 1
     )

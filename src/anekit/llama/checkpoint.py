@@ -52,12 +52,33 @@ Format facts and choices:
 * ``lr`` and ``loss`` are float32 in the file: they come back rounded to float32.
 * Writes are atomic (``atomic_write``): a temporary file beside the target, fsync'd, then renamed over
   it, so a crash or kill during a save leaves the previous checkpoint intact.
+
+The run record (anekit extension). ``anekit train`` appends, after the body, everything a resumed run
+needs besides the tensors — the full model config (``n_kv_heads`` included), the training config,
+the loss history, data and tokenizer identities — so that a checkpoint and its run state are one
+file, replaced by one rename::
+
+    offset        size  field
+    body_end      n     run record: UTF-8 JSON object, keys sorted, no spaces (``RUN_FORMAT``)
+    size - 24     8     char[8] magic     "ANEKRUN\0"
+    size - 16     4     u32 version       1
+    size - 12     4     u32 crc32         of the n JSON bytes
+    size - 8      8     u64 n             length of the JSON
+                        end of file: size = checkpoint_size(cfg) + n + 24
+
+A file without the footer's magic has no run record. The reference's C loader reads a fixed number of
+floats after the header and never looks at the bytes after them, so it loads such a file unchanged.
+Without a config and without a run record, ``n_kv_heads = n_heads`` (the reference's files); the size
+alone cannot tell ``n_kv_heads`` apart from other shape changes (a smaller kv_dim can exactly offset a
+larger hidden_dim), so it is never silently inferred here (``anekit inspect`` shows a guess, flagged).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Union
@@ -76,12 +97,17 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "VERSION",
+    "RUN_FOOTER",
+    "Checkpoint",
     "CheckpointMeta",
     "atomic_write",
     "build_checkpoint",
     "checkpoint_size",
     "load_checkpoint",
+    "load_checkpoint_file",
     "parse_checkpoint",
+    "read_checkpoint",
+    "read_run_record",
     "save_checkpoint",
 ]
 
@@ -128,6 +154,15 @@ HEADER = _c_struct(
 )
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 96 and HEADER.offset_of("cum_compile") == 48 and HEADER.offset_of("pad0") == 84
+
+RUN_MAGIC = b"ANEKRUN\0"
+RUN_VERSION = 1
+RUN_FOOTER = Record(
+    "RunFooter",
+    (Field("magic", "8s", 0), Field("version", "I", 8), Field("crc32", "I", 12), Field("size", "Q", 16)),
+    size=24,
+)
+assert len(RUN_MAGIC) == 8
 
 _FLOAT_FIELDS = frozenset(f.name for f in HEADER.fields if f.code in ("f", "d"))
 _F32_FIELDS = frozenset(f.name for f in HEADER.fields if f.code == "f")
@@ -277,25 +312,57 @@ def _write_array(f: BinaryIO, a: np.ndarray) -> None:
     f.write(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"))
 
 
+def _run_bytes(run: dict[str, Any] | None) -> bytes:
+    """The run record and its footer (empty without a record)."""
+    if run is None:
+        return b""
+    if not isinstance(run, dict):
+        raise AnekitError(f"[{FORMAT}] the run record must be a dict, got {type(run).__name__}")
+    try:
+        text = json.dumps(run, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise AnekitError(f"[{FORMAT}] the run record is not plain finite JSON: {e}") from e
+    raw = text.encode("utf-8")
+    footer = RUN_FOOTER.build(magic=RUN_MAGIC, version=RUN_VERSION, crc32=zlib.crc32(raw), size=len(raw))
+    return raw + footer
+
+
 def save_checkpoint(
-    path: str | os.PathLike, params: Params, adam_m: Params, adam_v: Params, meta: CheckpointMeta
+    path: str | os.PathLike,
+    params: Params,
+    adam_m: Params,
+    adam_v: Params,
+    meta: CheckpointMeta,
+    run: dict[str, Any] | None = None,
 ) -> None:
-    """Write a BLZT checkpoint atomically. ``params.cfg`` gives the header's shape fields; ``adam_m`` /
-    ``adam_v`` have the shapes of ``params`` (``params.zeros_like()`` makes them)."""
+    """Write a BLZT checkpoint atomically, with ``run`` as its run record when given: the tensors
+    and the run state land in one rename, so no reader ever sees one without the other.
+    ``params.cfg`` gives the header's shape fields; ``adam_m`` / ``adam_v`` have the shapes of
+    ``params`` (``params.zeros_like()`` makes them)."""
     header = _header_bytes(params.cfg, meta)
     tensors = _checked(params, adam_m, adam_v)
+    trailer = _run_bytes(run)
     try:
         with atomic_write(path) as f:
             _write(f, header, tensors)
+            if trailer:
+                f.write(trailer)
     except OSError as e:
         raise AnekitError(f"[{FORMAT}] cannot write checkpoint {path}: {e}") from e
 
 
-def build_checkpoint(params: Params, adam_m: Params, adam_v: Params, meta: CheckpointMeta) -> bytes:
+def build_checkpoint(
+    params: Params,
+    adam_m: Params,
+    adam_v: Params,
+    meta: CheckpointMeta,
+    run: dict[str, Any] | None = None,
+) -> bytes:
     """The bytes ``save_checkpoint`` writes."""
     tensors = _checked(params, adam_m, adam_v)
     parts = [_header_bytes(params.cfg, meta)]
     parts += [np.ascontiguousarray(a, dtype="<f4").tobytes() for _, a in tensors]
+    parts.append(_run_bytes(run))
     return b"".join(parts)
 
 
@@ -367,16 +434,110 @@ def _size_error(cfg: ModelConfig, size: int, given_cfg: bool) -> FormatError:
     )
 
 
-def parse_checkpoint(
+@dataclass(frozen=True)
+class Checkpoint:
+    """A decoded BLZT file: the tensors, the header's training fields and the run record, if any."""
+
+    params: Params
+    adam_m: Params
+    adam_v: Params
+    meta: CheckpointMeta
+    run: dict[str, Any] | None  # anekit's run record (None: a plain BLZT file)
+    kv_source: str  # where n_kv_heads came from: "config", "run record" or "header" (= n_heads)
+
+
+def _split_run(buf: np.ndarray) -> tuple[int, dict[str, Any] | None]:
+    """(where the body ends, the run record) of a whole file; (size, None) when it has no record."""
+    size = int(buf.size)
+    if size < HEADER_SIZE + RUN_FOOTER.size:
+        return size, None
+    at = size - RUN_FOOTER.size
+    foot = RUN_FOOTER.parse(buf[at:].tobytes())
+    if foot["magic"] != RUN_MAGIC:
+        return size, None
+    if foot["version"] != RUN_VERSION:
+        raise FormatError(
+            FORMAT,
+            "run record version",
+            "unsupported run record version",
+            offset=at + RUN_FOOTER.offset_of("version"),
+            expected=RUN_VERSION,
+            actual=foot["version"],
+        )
+    n = foot["size"]
+    if n > at - HEADER_SIZE:
+        raise FormatError(
+            FORMAT,
+            "run record size",
+            "larger than the file before the footer",
+            offset=at + RUN_FOOTER.offset_of("size"),
+            expected=f"<= {at - HEADER_SIZE}",
+            actual=n,
+        )
+    raw = buf[at - n : at].tobytes()
+    if zlib.crc32(raw) != foot["crc32"]:
+        raise FormatError(
+            FORMAT,
+            "run record crc32",
+            "the run record is damaged",
+            offset=at + RUN_FOOTER.offset_of("crc32"),
+            expected=hex(foot["crc32"]),
+            actual=hex(zlib.crc32(raw)),
+        )
+    try:
+        run = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FormatError(FORMAT, "run record", f"not JSON: {e}", offset=at - n) from e
+    if not isinstance(run, dict):
+        raise FormatError(FORMAT, "run record", "not a JSON object", offset=at - n, actual=type(run).__name__)
+    return at - n, run
+
+
+def _config_from_run(run: dict[str, Any], h: dict[str, Any], name: str, offset: int) -> ModelConfig | None:
+    """The model config a run record holds, checked against the header's shape fields."""
+    spec = run.get("config")
+    if not isinstance(spec, dict):
+        return None
+    known = {f.name for f in fields(ModelConfig)}
+    try:
+        cfg = ModelConfig(
+            **{k: v for k, v in spec.items() if k in known and k != "name"}, name=spec.get("name", name)
+        )
+    except (TypeError, AnekitError) as e:
+        raise FormatError(FORMAT, "run record config", f"not a model config: {e}", offset=offset) from e
+    for key in SHAPE_FIELDS:
+        if getattr(cfg, key) != h[key]:
+            raise FormatError(
+                FORMAT,
+                f"run record config.{key}",
+                "disagrees with the header",
+                offset=offset,
+                expected=h[key],
+                actual=getattr(cfg, key),
+            )
+    return cfg
+
+
+def _fits(cfg: ModelConfig, size: int) -> bool | None:
+    """True (untied) or False (tied) when the body size fits ``cfg``, None when it does not."""
+    if size == checkpoint_size(cfg):
+        return False
+    if size == checkpoint_size(cfg, untied=True):
+        return True
+    return None
+
+
+def read_checkpoint(
     data: bytes | bytearray | memoryview | np.ndarray,
     cfg: ModelConfig | None = None,
     *,
     name: str = "checkpoint",
-) -> tuple[Params, Params, Params, CheckpointMeta]:
-    """Decode a BLZT checkpoint from memory: ``(params, adam_m, adam_v, meta)``.
+) -> Checkpoint:
+    """Decode a BLZT checkpoint from memory, run record included.
 
-    The returned arrays are views of one float32 buffer (a writable copy when ``data`` is read-only).
-    ``cfg``, when given, must agree with the header; its ``n_kv_heads`` sizes wk / wv.
+    The model config is ``cfg`` when given (the header must agree with it), else the run record's,
+    else the header's shape with ``n_kv_heads = n_heads``. The returned arrays are
+    views of one float32 buffer (a writable copy when ``data`` is read-only).
     """
     buf = writable_bytes(data)
     if buf.size < HEADER_SIZE:
@@ -408,16 +569,19 @@ def parse_checkpoint(
             expected=VERSION,
             actual=h["version"],
         )
+    size, run = _split_run(buf)
+    kv_source = "config"
+    if cfg is None and run is not None:
+        cfg = _config_from_run(run, h, name, size)
+        kv_source = "run record"
     model = _config_from_header(h, cfg, name)
-    size = int(buf.size)
-    if size == checkpoint_size(model):
-        untied = False
-    elif size == checkpoint_size(model, untied=True):
-        untied = True
-    else:
+    untied = _fits(model, size)
+    if untied is None:
         raise _size_error(model, size, cfg is not None)
+    if cfg is None and kv_source == "config":
+        kv_source = "header"
 
-    floats = buf[HEADER_SIZE:].view("<f4")
+    floats = buf[HEADER_SIZE:size].view("<f4")
     found: dict[tuple[int, str, int | None], np.ndarray] = {}
     pos = 0
     for t in _body(model, untied):
@@ -430,7 +594,19 @@ def parse_checkpoint(
         return Params(model, found[slot, "embed", None], layers, found[slot, "rms_final", None], wcls)
 
     meta = CheckpointMeta(**{k: h[k] for k in _META_FIELDS})
-    return container(0), container(1), container(2), meta
+    return Checkpoint(container(0), container(1), container(2), meta, run, kv_source)
+
+
+def parse_checkpoint(
+    data: bytes | bytearray | memoryview | np.ndarray,
+    cfg: ModelConfig | None = None,
+    *,
+    name: str = "checkpoint",
+) -> tuple[Params, Params, Params, CheckpointMeta]:
+    """Decode a BLZT checkpoint from memory: ``(params, adam_m, adam_v, meta)`` (``read_checkpoint``
+    without the run record)."""
+    ck = read_checkpoint(data, cfg, name=name)
+    return ck.params, ck.adam_m, ck.adam_v, ck.meta
 
 
 def load_checkpoint(
@@ -443,3 +619,15 @@ def load_checkpoint(
     """
     buf, name = _read_all(path)
     return parse_checkpoint(buf, cfg, name=name)
+
+
+def read_run_record(path: PathOrBytes) -> dict[str, Any] | None:
+    """Only the run record of a BLZT file (None when it has none); the body is not decoded."""
+    buf, _ = _read_all(path)
+    return _split_run(buf)[1]
+
+
+def load_checkpoint_file(path: PathOrBytes, cfg: ModelConfig | None = None) -> Checkpoint:
+    """Read a BLZT checkpoint (a path, or its bytes) with its run record (``read_checkpoint``)."""
+    buf, name = _read_all(path)
+    return read_checkpoint(buf, cfg, name=name)

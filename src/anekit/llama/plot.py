@@ -1,72 +1,89 @@
-"""A loss-curve PNG without a plotting library: a numpy raster written as an 8-bit greyscale PNG."""
+"""The loss-curve picture of a training run, drawn with matplotlib (the optional ``anekit[plot]`` extra).
+
+Without matplotlib there is no picture: ``write_loss_png`` raises ``PlotUnavailable`` saying why, and
+``anekit train`` prints that one line and keeps the CSV, which always holds the whole curve. (anekit
+once drew the PNG itself with numpy; that writer had no axis names, title or legend and was dropped
+rather than kept as a second, lesser fallback.)
+"""
 
 from __future__ import annotations
 
+import io
 import os
-import struct
-import zlib
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from anekit.errors import AnekitError
 from anekit.fileio import write_bytes_atomic
 
-# 3x5 bitmap digits for the axis labels (rows top to bottom, 3 bits each).
-_DIGITS = {
-    "0": (7, 5, 5, 5, 7), "1": (2, 6, 2, 2, 7), "2": (7, 1, 7, 4, 7), "3": (7, 1, 7, 1, 7),
-    "4": (5, 5, 7, 1, 1), "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 1, 1, 1),
-    "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7), ".": (0, 0, 0, 0, 2),
-}  # fmt: skip
+INSTALL_HINT = "pip install 'anekit[plot]'"
+
+# How each kind of restart is drawn: (legend label, line colour, line style).
+MARK_STYLES = {
+    "budget": ("compile-budget restart (fresh process)", "tab:orange", "--"),
+    "resume": ("resumed (--resume after a stop)", "tab:red", ":"),
+}
 
 
-def _text(img: np.ndarray, x: int, y: int, s: str, scale: int = 2) -> None:
-    for ch in s:
-        rows = _DIGITS.get(ch)
-        if rows is not None:
-            for r, bits in enumerate(rows):
-                for c in range(3):
-                    if bits >> (2 - c) & 1:
-                        img[y + r * scale : y + (r + 1) * scale, x + c * scale : x + (c + 1) * scale] = 0
-        x += 4 * scale
+class PlotUnavailable(AnekitError):
+    """No picture can be drawn here (matplotlib is missing); the message says why, in one line."""
 
 
-def _line(img: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> None:
-    n = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
-    xs = np.linspace(x0, x1, n).round().astype(int)
-    ys = np.linspace(y0, y1, n).round().astype(int)
-    for dy in (0, 1):
-        img[np.clip(ys + dy, 0, img.shape[0] - 1), np.clip(xs, 0, img.shape[1] - 1)] = 0
+def _matplotlib() -> tuple[Any, Any]:
+    """(Figure, FigureCanvasAgg): the object API, no pyplot and no global backend switch."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PlotUnavailable(f"[plot] no loss.png: matplotlib is not installed ({INSTALL_HINT})") from e
+    return Figure, FigureCanvasAgg
 
 
-def loss_curve_png(
-    losses: list[float], path: str | os.PathLike[str], width: int = 640, height: int = 360
-) -> None:
-    """Draw the loss of every step (x: step, y: loss) with its range labelled; written atomically."""
-    img = np.full((height, width), 255, dtype=np.uint8)
-    left, right, top, bottom = 60, width - 20, 20, height - 40
-    img[top:bottom, left] = 0
-    img[bottom, left:right] = 0
-    values = np.asarray([v for v in losses if np.isfinite(v)], dtype=np.float64)
-    if values.size:
-        lo, hi = float(values.min()), float(values.max())
-        span = hi - lo or 1.0
-        xs = left + (right - left) * np.arange(len(values)) / max(1, len(values) - 1)
-        ys = bottom - (bottom - top) * (values - lo) / span
-        for i in range(len(values) - 1):
-            _line(img, xs[i], ys[i], xs[i + 1], ys[i + 1])
-        _text(img, 4, top, f"{hi:.2f}")
-        _text(img, 4, bottom - 10, f"{lo:.2f}")
-        _text(img, right - 40, bottom + 10, str(len(values)))
-        _text(img, left, bottom + 10, "1")
-    raw = b"".join(b"\x00" + img[r].tobytes() for r in range(height))
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each point (fewer at the start): (n,) -> (n,)."""
+    csum = np.cumsum(np.concatenate([[0.0], values]))  # (n + 1,)
+    idx = np.arange(1, len(values) + 1)  # (n,)
+    lo = np.maximum(0, idx - window)
+    return (csum[idx] - csum[lo]) / (idx - lo)
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+def loss_figure(losses: Sequence[float], title: str, marks: Sequence[tuple[int, str]] = ()) -> Any:
+    """The figure: the loss of every optimizer step (x: step 1..n), its 10-step moving average, and a
+    vertical line after each step at which the run restarted (``marks``: (step, kind), kind one of
+    ``MARK_STYLES``). Returns a matplotlib ``Figure`` (for tests to look at); raises PlotUnavailable."""
+    Figure, FigureCanvasAgg = _matplotlib()
+    fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    y = np.asarray(losses, dtype=np.float64)  # (n,)
+    x = np.arange(1, len(y) + 1)  # (n,) optimizer steps
+    ax.plot(x, y, color="tab:blue", linewidth=0.8, alpha=0.45, label="loss of the step")
+    if len(y) >= 10:
+        ax.plot(x, moving_average(y, 10), color="tab:blue", linewidth=1.8, label="mean of the last 10 steps")
+    seen: set[str] = set()
+    for step, kind in marks:
+        label, colour, style = MARK_STYLES.get(kind, (kind, "tab:gray", "-."))
+        ax.axvline(
+            step + 0.5, color=colour, linestyle=style, linewidth=1.2, label=None if kind in seen else label
         )
+        seen.add(kind)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (cross-entropy, nats per token)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if len(y):
+        ax.set_xlim(0.5, max(len(y), 1) + 0.5)
+    ax.legend(loc="upper right", fontsize="small")
+    return fig
 
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-    png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-    write_bytes_atomic(path, png)
+
+def write_loss_png(
+    path: str | os.PathLike[str], losses: Sequence[float], title: str, marks: Sequence[tuple[int, str]] = ()
+) -> None:
+    """Draw ``loss_figure`` and write it as a PNG, atomically; PlotUnavailable without matplotlib."""
+    fig = loss_figure(losses, title, marks)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_bytes_atomic(path, buf.getvalue())

@@ -85,7 +85,7 @@ class StepReport:
     skipped: bool  # a gradient overflowed: no update, the loss scale was halved
 
 
-StopReason = str  # "done" or "budget" (checkpoint, then re-execute to continue)
+StopReason = str  # "done", "budget" (checkpoint, then re-execute to continue) or "stopped" (should_stop)
 
 
 def train(
@@ -96,16 +96,27 @@ def train(
     on_step: Callable[[StepReport], None] | None = None,
     on_checkpoint: Callable[[TrainState], None] | None = None,
     checkpoint_every: int = 50,
+    checkpoint_seconds: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> StopReason:
-    """Train until ``tc.steps`` optimizer steps are done, or until the next batch would exceed the
-    backend's compile budget (then the caller checkpoints and restarts the process)."""
+    """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
+    backend's compile budget (then the caller checkpoints and restarts the process), or until
+    ``should_stop()`` says so between two steps (a signal, a closed output: the caller checkpoints).
+
+    ``on_checkpoint`` is called after every ``checkpoint_every``-th step, and also when
+    ``checkpoint_seconds`` have passed since the last checkpoint (when given), never after the last
+    step (the caller saves the finished run itself). A step is never interrupted half-applied: every
+    stop happens between steps, so the state handed back is always a whole step's."""
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
     kernels = make_kernels(backend, cfg, tc.weights)
     grads = state.params.zeros_like()
+    last_save = time.monotonic()
     try:
         while state.step < tc.steps:
+            if should_stop is not None and should_stop():
+                return "stopped"
             if backend.compile_count + kernels.compiles_needed() > backend.compile_budget:
                 return "budget"
             t0 = time.perf_counter()
@@ -140,8 +151,12 @@ def train(
                     StepReport(state.step, state.losses[-1], lr, tc.accum * cfg.seq_len,
                                time.perf_counter() - t0, skipped)
                 )  # fmt: skip
-            if on_checkpoint is not None and state.step % checkpoint_every == 0 and state.step < tc.steps:
+            due = state.step % checkpoint_every == 0 or (
+                checkpoint_seconds is not None and time.monotonic() - last_save >= checkpoint_seconds
+            )
+            if on_checkpoint is not None and due and state.step < tc.steps:
                 on_checkpoint(state)
+                last_save = time.monotonic()
         return "done"
     finally:
         kernels.close()
