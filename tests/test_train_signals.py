@@ -168,7 +168,6 @@ BAD_FLAGS = [
     ("--sample-steps", "1000001", "0 .. 1000000"),
     ("--checkpoint-every", "0", "1 .. 2147483647"),
     ("--compile-budget", "0", "1 .. 2147483647"),
-    ("--config", "huge", "known: "),
     ("--weights", "frozen", "choose from"),
 ]
 
@@ -182,6 +181,14 @@ def test_a_bad_flag_value_is_a_usage_error_naming_the_range(tmp_path, capsys, fl
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"anekit train: error: argument {flag}") and range_ in last, last
     assert not out.exists()
+
+
+def test_an_unknown_preset_is_one_anekit_line_like_every_table_lookup(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["train", "--out", str(out), "--config", "huge"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("anekit: ") and "unknown preset 'huge'" in err
+    assert "known: " in err and not out.exists()
 
 
 def test_values_that_only_fail_together_are_one_anekit_line(tmp_path, capsys):

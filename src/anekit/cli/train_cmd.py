@@ -95,12 +95,6 @@ def _float_in(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
-def _preset_name(text: str) -> str:
-    if text not in PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r} (known: {', '.join(PRESETS)})")
-    return text
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -111,7 +105,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--config",
-        type=_preset_name,
         default=None,
         help=f"model preset: {', '.join(PRESETS)} (default: default)",
     )
@@ -411,6 +404,8 @@ def _resume_hint(out: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
+    if args.config is not None:
+        preset(args.config)  # an unknown name is an anekit error (a table lookup), before anything is written
     try:
         return _run(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
