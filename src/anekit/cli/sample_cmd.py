@@ -9,7 +9,6 @@ run.c prints ``achieved tok/s``), so stdout holds only the text.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from anekit.llama.params import Params
 
 BLZT_MAGIC = 0x424C5A54  # anekit (and the ANE training reference) checkpoint
 AK42_MAGIC = 0x616B3432  # llama2.c's versioned export formats
-TRAIN_STATE = "train_state.json"  # written by ``anekit train`` beside its checkpoint; names the config
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for beside MODEL when --tokenizer is absent
 STEPS_MAX = 1 << 20  # far above any model's seq_len: the steps are capped at the model's anyway
 TEMPERATURE_MAX = 100.0  # logits / 100 is already a uniform draw for any model anekit reads
@@ -77,8 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--config",
         metavar="NAME",
         help=flags.preset_help(
-            "model preset of a BLZT checkpoint (its header has no n_kv_heads); default: the name in "
-            f"{TRAIN_STATE} beside it, else n_kv_heads = n_heads"
+            "model preset of a BLZT checkpoint without a run record (its header has no n_kv_heads); "
+            "default: the config the checkpoint's run record holds, else n_kv_heads = n_heads"
         ),
     )
     p.set_defaults(run=run)
@@ -110,16 +108,8 @@ def _params_of(loaded: Any, path: Path) -> Params:
 
 
 def _config_name(args: argparse.Namespace) -> str | None:
-    if args.config:
-        return args.config
-    state = args.model.parent / TRAIN_STATE
-    if not state.is_file():
-        return None
-    try:
-        name = json.loads(state.read_text()).get("config")
-    except (OSError, ValueError, AttributeError) as e:
-        raise AnekitError(f"[sample] cannot read the config name from {state}: {e}") from e
-    return name if isinstance(name, str) else None
+    """--config, or None: a checkpoint written by ``anekit train`` carries its config in its run record."""
+    return args.config or None
 
 
 def _named_config(name: str) -> ModelConfig:
