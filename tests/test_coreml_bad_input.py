@@ -189,7 +189,7 @@ def test_a_failed_save_leaves_nothing_behind(tmp_path, monkeypatch, stage):
     elif stage == "manifest":
         monkeypatch.setattr(save_mod, "manifest_json", boom)
     else:
-        monkeypatch.setattr(save_mod, "_move_into_place", boom)
+        monkeypatch.setattr(save_mod, "replace_path", boom)
     with pytest.raises(OSError, match="injected"):
         save_mlpackage(program(), tmp_path / "m.mlpackage")
     assert list(tmp_path.iterdir()) == []

@@ -13,6 +13,8 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -126,3 +128,22 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
                 p.unlink()
                 removed.append(p)
     return removed
+
+
+def replace_path(new: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Move the finished file or directory ``new`` to ``out`` (same file system). A previous ``out`` is
+    moved aside first and removed only once ``new`` is in place; if that fails it is put back."""
+    new, out = Path(new), Path(out)
+    aside: Path | None = None
+    if out.exists() or out.is_symlink():
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, aside / out.name)
+    try:
+        os.replace(new, out)
+    except BaseException:
+        if aside is not None:
+            os.replace(aside / out.name, out)
+            aside.rmdir()
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from anekit.cli import flags
+from anekit.fileio import replace_path
 from anekit.kernels import ModelConfig, catalog, preset
 from anekit.outputs import OutputError, check_dir, looks_like, writing
 
@@ -57,24 +57,6 @@ def check_out(out: Path, force: bool) -> None:
         )
 
 
-def replace_dir(new: Path, out: Path) -> None:
-    """Move the finished ``new`` to ``out``; a previous ``out`` is moved aside first and removed only once
-    ``new`` is in place (on a failure it is put back)."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.replace(out, old / out.name)
-    try:
-        os.replace(new, out)
-    except OSError:
-        if old is not None:
-            os.replace(old / out.name, out)
-            old.rmdir()
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dict) -> list[str]:
     """Each kernel's model.mil and weights/ under ``folder``, and its index; returns a line per kernel."""
     index, lines = {}, []
@@ -117,7 +99,7 @@ def run_dump(args: argparse.Namespace) -> int:
         tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", suffix=".tmp", dir=args.out.parent))
         try:
             lines = write_kernels(tmp, names, cfg, weights)
-            replace_dir(tmp, args.out)
+            replace_path(tmp, args.out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -21,6 +21,7 @@ from anekit.coreml.export import WEIGHT_PATH, Stage, WeightSink, build_program, 
 from anekit.coreml.quantize import Quantized, check_mode
 from anekit.coreml.shards import DEFAULT_SHARD_MB, MB, SHARDS_FILE, package_name, plan_shards, shards_manifest
 from anekit.errors import AnekitError
+from anekit.fileio import replace_path
 from anekit.llama.params import Params
 
 
@@ -103,29 +104,10 @@ def export_mlpackage(
             report.packages.append(out / target.name)
         manifest = shards_manifest(cfg, stages, report.weight_bytes, quant, shard_mb)  # type: ignore[arg-type]
         (tmp / SHARDS_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-        _replace_dir(tmp, out)
+        replace_path(tmp, out)
         return report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move the finished directory ``new`` to ``out``, replacing what was there only after it is ready."""
-    old = None
-    if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.{secrets.token_hex(4)}.old"
-        os.replace(out, old)
-    try:
-        os.replace(new, out)
-    except OSError:
-        if old is not None:
-            os.replace(old, out)
-        raise
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
 
 
 def export_llama2c(

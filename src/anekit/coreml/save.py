@@ -39,6 +39,7 @@ from anekit.coreml.manifest import (
 from anekit.coreml.spec import program_to_model
 from anekit.coreml.values import literal_to_value, tensor_bytes
 from anekit.errors import AnekitError, CoreMLFormatError
+from anekit.fileio import replace_path
 from anekit.fp16 import bf16_bits_to_f32
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program
@@ -207,25 +208,6 @@ def _blob_values(lit: Literal) -> Any:
     return lit.value
 
 
-def _move_into_place(tmp: Path, path: Path) -> None:
-    """Rename the finished package over ``path`` (an existing one is set aside, then removed)."""
-    old: Path | None = None
-    if path.exists() or path.is_symlink():
-        old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
-        os.replace(path, old)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None:
-            os.replace(old, path)
-        raise
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
-
-
 def save_mlpackage(
     program: Program,
     path: str | os.PathLike[str],
@@ -286,7 +268,7 @@ def save_mlpackage(
         (model_dir / MODEL_ENTRY.rsplit("/", 1)[1]).write_bytes(data)
         text, _ = manifest_json()
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
-        _move_into_place(tmp, path)
+        replace_path(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
