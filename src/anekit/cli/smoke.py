@@ -119,9 +119,7 @@ def conv_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
     f = b.function("main")
     x = f.input("x", tensor("fp16", [1, CHANNELS, 1, SPATIAL]))  # (C, S)
     w = f.weight(tensor("fp16", [CHANNELS, CHANNELS, 1, 1]), WEIGHT_FILE, 64, name="W")  # (C_out, C_in)
-    y = f.conv(
-        x=x, weight=w, name="y", strides=[1, 1], pad_type="valid", pad=[0] * 4, dilations=[1, 1], groups=1
-    )  # (C, S)
+    y = f.conv1x1(x, w, "y")  # (C, S)
     f.output(y)
     prog = b.build()
     weights = (rng.standard_normal((CHANNELS, CHANNELS, 1, 1)) / np.sqrt(CHANNELS)).astype(np.float32)

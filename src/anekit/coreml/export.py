@@ -164,16 +164,7 @@ class _Graph:
 
     def conv(self, x: Var, w: Var, name: str) -> Var:
         """A 1x1 conv: [1, in, T, 1] -> [1, out, T, 1] (law 2)."""
-        return self.f.conv(
-            x=x,
-            weight=w,
-            strides=[1, 1],
-            pad_type="valid",
-            pad=[0, 0, 0, 0],
-            dilations=[1, 1],
-            groups=1,
-            name=name,
-        )
+        return self.f.conv1x1(x, w, name)
 
     def fp16(self, key: str, a: Callable[[], np.ndarray], shape: tuple[int, ...]) -> Var:
         return self.once(f"{key}{shape}", lambda: self.sink.blob(self.f, key, "fp16", shape, a))

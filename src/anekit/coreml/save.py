@@ -25,7 +25,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from anekit.blob import BLOB_DTYPES, BlobFile, BlobWriter
+from anekit.blob import BlobFile, BlobWriter
 from anekit.coreml._proto import proto
 from anekit.coreml.manifest import (
     DATA,
@@ -42,13 +42,12 @@ from anekit.errors import AnekitError, CoreMLFormatError
 from anekit.fileio import replace_path
 from anekit.fp16 import bf16_bits_to_f32
 from anekit.mil import types as T
+from anekit.mil.builder import weight_file_dtypes
 from anekit.mil.ir import Function, Op, Program
 from anekit.mil.values import BlobRef, Literal, tensor_literal
 from anekit.mil.verify import verify
 
 DEFAULT_BLOB_THRESHOLD = 1024
-BLOB_DTYPE_NAMES = frozenset(d.name for d in BLOB_DTYPES.values()) & set(T.DTYPES)
-PRE_IOS18_BLOB_DTYPES = frozenset({"fp16", "fp32", "uint8", "int8"})
 
 WeightSource = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
@@ -61,7 +60,7 @@ def stored_bytes(t: T.TensorType) -> int:
 
 def goes_to_weight_file(t: T.TensorType, fn: Function) -> bool:
     """Whether a const of this type may be stored in the weight file of a function of this opset."""
-    allowed = PRE_IOS18_BLOB_DTYPES if fn.opset in ("ios15", "ios16", "ios17") else BLOB_DTYPE_NAMES
+    allowed = weight_file_dtypes(fn.opset)
     return t.dtype.name in allowed and t.is_static
 
 

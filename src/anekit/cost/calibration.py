@@ -45,9 +45,7 @@ def conv_program(channels: int, spatial: int, depth: int = 1) -> Program:
     y = f.input("x", tensor("fp16", [1, channels, 1, spatial]))
     for i in range(depth):
         w = f.weight(tensor("fp16", [channels, channels, 1, 1]), f"@model_path/weights/w{i}.bin", 64)
-        y = f.conv(
-            x=y, weight=w, strides=[1, 1], pad_type="valid", pad=[0, 0, 0, 0], dilations=[1, 1], groups=1
-        )
+        y = f.conv1x1(y, w)
     f.output(y)
     return b.build()
 

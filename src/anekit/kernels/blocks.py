@@ -163,16 +163,7 @@ class KernelBuilder:
                 f"[{self.name}] conv '{name}' reads {channels} input channels; the widest conv with "
                 f"hardware precedent reads {MAX_CONV_INPUT_CHANNELS}: split it"
             )
-        return self.f.conv(
-            x=x,
-            weight=weight,
-            strides=[1, 1],
-            pad_type="valid",
-            pad=[0, 0, 0, 0],
-            dilations=[1, 1],
-            groups=1,
-            name=name,
-        )
+        return self.f.conv1x1(x, weight, name)
 
     def reshape(self, x: Var, shape: list[int], name: str) -> Var:
         """``reshape`` to ``shape``; ``x`` itself when it already has that shape (no same-shape reshapes:

@@ -71,6 +71,11 @@ _BLOB_DTYPES = frozenset(
 _PRE_IOS18_BLOB_DTYPES = frozenset({"fp16", "fp32", "uint8", "int8"})
 
 
+def weight_file_dtypes(opset: str) -> frozenset[str]:
+    """The dtypes a const of a function of ``opset`` may keep in a weight file (BlobFileValue)."""
+    return _PRE_IOS18_BLOB_DTYPES if opset in ("ios15", "ios16", "ios17") else _BLOB_DTYPES
+
+
 class _WeightTracker:
     """The constants a builder keeps as weights: one MILBlob file, in memory, appended as consts come."""
 
@@ -87,7 +92,7 @@ class _WeightTracker:
         t = lit.type
         if not isinstance(t, T.TensorType) or not t.is_static or not hasattr(lit.value, "dtype"):
             return lit
-        allowed = _PRE_IOS18_BLOB_DTYPES if opset in ("ios15", "ios16", "ios17") else _BLOB_DTYPES
+        allowed = weight_file_dtypes(opset)
         nbytes = -(-(t.numel or 0) * t.dtype.bits // 8)
         if t.dtype.name not in allowed or nbytes < self.threshold:
             return lit
@@ -159,6 +164,19 @@ class FunctionBuilder:
     def weight(self, type_: T.TensorType, path: str, offset: int, name: str | None = None) -> Var:
         """A ``const`` whose value is a BLOBFILE reference (``offset`` of the blob's metadata record)."""
         return self.const(blob_literal(type_, path, offset), name=name)
+
+    def conv1x1(self, x: Var, weight: Var, name: str | None = None) -> Var:
+        """A pointwise ``conv`` (stride 1, no padding, one group): the engine's dense layer."""
+        return self.conv(
+            x=x,
+            weight=weight,
+            strides=[1, 1],
+            pad_type="valid",
+            pad=[0, 0, 0, 0],
+            dilations=[1, 1],
+            groups=1,
+            name=name,
+        )
 
     def output(self, *vars_: Var) -> None:
         """Set the function's outputs."""
