@@ -56,8 +56,6 @@ from anekit.mil.values import blob_literal
 
 WEIGHT_PATH = "@model_path/weights/weight.bin"  # the weight file of a CoreML package
 FUNCTIONS = ("prefill", "decode")
-# Rules of the direct path's IOSurfaces (the last axis of every kernel input / output); a CoreML package
-# allocates its own buffers, and law 1 puts the sequence in height, so width is 1 (reported to the lead).
 PROJECTIONS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 
 
