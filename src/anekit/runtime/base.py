@@ -227,16 +227,21 @@ class Kernel:
                 raise SurfaceCreationFailed(
                     f"[{self.name}] input '{name}' has shape {list(a.shape)}, expected {list(surface.shape)}"
                 )
-            with surface.view() as buf:
-                buf[...] = a.astype(surface.dtype.np, copy=False)
+            self._write_input(surface, a)
         if not self._loaded:
             self.load()
         self.run()
-        out = {}
-        for surface, name in zip(self.outputs, self.output_names):
-            with surface.view() as buf:
-                out[name] = buf.astype(np.float32) if surface.dtype.is_float else buf.copy()
-        return out
+        return {name: self._read_output(surface) for surface, name in zip(self.outputs, self.output_names)}
+
+    def _write_input(self, surface: Surface, a: np.ndarray) -> None:
+        """Store one input array of the surface's shape, converted to the surface dtype."""
+        with surface.view() as buf:
+            buf[...] = a.astype(surface.dtype.np, copy=False)
+
+    def _read_output(self, surface: Surface) -> np.ndarray:
+        """One output surface's contents: float32 for float dtypes, else a copy in its own dtype."""
+        with surface.view() as buf:
+            return buf.astype(np.float32) if surface.dtype.is_float else buf.copy()
 
     # -- backend hooks -------------------------------------------------------------------------
 

@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
-from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, round_to_bf16, round_to_fp16
+from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, encode_fp16_values, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, RefArgs, get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
-from anekit.runtime.base import Backend, Kernel, WeightSource, strict_default
+from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
 
 PRECISIONS = ("ane", "fp32")
 MODEL_PATH_PREFIX = "@model_path/"
@@ -280,14 +280,16 @@ class Plan:
         else:
             self.steps.append(step)
 
-    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: list[np.ndarray], stored: frozenset[int] = frozenset()) -> list[np.ndarray]:
+        """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
+        C-contiguous float32 arrays the plan may keep, exactly what an fp16 input's store would make."""
         if self._template is None or len(self._template) != self.n_slots:
             self._template = [None] * self.n_slots
             for slot, value in self.constants.items():
                 self._template[slot] = value
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
-        for slot, store, value in zip(self.input_slots, self.input_stores, inputs):
-            env[slot] = store(value)
+        for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
+            env[slot] = value if i in stored and store is _store_fp16 else store(value)
         with np.errstate(all="ignore"):
             for step in self.steps:
                 for slot, value in zip(step.out_slots, run_step(step, env)):
@@ -334,6 +336,12 @@ class SimKernel(Kernel):
         # Where each function input comes from: a state buffer (by name) or the next input surface.
         self._state_inputs = [v.name if isinstance(v.type, T.StateType) else None for v in fn.inputs]
         self._state_shapes = {name: buf.shape for name, buf in self.states.items()}
+        # Only while __call__ runs (surface id -> float32 array): the fp16 values just written to an input
+        # surface and those just stored in an output surface, so that neither is converted back from fp16
+        # (it would give the same bits).
+        self._in_call = False
+        self._written: dict[int, np.ndarray] = {}
+        self._results: dict[int, np.ndarray] = {}
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -341,8 +349,35 @@ class SimKernel(Kernel):
             return "fp32"
         return dtype.name
 
+    def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+        self._in_call = True
+        try:
+            return super().__call__(**arrays)
+        finally:
+            self._in_call = False
+            self._written.clear()
+            self._results.clear()
+
+    def _write_input(self, surface: Surface, a: np.ndarray) -> None:
+        """float32 into fp16: rounded once to fp16 values (the plan's input), which are encoded exactly."""
+        if surface.dtype.name == "fp16" and a.dtype == np.float32:
+            with np.errstate(all="ignore"):
+                values = _round_fp16_fast(a, None)  # None for NaN, inf and |x| >= 65520: numpy casts those
+            if values is not None:
+                with surface.view() as buf:
+                    if encode_fp16_values(values, buf.view(np.uint16)):
+                        self._written[surface.id] = values
+                        return
+        super()._write_input(surface, a)
+
+    def _read_output(self, surface: Surface) -> np.ndarray:
+        """The float32 values just encoded into an fp16 output surface, else the surface decoded."""
+        values = self._results.pop(surface.id, None)
+        return super()._read_output(surface) if values is None else values.copy()
+
     def _run(self) -> None:
         ins: list[np.ndarray] = []
+        stored: set[int] = set()
         surfaces = iter(self.inputs)
         for state in self._state_inputs:
             if state is not None:
@@ -355,15 +390,31 @@ class SimKernel(Kernel):
                     )
                 ins.append(buf)  # the buffer itself: state ops read and write it in place
                 continue
-            with next(surfaces).view() as buf:  # the plan's input stores convert fp16 -> float32
+            surface = next(surfaces)
+            written = self._written.pop(surface.id, None)
+            if written is not None:  # the values __call__ just wrote, already as fp16 values in float32
+                stored.add(len(ins))
+                ins.append(written)
+                continue
+            with surface.view() as buf:  # the plan's input stores convert fp16 -> float32
                 ins.append(buf if buf.dtype != np.float32 else buf.copy())
-        outs = self.plan.run(ins)
+        outs = self.plan.run(ins, frozenset(stored))
+        self._results.clear()
         for surface, value in zip(self.outputs, outs):
             with surface.view() as buf, np.errstate(over="ignore"):
                 try:
-                    buf[...] = np.asarray(value).reshape(buf.shape)
+                    v = np.asarray(value).reshape(buf.shape)
                 except ValueError as e:
                     raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
+                if (
+                    buf.dtype == np.float16
+                    and v.dtype == np.float32
+                    and encode_fp16_values(v, buf.view(np.uint16))
+                ):
+                    if self._in_call:  # __call__ reads it next: hand it the float32 values
+                        self._results[surface.id] = v
+                else:
+                    buf[...] = v
 
 
 class SimBackend(Backend):
