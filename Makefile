@@ -10,7 +10,7 @@ STAMP := $(VENV)/.anekit-installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,plot,fast]'
 	touch $(STAMP)
 
 run: $(STAMP)

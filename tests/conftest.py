@@ -1,7 +1,9 @@
-"""Shared test fixtures: the real-artifact corpus beside the project (skipped when absent)."""
+"""Shared test fixtures: the real-artifact corpus beside the project (skipped when absent), fp16 paths."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +24,26 @@ def corpus_files(folder: str, pattern: str) -> list[Path]:
     """Corpus files matching a glob, or [] when the corpus is absent (tests then skip)."""
     base = CORPUS / folder
     return sorted(base.glob(pattern)) if base.is_dir() else []
+
+
+@pytest.fixture(scope="module", params=["jit", "numpy"])
+def fp16_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a module's tests twice: with anekit.jit's compiled loops, and with the numpy paths alone.
+
+    Both must give the same bits; the jit run skips when numba is not installed.
+    """
+    from anekit import jit
+
+    saved = os.environ.get("ANEKIT_JIT")
+    os.environ["ANEKIT_JIT"] = "1" if request.param == "jit" else "0"
+    jit.reset()
+    try:
+        if request.param == "jit" and not jit.available():
+            pytest.skip("numba is not installed (the `fast` extra): only the numpy paths are tested")
+        yield request.param
+    finally:
+        if saved is None:
+            os.environ.pop("ANEKIT_JIT", None)
+        else:
+            os.environ["ANEKIT_JIT"] = saved
+        jit.reset()

@@ -27,6 +27,8 @@ from anekit.fp16 import (
     to_fp16_array,
 )
 
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
+
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 SIGN = np.uint32(0x80000000)
 

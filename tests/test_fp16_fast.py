@@ -14,6 +14,8 @@ import pytest
 from anekit import fp16
 from anekit.fp16 import round_to_fp16
 
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
+
 U32 = np.uint32
 SIGN = U32(0x80000000)
 

@@ -12,6 +12,8 @@ from anekit import runtime
 from anekit.kernels import attention_bwd, catalog, dynamic, forward, preset
 from anekit.runtime.sim import Plan, SimKernel
 
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
+
 
 def plain_run(plan: Plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The plan's meaning stated plainly: reference, then ``store`` of every output, for every step."""

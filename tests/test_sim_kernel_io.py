@@ -18,6 +18,8 @@ from anekit import runtime
 from anekit.kernels import attention_bwd, catalog, dynamic, forward, preset
 from anekit.runtime.sim import SimKernel
 
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
+
 
 def plain_call(kernel: SimKernel, arrays: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(input surface contents, output surface contents) of the plain protocol, as fp16 arrays."""

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from anekit import jit
 from anekit.errors import AnekitError
 
 __all__ = [
@@ -361,6 +362,9 @@ def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool:
         raise Fp16Error(
             f"encode_fp16_values takes float32 -> uint16 of one size, got {x.dtype} -> {out.dtype}"
         )
+    done = jit.encode_fp16_values(x, out)
+    if done is not None:
+        return done
     if x.size < _SMALL_ENCODE or not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     u, dst = x.reshape(-1).view(_U32), out.reshape(-1)
@@ -578,8 +582,16 @@ def round_to_fp16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray
     xf = _as_f32(x)
     if out is not None:
         _check_out(out, xf.shape)
+        if out is xf and jit.round_fp16_inplace(xf):
+            return xf
         if out is not xf and np.may_share_memory(xf, out):
             return _round(_round_fp16_kernel, xf, out)  # partial overlap: the blocked path copies first
+    elif xf.ndim and jit.available():
+        fresh = np.empty_like(xf)
+        if jit.round_fp16_into(xf, fresh):
+            return fresh
+    if out is not None and out is not xf and jit.round_fp16_into(xf, out):
+        return out
     fast = _round_fp16_fast(xf, out)
     if fast is not None:
         return fast

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from anekit import jit
 from anekit.errors import AnekitError
 
 
@@ -151,14 +152,18 @@ def adamw_update(
         _check("adamw", a.dtype == np.float32, f"{name} must be float32 (updated in place), got {a.dtype}")
     decay = takes_weight_decay(w) if apply_decay is None else apply_decay
     b1, b2 = np.float32(beta1), np.float32(beta2)
+    step = lr / (1.0 - beta1**t)  # bias correction of m folded into the step size
+    bias2 = np.float32(math.sqrt(1.0 - beta2**t))  # sqrt(v_hat) = sqrt(v) / bias2
+    factor = np.float32(1.0 - lr * weight_decay) if decay and weight_decay else np.float32(1.0)
+    if jit.adamw_update(w, g, m, v, b1, b2, factor, np.float32(step), bias2, np.float32(eps)):
+        return  # the same float32 operations below, in one compiled pass (w * 1.0 is exact)
     m *= b1
     m += (1 - b1) * g  # first moment
     v *= b2
     v += (1 - b2) * (g * g)  # second moment
     if decay and weight_decay:
-        w *= np.float32(1.0 - lr * weight_decay)
-    step = lr / (1.0 - beta1**t)  # bias correction of m folded into the step size
-    denom = np.sqrt(v) / np.float32(math.sqrt(1.0 - beta2**t)) + np.float32(eps)  # sqrt(v_hat) + eps
+        w *= factor
+    denom = np.sqrt(v) / bias2 + np.float32(eps)  # sqrt(v_hat) + eps
     w -= np.float32(step) * (m / denom)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import jit
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
 from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, encode_fp16_values, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
@@ -74,9 +75,11 @@ def _store_fp16(v: Any) -> np.ndarray:
     if isinstance(v, np.ndarray) and v.dtype == np.float16:  # already fp16 values: widening is exact
         return v.astype(np.float32) if v.size < C_LAYOUT_FROM else v.astype(np.float32, order="C")
     a = np.asarray(v, dtype=np.float32)
+    out = np.empty(a.shape, np.float32) if a.size >= C_LAYOUT_FROM else np.empty_like(a)
+    if jit.round_fp16_into(a, out):
+        return out
     if a.size < SMALL:  # same values as round_to_fp16 (NaN stays NaN), less fixed cost
         return a.astype(np.float16).astype(np.float32)
-    out = np.empty(a.shape, np.float32) if a.size >= C_LAYOUT_FROM else np.empty_like(a)
     return round_to_fp16(a, out=out)
 
 
@@ -89,12 +92,15 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
     if (
         type(v) is np.ndarray
         and v.dtype == np.float32
-        and v.size >= SMALL
         and v.flags.owndata
         and v.flags.writeable
         and (v.size < C_LAYOUT_FROM or v.flags.c_contiguous)
         and not any(v is x for x in inputs)
     ):
+        if jit.round_fp16_inplace(v):
+            return v
+        if v.size < SMALL:
+            return _store_fp16(v)
         if _round_fp16_fast(v, v) is not None:
             return v
         return round_to_fp16(v, out=v)
@@ -361,8 +367,10 @@ class SimKernel(Kernel):
     def _write_input(self, surface: Surface, a: np.ndarray) -> None:
         """float32 into fp16: rounded once to fp16 values (the plan's input), which are encoded exactly."""
         if surface.dtype.name == "fp16" and a.dtype == np.float32:
-            with np.errstate(all="ignore"):
-                values = _round_fp16_fast(a, None)  # None for NaN, inf and |x| >= 65520: numpy casts those
+            values: np.ndarray | None = np.empty(a.shape, np.float32)
+            if not jit.round_fp16_into(a, values):
+                with np.errstate(all="ignore"):  # None for NaN, inf and |x| >= 65520: numpy casts those
+                    values = _round_fp16_fast(a, None)
             if values is not None:
                 with surface.view() as buf:
                     if encode_fp16_values(values, buf.view(np.uint16)):

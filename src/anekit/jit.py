@@ -1,0 +1,133 @@
+"""Optional compiled loops for the simulator's hot paths, with numpy as the fallback.
+
+With numba installed (``pip install anekit[fast]``) the fp16 rounding of every stored value and the
+encoding of fp16 surfaces run as one compiled pass per array (``anekit._jit_loops``) instead of several
+numpy passes; without it, or with ``ANEKIT_JIT=0`` in the environment, every function here returns False
+and the caller takes its numpy path. Both paths give the same bits (tests compare them), so the choice
+changes speed only, never a result.
+
+numba is imported on first use, not when anekit is imported: commands that never touch large arrays
+start as fast as before. The loops take 1-d views in memory order (``flat``), so a C- or Fortran-ordered
+array of any rank uses one compiled signature.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import ModuleType
+
+import numpy as np
+
+_lock = threading.Lock()
+_loops: ModuleType | None = None
+_tried = False
+
+
+def _load() -> ModuleType | None:
+    global _loops, _tried
+    if _tried:
+        return _loops
+    with _lock:
+        if not _tried:
+            if os.environ.get("ANEKIT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
+                try:
+                    from anekit import _jit_loops as loops
+                except ImportError:  # numba absent (or broken): the numpy paths serve
+                    loops = None
+                _loops = loops
+            _tried = True
+    return _loops
+
+
+def available() -> bool:
+    """True when the compiled loops are in use (numba importable and not switched off)."""
+    return _load() is not None
+
+
+def reset() -> None:
+    """Forget the decision so the next call looks at ``ANEKIT_JIT`` again (for tests)."""
+    global _loops, _tried
+    with _lock:
+        _loops, _tried = None, False
+
+
+def flat(a: np.ndarray) -> np.ndarray | None:
+    """A 1-d view of ``a`` in memory order if its memory is one dense block (C or Fortran order)."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    if a.flags.f_contiguous:
+        return a.T.reshape(-1)
+    return None
+
+
+def _same_order(a: np.ndarray, b: np.ndarray) -> bool:
+    """True if ``a`` and ``b`` are dense blocks walked in the same element order."""
+    return (a.flags.c_contiguous and b.flags.c_contiguous) or (a.flags.f_contiguous and b.flags.f_contiguous)
+
+
+def round_fp16_inplace(x: np.ndarray) -> bool:
+    """Round float32 ``x`` to binary16 values in place (``fp16.round_to_fp16`` bits); False if not done."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return False
+    v = flat(x)
+    if v is None:
+        return False
+    loops.round_fp16_inplace(v)
+    return True
+
+
+def round_fp16_into(x: np.ndarray, out: np.ndarray) -> bool:
+    """Write ``x`` rounded to binary16 values into ``out`` (same shape and memory order, no overlap)."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or out.dtype != np.float32 or x.shape != out.shape:
+        return False
+    if not _same_order(x, out) or np.may_share_memory(x, out):
+        return False
+    src, dst = flat(x), flat(out)
+    assert src is not None and dst is not None
+    loops.round_fp16_into(src, dst)
+    return True
+
+
+def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool | None:
+    """Encode float32 ``x`` (finite binary16 values) as uint16 half patterns into ``out``.
+
+    True when done, False when ``x`` holds a value that is not a finite half (``out`` is then partly
+    written), None when the loops are not in use or the layouts do not match (nothing written).
+    """
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or out.dtype != np.uint16 or x.shape != out.shape:
+        return None
+    if not _same_order(x, out):
+        return None
+    src, dst = flat(x), flat(out)
+    assert src is not None and dst is not None
+    return bool(loops.encode_fp16_values(src, dst))
+
+
+def adamw_update(
+    w: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    b1: np.float32,
+    b2: np.float32,
+    decay: np.float32,
+    step: np.float32,
+    bias2: np.float32,
+    eps: np.float32,
+) -> bool:
+    """One AdamW step in one pass over float32 arrays of one shape and order (see ``cpu_ops``)."""
+    loops = _load()
+    arrays = (w, g, m, v)
+    if loops is None or any(a.dtype != np.float32 or a.shape != w.shape for a in arrays):
+        return False
+    flats = [flat(a) for a in arrays]
+    if any(f is None for f in flats) or not all(_same_order(w, a) for a in arrays[1:]):
+        return False
+    if any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :]):
+        return False
+    loops.adamw_update(*flats, b1, b2, decay, step, bias2, eps)
+    return True

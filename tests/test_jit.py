@@ -1,0 +1,145 @@
+"""anekit.jit's compiled loops against independent references: numpy's float16 cast and the bit path.
+
+The loops must give the bits of ``fp16.f16_bits_to_f32(fp16.f32_to_f16_bits(x))`` (rounding) and of
+``x.astype(np.float16)`` (encoding) for every pattern: a spread over all 2**32 float32 patterns, every
+pattern next to a rounding tie, and the special values.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from anekit import fp16, jit
+
+U16, U32 = np.uint16, np.uint32
+
+
+@pytest.fixture(autouse=True)
+def loops() -> None:
+    os.environ.pop("ANEKIT_JIT", None)
+    jit.reset()
+    if not jit.available():
+        pytest.skip("numba is not installed (the `fast` extra): the compiled loops are not in use")
+
+
+def spread_patterns() -> np.ndarray:
+    """Every 4099th float32 pattern, every pattern within 2 of a tie between adjacent halves, specials."""
+    spread = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(U32)
+    halves = np.arange(0x7C00, dtype=U32)  # every finite non-negative half
+    as_f32 = fp16.f16_bits_to_f32(halves.astype(U16)).view(U32)
+    ties = as_f32[:-1] + ((as_f32[1:] - as_f32[:-1]) >> U32(1))  # midpoints between neighbours
+    near = (ties[:, None].astype(np.int64) + np.arange(-2, 3)).reshape(-1).astype(U32)
+    specials = np.array(
+        [
+            0,
+            0x7F800000,
+            0x7FC00000,
+            0x7F800001,
+            0x7FFFFFFF,
+            0x477FF000,
+            0x477FEFFF,
+            0x477FE000,
+            1,
+            0x33000000,
+        ],
+        dtype=U32,
+    )
+    positive = np.concatenate([spread, near, specials])
+    return np.concatenate([positive, positive | U32(0x80000000)])
+
+
+def bit_path(x: np.ndarray) -> np.ndarray:
+    return fp16.f16_bits_to_f32(fp16.f32_to_f16_bits(x)).view(U32)
+
+
+def test_rounding_into_a_fresh_array_equals_the_bit_path() -> None:
+    x = spread_patterns().view(np.float32)
+    out = np.empty_like(x)
+    assert jit.round_fp16_into(x, out)
+    np.testing.assert_array_equal(out.view(U32), bit_path(x))
+
+
+def test_rounding_in_place_equals_the_bit_path() -> None:
+    x = spread_patterns().view(np.float32)
+    want = bit_path(x)
+    assert jit.round_fp16_inplace(x)
+    np.testing.assert_array_equal(x.view(U32), want)
+
+
+def test_round_to_fp16_takes_the_loops_in_every_form() -> None:
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 300)) * 300).astype(np.float32)
+    want = bit_path(x)
+    np.testing.assert_array_equal(fp16.round_to_fp16(x).view(U32), want)
+    out = np.empty_like(x)
+    assert fp16.round_to_fp16(x, out=out) is out
+    np.testing.assert_array_equal(out.view(U32), want)
+    fortran = np.asfortranarray(x)
+    np.testing.assert_array_equal(fp16.round_to_fp16(fortran).view(U32), want)
+    y = x.copy()
+    assert fp16.round_to_fp16(y, out=y) is y
+    np.testing.assert_array_equal(y.view(U32), want)
+
+
+def test_layouts_the_loops_cannot_walk_are_declined() -> None:
+    x = np.ones((8, 8), np.float32)
+    assert not jit.round_fp16_inplace(x[:, ::2])
+    assert not jit.round_fp16_into(x, np.empty((8, 8), np.float32, order="F"))
+    assert not jit.round_fp16_into(x, x)  # overlap: the caller's in-place path handles it
+    assert not jit.round_fp16_into(x.astype(np.float64), np.empty((8, 8), np.float32))
+    assert jit.encode_fp16_values(x[:, ::2], np.empty((8, 4), U16)) is None
+
+
+def test_encoding_equals_numpys_cast_for_every_finite_half() -> None:
+    halves = np.arange(1 << 16, dtype=U32).astype(U16)
+    finite = halves[(halves & U16(0x7C00)) != U16(0x7C00)]
+    x = fp16.f16_bits_to_f32(finite)
+    out = np.empty(x.shape, U16)
+    assert jit.encode_fp16_values(x, out) is True
+    np.testing.assert_array_equal(out, x.astype(np.float16).view(U16))
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.nan, 65520.0, 1.0 + 2.0**-20])
+def test_encoding_refuses_values_that_are_not_finite_halves(bad: float) -> None:
+    x = np.full(100, 0.5, np.float32)
+    x[37] = bad
+    assert jit.encode_fp16_values(x, np.empty(100, U16)) is False
+
+
+def test_switched_off_by_the_environment() -> None:
+    os.environ["ANEKIT_JIT"] = "0"
+    try:
+        jit.reset()
+        assert not jit.available()
+        x = np.ones(10, np.float32)
+        assert not jit.round_fp16_inplace(x)
+        assert jit.encode_fp16_values(x, np.empty(10, U16)) is None
+    finally:
+        os.environ.pop("ANEKIT_JIT")
+        jit.reset()
+
+
+def test_adamw_in_one_pass_gives_the_numpy_paths_bits() -> None:
+    from anekit.llama import cpu_ops
+
+    rng = np.random.default_rng(2)
+    shape = (300, 77)
+    start = [
+        rng.standard_normal(shape).astype(np.float32),
+        np.zeros(shape, np.float32),
+        np.zeros(shape, np.float32),
+    ]
+    grads = [rng.standard_normal(shape).astype(np.float32) * 10.0**-k for k in range(4)]
+    results = {}
+    for mode in ("1", "0"):
+        os.environ["ANEKIT_JIT"] = mode
+        jit.reset()
+        w, m, v = (a.copy() for a in start)
+        for t, g in enumerate(grads, start=1):
+            cpu_ops.adamw_update(w, g, m, v, t, 3e-3, apply_decay=t % 2 == 0)
+        results[mode] = (w, m, v)
+    for fast, slow in zip(results["1"], results["0"]):
+        np.testing.assert_array_equal(fast.view(U32), slow.view(U32))
