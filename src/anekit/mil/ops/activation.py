@@ -16,9 +16,18 @@ GELU_MODES = ("EXACT", "TANH_APPROXIMATION", "SIGMOID_APPROXIMATION")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) without overflow for large |x|."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    """1 / (1 + exp(-x)) without overflow for large |x|: e = exp(-|x|), then 1 / (1 + e) for x >= 0 and
+    e / (1 + e) below (one division of the chosen numerator, in few passes over the data)."""
+    e = np.abs(x)
+    if not isinstance(e, np.ndarray) or not np.issubdtype(e.dtype, np.floating):
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    den = e + 1.0
+    num = np.where(x >= 0, e.dtype.type(1.0), e)
+    np.divide(num, den, out=num)
+    return num
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -367,6 +376,12 @@ class softmax(OpDef):
         x = np.asarray(a["x"])
         axis = a.int("axis")
         with np.errstate(all="ignore"):
-            e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-            r = e / np.sum(e, axis=axis, keepdims=True)
+            e = np.subtract(x, np.max(x, axis=axis, keepdims=True))
+            if isinstance(e, np.ndarray) and np.issubdtype(e.dtype, np.floating):  # in place: one array
+                np.exp(e, out=e)
+                np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+                r = e
+            else:
+                e = np.exp(e)
+                r = e / np.sum(e, axis=axis, keepdims=True)
         return like(r, x.dtype)
