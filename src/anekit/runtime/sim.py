@@ -39,6 +39,8 @@ from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
+from anekit.runtime.heap import keep_freed_memory
+from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner
 
 PRECISIONS = ("ane", "fp32")
 MODEL_PATH_PREFIX = "@model_path/"
@@ -222,6 +224,7 @@ class Plan:
         self.slot_of: dict[str, int] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.steps: list[Step] = []
+        self.runners: list[Runner] = []  # one per step: what running it does (``bind_step``)
         self.input_slots = [self._slot(v) for v in fn.inputs]
         self.input_stores = [_store_for(v.type, precision) for v in fn.inputs]
         files = _WeightFiles(weights)
@@ -285,6 +288,7 @@ class Plan:
                 self.constants[slot] = value
         else:
             self.steps.append(step)
+            self.runners.append(bind_step(step, self.constants))
 
     def run(self, inputs: list[np.ndarray], stored: frozenset[int] = frozenset()) -> list[np.ndarray]:
         """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
@@ -296,10 +300,15 @@ class Plan:
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
             env[slot] = value if i in stored and store is _store_fp16 else store(value)
-        with np.errstate(all="ignore"):
-            for step in self.steps:
-                for slot, value in zip(step.out_slots, run_step(step, env)):
-                    env[slot] = value
+        index = 0
+        try:
+            with np.errstate(all="ignore"):
+                for index, run in enumerate(self.runners):  # noqa: B007  (the except clause reads index)
+                    run(env)
+        except AnekitError:
+            raise
+        except Exception as e:  # a pre-bound runner's failure, named as run_step names a reference's
+            raise _failed(self.steps[index], e) from e
         return [env[s] for s in self.output_slots]
 
 
@@ -319,7 +328,7 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
     except AnekitError:
         raise
     except Exception as e:  # the one boundary where a reference's failure becomes an anekit error
-        raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}") from e
+        raise _failed(step, e) from e
     if not isinstance(outs, tuple):
         outs = (outs,)
     if len(outs) != len(step.stores):
@@ -330,6 +339,44 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
         inputs = tuple(values.values())
         return [_store_fp16_result(o, inputs) for o in outs]
     return [store(o) for store, o in zip(step.stores, outs)]
+
+
+def _failed(step: Step, e: Exception) -> EvalFailed:
+    return EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}")
+
+
+def _finish(step: Step) -> Finish:
+    """How ``run_step`` stores the one output of ``step``: (result, the op's input values) -> stored value."""
+    (store,) = step.stores
+
+    def moved_or(store: Callable[..., np.ndarray]) -> Finish:
+        def finish(o: Any, inputs: tuple[Any, ...]) -> np.ndarray:
+            if type(o) is np.ndarray and o.dtype == np.float32:
+                return _moved(o)
+            return store(o, inputs)
+
+        return finish
+
+    stored = _store_fp16_result if step.fp16_out else lambda o, inputs: store(o)
+    return moved_or(stored) if step.moves_only else stored
+
+
+def bind_step(step: Step, constants: dict[int, np.ndarray]) -> Runner:
+    """What running ``step`` does, bound once: a ``sim_fast`` runner for the ops it knows, else ``run_step``.
+
+    Either way the slots receive the values ``run_step`` stores (tests/test_sim_fast_runners.py)."""
+    out_slots = step.out_slots
+
+    def plain(env: list[Any]) -> None:
+        for slot, value in zip(out_slots, run_step(step, env)):
+            env[slot] = value
+
+    if len(out_slots) != 1 or step.opdef.forms:
+        return plain
+    items = {k: v[0] if isinstance(v, tuple) else v for k, v in step.op.inputs.items() if v != ()}
+    in_types = {k: v.type for k, v in items.items()}  # a tuple input: its first item's type
+    binding = Binding(step.args, in_types, constants, out_slots[0], _finish(step), plain)
+    return fast_runner(step.opdef, binding) or plain
 
 
 class SimKernel(Kernel):
@@ -450,6 +497,7 @@ class SimBackend(Backend):
         self.strict = strict_default() if strict is None else bool(strict)
         self.chip = check_chip(chip)
         self.route = route  # whose rules strictness applies: the direct route's, or a CoreML package's
+        keep_freed_memory()  # plans allocate all their values anew on each run (runtime.heap)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
