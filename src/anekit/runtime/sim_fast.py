@@ -59,6 +59,7 @@ class Binding:
         out: int,
         finish: Finish,
         plain: Runner,
+        contiguous_from: int | None = None,
     ) -> None:
         self.slots = dict(args)
         self.in_types = in_types
@@ -66,6 +67,9 @@ class Binding:
         self.out = out
         self.finish = finish
         self.plain = plain
+        # For a step that only moves values (sim.VALUE_MOVING_OPS): from how many elements on ``finish``
+        # stores a float32 result C-contiguous (sim._moved). None for other steps.
+        self.contiguous_from = contiguous_from
 
     def has(self, key: str) -> bool:
         return key in self.slots
@@ -123,18 +127,37 @@ def _reshape(b: Binding) -> Runner | None:
 
 
 def _transpose(b: Binding) -> Runner | None:
-    """``transpose.reference`` with ``perm`` taken modulo x's declared rank."""
+    """``transpose.reference`` with ``perm`` taken modulo x's declared rank.
+
+    One copy where the plain way makes two: for a moved float32 value of ``contiguous_from`` elements or
+    more whose transposed view of a C-contiguous x is not C-contiguous, the reference's copy
+    (``np.array(view, copy=True)``, which keeps the view's memory order: not C either) is copied again
+    by ``finish`` into C order; ``np.array(view, order="C")`` makes that final array directly (a fresh
+    C-ordered array of the same shape: same strides, same values)."""
     rank = b.rank("x")
     if rank is None or not b.is_const("perm"):
         return None
     perm = [p % max(rank, 1) for p in b.ints("perm")]
     xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+    big = b.contiguous_from
+    f32 = np.dtype(np.float32)
 
     def run(env: list[Any]) -> None:
         x = env[xs]
         if x.ndim != rank:
             return plain(env)
-        env[out] = finish(np.array(np.transpose(x, perm), copy=True), (x, *rest))
+        view = np.transpose(x, perm)
+        if (
+            big is not None
+            and view.size >= big
+            and x.dtype == f32
+            and type(x) is np.ndarray
+            and x.flags.c_contiguous
+            and not view.flags.c_contiguous
+        ):
+            env[out] = np.array(view, order="C")
+        else:
+            env[out] = finish(np.array(view, copy=True), (x, *rest))
 
     return run
 
