@@ -40,7 +40,7 @@ from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
 from anekit.runtime.heap import keep_freed_memory
-from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner
+from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner, fused_reshape
 
 PRECISIONS = ("ane", "fp32")
 MODEL_PATH_PREFIX = "@model_path/"
@@ -91,14 +91,7 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
     In place only when nothing else can see the array: it owns its data and is none of the op's inputs
     (a reference may hand an input back). Same values and layout as ``_store_fp16``.
     """
-    if (
-        type(v) is np.ndarray
-        and v.dtype == np.float32
-        and v.flags.owndata
-        and v.flags.writeable
-        and (v.size < C_LAYOUT_FROM or v.flags.c_contiguous)
-        and not any(v is x for x in inputs)
-    ):
+    if type(v) is np.ndarray and v.dtype == np.float32 and _fresh(v, inputs):
         if jit.round_fp16_inplace(v):
             return v
         if v.size < SMALL:
@@ -107,6 +100,14 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
             return v
         return round_to_fp16(v, out=v)
     return _store_fp16(v)
+
+
+def _fresh(v: np.ndarray, inputs: tuple[Any, ...]) -> bool:
+    """True if ``v`` owns writeable data laid out as a store would lay it out, and is none of ``inputs``."""
+    flags = v.flags
+    if not (flags.owndata and flags.writeable and (v.size < C_LAYOUT_FROM or flags.c_contiguous)):
+        return False
+    return all(v is not x for x in inputs)
 
 
 def _moved(v: np.ndarray) -> np.ndarray:
@@ -236,8 +237,53 @@ class Plan:
             files.close()
         self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
         self.n_slots = len(self.slot_of)
+        # Slots a fused runner reads in place of the step it stands for (``_fuse_moves``), by step index.
+        self.fused_reads: dict[int, tuple[int, ...]] = {}
+        self.elided: set[int] = set()  # the slots of the steps fused away: never filled
+        self._fuse_moves()
         self.dead_after = self._dead_after()
         self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
+
+    def _fuse_moves(self) -> None:
+        """Give a value-moving step read only by a reshape, and that reshape, one runner
+        (``sim_fast.fused_reshape``): the reshape's value is made in one copy, the other is never made."""
+        readers: dict[int, int] = {}
+        made_by: dict[int, int] = {}
+        for index, step in enumerate(self.steps):
+            for _, slot in step.args:
+                for s in slot if isinstance(slot, tuple) else (slot,):
+                    readers[s] = readers.get(s, 0) + 1
+            for s in step.out_slots:
+                made_by[s] = index
+        outputs = set(self.output_slots)
+        for ci, consumer in enumerate(self.steps):
+            x = dict(consumer.args).get("x")
+            out_type = consumer.out_types[0]
+            if consumer.op.op_type != "reshape" or not isinstance(x, int) or x not in made_by:
+                continue
+            if readers.get(x) != 1 or x in outputs or not isinstance(out_type, T.TensorType):
+                continue
+            pi = made_by[x]
+            producer = self.steps[pi]
+            p_in = dict(producer.args).get("x")
+            if p_in in self.elided or pi in self.fused_reads or not out_type.is_static:
+                continue
+            p, c = _binding(producer, self.constants), _binding(consumer, self.constants)
+            if p is None or c is None:
+                continue
+            shape = tuple(int(d) for d in out_type.shape)
+            run = fused_reshape(
+                producer.opdef,
+                p,
+                consumer.opdef,
+                c,
+                shape,
+                _in_turn(producer, self.runners[pi], self.runners[ci]),
+            )
+            if run is not None:
+                self.runners[pi], self.runners[ci] = _elided, run
+                self.fused_reads[ci] = (p_in,)
+                self.elided.add(x)
 
     def _dead_after(self) -> list[tuple[int, ...]]:
         """Per step, the slots no later step reads (nor the outputs, nor the constants): a run lets go of
@@ -247,6 +293,8 @@ class Plan:
             for _, slot in step.args:
                 for s in slot if isinstance(slot, tuple) else (slot,):
                     last_use[s] = index
+            for s in self.fused_reads.get(index, ()):
+                last_use[s] = index
             for s in step.out_slots:
                 last_use.setdefault(s, index)  # an output nobody reads: let go at once
         keep = set(self.output_slots) | set(self.constants)
@@ -385,19 +433,50 @@ def bind_step(step: Step, constants: dict[int, np.ndarray]) -> Runner:
     """What running ``step`` does, bound once: a ``sim_fast`` runner for the ops it knows, else ``run_step``.
 
     Either way the slots receive the values ``run_step`` stores (tests/test_sim_fast_runners.py)."""
+    binding = _binding(step, constants)
+    return (fast_runner(step.opdef, binding) if binding else None) or _plain(step)
+
+
+def _plain(step: Step) -> Runner:
+    """``run_step`` as a runner."""
     out_slots = step.out_slots
 
     def plain(env: list[Any]) -> None:
         for slot, value in zip(out_slots, run_step(step, env)):
             env[slot] = value
 
-    if len(out_slots) != 1 or step.opdef.forms:
-        return plain
+    return plain
+
+
+def _binding(step: Step, constants: dict[int, np.ndarray]) -> Binding | None:
+    """What ``sim_fast`` needs to bind a step of one output (None for other steps)."""
+    if len(step.out_slots) != 1 or step.opdef.forms:
+        return None
     items = {k: v[0] if isinstance(v, tuple) else v for k, v in step.op.inputs.items() if v != ()}
     in_types = {k: v.type for k, v in items.items()}  # a tuple input: its first item's type
     contiguous_from = C_LAYOUT_FROM if step.moves_only else None
-    binding = Binding(step.args, in_types, constants, out_slots[0], _finish(step), plain, contiguous_from)
-    return fast_runner(step.opdef, binding) or plain
+    return Binding(
+        step.args, in_types, constants, step.out_slots[0], _finish(step), _plain(step), contiguous_from
+    )
+
+
+def _in_turn(producer: Step, run_producer: Runner, run_consumer: Runner) -> Runner:
+    """Both steps' own runners, one after the other; a failure of the first named after its step."""
+
+    def run(env: list[Any]) -> None:
+        try:
+            run_producer(env)
+        except AnekitError:
+            raise
+        except Exception as e:
+            raise _failed(producer, e) from e
+        run_consumer(env)
+
+    return run
+
+
+def _elided(env: list[Any]) -> None:
+    """The runner of a step whose only reader computes its output itself (``Plan._fuse_moves``)."""
 
 
 class SimKernel(Kernel):

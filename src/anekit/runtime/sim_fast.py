@@ -45,6 +45,7 @@ from anekit.mil.registry import OpDef
 Runner = Callable[[list[Any]], None]
 # Stores one output as ``run_step`` would: (the reference's result, the op's input values) -> stored value.
 Finish = Callable[[Any, tuple[Any, ...]], np.ndarray]
+_F32 = np.dtype(np.float32)
 
 
 class Binding:
@@ -110,60 +111,44 @@ class Binding:
         return None
 
 
-def _reshape(b: Binding) -> Runner | None:
-    """``reshape.reference`` for a constant shape with no 0 entry (no dim copied from x's shape)."""
+# A value-moving op's reference copies a view of its input x: ``view(env)`` gives that view, or None when
+# the runtime x is not what the plan was built for (the step then runs the plain way).
+View = Callable[[list[Any]], "np.ndarray | None"]
+
+
+def _reshape_view(b: Binding) -> View | None:
+    """``reshape.reference``'s view, for a constant shape with no 0 entry (no dim copied from x's shape)."""
     if not b.is_const("shape"):
         return None
     dims = b.ints("shape")
     if 0 in dims:
         return None
-    xs, out, finish, rest = b.slots["x"], b.out, b.finish, b.others("x")
+    xs = b.slots["x"]
 
-    def run(env: list[Any]) -> None:
-        x = env[xs]
-        env[out] = finish(np.array(np.reshape(x, dims), copy=True), (x, *rest))
+    def view(env: list[Any]) -> np.ndarray:
+        return env[xs].reshape(dims)  # np.reshape's own call for an ndarray (order "C")
 
-    return run
+    return view
 
 
-def _transpose(b: Binding) -> Runner | None:
-    """``transpose.reference`` with ``perm`` taken modulo x's declared rank.
-
-    One copy where the plain way makes two: for a moved float32 value of ``contiguous_from`` elements or
-    more whose transposed view of a C-contiguous x is not C-contiguous, the reference's copy
-    (``np.array(view, copy=True)``, which keeps the view's memory order: not C either) is copied again
-    by ``finish`` into C order; ``np.array(view, order="C")`` makes that final array directly (a fresh
-    C-ordered array of the same shape: same strides, same values)."""
+def _transpose_view(b: Binding) -> View | None:
+    """``transpose.reference``'s view, ``perm`` taken modulo x's declared rank."""
     rank = b.rank("x")
     if rank is None or not b.is_const("perm"):
         return None
     perm = [p % max(rank, 1) for p in b.ints("perm")]
-    xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
-    big = b.contiguous_from
-    f32 = np.dtype(np.float32)
+    xs = b.slots["x"]
 
-    def run(env: list[Any]) -> None:
+    def view(env: list[Any]) -> np.ndarray | None:
         x = env[xs]
-        if x.ndim != rank:
-            return plain(env)
-        view = np.transpose(x, perm)
-        if (
-            big is not None
-            and view.size >= big
-            and x.dtype == f32
-            and type(x) is np.ndarray
-            and x.flags.c_contiguous
-            and not view.flags.c_contiguous
-        ):
-            env[out] = np.array(view, order="C")
-        else:
-            env[out] = finish(np.array(view, copy=True), (x, *rest))
+        return x.transpose(perm) if x.ndim == rank else None  # np.transpose's own call for an ndarray
 
-    return run
+    return view
 
 
-def _slice_by_size(b: Binding) -> Runner | None:
-    """``slice_by_size.reference`` with constant begin and size, its slices made for x's declared shape."""
+def _slice_by_size_view(b: Binding) -> View | None:
+    """``slice_by_size.reference``'s view, for constant begin and size, its slices made for x's declared
+    shape."""
     shape = b.shape("x")
     if shape is None or not b.is_const("begin", "size") or not b.has("begin") or not b.has("size"):
         return None
@@ -172,13 +157,65 @@ def _slice_by_size(b: Binding) -> Runner | None:
         begin = begin + d if begin < 0 else begin
         idx.append(slice(begin, d if size == -1 else begin + size))
     index = tuple(idx)
+    xs = b.slots["x"]
+
+    def view(env: list[Any]) -> np.ndarray | None:
+        x = env[xs]
+        return x[index] if x.shape == shape else None
+
+    return view
+
+
+def _copied(view: View) -> Callable[[Binding], Runner | None]:
+    """The runner of a value-moving op: its reference's ``np.array(view, copy=True)``, then ``finish``."""
+
+    def bind(b: Binding) -> Runner | None:
+        get = view(b)
+        if get is None:
+            return None
+        xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+
+        def run(env: list[Any]) -> None:
+            v = get(env)
+            if v is None:
+                return plain(env)
+            env[out] = finish(np.array(v, copy=True), (env[xs], *rest))
+
+        return run
+
+    return bind
+
+
+def _transpose(b: Binding) -> Runner | None:
+    """``transpose.reference``, with one copy where the plain way makes two.
+
+    For a moved float32 value of ``contiguous_from`` elements or more whose transposed view of a
+    C-contiguous x is not C-contiguous, the reference's copy (``np.array(view, copy=True)``, which keeps
+    the view's memory order: not C either) is copied again by ``finish`` into C order;
+    ``np.array(view, order="C")`` makes that final array directly (a fresh C-ordered array of the same
+    shape: same strides, same values)."""
+    get = _transpose_view(b)
+    if get is None:
+        return None
     xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+    big = b.contiguous_from
 
     def run(env: list[Any]) -> None:
-        x = env[xs]
-        if x.shape != shape:
+        view = get(env)
+        if view is None:
             return plain(env)
-        env[out] = finish(np.array(x[index], copy=True), (x, *rest))
+        x = env[xs]
+        if (
+            big is not None
+            and view.size >= big
+            and x.dtype == _F32
+            and type(x) is np.ndarray
+            and x.flags.c_contiguous
+            and not view.flags.c_contiguous
+        ):
+            env[out] = np.array(view, order="C")
+        else:
+            env[out] = finish(np.array(view, copy=True), (x, *rest))
 
     return run
 
@@ -255,9 +292,9 @@ def _reduce(b: Binding, op: _ReduceAxes) -> Runner | None:
 
 # op name -> (the reference mirrored, binder)
 _NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]] = {
-    "reshape": (reshape.reference, _reshape),
+    "reshape": (reshape.reference, _copied(_reshape_view)),
     "transpose": (transpose.reference, _transpose),
-    "slice_by_size": (slice_by_size.reference, _slice_by_size),
+    "slice_by_size": (slice_by_size.reference, _copied(_slice_by_size_view)),
     "concat": (concat.reference, _concat),
     "matmul": (matmul.reference, _matmul),
 }
@@ -274,3 +311,66 @@ def fast_runner(opdef: OpDef, b: Binding) -> Runner | None:
     if isinstance(opdef, _ReduceAxes) and reference is _ReduceAxes.reference:
         return _reduce(b, opdef)
     return None
+
+
+# Value-moving ops whose view a following reshape can take over (``fused_reshape``), with the reference each
+# view is that of.
+_VIEWS: dict[str, tuple[Callable[..., Any], Callable[[Binding], View | None]]] = {
+    "reshape": (reshape.reference, _reshape_view),
+    "transpose": (transpose.reference, _transpose_view),
+    "slice_by_size": (slice_by_size.reference, _slice_by_size_view),
+}
+
+
+def fused_reshape(
+    producer: OpDef,
+    p: Binding,
+    consumer: OpDef,
+    c: Binding,
+    out_shape: tuple[int, ...],
+    run_both: Runner,
+) -> Runner | None:
+    """One runner for a value-moving step P whose only reader is a reshape C, both storing their float32
+    results as they come (``Binding.contiguous_from`` set): C's value in one copy, P's never made.
+
+    The plain way stores P's value ``a``, a copy of P's view: ``np.array(view, copy=True)``, moved into C
+    order from ``contiguous_from`` elements on; it is C-contiguous when the view is that large or is
+    C-contiguous itself (numpy copies a C-contiguous array in C order). C's reference then copies
+    ``np.reshape(a, dims)``, for a C-contiguous ``a`` a C-contiguous view, so again in C order: a fresh
+    C-ordered array of C's shape holding the view's elements in C order. Filling a fresh C-ordered array
+    of C's shape (whose reshape to the view's shape is a view of it) from the view makes that array
+    directly. In every other case (a smaller view in another memory order, whose copy keeps that order
+    through the reshape; a runtime input that is not what the plan was built for; an x that is not
+    float32) ``run_both`` runs P then C the usual way."""
+    big = p.contiguous_from
+    if big is None or c.contiguous_from is None:
+        return None
+    views, copies = _VIEWS.get(producer.name), _NAMED.get(consumer.name)
+    if views is None or type(producer).reference is not views[0]:
+        return None
+    if consumer.name != "reshape" or copies is None or type(consumer).reference is not copies[0]:
+        return None
+    get = views[1](p)
+    if get is None or _reshape_view(c) is None:
+        return None
+    dims = c.ints("shape")
+    if len(dims) != len(out_shape) or any(d not in (-1, n) for d, n in zip(dims, out_shape)):
+        return None
+    xs, out, size = p.slots["x"], c.out, int(np.prod(out_shape, dtype=np.int64))
+
+    def run(env: list[Any]) -> None:
+        view = get(env)
+        x = env[xs]
+        if (
+            view is None
+            or view.size != size
+            or not (view.size >= big or view.flags.c_contiguous)
+            or x.dtype != _F32
+            or type(x) is not np.ndarray
+        ):
+            return run_both(env)
+        value = np.empty(out_shape, _F32)
+        value.reshape(view.shape)[...] = view
+        env[out] = value
+
+    return run
