@@ -74,16 +74,17 @@ def test_every_sim_case_runs_the_same_both_ways(case: SimCase) -> None:
     assert_runners_match_run_step(kernel.plan, [feeds[n] for n in kernel.input_names])
 
 
+@pytest.mark.parametrize("precision", ["ane", "fp32"])
 @pytest.mark.parametrize("scale", [1.0, 3e4, 1e-6])
 @pytest.mark.parametrize("name", [*KERNELS, "dynamic_matmul"])
-def test_every_kernel_runs_the_same_both_ways(name: str, scale: float) -> None:
+def test_every_kernel_runs_the_same_both_ways(name: str, scale: float, precision: str) -> None:
     """Large scales overflow to inf and NaN, tiny ones reach the subnormal halves."""
     cfg = preset("default")
     if name == "dynamic_matmul":
         spec = composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len)
     else:
         spec = catalog.build(name, cfg, catalog.random_weights(cfg))
-    kernel = spec.compile(runtime.open("sim", compile_budget=10**6))
+    kernel = spec.compile(runtime.open("sim", compile_budget=10**6, precision=precision))
     assert isinstance(kernel, SimKernel)
     rng = np.random.default_rng(len(name))
     with np.errstate(over="ignore"):
