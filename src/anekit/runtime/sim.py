@@ -3,8 +3,12 @@
 Compiling builds an execution plan once: the program is verified, BLOBFILE consts are read through
 the blob reader and checked against their declared type, every op whose inputs are all constant
 (``const``, ``constexpr_*`` and anything computed only from them) is folded, and the remaining ops
-become a list of steps over numbered value slots. Running fills the input slots from the input
-surfaces and walks the steps.
+become a list of steps over numbered value slots. Each step is bound to a runner: for the frequent ops
+one made by ``runtime.sim_fast`` (the reference's own numpy calls, its constant parameters read once),
+else ``run_step``; a value-moving step read only by a reshape runs together with it. Running fills the
+input slots from the input surfaces and runs the steps, letting go of each value after its last reader.
+Either way every stored value is the one ``run_step`` stores, bit for bit and in the same memory layout
+(tests/test_sim_fast_runners.py).
 
 Numerics (DESIGN.md "Numerics"), precision ``"ane"`` (the default): every value is stored in its
 declared dtype — fp16 values are rounded to nearest even after every op and overflow to inf, bf16
@@ -366,12 +370,13 @@ class Plan:
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
             env[slot] = value if i in stored and store is _store_fp16 else store(value)
+        runners, dead_after = self.runners, self.dead_after
         index = 0
         try:
             with np.errstate(all="ignore"):
-                for index, (run, dead) in enumerate(zip(self.runners, self.dead_after)):  # noqa: B007
-                    run(env)  # (the except clause reads index)
-                    for slot in dead:
+                for index in range(len(runners)):
+                    runners[index](env)
+                    for slot in dead_after[index]:
                         env[slot] = None
         except AnekitError:
             raise
