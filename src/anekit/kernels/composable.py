@@ -293,7 +293,7 @@ class DynamicKernelSpec(KernelSpec):
         """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""
         if weights is None:
             return super().run(kernel_or_backend, **parts)
-        return super().run(kernel_or_backend, x=self.pack(weights, **parts))
+        return self.run_packed(kernel_or_backend, self.pack(weights, **parts))  # no second copy of the input
 
 
 def check_spatial(name: str, columns: int, what: str) -> None:

@@ -191,9 +191,12 @@ class KernelSpec:
         The parts are C-contiguous row ranges of the one output array the kernel call returned, which
         belongs to the caller alone (every backend's ``Kernel.__call__`` returns fresh arrays), so they
         are handed out as they are, not copied."""
+        return self.run_packed(kernel_or_backend, self.inputs.pack(parts))
+
+    def run_packed(self, kernel_or_backend: Kernel | Backend, x: np.ndarray) -> dict[str, np.ndarray]:
+        """``run`` on an input already packed: the [1, C, 1, S] array ``x`` goes to the kernel as it is."""
         kernel = (
             kernel_or_backend if isinstance(kernel_or_backend, Kernel) else self.compile(kernel_or_backend)
         )
-        x = self.inputs.pack(parts)
         out = kernel(x=x)["out"]
         return self.outputs.split(out)
