@@ -185,18 +185,21 @@ class KernelSpec:
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
 
+    def _kernel(self, kernel_or_backend: Kernel | Backend) -> Kernel:
+        if isinstance(kernel_or_backend, Kernel):
+            return kernel_or_backend
+        return self.compile(kernel_or_backend)
+
     def run(self, kernel_or_backend: Kernel | Backend, **parts: Any) -> dict[str, np.ndarray]:
         """Pack the named input parts, run, and return the named output parts (float32, (channels, S)).
 
         The parts are C-contiguous row ranges of the one output array the kernel call returned, which
         belongs to the caller alone (every backend's ``Kernel.__call__`` returns fresh arrays), so they
         are handed out as they are, not copied."""
-        return self.run_packed(kernel_or_backend, self.inputs.pack(parts))
+        kernel = self._kernel(kernel_or_backend)  # compiled before the parts are packed, as always
+        return self.run_packed(kernel, self.inputs.pack(parts))
 
     def run_packed(self, kernel_or_backend: Kernel | Backend, x: np.ndarray) -> dict[str, np.ndarray]:
         """``run`` on an input already packed: the [1, C, 1, S] array ``x`` goes to the kernel as it is."""
-        kernel = (
-            kernel_or_backend if isinstance(kernel_or_backend, Kernel) else self.compile(kernel_or_backend)
-        )
-        out = kernel(x=x)["out"]
+        out = self._kernel(kernel_or_backend)(x=x)["out"]
         return self.outputs.split(out)
