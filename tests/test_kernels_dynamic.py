@@ -176,6 +176,27 @@ def test_packed_input_runs_as_a_plain_kernel_spec():
         np.testing.assert_array_equal(got[tap], again[tap])
 
 
+@pytest.mark.parametrize("cfg_name", CONFIGS)
+@pytest.mark.parametrize("name", GENERATORS)
+def test_pack_equals_packing_activations_weights_and_segments_in_turn(name, cfg_name):
+    """``pack`` writes straight into the input; the same bits as composing the layouts' own packs."""
+    cfg = CONFIGS[cfg_name]
+    w = random_layer(cfg, seed=8)
+    spec = GENERATORS[name](cfg)
+    parts, _ = _case(name, cfg, w, seed=9)
+    act = spec.activations.pack(parts).reshape(spec.activations.channels, spec.activations.spatial)
+    blocks = dict(spec.weight_columns(w))
+    acts = spec.columns.activation_segments
+    if len(acts) == 1:
+        blocks[acts[0].name] = act
+    else:
+        blocks.update(spec.activations.split(act))
+    want = spec.columns.pack(blocks)
+    got = spec.pack(w, **parts)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 # -- the packed layouts ------------------------------------------------------------------------------
 
 

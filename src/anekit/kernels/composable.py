@@ -20,8 +20,9 @@ the plain math, sharing nothing with the generators.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ class SpatialLayout:
     def _up(self, n: int) -> int:
         return -(-n // self.align) * self.align
 
-    @property
+    @cached_property
     def offsets(self) -> tuple[int, ...]:
         """The first column of every segment (each a multiple of ``align``)."""
         out, pos = [], 0
@@ -108,7 +109,7 @@ class SpatialLayout:
             pos = self._up(pos + s.columns)
         return tuple(out)
 
-    @property
+    @cached_property
     def columns(self) -> int:
         """Total width, padding included: the surface's spatial size."""
         if not self.segments:
@@ -186,26 +187,32 @@ class SpatialLayout:
 
     def weight_blocks(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The block of every weight segment, built from named weights by the segments' sources."""
-        blocks = {}
-        for s in self.segments:
-            if not s.is_weight:
-                continue
-            parts = []
+        parts: dict[str, list[np.ndarray]] = {}
+        for s, _, _, block in self.weight_sources(weights):
+            parts.setdefault(s.name, []).append(block)
+        return {n: np.concatenate(p, axis=0) if len(p) > 1 else p[0] for n, p in parts.items()}
+
+    def weight_sources(self, weights: Mapping[str, Any]) -> Iterator[tuple[Segment, int, int, np.ndarray]]:
+        """``(segment, its column offset, first row, block)`` of every source of every weight segment, in
+        order: the (rows, columns) piece of the segment's block that the source fills (checked: LayoutError
+        for a weight that is missing or of the wrong shape)."""
+        for s, offset in zip(self.segments, self.offsets):
+            row = 0
             for key, rows, transposed in s.sources:
                 if key not in weights:
                     raise LayoutError(f"[layout] weight '{key}' was not given (given: {', '.join(weights)})")
                 a = np.asarray(weights[key])
                 if s.columns == 1 and len(s.sources) == 1 and a.shape == (rows,):
-                    parts.append(a.reshape(rows, 1))
+                    yield s, offset, row, a.reshape(rows, 1)
+                    row += rows
                     continue
                 want = (s.columns, rows) if transposed else (rows, s.columns)
                 if a.shape != want:
                     raise LayoutError(
                         f"[layout] weight '{key}' has shape {list(a.shape)}, expected {list(want)}"
                     )
-                parts.append(a.T if transposed else a)
-            blocks[s.name] = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
-        return blocks
+                yield s, offset, row, a.T if transposed else a
+                row += rows
 
     @property
     def activation_segments(self) -> list[Segment]:
@@ -258,16 +265,27 @@ class DynamicKernelSpec(KernelSpec):
         return self.columns.weight_blocks(weights)
 
     def pack(self, weights: Mapping[str, Any], **parts: Any) -> np.ndarray:
-        """The [1, C, 1, W] input: the activation parts in their segment(s), the weights in theirs."""
+        """The [1, C, 1, W] input: the activation parts in their segment(s), the weights in theirs.
+
+        Written straight into the zeroed float32 input: the same array as packing the activations
+        (``activations.pack``), the weight blocks (``weight_columns``) and then the segments
+        (``columns.pack``), without the intermediate arrays."""
         assert self.activations is not None and self.columns is not None
-        act = self.activations.pack(parts).reshape(self.activations.channels, self.activations.spatial)
-        blocks: dict[str, Any] = dict(self.weight_columns(weights))
-        acts = self.columns.activation_segments
-        if len(acts) == 1:
-            blocks[acts[0].name] = act
-        else:
-            blocks.update(self.activations.split(act))
-        return self.columns.pack(blocks)
+        columns, spatial = self.columns, self.activations.spatial
+        out = np.zeros((columns.channels, columns.columns), dtype=np.float32)
+        acts = columns.activation_segments
+        if len(acts) == 1:  # the parts stacked along channels in the one activation segment
+            start = columns.offsets[columns.segments.index(acts[0])]
+            act = out[:, start : start + spatial]
+            for _, row, c, rows in self.activations.part_rows(parts):
+                act[row : row + c] = rows
+        else:  # each part in the segment named after it
+            starts = {s.name: o for s, o in zip(columns.segments, columns.offsets)}
+            for name, _, c, rows in self.activations.part_rows(parts):
+                out[:c, starts[name] : starts[name] + spatial] = rows
+        for s, start, row, block in columns.weight_sources(weights):
+            out[row : row + block.shape[0], start : start + s.columns] = block
+        return out.reshape(1, columns.channels, 1, columns.columns)
 
     def run(  # type: ignore[override]
         self, kernel_or_backend: Kernel | Backend, weights: Mapping[str, Any] | None = None, **parts: Any
@@ -275,7 +293,7 @@ class DynamicKernelSpec(KernelSpec):
         """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""
         if weights is None:
             return super().run(kernel_or_backend, **parts)
-        return super().run(kernel_or_backend, x=self.pack(weights, **parts))
+        return self.run_packed(kernel_or_backend, self.pack(weights, **parts))  # no second copy of the input
 
 
 def check_spatial(name: str, columns: int, what: str) -> None:

@@ -11,8 +11,9 @@ channel range is which, so host code slices by name, never by magic numbers::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ class Layout:
     def of(parts: Iterable[tuple[str, int]], spatial: int) -> Layout:
         return Layout(tuple((str(n), int(c)) for n, c in parts), int(spatial))
 
-    @property
+    @cached_property
     def channels(self) -> int:
         return sum(c for _, c in self.parts)
 
@@ -72,16 +73,23 @@ class Layout:
 
     def pack(self, parts: Mapping[str, Any], dtype: Any = np.float32) -> np.ndarray:
         """The [1, C, 1, S] array holding every named part (each (channels, S) or [1, channels, 1, S])."""
-        missing = [n for n in self.names if n not in parts]
-        extra = [n for n in parts if n not in self.names]
-        if missing or extra:
-            raise LayoutError(f"[layout] parts are {self.names}; missing {missing}, unexpected {extra}")
         out = np.empty((self.channels, self.spatial), dtype=dtype)
+        for _, offset, c, rows in self.part_rows(parts):
+            out[offset : offset + c] = rows
+        return out.reshape(1, self.channels, 1, self.spatial)
+
+    def part_rows(self, parts: Mapping[str, Any]) -> Iterator[tuple[str, int, int, np.ndarray]]:
+        """``(name, channel offset, channels, (channels, S) rows)`` of every part, in order, each checked
+        (LayoutError for a missing, unexpected or misshapen part): what ``pack`` writes."""
+        if len(parts) != len(self.parts) or any(n not in parts for n, _ in self.parts):
+            names = self.names
+            missing = [n for n in names if n not in parts]
+            extra = [n for n in parts if n not in names]
+            raise LayoutError(f"[layout] parts are {names}; missing {missing}, unexpected {extra}")
         offset = 0
         for n, c in self.parts:
-            out[offset : offset + c] = _rows(np.asarray(parts[n]), c, self.spatial, f"part '{n}'")
+            yield n, offset, c, _rows(np.asarray(parts[n]), c, self.spatial, f"part '{n}'")
             offset += c
-        return out.reshape(1, self.channels, 1, self.spatial)
 
 
 def _rows(a: np.ndarray, channels: int, spatial: int, what: str) -> np.ndarray:
@@ -177,11 +185,21 @@ class KernelSpec:
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
 
+    def _kernel(self, kernel_or_backend: Kernel | Backend) -> Kernel:
+        if isinstance(kernel_or_backend, Kernel):
+            return kernel_or_backend
+        return self.compile(kernel_or_backend)
+
     def run(self, kernel_or_backend: Kernel | Backend, **parts: Any) -> dict[str, np.ndarray]:
-        """Pack the named input parts, run, and return the named output parts (float32, (channels, S))."""
-        kernel = (
-            kernel_or_backend if isinstance(kernel_or_backend, Kernel) else self.compile(kernel_or_backend)
-        )
-        x = self.inputs.pack(parts)
-        out = kernel(x=x)["out"]
-        return {k: v.copy() for k, v in self.outputs.split(out).items()}
+        """Pack the named input parts, run, and return the named output parts (float32, (channels, S)).
+
+        The parts are C-contiguous row ranges of the one output array the kernel call returned, which
+        belongs to the caller alone (every backend's ``Kernel.__call__`` returns fresh arrays), so they
+        are handed out as they are, not copied."""
+        kernel = self._kernel(kernel_or_backend)  # compiled before the parts are packed, as always
+        return self.run_packed(kernel, self.inputs.pack(parts))
+
+    def run_packed(self, kernel_or_backend: Kernel | Backend, x: np.ndarray) -> dict[str, np.ndarray]:
+        """``run`` on an input already packed: the [1, C, 1, S] array ``x`` goes to the kernel as it is."""
+        out = self._kernel(kernel_or_backend)(x=x)["out"]
+        return self.outputs.split(out)

@@ -25,8 +25,7 @@ import itertools
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any, Union
 
@@ -142,14 +141,31 @@ class Surface:
             else:
                 self._data.reshape(-1)[:] = rows.reshape(-1).astype(self.dtype.np, copy=False)
 
-    @contextmanager
-    def view(self) -> Iterator[np.ndarray]:
-        """The raw buffer (storage dtype, full shape), zero-copy, while holding the surface's lock."""
-        with self._lock:
-            yield self._data
+    def view(self) -> _LockedView:
+        """The raw buffer (storage dtype, full shape), zero-copy, while holding the surface's lock:
+        ``with surface.view() as buf: ...``."""
+        return _LockedView(self)
 
     def __repr__(self) -> str:
         return f"Surface(#{self.id} {self.name}: {self.dtype.name} {list(self.shape)})"
+
+
+class _LockedView:
+    """``Surface.view``'s context manager: the surface's lock held while its buffer is in use (a plain class,
+    not a generator-based context manager, which costs several times more; kernels enter one per surface
+    on every call). The buffer is read after the lock is taken: an engine's surface maps it only then."""
+
+    __slots__ = ("surface",)
+
+    def __init__(self, surface: Surface) -> None:
+        self.surface = surface
+
+    def __enter__(self) -> np.ndarray:
+        self.surface._lock.__enter__()
+        return self.surface._data
+
+    def __exit__(self, *exc: object) -> None:
+        self.surface._lock.__exit__(*exc)
 
 
 class Kernel:

@@ -3,8 +3,12 @@
 Compiling builds an execution plan once: the program is verified, BLOBFILE consts are read through
 the blob reader and checked against their declared type, every op whose inputs are all constant
 (``const``, ``constexpr_*`` and anything computed only from them) is folded, and the remaining ops
-become a list of steps over numbered value slots. Running fills the input slots from the input
-surfaces and walks the steps.
+become a list of steps over numbered value slots. Each step is bound to a runner: for the frequent ops
+one made by ``runtime.sim_fast`` (the reference's own numpy calls, its constant parameters read once),
+else ``run_step``; a value-moving step read only by a reshape runs together with it. Running fills the
+input slots from the input surfaces and runs the steps, letting go of each value after its last reader.
+Either way every stored value is the one ``run_step`` stores, bit for bit and in the same memory layout
+(tests/test_sim_fast_runners.py).
 
 Numerics (DESIGN.md "Numerics"), precision ``"ane"`` (the default): every value is stored in its
 declared dtype — fp16 values are rounded to nearest even after every op and overflow to inf, bf16
@@ -39,6 +43,8 @@ from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
+from anekit.runtime.heap import keep_freed_memory
+from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner, fused_reshape
 
 PRECISIONS = ("ane", "fp32")
 MODEL_PATH_PREFIX = "@model_path/"
@@ -89,14 +95,7 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
     In place only when nothing else can see the array: it owns its data and is none of the op's inputs
     (a reference may hand an input back). Same values and layout as ``_store_fp16``.
     """
-    if (
-        type(v) is np.ndarray
-        and v.dtype == np.float32
-        and v.flags.owndata
-        and v.flags.writeable
-        and (v.size < C_LAYOUT_FROM or v.flags.c_contiguous)
-        and not any(v is x for x in inputs)
-    ):
+    if type(v) is np.ndarray and v.dtype == np.float32 and _fresh(v, inputs):
         if jit.round_fp16_inplace(v):
             return v
         if v.size < SMALL:
@@ -105,6 +104,14 @@ def _store_fp16_result(v: Any, inputs: tuple[Any, ...]) -> np.ndarray:
             return v
         return round_to_fp16(v, out=v)
     return _store_fp16(v)
+
+
+def _fresh(v: np.ndarray, inputs: tuple[Any, ...]) -> bool:
+    """True if ``v`` owns writeable data laid out as a store would lay it out, and is none of ``inputs``."""
+    flags = v.flags
+    if not (flags.owndata and flags.writeable and (v.size < C_LAYOUT_FROM or flags.c_contiguous)):
+        return False
+    return all(v is not x for x in inputs)
 
 
 def _moved(v: np.ndarray) -> np.ndarray:
@@ -222,6 +229,7 @@ class Plan:
         self.slot_of: dict[str, int] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.steps: list[Step] = []
+        self.runners: list[Runner] = []  # one per step: what running it does (``bind_step``)
         self.input_slots = [self._slot(v) for v in fn.inputs]
         self.input_stores = [_store_for(v.type, precision) for v in fn.inputs]
         files = _WeightFiles(weights)
@@ -233,7 +241,72 @@ class Plan:
             files.close()
         self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
         self.n_slots = len(self.slot_of)
+        # Slots a fused runner reads in place of the step it stands for (``_fuse_moves``), by step index.
+        self.fused_reads: dict[int, tuple[int, ...]] = {}
+        self.elided: set[int] = set()  # the slots of the steps fused away: never filled
+        self._fuse_moves()
+        self.dead_after = self._dead_after()
         self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
+
+    def _fuse_moves(self) -> None:
+        """Give a value-moving step read only by a reshape, and that reshape, one runner
+        (``sim_fast.fused_reshape``): the reshape's value is made in one copy, the other is never made."""
+        readers: dict[int, int] = {}
+        made_by: dict[int, int] = {}
+        for index, step in enumerate(self.steps):
+            for _, slot in step.args:
+                for s in slot if isinstance(slot, tuple) else (slot,):
+                    readers[s] = readers.get(s, 0) + 1
+            for s in step.out_slots:
+                made_by[s] = index
+        outputs = set(self.output_slots)
+        for ci, consumer in enumerate(self.steps):
+            x = dict(consumer.args).get("x")
+            out_type = consumer.out_types[0]
+            if consumer.op.op_type != "reshape" or not isinstance(x, int) or x not in made_by:
+                continue
+            if readers.get(x) != 1 or x in outputs or not isinstance(out_type, T.TensorType):
+                continue
+            pi = made_by[x]
+            producer = self.steps[pi]
+            p_in = dict(producer.args).get("x")
+            if p_in in self.elided or pi in self.fused_reads or not out_type.is_static:
+                continue
+            p, c = _binding(producer, self.constants), _binding(consumer, self.constants)
+            if p is None or c is None:
+                continue
+            shape = tuple(int(d) for d in out_type.shape)
+            run = fused_reshape(
+                producer.opdef,
+                p,
+                consumer.opdef,
+                c,
+                shape,
+                _in_turn(producer, self.runners[pi], self.runners[ci]),
+            )
+            if run is not None:
+                self.runners[pi], self.runners[ci] = _elided, run
+                self.fused_reads[ci] = (p_in,)
+                self.elided.add(x)
+
+    def _dead_after(self) -> list[tuple[int, ...]]:
+        """Per step, the slots no later step reads (nor the outputs, nor the constants): a run lets go of
+        them right after the step, so the next values are allocated in memory that is still in cache."""
+        last_use: dict[int, int] = {}
+        for index, step in enumerate(self.steps):
+            for _, slot in step.args:
+                for s in slot if isinstance(slot, tuple) else (slot,):
+                    last_use[s] = index
+            for s in self.fused_reads.get(index, ()):
+                last_use[s] = index
+            for s in step.out_slots:
+                last_use.setdefault(s, index)  # an output nobody reads: let go at once
+        keep = set(self.output_slots) | set(self.constants)
+        dead: list[list[int]] = [[] for _ in self.steps]
+        for s, index in last_use.items():
+            if s not in keep:
+                dead[index].append(s)
+        return [tuple(d) for d in dead]
 
     def _slot(self, v: Var) -> int:
         slot = len(self.slot_of)
@@ -285,6 +358,7 @@ class Plan:
                 self.constants[slot] = value
         else:
             self.steps.append(step)
+            self.runners.append(bind_step(step, self.constants))
 
     def run(self, inputs: list[np.ndarray], stored: frozenset[int] = frozenset()) -> list[np.ndarray]:
         """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
@@ -296,10 +370,18 @@ class Plan:
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
             env[slot] = value if i in stored and store is _store_fp16 else store(value)
-        with np.errstate(all="ignore"):
-            for step in self.steps:
-                for slot, value in zip(step.out_slots, run_step(step, env)):
-                    env[slot] = value
+        runners, dead_after = self.runners, self.dead_after
+        index = 0
+        try:
+            with np.errstate(all="ignore"):
+                for index in range(len(runners)):
+                    runners[index](env)
+                    for slot in dead_after[index]:
+                        env[slot] = None
+        except AnekitError:
+            raise
+        except Exception as e:  # a pre-bound runner's failure, named as run_step names a reference's
+            raise _failed(self.steps[index], e) from e
         return [env[s] for s in self.output_slots]
 
 
@@ -319,7 +401,7 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
     except AnekitError:
         raise
     except Exception as e:  # the one boundary where a reference's failure becomes an anekit error
-        raise EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}") from e
+        raise _failed(step, e) from e
     if not isinstance(outs, tuple):
         outs = (outs,)
     if len(outs) != len(step.stores):
@@ -330,6 +412,76 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
         inputs = tuple(values.values())
         return [_store_fp16_result(o, inputs) for o in outs]
     return [store(o) for store, o in zip(step.stores, outs)]
+
+
+def _failed(step: Step, e: Exception) -> EvalFailed:
+    return EvalFailed(f"[{step.op.op_type}] ({step.op.where()}) failed: {type(e).__name__}: {e}")
+
+
+def _finish(step: Step) -> Finish:
+    """How ``run_step`` stores the one output of ``step``: (result, the op's input values) -> stored value."""
+    (store,) = step.stores
+
+    def moved_or(store: Callable[..., np.ndarray]) -> Finish:
+        def finish(o: Any, inputs: tuple[Any, ...]) -> np.ndarray:
+            if type(o) is np.ndarray and o.dtype == np.float32:
+                return _moved(o)
+            return store(o, inputs)
+
+        return finish
+
+    stored = _store_fp16_result if step.fp16_out else lambda o, inputs: store(o)
+    return moved_or(stored) if step.moves_only else stored
+
+
+def bind_step(step: Step, constants: dict[int, np.ndarray]) -> Runner:
+    """What running ``step`` does, bound once: a ``sim_fast`` runner for the ops it knows, else ``run_step``.
+
+    Either way the slots receive the values ``run_step`` stores (tests/test_sim_fast_runners.py)."""
+    binding = _binding(step, constants)
+    return (fast_runner(step.opdef, binding) if binding else None) or _plain(step)
+
+
+def _plain(step: Step) -> Runner:
+    """``run_step`` as a runner."""
+    out_slots = step.out_slots
+
+    def plain(env: list[Any]) -> None:
+        for slot, value in zip(out_slots, run_step(step, env)):
+            env[slot] = value
+
+    return plain
+
+
+def _binding(step: Step, constants: dict[int, np.ndarray]) -> Binding | None:
+    """What ``sim_fast`` needs to bind a step of one output (None for other steps)."""
+    if len(step.out_slots) != 1 or step.opdef.forms:
+        return None
+    items = {k: v[0] if isinstance(v, tuple) else v for k, v in step.op.inputs.items() if v != ()}
+    in_types = {k: v.type for k, v in items.items()}  # a tuple input: its first item's type
+    contiguous_from = C_LAYOUT_FROM if step.moves_only else None
+    return Binding(
+        step.args, in_types, constants, step.out_slots[0], _finish(step), _plain(step), contiguous_from
+    )
+
+
+def _in_turn(producer: Step, run_producer: Runner, run_consumer: Runner) -> Runner:
+    """Both steps' own runners, one after the other; a failure of the first named after its step."""
+
+    def run(env: list[Any]) -> None:
+        try:
+            run_producer(env)
+        except AnekitError:
+            raise
+        except Exception as e:
+            raise _failed(producer, e) from e
+        run_consumer(env)
+
+    return run
+
+
+def _elided(env: list[Any]) -> None:
+    """The runner of a step whose only reader computes its output itself (``Plan._fuse_moves``)."""
 
 
 class SimKernel(Kernel):
@@ -409,7 +561,7 @@ class SimKernel(Kernel):
         outs = self.plan.run(ins, frozenset(stored))
         self._results.clear()
         for surface, value in zip(self.outputs, outs):
-            with surface.view() as buf, np.errstate(over="ignore"):
+            with surface.view() as buf:
                 try:
                     v = np.asarray(value).reshape(buf.shape)
                 except ValueError as e:
@@ -422,7 +574,8 @@ class SimKernel(Kernel):
                     if self._in_call:  # __call__ reads it next: hand it the float32 values
                         self._results[surface.id] = v
                 else:
-                    buf[...] = v
+                    with np.errstate(over="ignore"):  # values past the fp16 range become inf
+                        buf[...] = v
 
 
 class SimBackend(Backend):
@@ -450,6 +603,7 @@ class SimBackend(Backend):
         self.strict = strict_default() if strict is None else bool(strict)
         self.chip = check_chip(chip)
         self.route = route  # whose rules strictness applies: the direct route's, or a CoreML package's
+        keep_freed_memory()  # plans allocate all their values anew on each run (runtime.heap)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:

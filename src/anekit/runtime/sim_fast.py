@@ -1,0 +1,376 @@
+"""Pre-bound runners for the simulator plan's frequent ops: the references' numpy calls, no per-run lookups.
+
+Running a step the plain way (``sim.run_step``) builds a dict of input values, wraps it in ``RefArgs``,
+and the op's reference then reads its constant parameters back out of it (``a.ints("perm")``,
+``a.bool("transpose_x")``, ...) on every run. On a small model that bookkeeping costs more than the
+arithmetic. A runner made here reads those constant parameters once, when the plan is built, and on
+each run only fetches the runtime inputs from their slots and makes the reference's own numpy calls,
+in the reference's order, on the same arrays:
+
+* reshape, transpose, slice_by_size, concat (``tensor_ops``) — the same view, then the same
+  ``np.array(.., copy=True)`` or ``np.concatenate``, so results have the same values AND the same memory
+  layout (which decides how later matmuls and reductions accumulate);
+* matmul (``linear``) — the same ``np.swapaxes`` and ``np.matmul``;
+* the elementwise binary ops and the ``reduce_*`` ops — the op's own ``compute`` method, then the
+  reference's dtype handling (``like(r, np.result_type(x, y))``; ``np.asarray``).
+
+The result goes through ``finish``: the store ``run_step`` applies to it, made by the plan. The
+reference's ``np.errstate(all="ignore")`` is the plan's own while it runs (it changes warnings, never
+values).
+
+A runner is made only for an op whose reference is still the one mirrored here (an op class that
+overrides it gets none), with one output, and when every parameter it pre-binds is a constant of the
+plan; where a parameter's meaning depends on the input's rank or shape, the runner checks the runtime
+input against the declared one and runs the step the plain way when they differ. Otherwise
+``fast_runner`` returns None and the plan runs the step the plain way.
+``tests/test_sim_fast_runners.py`` runs every simulator test case and every kernel both ways and
+compares every stored value bit for bit, layout included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from anekit.mil import types as T
+from anekit.mil.ops.elementwise import _Binary, like
+from anekit.mil.ops.linear import matmul
+from anekit.mil.ops.reduction import _ReduceAxes
+from anekit.mil.ops.tensor_ops import concat, reshape, slice_by_size, transpose
+from anekit.mil.registry import OpDef
+
+# Runs one step on the slot list: reads its input slots, writes its output slot.
+Runner = Callable[[list[Any]], None]
+# Stores one output as ``run_step`` would: (the reference's result, the op's input values) -> stored value.
+Finish = Callable[[Any, tuple[Any, ...]], np.ndarray]
+_F32 = np.dtype(np.float32)
+
+
+class Binding:
+    """What a binder sees of one step: input slots and types, constants, its output slot, ``finish``, and
+    ``plain`` (the step run the plain way, for runtime inputs the plan was not built for)."""
+
+    def __init__(
+        self,
+        args: tuple[tuple[str, Any], ...],
+        in_types: dict[str, T.Type],
+        constants: dict[int, np.ndarray],
+        out: int,
+        finish: Finish,
+        plain: Runner,
+        contiguous_from: int | None = None,
+    ) -> None:
+        self.slots = dict(args)
+        self.in_types = in_types
+        self.constants = constants
+        self.out = out
+        self.finish = finish
+        self.plain = plain
+        # For a step that only moves values (sim.VALUE_MOVING_OPS): from how many elements on ``finish``
+        # stores a float32 result C-contiguous (sim._moved). None for other steps.
+        self.contiguous_from = contiguous_from
+
+    def has(self, key: str) -> bool:
+        return key in self.slots
+
+    def is_const(self, *keys: str) -> bool:
+        """True when every named input that is given is a constant of the plan."""
+        for key in keys:
+            slot = self.slots.get(key)
+            if slot is not None and not (isinstance(slot, int) and slot in self.constants):
+                return False
+        return True
+
+    def value(self, key: str) -> Any:
+        return self.constants[self.slots[key]]
+
+    def others(self, *runtime: str) -> tuple[Any, ...]:
+        """The constant inputs' values (all inputs but ``runtime``), for ``finish``'s input tuple."""
+        return tuple(self.constants[s] for k, s in self.slots.items() if k not in runtime)
+
+    # As ``RefArgs`` reads a parameter (omitted: False / 0, the defaults of the ops bound here).
+    def ints(self, key: str) -> list[int]:
+        return [int(x) for x in np.asarray(self.value(key)).ravel()]
+
+    def bool(self, key: str) -> bool:
+        return self.has(key) and bool(np.asarray(self.value(key)).item())
+
+    def int(self, key: str) -> int:
+        return int(np.asarray(self.value(key)).item())
+
+    def rank(self, key: str) -> int | None:
+        t = self.in_types.get(key)
+        return len(t.shape) if isinstance(t, T.TensorType) else None
+
+    def shape(self, key: str) -> tuple[int, ...] | None:
+        t = self.in_types.get(key)
+        if isinstance(t, T.TensorType) and all(isinstance(d, int) for d in t.shape):
+            return tuple(int(d) for d in t.shape)
+        return None
+
+
+# A value-moving op's reference copies a view of its input x: ``view(env)`` gives that view, or None when
+# the runtime x is not what the plan was built for (the step then runs the plain way).
+View = Callable[[list[Any]], "np.ndarray | None"]
+
+
+def _reshape_view(b: Binding) -> View | None:
+    """``reshape.reference``'s view, for a constant shape with no 0 entry (no dim copied from x's shape)."""
+    if not b.is_const("shape"):
+        return None
+    dims = b.ints("shape")
+    if 0 in dims:
+        return None
+    xs = b.slots["x"]
+
+    def view(env: list[Any]) -> np.ndarray:
+        return env[xs].reshape(dims)  # np.reshape's own call for an ndarray (order "C")
+
+    return view
+
+
+def _transpose_view(b: Binding) -> View | None:
+    """``transpose.reference``'s view, ``perm`` taken modulo x's declared rank."""
+    rank = b.rank("x")
+    if rank is None or not b.is_const("perm"):
+        return None
+    perm = [p % max(rank, 1) for p in b.ints("perm")]
+    xs = b.slots["x"]
+
+    def view(env: list[Any]) -> np.ndarray | None:
+        x = env[xs]
+        return x.transpose(perm) if x.ndim == rank else None  # np.transpose's own call for an ndarray
+
+    return view
+
+
+def _slice_by_size_view(b: Binding) -> View | None:
+    """``slice_by_size.reference``'s view, for constant begin and size, its slices made for x's declared
+    shape."""
+    shape = b.shape("x")
+    if shape is None or not b.is_const("begin", "size") or not b.has("begin") or not b.has("size"):
+        return None
+    idx = []
+    for d, begin, size in zip(shape, b.ints("begin"), b.ints("size")):
+        begin = begin + d if begin < 0 else begin
+        idx.append(slice(begin, d if size == -1 else begin + size))
+    index = tuple(idx)
+    xs = b.slots["x"]
+
+    def view(env: list[Any]) -> np.ndarray | None:
+        x = env[xs]
+        return x[index] if x.shape == shape else None
+
+    return view
+
+
+def _copied(view: View) -> Callable[[Binding], Runner | None]:
+    """The runner of a value-moving op: its reference's ``np.array(view, copy=True)``, then ``finish``."""
+
+    def bind(b: Binding) -> Runner | None:
+        get = view(b)
+        if get is None:
+            return None
+        xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+
+        def run(env: list[Any]) -> None:
+            v = get(env)
+            if v is None:
+                return plain(env)
+            env[out] = finish(np.array(v, copy=True), (env[xs], *rest))
+
+        return run
+
+    return bind
+
+
+def _transpose(b: Binding) -> Runner | None:
+    """``transpose.reference``, with one copy where the plain way makes two.
+
+    For a moved float32 value of ``contiguous_from`` elements or more whose transposed view of a
+    C-contiguous x is not C-contiguous, the reference's copy (``np.array(view, copy=True)``, which keeps
+    the view's memory order: not C either) is copied again by ``finish`` into C order;
+    ``np.array(view, order="C")`` makes that final array directly (a fresh C-ordered array of the same
+    shape: same strides, same values)."""
+    get = _transpose_view(b)
+    if get is None:
+        return None
+    xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+    big = b.contiguous_from
+
+    def run(env: list[Any]) -> None:
+        view = get(env)
+        if view is None:
+            return plain(env)
+        x = env[xs]
+        if (
+            big is not None
+            and view.size >= big
+            and x.dtype == _F32
+            and type(x) is np.ndarray
+            and x.flags.c_contiguous
+            and not view.flags.c_contiguous
+        ):
+            env[out] = np.array(view, order="C")
+        else:
+            env[out] = finish(np.array(view, copy=True), (x, *rest))
+
+    return run
+
+
+def _concat(b: Binding) -> Runner | None:
+    """``concat.reference`` without interleave, for inputs of rank >= 1 (axis modulo the declared rank)."""
+    rank, slots = b.rank("values"), b.slots.get("values")
+    if not rank or not isinstance(slots, tuple) or not b.is_const("axis", "interleave") or not b.has("axis"):
+        return None
+    if b.bool("interleave"):
+        return None
+    axis = b.int("axis") % rank
+    out, finish, plain, rest = b.out, b.finish, b.plain, b.others("values")
+
+    def run(env: list[Any]) -> None:
+        values = tuple(env[s] for s in slots)
+        if values[0].ndim != rank:
+            return plain(env)
+        env[out] = finish(np.concatenate(values, axis=axis), (values, *rest))
+
+    return run
+
+
+def _matmul(b: Binding) -> Runner | None:
+    """``matmul.reference`` with constant transpose flags."""
+    if not b.is_const("transpose_x", "transpose_y"):
+        return None
+    tx, ty = b.bool("transpose_x"), b.bool("transpose_y")
+    xs, ys, out, finish, rest = b.slots["x"], b.slots["y"], b.out, b.finish, b.others("x", "y")
+    swapaxes, mm = np.swapaxes, np.matmul
+
+    def run(env: list[Any]) -> None:
+        x0, y0 = env[xs], env[ys]
+        x = swapaxes(x0, -1, -2) if tx and x0.ndim >= 2 else x0
+        y = swapaxes(y0, -1, -2) if ty and y0.ndim >= 2 else y0
+        env[out] = finish(np.asarray(mm(x, y)), (x0, y0, *rest))
+
+    return run
+
+
+def _binary(b: Binding, op: _Binary) -> Runner | None:
+    """``_Binary.reference``: the op's ``compute``, then the result in ``np.result_type(x, y)``."""
+    if op.out_bool:
+        return None
+    xs, ys, out, finish = b.slots["x"], b.slots["y"], b.out, b.finish
+    compute, result_type = op.compute, np.result_type
+
+    def run(env: list[Any]) -> None:
+        x, y = env[xs], env[ys]
+        env[out] = finish(like(compute(x, y), result_type(x, y)), (x, y))
+
+    return run
+
+
+def _reduce(b: Binding, op: _ReduceAxes) -> Runner | None:
+    """``_ReduceAxes.reference`` with constant axes (modulo x's declared rank) and keep_dims, for a float x
+    (the reference's integer branch is then never taken)."""
+    rank = b.rank("x")
+    if not rank or not b.has("axes") or not b.is_const("axes", "keep_dims"):
+        return None
+    axes = tuple(int(x) % rank for x in np.asarray(b.value("axes")).ravel())
+    keep = b.bool("keep_dims")
+    xs, out, finish, plain, rest = b.slots["x"], b.out, b.finish, b.plain, b.others("x")
+    compute = op.compute
+
+    def run(env: list[Any]) -> None:
+        x = env[xs]
+        if x.ndim != rank or x.dtype.kind != "f":
+            return plain(env)
+        env[out] = finish(np.asarray(compute(x, axes, keep)), (x, *rest))
+
+    return run
+
+
+# op name -> (the reference mirrored, binder)
+_NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]] = {
+    "reshape": (reshape.reference, _copied(_reshape_view)),
+    "transpose": (transpose.reference, _transpose),
+    "slice_by_size": (slice_by_size.reference, _copied(_slice_by_size_view)),
+    "concat": (concat.reference, _concat),
+    "matmul": (matmul.reference, _matmul),
+}
+
+
+def fast_runner(opdef: OpDef, b: Binding) -> Runner | None:
+    """A pre-bound runner for the step, or None when it must run the plain way."""
+    reference = type(opdef).reference
+    named = _NAMED.get(opdef.name)
+    if named is not None:
+        return named[1](b) if reference is named[0] else None
+    if isinstance(opdef, _Binary) and reference is _Binary.reference:
+        return _binary(b, opdef)
+    if isinstance(opdef, _ReduceAxes) and reference is _ReduceAxes.reference:
+        return _reduce(b, opdef)
+    return None
+
+
+# Value-moving ops whose view a following reshape can take over (``fused_reshape``), with the reference each
+# view is that of.
+_VIEWS: dict[str, tuple[Callable[..., Any], Callable[[Binding], View | None]]] = {
+    "reshape": (reshape.reference, _reshape_view),
+    "transpose": (transpose.reference, _transpose_view),
+    "slice_by_size": (slice_by_size.reference, _slice_by_size_view),
+}
+
+
+def fused_reshape(
+    producer: OpDef,
+    p: Binding,
+    consumer: OpDef,
+    c: Binding,
+    out_shape: tuple[int, ...],
+    run_both: Runner,
+) -> Runner | None:
+    """One runner for a value-moving step P whose only reader is a reshape C, both storing their float32
+    results as they come (``Binding.contiguous_from`` set): C's value in one copy, P's never made.
+
+    The plain way stores P's value ``a``, a copy of P's view: ``np.array(view, copy=True)``, moved into C
+    order from ``contiguous_from`` elements on; it is C-contiguous when the view is that large or is
+    C-contiguous itself (numpy copies a C-contiguous array in C order). C's reference then copies
+    ``np.reshape(a, dims)``, for a C-contiguous ``a`` a C-contiguous view, so again in C order: a fresh
+    C-ordered array of C's shape holding the view's elements in C order. Filling a fresh C-ordered array
+    of C's shape (whose reshape to the view's shape is a view of it) from the view makes that array
+    directly. In every other case (a smaller view in another memory order, whose copy keeps that order
+    through the reshape; a runtime input that is not what the plan was built for; an x that is not
+    float32) ``run_both`` runs P then C the usual way."""
+    big = p.contiguous_from
+    if big is None or c.contiguous_from is None:
+        return None
+    views, copies = _VIEWS.get(producer.name), _NAMED.get(consumer.name)
+    if views is None or type(producer).reference is not views[0]:
+        return None
+    if consumer.name != "reshape" or copies is None or type(consumer).reference is not copies[0]:
+        return None
+    get = views[1](p)
+    if get is None or _reshape_view(c) is None:
+        return None
+    dims = c.ints("shape")
+    if len(dims) != len(out_shape) or any(d not in (-1, n) for d, n in zip(dims, out_shape)):
+        return None
+    xs, out, size = p.slots["x"], c.out, int(np.prod(out_shape, dtype=np.int64))
+
+    def run(env: list[Any]) -> None:
+        view = get(env)
+        x = env[xs]
+        if (
+            view is None
+            or view.size != size
+            or not (view.size >= big or view.flags.c_contiguous)
+            or x.dtype != _F32
+            or type(x) is not np.ndarray
+        ):
+            return run_both(env)
+        value = np.empty(out_shape, _F32)
+        value.reshape(view.shape)[...] = view
+        env[out] = value
+
+    return run
