@@ -108,3 +108,30 @@ def test_a_failing_fast_runner_names_its_op() -> None:
     assert kernel.plan.runners[0].__module__ == "anekit.runtime.sim_fast"
     with pytest.raises(EvalFailed, match=r"^\[reshape\] \(.*\) failed: ValueError"):
         kernel.plan.run([np.zeros((5, 5), np.float16)])
+
+
+@pytest.mark.parametrize("precision", ["ane", "fp32"])
+@pytest.mark.parametrize("special", [0.0, -0.0, np.inf, -np.inf, np.nan, None])
+def test_a_signed_permutation_conv_is_the_products_bits(precision: str, special: float | None) -> None:
+    """RoPE's pair swap as a gather: zeros of both signs come out +0 as from the matmul, and an x with inf
+    or NaN (where 0 * inf is NaN in the product) takes the product itself."""
+    from anekit import mil
+    from anekit.kernels.blocks import pair_swap_matrix
+    from anekit.mil import tensor
+
+    channels, seq = 64, 64
+    weight = pair_swap_matrix(channels).reshape(channels, channels, 1, 1).astype(np.float16)
+    b = mil.Builder()
+    f = b.function()
+    x = f.input("x", tensor("fp16", (1, channels, 1, seq)))
+    f.output(f.conv1x1(x, f.const(weight, name="swap")))
+    kernel = runtime.open("sim", strict=False, precision=precision).compile(b.build())
+    assert isinstance(kernel, SimKernel)
+    assert any(r.__module__ == "anekit.runtime.sim_fast" for r in kernel.plan.runners)
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((1, channels, 1, seq)).astype(np.float16)
+    xs[0, ::3, 0, ::5] = 0.0
+    xs[0, 1::3, 0, ::7] = -0.0
+    if special is not None:
+        xs[0, 5, 0, 9] = special
+    assert_runners_match_run_step(kernel.plan, [xs])

@@ -12,7 +12,10 @@ in the reference's order, on the same arrays:
   layout (which decides how later matmuls and reductions accumulate);
 * matmul (``linear``) — the same ``np.swapaxes`` and ``np.matmul``;
 * the elementwise binary ops and the ``reduce_*`` ops — the op's own ``compute`` method, then the
-  reference's dtype handling (``like(r, np.result_type(x, y))``; ``np.asarray``).
+  reference's dtype handling (``like(r, np.result_type(x, y))``; ``np.asarray``);
+* conv with a constant pointwise weight (1x1 kernel, stride 1, no padding, one group, no bias) — the
+  reference's own ``conv_nd`` call with its parameters bound; where the weight is a signed permutation
+  (RoPE's pair swap), a gather that gives the product's bits (``_conv``).
 
 The result goes through ``finish``: the store ``run_step`` applies to it, made by the plan. The
 reference's ``np.errstate(all="ignore")`` is the plan's own while it runs (it changes warnings, never
@@ -36,7 +39,7 @@ import numpy as np
 
 from anekit.mil import types as T
 from anekit.mil.ops.elementwise import _Binary, like
-from anekit.mil.ops.linear import matmul
+from anekit.mil.ops.linear import conv, conv_nd, matmul
 from anekit.mil.ops.reduction import _ReduceAxes
 from anekit.mil.ops.tensor_ops import concat, reshape, slice_by_size, transpose
 from anekit.mil.registry import OpDef
@@ -290,6 +293,66 @@ def _reduce(b: Binding, op: _ReduceAxes) -> Runner | None:
     return run
 
 
+def _signed_permutation(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows, signs) when every row of the (C_out, C_in) matrix ``w`` holds one +-1 and zeros elsewhere."""
+    if w.ndim != 2 or w.dtype != _F32 or not np.isfinite(w).all():
+        return None
+    if not (np.count_nonzero(w, axis=1) == 1).all():
+        return None
+    rows = np.argmax(np.abs(w), axis=1)
+    signs = w[np.arange(w.shape[0]), rows]
+    if not (np.abs(signs) == 1.0).all():
+        return None
+    return rows, np.ascontiguousarray(signs.reshape(1, -1, 1, 1))
+
+
+def _conv(b: Binding) -> Runner | None:
+    """``conv.reference`` for a pointwise conv with constant parameters: ``conv_nd`` with them bound.
+
+    When the weight is a signed permutation (each output channel is +-1 times one input channel, as the
+    RoPE pair swap of the kernels: ``kernels.blocks.pair_swap_matrix``), the output channel is that input
+    channel times its sign, plus 0.0. That is the product's exact value: with a finite float32 x every
+    other term of the dot product is a zero, which leaves a non-zero sum unchanged, and a sum of zeros
+    starting from the +0 every matmul accumulates from is +0 (the ``+ 0.0`` turns the -0 of a negated
+    zero into that +0). A non-finite x (where 0 * inf is NaN) takes ``conv_nd``.
+    """
+    shape, wshape = b.shape("x"), b.shape("weight")
+    keys = ("weight", "strides", "dilations", "groups", "pad", "pad_type")
+    if shape is None or wshape is None or len(shape) != 4 or b.has("bias") or not b.is_const(*keys):
+        return None
+    if wshape[2:] != (1, 1) or (b.has("groups") and b.int("groups") != 1):
+        return None
+    for key in ("strides", "dilations"):
+        if b.has(key) and any(v != 1 for v in b.ints(key)):
+            return None
+    if b.has("pad") and any(b.ints("pad")):
+        return None
+    pad_type = str(np.asarray(b.value("pad_type")).item()).lower() if b.has("pad_type") else "valid"
+    if pad_type not in ("valid", "custom"):
+        return None
+    w = b.value("weight")
+    n, _, h, wd = shape
+    pads, outs = [(0, 0), (0, 0)], [h, wd]
+    xs, out, finish = b.slots["x"], b.out, b.finish
+    rest = b.others("x")
+    perm = _signed_permutation(np.asarray(w).reshape(wshape[:2]))
+
+    def run(env: list[Any]) -> None:
+        x = env[xs]
+        if x.shape != shape:
+            return b.plain(env)
+        if perm is not None and x.dtype == _F32 and np.isfinite(x).all():
+            y = np.take(x, perm[0], axis=1)
+            np.multiply(y, perm[1], out=y)
+            np.add(y, np.float32(0.0), out=y)
+            y = y.reshape(n, 1, -1, h * wd).reshape(y.shape)  # a view, as conv_nd's reshaped matmul result
+        else:
+            y = conv_nd(x, w, (1, 1), (1, 1), pads, outs, 1)
+        env[out] = finish(y, (x, *rest))
+
+    return run
+
+
 # op name -> (the reference mirrored, binder)
 _NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]] = {
     "reshape": (reshape.reference, _copied(_reshape_view)),
@@ -297,6 +360,7 @@ _NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]]
     "slice_by_size": (slice_by_size.reference, _copied(_slice_by_size_view)),
     "concat": (concat.reference, _concat),
     "matmul": (matmul.reference, _matmul),
+    "conv": (conv.reference, _conv),
 }
 
 
