@@ -83,11 +83,12 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     _check("cross_entropy", targets.shape == (seq,), f"targets must be ({seq},), got {targets.shape}")
     cols = np.arange(seq)
     z = logits - logits.max(axis=0, keepdims=True)  # (vocab, S), each column's max is 0
-    e = np.exp(z)  # (vocab, S)
+    z_target = z[targets, cols].astype(np.float64)  # (S,)
+    e = np.exp(z, out=z)  # (vocab, S), in place: one (vocab, S) array serves z, e and dlogits
     total = e.sum(axis=0, dtype=np.float32)  # (S,)
     # loss per column: log(sum exp z) - z[target]; summed in float64 for an accurate mean.
-    loss = float(np.mean(np.log(total.astype(np.float64)) - z[targets, cols].astype(np.float64)))
-    dlogits = e * (np.float32(1.0 / seq) / total)  # (vocab, S): softmax / S
+    loss = float(np.mean(np.log(total.astype(np.float64)) - z_target))
+    dlogits = np.multiply(e, np.float32(1.0 / seq) / total, out=e)  # (vocab, S): softmax / S
     dlogits[targets, cols] -= np.float32(1.0 / seq)
     return loss, dlogits
 
