@@ -143,3 +143,27 @@ def test_adamw_in_one_pass_gives_the_numpy_paths_bits() -> None:
         results[mode] = (w, m, v)
     for fast, slow in zip(results["1"], results["0"]):
         np.testing.assert_array_equal(fast.view(U32), slow.view(U32))
+
+
+def test_adamw_divides_by_zero_as_numpy_does() -> None:
+    """eps 0 and a zero second moment: 0 / 0 is NaN on both paths (numpy's error model, not an exception)."""
+    from anekit.llama import cpu_ops
+
+    results = {}
+    try:
+        for mode in ("1", "0"):
+            os.environ["ANEKIT_JIT"] = mode
+            jit.reset()
+            w = np.ones(70, np.float32)
+            g = np.zeros(70, np.float32)
+            g[::7] = np.float32(0.5)
+            m, v = np.zeros(70, np.float32), np.zeros(70, np.float32)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cpu_ops.adamw_update(w, g, m, v, 1, 1e-2, eps=0.0, grad_scale=0.25)
+            results[mode] = (w, g, m, v)
+    finally:
+        os.environ.pop("ANEKIT_JIT")
+        jit.reset()
+    assert np.isnan(results["1"][0][1]) and not np.isnan(results["1"][0][0])
+    for fast, slow in zip(results["1"], results["0"]):
+        np.testing.assert_array_equal(fast.view(U32), slow.view(U32))

@@ -231,6 +231,29 @@ def test_adamw_rejects_bad_input() -> None:
         cpu_ops.adamw_update(np.zeros(3), w.copy(), w.copy(), w.copy(), 1, 0.1)
 
 
+def test_adamw_grad_scale_gives_the_bits_of_clipping_first(fp16_path: str) -> None:
+    """grad_scale (the clip fused into the AdamW pass) = clip_grad_norm's g *= scale, then adamw_update;
+    with the compiled loop and with the numpy path (same bits, w, m, v and the clipped g)."""
+    r = rng(9)
+    shapes = [(300, 77), (77,)]
+    start = [[r.standard_normal(s).astype(np.float32) for _ in range(3)] for s in shapes]
+    for k in range(3):
+        start = [[w, np.abs(m) * 0.1, np.abs(v) * 0.01] for w, m, v in start]
+        grads = [r.standard_normal(s).astype(np.float32) * 10.0 ** (k - 3) for s in shapes]  # k 0: no clip
+        unfused = [[a.copy() for a in t] for t in start]
+        clipped = [g.copy() for g in grads]
+        norm = cpu_ops.clip_grad_norm(clipped, 1.0)
+        for (w, m, v), g in zip(unfused, clipped):
+            cpu_ops.adamw_update(w, g, m, v, k + 1, 3e-3)
+        fused = [[a.copy() for a in t] for t in start]
+        scale = cpu_ops.clip_scale(cpu_ops.grad_norm(grads), 1.0)
+        assert (scale == 1) == (norm <= 1.0)
+        for (w, m, v), g in zip(fused, grads):
+            cpu_ops.adamw_update(w, g, m, v, k + 1, 3e-3, grad_scale=scale)
+        for a, b in zip([a for t in unfused for a in t] + clipped, [a for t in fused for a in t] + grads):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 # -- gradient clipping ------------------------------------------------------------------------------------
 
 

@@ -80,7 +80,9 @@ def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool:  # pragma: no co
     return bad == 0
 
 
-@njit(nogil=True, cache=True)
+# error_model="numpy": a float division by zero gives inf / NaN as numpy's does instead of raising, so the
+# loop has no exit and LLVM vectorises it (sqrt and division stay IEEE-exact per lane: the same bits).
+@njit(nogil=True, cache=True, error_model="numpy")
 def adamw_update(
     w: np.ndarray,
     g: np.ndarray,
@@ -92,12 +94,20 @@ def adamw_update(
     step: np.float32,
     bias2: np.float32,
     eps: np.float32,
+    gscale: np.float32,
 ) -> None:  # pragma: no cover - compiled
-    """``llama.cpu_ops.adamw_update``'s float32 operations, in its order, one element at a time."""
+    """``llama.cpu_ops.adamw_update``'s float32 operations, in its order, one element at a time.
+
+    A ``gscale`` other than 1 first scales the gradient in place (``g *= gscale``, the clip).
+    """
     one_b1 = np.float32(np.float32(1.0) - b1)
     one_b2 = np.float32(np.float32(1.0) - b2)
+    scaled = gscale != np.float32(1.0)
     for i in range(w.size):
         gi = g[i]
+        if scaled:
+            gi = np.float32(gi * gscale)
+            g[i] = gi
         mi = np.float32(np.float32(m[i] * b1) + np.float32(one_b1 * gi))
         vi = np.float32(np.float32(v[i] * b2) + np.float32(one_b2 * np.float32(gi * gi)))
         m[i] = mi

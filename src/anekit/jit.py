@@ -118,8 +118,10 @@ def adamw_update(
     step: np.float32,
     bias2: np.float32,
     eps: np.float32,
+    gscale: float = 1.0,
 ) -> bool:
-    """One AdamW step in one pass over float32 arrays of one shape and order (see ``cpu_ops``)."""
+    """One AdamW step in one pass over float32 arrays of one shape and order (see ``cpu_ops``); a
+    ``gscale`` other than 1 scales ``g`` in place first (the gradient clip, fused into the pass)."""
     loops = _load()
     arrays = (w, g, m, v)
     if loops is None or any(a.dtype != np.float32 or a.shape != w.shape for a in arrays):
@@ -129,5 +131,5 @@ def adamw_update(
         return False
     if any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :]):
         return False
-    loops.adamw_update(*flats, b1, b2, decay, step, bias2, eps)
+    loops.adamw_update(*flats, b1, b2, decay, step, bias2, eps, np.float32(gscale))
     return True

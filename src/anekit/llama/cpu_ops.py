@@ -83,11 +83,12 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     _check("cross_entropy", targets.shape == (seq,), f"targets must be ({seq},), got {targets.shape}")
     cols = np.arange(seq)
     z = logits - logits.max(axis=0, keepdims=True)  # (vocab, S), each column's max is 0
-    e = np.exp(z)  # (vocab, S)
+    z_target = z[targets, cols].astype(np.float64)  # (S,)
+    e = np.exp(z, out=z)  # (vocab, S), in place: one (vocab, S) array serves z, e and dlogits
     total = e.sum(axis=0, dtype=np.float32)  # (S,)
     # loss per column: log(sum exp z) - z[target]; summed in float64 for an accurate mean.
-    loss = float(np.mean(np.log(total.astype(np.float64)) - z[targets, cols].astype(np.float64)))
-    dlogits = e * (np.float32(1.0 / seq) / total)  # (vocab, S): softmax / S
+    loss = float(np.mean(np.log(total.astype(np.float64)) - z_target))
+    dlogits = np.multiply(e, np.float32(1.0 / seq) / total, out=e)  # (vocab, S): softmax / S
     dlogits[targets, cols] -= np.float32(1.0 / seq)
     return loss, dlogits
 
@@ -138,12 +139,15 @@ def adamw_update(
     weight_decay: float = 0.1,
     *,
     apply_decay: bool | None = None,
+    grad_scale: float = 1.0,
 ) -> None:
     """One AdamW step on w, updating w and the moments m, v in place (PyTorch's AdamW, as train.py uses).
 
     t is the 1-based step count used for bias correction. The decay is decoupled: w *= 1 - lr *
     weight_decay before the Adam update. ``apply_decay`` None decays only when
-    :func:`takes_weight_decay` says so (ndim >= 2); True / False force it.
+    :func:`takes_weight_decay` says so (ndim >= 2); True / False force it. A ``grad_scale`` other than 1
+    first scales g in place (``g *= float32(grad_scale)``, the scale of :func:`clip_grad_norm`), in the
+    same pass over memory when the compiled loop serves.
     """
     _check("adamw", isinstance(t, (int, np.integer)) and t >= 1, f"step t must be an integer >= 1, got {t!r}")
     for name, a in (("g", g), ("m", m), ("v", v)):
@@ -155,8 +159,11 @@ def adamw_update(
     step = lr / (1.0 - beta1**t)  # bias correction of m folded into the step size
     bias2 = np.float32(math.sqrt(1.0 - beta2**t))  # sqrt(v_hat) = sqrt(v) / bias2
     factor = np.float32(1.0 - lr * weight_decay) if decay and weight_decay else np.float32(1.0)
-    if jit.adamw_update(w, g, m, v, b1, b2, factor, np.float32(step), bias2, np.float32(eps)):
+    gscale = np.float32(grad_scale)
+    if jit.adamw_update(w, g, m, v, b1, b2, factor, np.float32(step), bias2, np.float32(eps), gscale):
         return  # the same float32 operations below, in one compiled pass (w * 1.0 is exact)
+    if gscale != 1:
+        g *= gscale
     m *= b1
     m += (1 - b1) * g  # first moment
     v *= b2
@@ -167,6 +174,23 @@ def adamw_update(
     w -= np.float32(step) * (m / denom)
 
 
+def grad_norm(grads: Sequence[np.ndarray]) -> float:
+    """The global L2 norm of grads: float32 dot products, summed in float64."""
+    total = 0.0
+    for i, g in enumerate(grads):
+        _check("clip_grad_norm", isinstance(g, np.ndarray), f"grads[{i}] is not an array: {type(g).__name__}")
+        flat = g.reshape(-1)
+        total += float(np.dot(flat, flat))
+    return math.sqrt(total)
+
+
+def clip_scale(norm: float, max_norm: float) -> np.float32:
+    """The factor :func:`clip_grad_norm` scales gradients of global norm ``norm`` by; 1 when it does not."""
+    if max_norm > 0 and math.isfinite(norm) and norm > max_norm:
+        return np.float32(max_norm / (norm + 1e-6))
+    return np.float32(1.0)
+
+
 def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
     """Scale grads in place so their global L2 norm is at most max_norm; returns the norm before clipping.
 
@@ -174,14 +198,9 @@ def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
     clip_grad_norm_). A non-finite norm (overflowed fp16 gradients) is returned and nothing is scaled,
     so the caller can skip the step. max_norm <= 0 turns clipping off (the norm is still returned).
     """
-    total = 0.0
-    for i, g in enumerate(grads):
-        _check("clip_grad_norm", isinstance(g, np.ndarray), f"grads[{i}] is not an array: {type(g).__name__}")
-        flat = g.reshape(-1)
-        total += float(np.dot(flat, flat))
-    norm = math.sqrt(total)
-    if max_norm > 0 and math.isfinite(norm) and norm > max_norm:
-        scale = np.float32(max_norm / (norm + 1e-6))
+    norm = grad_norm(grads)
+    scale = clip_scale(norm, max_norm)
+    if scale != 1:  # a float32 scale of exactly 1 would leave every gradient as it is
         for g in grads:
             g *= scale
     return norm

@@ -212,7 +212,7 @@ def train_step(
         classifier = params.classifier  # (vocab, dim)
         logits = classifier @ xf  # (vocab, T)
         loss, dlogits = cpu_ops.cross_entropy(logits, targets)  # dlogits (vocab, T)
-        dlogits = dlogits * loss_scale
+        dlogits *= np.float32(loss_scale)  # in place: no second (vocab, T) array
         dclassifier = dlogits @ xf.T  # (vocab, dim)
         if params.wcls is None:
             grads.embed += dclassifier

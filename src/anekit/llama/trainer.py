@@ -164,9 +164,13 @@ def train(
 
 
 def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig) -> None:
-    """Clip the global gradient norm and take one AdamW step on every tensor."""
+    """Clip the global gradient norm and take one AdamW step on every tensor.
+
+    The clip's scale is applied by the AdamW pass itself (``grad_scale``: the same float32 product, one
+    pass over the gradients less); the gradients are left clipped, as ``clip_grad_norm`` leaves them.
+    """
     tensors = list(grads.tensors())
-    cpu_ops.clip_grad_norm([g for _, g in tensors], tc.grad_clip)
+    scale = cpu_ops.clip_scale(cpu_ops.grad_norm([g for _, g in tensors]), tc.grad_clip)
     state.adam_t += 1
     lr = tc.lr_at(state.step)
     weights = dict(state.params.tensors())
@@ -174,4 +178,6 @@ def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig) -> None:
     for name, g in tensors:
         w = weights[name]
         decay = tc.weight_decay if w.ndim == 2 else 0.0
-        cpu_ops.adamw_update(w, g, ms[name], vs[name], state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, decay)
+        cpu_ops.adamw_update(
+            w, g, ms[name], vs[name], state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, decay, grad_scale=scale
+        )
