@@ -17,7 +17,10 @@ GELU_MODES = ("EXACT", "TANH_APPROXIMATION", "SIGMOID_APPROXIMATION")
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) without overflow for large |x|: e = exp(-|x|), then 1 / (1 + e) for x >= 0 and
-    e / (1 + e) below (one division of the chosen numerator, in few passes over the data)."""
+    e / (1 + e) below (one division of the chosen numerator, in few passes over the data).
+
+    The numerator is max(e, [x >= 0]): e lies in [0, 1], so the max is 1 where x >= 0 and e elsewhere
+    (NaN stays NaN) — the values ``np.where`` would pick, several times faster."""
     e = np.abs(x)
     if not isinstance(e, np.ndarray) or not np.issubdtype(e.dtype, np.floating):
         e = np.exp(-np.abs(x))
@@ -25,7 +28,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     np.negative(e, out=e)
     np.exp(e, out=e)
     den = e + 1.0
-    num = np.where(x >= 0, e.dtype.type(1.0), e)
+    num = np.maximum(e, x >= 0, dtype=e.dtype)
     np.divide(num, den, out=num)
     return num
 
