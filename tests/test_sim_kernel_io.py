@@ -109,3 +109,27 @@ def test_returned_arrays_are_the_callers() -> None:
     with kernel.outputs[0].view() as buf:
         np.testing.assert_array_equal(buf.astype(np.float32), keep)
     np.testing.assert_array_equal(kernel(**arrays)[name], keep)
+
+
+def test_outputs_handed_out_without_a_copy_are_the_callers_alone() -> None:
+    """A fresh result is handed over as it is; a constant, an input passed through or an output given twice
+    is copied, so writing into a returned array never changes the kernel's next results."""
+    from anekit import mil
+    from anekit.mil import tensor
+
+    b = mil.Builder()
+    f = b.function()
+    x = f.input("x", tensor("fp16", (1, 64, 1, 64)))
+    table = np.arange(64 * 64, dtype=np.float16).reshape(1, 64, 1, 64)
+    fresh = f.op("add", x=x, y=x)
+    f.output(fresh, f.const(table, name="table"), f.op("reshape", x=x, shape=np.array([1, 64, 1, 64], np.int32)))
+    kernel = runtime.open("sim", strict=False).compile(b.build())
+    xs = np.random.default_rng(3).standard_normal((1, 64, 1, 64)).astype(np.float32)
+    first = kernel(x=xs)
+    for out in first.values():
+        out[...] = -7.0
+    second = kernel(x=xs)
+    want = np.float16(xs).astype(np.float32)
+    np.testing.assert_array_equal(list(second.values())[0], 2 * want)
+    np.testing.assert_array_equal(list(second.values())[1], table.astype(np.float32))
+    np.testing.assert_array_equal(list(second.values())[2], want)

@@ -246,6 +246,7 @@ class Plan:
         self.elided: set[int] = set()  # the slots of the steps fused away: never filled
         self._fuse_moves()
         self.dead_after = self._dead_after()
+        self.constant_ids = frozenset(id(v) for v in self.constants.values())  # never handed out as is
         self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
 
     def _fuse_moves(self) -> None:
@@ -499,7 +500,8 @@ class SimKernel(Kernel):
         # (it would give the same bits).
         self._in_call = False
         self._written: dict[int, np.ndarray] = {}
-        self._results: dict[int, np.ndarray] = {}
+        # surface id -> (float32 values, True if the caller may have them without a copy)
+        self._results: dict[int, tuple[np.ndarray, bool]] = {}
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -533,7 +535,22 @@ class SimKernel(Kernel):
     def _read_output(self, surface: Surface) -> np.ndarray:
         """The float32 values just encoded into an fp16 output surface, else the surface decoded."""
         values = self._results.pop(surface.id, None)
-        return super()._read_output(surface) if values is None else values.copy()
+        if values is None:
+            return super()._read_output(surface)
+        value, owned = values
+        return value if owned else value.copy()
+
+    def _unshared(self, value: Any, ins: list[np.ndarray], handed: list[Any]) -> bool:
+        """True if an output array made by this run is referenced by nothing else: it owns its data and
+        is none of the plan's constants, none of this run's inputs (a state buffer is one) and no output
+        handed out before. Such a value is given to the caller as it is; any other is copied."""
+        return (
+            type(value) is np.ndarray
+            and value.flags.owndata
+            and id(value) not in self.plan.constant_ids
+            and not any(value is x for x in ins)
+            and not any(value is x for x in handed)
+        )
 
     def _run(self) -> None:
         ins: list[np.ndarray] = []
@@ -560,6 +577,7 @@ class SimKernel(Kernel):
                 ins.append(buf if buf.dtype != np.float32 else buf.copy())
         outs = self.plan.run(ins, frozenset(stored))
         self._results.clear()
+        handed: list[Any] = []
         for surface, value in zip(self.outputs, outs):
             with surface.view() as buf:
                 try:
@@ -572,7 +590,8 @@ class SimKernel(Kernel):
                     and encode_fp16_values(v, buf.view(np.uint16))
                 ):
                     if self._in_call:  # __call__ reads it next: hand it the float32 values
-                        self._results[surface.id] = v
+                        self._results[surface.id] = (v, self._unshared(value, ins, handed))
+                        handed.append(value)
                 else:
                     with np.errstate(over="ignore"):  # values past the fp16 range become inf
                         buf[...] = v
