@@ -122,7 +122,9 @@ def test_outputs_handed_out_without_a_copy_are_the_callers_alone() -> None:
     x = f.input("x", tensor("fp16", (1, 64, 1, 64)))
     table = np.arange(64 * 64, dtype=np.float16).reshape(1, 64, 1, 64)
     fresh = f.op("add", x=x, y=x)
-    f.output(fresh, f.const(table, name="table"), f.op("reshape", x=x, shape=np.array([1, 64, 1, 64], np.int32)))
+    f.output(
+        fresh, f.const(table, name="table"), f.op("reshape", x=x, shape=np.array([1, 64, 1, 64], np.int32))
+    )
     kernel = runtime.open("sim", strict=False).compile(b.build())
     xs = np.random.default_rng(3).standard_normal((1, 64, 1, 64)).astype(np.float32)
     first = kernel(x=xs)
