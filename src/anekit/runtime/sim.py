@@ -533,7 +533,8 @@ class SimKernel(Kernel):
         super()._write_input(surface, a)
 
     def _read_output(self, surface: Surface) -> np.ndarray:
-        """The float32 values just encoded into an fp16 output surface, else the surface decoded."""
+        """The float32 values just stored in an fp16 (encoded) or fp32 output surface, else the surface
+        decoded."""
         values = self._results.pop(surface.id, None)
         if values is None:
             return super()._read_output(surface)
@@ -595,6 +596,9 @@ class SimKernel(Kernel):
                 else:
                     with np.errstate(over="ignore"):  # values past the fp16 range become inf
                         buf[...] = v
+                    if self._in_call and buf.dtype == np.float32 and v.dtype == np.float32:
+                        self._results[surface.id] = (v, self._unshared(value, ins, handed))  # the same values
+                        handed.append(value)
 
 
 class SimBackend(Backend):
