@@ -574,8 +574,11 @@ class SimKernel(Kernel):
                 stored.add(len(ins))
                 ins.append(written)
                 continue
-            with surface.view() as buf:  # the plan's input stores convert fp16 -> float32
-                ins.append(buf if buf.dtype != np.float32 else buf.copy())
+            # The plan's input stores convert fp16 -> float32; a float32 surface is read in place: no step
+            # writes into its inputs, and an output that is or views an input is copied before it is
+            # handed out (``_unshared``, ``_read_output``).
+            with surface.view() as buf:
+                ins.append(buf)
         outs = self.plan.run(ins, frozenset(stored))
         self._results.clear()
         handed: list[Any] = []
