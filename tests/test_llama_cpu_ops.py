@@ -280,3 +280,16 @@ def test_clip_grad_norm_leaves_small_or_nonfinite_gradients() -> None:
     bad = [np.array([np.inf, 1.0], np.float32)]
     assert cpu_ops.clip_grad_norm(bad, 1.0) == np.inf
     np.testing.assert_array_equal(bad[0], [np.inf, 1.0])
+
+
+def test_cross_entropy_into_the_logits_array_gives_the_same_bits() -> None:
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal((300, 17)) * 4).astype(np.float32)
+    targets = rng.integers(0, 300, 17)
+    loss, fresh = cpu_ops.cross_entropy(logits, targets)
+    work = logits.copy()
+    loss2, inplace = cpu_ops.cross_entropy(work, targets, out=work)
+    assert inplace is work and loss2 == loss
+    np.testing.assert_array_equal(inplace.view(np.uint32), fresh.view(np.uint32))
+    with pytest.raises(AnekitError, match="out must be a C-contiguous float32 array of shape"):
+        cpu_ops.cross_entropy(logits, targets, out=np.empty((17, 300), np.float32))

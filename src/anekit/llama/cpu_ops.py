@@ -70,11 +70,14 @@ def rmsnorm_bwd(dy: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> tup
 # -- loss -----------------------------------------------------------------------------------------------
 
 
-def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
+def cross_entropy(
+    logits: np.ndarray, targets: np.ndarray, out: np.ndarray | None = None
+) -> tuple[float, np.ndarray]:
     """Mean cross-entropy of logits (vocab, S) against targets (S,), and dlogits (vocab, S).
 
     dlogits = (softmax(logits) - onehot(targets)) / S, the gradient of the mean. The softmax subtracts
-    each column's max first, so large logits do not overflow.
+    each column's max first, so large logits do not overflow. ``out`` (float32, the logits' shape; may be
+    ``logits`` itself, which is then overwritten) receives dlogits instead of a fresh array.
     """
     _check("cross_entropy", logits.ndim == 2, f"logits must be (vocab, seq), got shape {logits.shape}")
     logits = np.asarray(logits, dtype=np.float32)
@@ -82,7 +85,13 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     targets = _check_tokens("cross_entropy", "targets", targets, vocab)
     _check("cross_entropy", targets.shape == (seq,), f"targets must be ({seq},), got {targets.shape}")
     cols = np.arange(seq)
-    z = logits - logits.max(axis=0, keepdims=True)  # (vocab, S), each column's max is 0
+    if out is not None:
+        _check(
+            "cross_entropy",
+            out.shape == logits.shape and out.dtype == np.float32 and out.flags.c_contiguous,
+            f"out must be a C-contiguous float32 array of shape {logits.shape}",
+        )
+    z = np.subtract(logits, logits.max(axis=0, keepdims=True), out=out)  # (vocab, S), column max 0
     z_target = z[targets, cols].astype(np.float64)  # (S,)
     e = np.exp(z, out=z)  # (vocab, S), in place: one (vocab, S) array serves z, e and dlogits
     total = e.sum(axis=0, dtype=np.float32)  # (S,)

@@ -59,6 +59,7 @@ class Kernels:
         self.cfg = cfg
         self.specs: list[dict[str, KernelSpec]] = []
         self.layers: list[dict[str, Kernel]] = []
+        self._buffers: dict[str, np.ndarray] = {}
         spec2 = attention_bwd.sdpa_bwd2(cfg)
         self.sdpa_bwd2 = (spec2, spec2.compile(backend).load())
 
@@ -94,6 +95,14 @@ class Kernels:
             spec, kernel = self.specs[layer][name], self.layers[layer][name]
         return spec.run(kernel, **parts)
 
+    def buffer(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A float32 host array kept for the step's use under ``name`` (contents undefined), reused from
+        step to step while its shape stays."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape:
+            buf = self._buffers[name] = np.empty(shape, np.float32)
+        return buf
+
     def close_layers(self) -> None:
         for kernels in self.layers:
             for k in kernels.values():
@@ -103,6 +112,7 @@ class Kernels:
     def close(self) -> None:
         self.close_layers()
         self.sdpa_bwd2[1].close()
+        self._buffers.clear()
 
 
 class DynamicKernels(Kernels):
@@ -210,10 +220,12 @@ def train_step(
     with timer.phase("cpu"):
         xf = cpu_ops.rmsnorm(x, params.rms_final, eps)  # (dim, T)
         classifier = params.classifier  # (vocab, dim)
-        logits = classifier @ xf  # (vocab, T)
-        loss, dlogits = cpu_ops.cross_entropy(logits, targets)  # dlogits (vocab, T)
+        # The vocab-sized arrays live in buffers kept across steps: fresh ones (tens of MB, beyond the
+        # heap's mmap threshold) would be mapped and faulted in again every step. Same products.
+        logits = np.matmul(classifier, xf, out=kernels.buffer("logits", (classifier.shape[0], xf.shape[1])))
+        loss, dlogits = cpu_ops.cross_entropy(logits, targets, out=logits)  # dlogits (vocab, T), in place
         dlogits *= np.float32(loss_scale)  # in place: no second (vocab, T) array
-        dclassifier = dlogits @ xf.T  # (vocab, dim)
+        dclassifier = np.matmul(dlogits, xf.T, out=kernels.buffer("dclassifier", classifier.shape))
         if params.wcls is None:
             grads.embed += dclassifier
         else:
