@@ -14,22 +14,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_U32 = np.uint32
-_SIGN = _U32(0x80000000)
-_ABS = _U32(0x7FFFFFFF)
-_EXP = _U32(0x7F800000)
-_INF = _U32(0x7F800000)
-_QUIET = _U32(0x00400000)
-_LOW13_CLEAR = _U32(0xFFFFE000)
-_LOW13 = _U32(0x1FFF)
-# x + C - C, C = 1.5 * 2**(e + 13) for x in binade 2**e, rounds x to the half's ulp (fp16._round_fp16_fast).
-_MAGIC_OFFSET = _U32((13 << 23) | 0x00400000)
-_MAGIC_MIN = _U32(0x38800000 + ((13 << 23) | 0x00400000))  # binades under 2**-14: the subnormal step
-_ROUND_LIMIT = _U32(0x477FF000)  # |x| of 65520 and more rounds to inf (NaN patterns lie above too)
-_FP16_MAX = _U32(0x477FE000)  # 65504
-_MIN_NORMAL = _U32(0x38800000)  # 2**-14
-_REBIAS = np.int32(112 << 10)  # exponent rebias 127 - 15, in the half's bit position
-_HALF_BITS = np.int32(0x3F000000)  # 0.5
+# The bit layout constants are fp16's own, so both paths read one definition.
+from anekit.fp16 import _F16_LOW_BITS as _LOW13
+from anekit.fp16 import _F16_REBIAS_SHIFTED as _REBIAS
+from anekit.fp16 import _F16_SUBNORMAL_LIMIT as _MIN_NORMAL
+from anekit.fp16 import _F32_ABS as _ABS
+from anekit.fp16 import _F32_EXP as _EXP
+from anekit.fp16 import _F32_FP16_MAX as _FP16_MAX
+from anekit.fp16 import _F32_HALF_BITS as _HALF_BITS
+from anekit.fp16 import _F32_INF as _INF
+from anekit.fp16 import _F32_QUIET as _QUIET
+from anekit.fp16 import _F32_SIGN as _SIGN
+from anekit.fp16 import _FP16_ROUND_LIMIT, _MAGIC_MIN, _MAGIC_OFFSET
+
+_LOW13_CLEAR = np.uint32(0xFFFFE000)
+# |x| of 65520 and more rounds to inf (NaN patterns lie above too): fp16's limit as a float32 pattern.
+_ROUND_LIMIT = np.float32(_FP16_ROUND_LIMIT).view(np.uint32)
 
 
 @njit(cache=True)
