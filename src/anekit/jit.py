@@ -33,7 +33,7 @@ def _load() -> ModuleType | None:
             if os.environ.get("ANEKIT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
                 try:
                     from anekit import _jit_loops as loops
-                except ImportError:  # numba absent (or broken): the numpy paths serve
+                except Exception:  # numba absent, broken, or with nowhere to cache: the numpy paths serve
                     loops = None
                 _loops = loops
             _tried = True
