@@ -15,13 +15,19 @@ from anekit.runtime.sim import Plan, SimKernel
 pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
 
 
-def plain_run(plan: Plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The plan's meaning stated plainly: reference, then ``store`` of every output, for every step."""
+def initial_env(plan: Plan, inputs: list[np.ndarray]) -> list[Any]:
+    """The plan's slots before its first step: the constants, and the inputs through their stores."""
     env: list[Any] = [None] * plan.n_slots
     for slot, value in plan.constants.items():
         env[slot] = value
     for slot, store, value in zip(plan.input_slots, plan.input_stores, inputs):
         env[slot] = store(value)
+    return env
+
+
+def plain_run(plan: Plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The plan's meaning stated plainly: reference, then ``store`` of every output, for every step."""
+    env = initial_env(plan, inputs)
     with np.errstate(all="ignore"):
         for step in plan.steps:
             values = {

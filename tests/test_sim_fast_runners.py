@@ -13,6 +13,7 @@ from anekit.errors import EvalFailed
 from anekit.kernels import catalog, composable, preset
 from anekit.runtime.sim import Plan, SimKernel, run_step
 from tests.sim_cases import SimCase, all_cases
+from tests.test_sim_fast_plan import initial_env
 from tests.test_sim_ops import NOT_RUNNABLE_ALONE, _build
 
 pytestmark = pytest.mark.usefixtures("fp16_path")  # every test with and without the jit
@@ -32,11 +33,7 @@ def _layout(a: Any) -> tuple[Any, ...]:
 def assert_runners_match_run_step(plan: Plan, inputs: list[np.ndarray]) -> int:
     """Walk the plan both ways from the same inputs, comparing each step's stored outputs; the number of
     steps that have a fast runner."""
-    template: list[Any] = [None] * plan.n_slots
-    for slot, value in plan.constants.items():
-        template[slot] = value
-    for slot, store, value in zip(plan.input_slots, plan.input_stores, inputs):
-        template[slot] = store(value)
+    template = initial_env(plan, inputs)
     plain, fast = template.copy(), [v.copy() if isinstance(v, np.ndarray) else v for v in template]
     n_fast = 0
     with np.errstate(all="ignore"):
@@ -54,11 +51,7 @@ def assert_runners_match_run_step(plan: Plan, inputs: list[np.ndarray]) -> int:
 
 
 def _plain_run(plan: Plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    env: list[Any] = [None] * plan.n_slots
-    for slot, value in plan.constants.items():
-        env[slot] = value
-    for slot, store, value in zip(plan.input_slots, plan.input_stores, inputs):
-        env[slot] = store(value)
+    env = initial_env(plan, inputs)
     with np.errstate(all="ignore"):
         for step in plan.steps:
             for slot, value in zip(step.out_slots, run_step(step, env)):
