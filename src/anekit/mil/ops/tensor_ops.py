@@ -94,11 +94,6 @@ def _split_dims(dims: Sequence[T.Dim]) -> tuple[int, Counter[str], bool]:
 
 
 def _copy(x: Any) -> np.ndarray:
-    """A copy that owns its data (in x's element order), so no result of an op aliases its input.
-
-    Ops that only move values also have ``moved(a)``, the same values as a view where numpy makes one: the
-    simulator uses it to lay a result out once instead of copying twice (``anekit.runtime.sim``).
-    """
     return np.array(x, copy=True)
 
 
@@ -188,14 +183,10 @@ class reshape(OpDef):
                 )
         return T.TensorType(x.dtype, tuple(dims))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
+    def reference(self, a: RefArgs) -> np.ndarray:
         x = np.asarray(a["x"])
         dims = _fill_zeros([int(v) for v in np.asarray(a["shape"]).ravel()], x.shape)
-        return np.reshape(x, dims)
-
-    def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        return _copy(np.reshape(x, dims))
 
 
 @register_op
@@ -216,13 +207,9 @@ class transpose(OpDef):
         p = norm_axes(a, perm, x.rank, "perm")
         return T.TensorType(x.dtype, tuple(x.shape[i] for i in p))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
-        x = np.asarray(a["x"])
-        return np.transpose(x, [p % max(x.ndim, 1) for p in a.ints("perm")])
-
     def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        x = np.asarray(a["x"])
+        return _copy(np.transpose(x, [p % max(x.ndim, 1) for p in a.ints("perm")]))
 
 
 @register_op
@@ -248,12 +235,8 @@ class expand_dims(OpDef):
             shape.insert(i, 1)
         return T.TensorType(x.dtype, tuple(shape))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
-        return np.expand_dims(np.asarray(a["x"]), tuple(a.ints("axes")))
-
     def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        return _copy(np.expand_dims(np.asarray(a["x"]), tuple(a.ints("axes"))))
 
 
 @register_op
@@ -280,15 +263,11 @@ class squeeze(OpDef):
                 raise a.error(f"cannot squeeze axis {i}: it has size {x.shape[i]}, not 1")
         return T.TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in ax))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
+    def reference(self, a: RefArgs) -> np.ndarray:
         x = np.asarray(a["x"])
         if a.has("axes") and a["axes"] is not None:
-            return np.squeeze(x, axis=tuple(v % x.ndim for v in a.ints("axes")))
-        return np.squeeze(x)
-
-    def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+            return _copy(np.squeeze(x, axis=tuple(v % x.ndim for v in a.ints("axes"))))
+        return _copy(np.squeeze(x))
 
 
 @register_op
@@ -312,17 +291,13 @@ class flatten2d(OpDef):
         axis = axis + x.rank if axis < 0 else axis
         return T.TensorType(x.dtype, (_prod(x.shape[:axis]), _prod(x.shape[axis:])))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
+    def reference(self, a: RefArgs) -> np.ndarray:
         x = np.asarray(a["x"])
         axis = a.int("axis")
         axis = axis + x.ndim if axis < 0 else axis
         pre = int(np.prod(x.shape[:axis], dtype=np.int64))
         post = int(np.prod(x.shape[axis:], dtype=np.int64))
-        return x.reshape(pre, post)
-
-    def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        return _copy(x.reshape(pre, post))
 
 
 # -- concat / split / stack ---------------------------------------------------------------------------
@@ -541,17 +516,13 @@ class slice_by_size(OpDef):
                 out.append(d if b == 0 else UNKNOWN)
         return T.TensorType(x.dtype, tuple(out))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
+    def reference(self, a: RefArgs) -> np.ndarray:
         x = np.asarray(a["x"])
         idx = []
         for d, b, s in zip(x.shape, a.ints("begin"), a.ints("size")):
             b = b + d if b < 0 else b
             idx.append(slice(b, d if s == -1 else b + s))
-        return x[tuple(idx)]
-
-    def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        return _copy(x[tuple(idx)])
 
 
 @register_op
@@ -615,8 +586,7 @@ class slice_by_index(OpDef):
                 out.append(UNKNOWN)
         return T.TensorType(x.dtype, tuple(out))
 
-    def moved(self, a: RefArgs) -> np.ndarray:
-        """The result as a view of x where numpy can make one (``reference`` copies it)."""
+    def reference(self, a: RefArgs) -> np.ndarray:
         x = np.asarray(a["x"])
         r = x.ndim
         begin, end = a.ints("begin"), a.ints("end")
@@ -633,10 +603,7 @@ class slice_by_index(OpDef):
                 idx.append((0 if stride[i] > 0 else -1) if bm[i] else begin[i])
             else:
                 idx.append(slice(None if bm[i] else begin[i], None if em[i] else end[i], stride[i]))
-        return x[tuple(idx)]
-
-    def reference(self, a: RefArgs) -> np.ndarray:
-        return _copy(self.moved(a))
+        return _copy(x[tuple(idx)])
 
 
 @register_op
