@@ -582,16 +582,17 @@ def round_to_fp16(x: npt.ArrayLike, out: np.ndarray | None = None) -> np.ndarray
     xf = _as_f32(x)
     if out is not None:
         _check_out(out, xf.shape)
-        if out is xf and jit.round_fp16_inplace(xf):
-            return xf
-        if out is not xf and np.may_share_memory(xf, out):
+        if out is xf:
+            if jit.round_fp16_inplace(xf):
+                return xf
+        elif np.may_share_memory(xf, out):
             return _round(_round_fp16_kernel, xf, out)  # partial overlap: the blocked path copies first
+        elif jit.round_fp16_into(xf, out):
+            return out
     elif xf.ndim and jit.available():
         fresh = np.empty_like(xf)
         if jit.round_fp16_into(xf, fresh):
             return fresh
-    if out is not None and out is not xf and jit.round_fp16_into(xf, out):
-        return out
     fast = _round_fp16_fast(xf, out)
     if fast is not None:
         return fast
