@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from anekit.errors import AnekitError
 
-CHIPS = ("m1", "m2", "m3", "m4")
+CHIPS = ("m1", "m2", "m3", "m4", "m5")
 # How a program reaches the engine: "direct" (MIL text + weight files handed to the private framework,
 # IOSurfaces the caller allocates) or "coreml" (a CoreML package, whose buffers CoreML allocates). The
 # surface, descriptor and dialect rules hold only for the direct route; an op the private compiler

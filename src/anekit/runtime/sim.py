@@ -40,13 +40,17 @@ from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, RefArgs, get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
+from anekit.engine.numerics import check_chip as numeric_chip
+from anekit.engine.numerics import profile
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
+from anekit.runtime.engine_numerics import SLICE_OPS, EngineNumerics, Sanitizer
 from anekit.runtime.heap import keep_freed_memory
 from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner, fused_reshape
 
 PRECISIONS = ("ane", "fp32")
+NUMERICS = ("engine", "ieee")
 MODEL_PATH_PREFIX = "@model_path/"
 
 Store = Callable[[Any], np.ndarray]
@@ -224,13 +228,23 @@ class _WeightFiles:
 class Plan:
     """A compiled function: constant slots filled once, steps run in order over the slots."""
 
-    def __init__(self, fn: Function, weights: dict[str, WeightSource], precision: str) -> None:
+    def __init__(
+        self,
+        fn: Function,
+        weights: dict[str, WeightSource],
+        precision: str,
+        numerics: EngineNumerics | None = None,
+    ) -> None:
         self.precision = precision
+        # The chip's numeric profile (None: the ideal machine); only fp16 "ane" precision has one.
+        self.numerics = numerics if precision == "ane" else None
+        self.engine_steps: set[int] = set()  # the steps whose runners the profile wraps
         self.slot_of: dict[str, int] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.steps: list[Step] = []
         self.runners: list[Runner] = []  # one per step: what running it does (``bind_step``)
         self.input_slots = [self._slot(v) for v in fn.inputs]
+        self.input_names = [v.name for v in fn.inputs]
         self.input_stores = [_store_for(v.type, precision) for v in fn.inputs]
         files = _WeightFiles(weights)
         try:
@@ -269,6 +283,8 @@ class Plan:
             if readers.get(x) != 1 or x in outputs or not isinstance(out_type, T.TensorType):
                 continue
             pi = made_by[x]
+            if pi in self.engine_steps or ci in self.engine_steps:
+                continue  # the profile corrects this step's own output
             producer = self.steps[pi]
             p_in = dict(producer.args).get("x")
             if p_in in self.elided or pi in self.fused_reads or not out_type.is_static:
@@ -324,7 +340,10 @@ class Plan:
     def _add(self, op: Op, files: _WeightFiles) -> None:
         if op.op_type == "const":
             (out,) = op.outputs
-            self.constants[self._slot(out)] = self._literal_value(op.attributes["val"], out.name, files)
+            value = self._literal_value(op.attributes["val"], out.name, files)
+            if self.numerics is not None:
+                value = self.numerics.coerce_input(value, out.name)
+            self.constants[self._slot(out)] = value
             return
         args: list[tuple[str, Any]] = []
         all_const = True
@@ -355,11 +374,23 @@ class Plan:
             fp16_out=all(st is _store_fp16 for st in stores),
         )
         if all_const:  # fold: computed once here, exactly as a run would compute it
-            for slot, value in zip(step.out_slots, run_step(step, self.constants)):
+            numerics = self.numerics
+            outs = (
+                run_step(step, self.constants)
+                if numerics is None
+                else engine_step(step, self.constants, numerics)
+            )
+            for slot, value in zip(step.out_slots, outs):
                 self.constants[slot] = value
         else:
             self.steps.append(step)
-            self.runners.append(bind_step(step, self.constants))
+            runner = bind_step(step, self.constants)
+            if self.numerics is not None:
+                wrapped = engine_runner(step, runner, self.numerics)
+                if wrapped is not runner:
+                    self.engine_steps.add(len(self.steps) - 1)
+                    runner = wrapped
+            self.runners.append(runner)
 
     def run(self, inputs: list[np.ndarray], stored: frozenset[int] = frozenset()) -> list[np.ndarray]:
         """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
@@ -371,6 +402,8 @@ class Plan:
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
             env[slot] = value if i in stored and store is _store_fp16 else store(value)
+            if self.numerics is not None:
+                env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i])
         runners, dead_after = self.runners, self.dead_after
         index = 0
         try:
@@ -413,6 +446,77 @@ def run_step(step: Step, env: Any) -> list[np.ndarray]:
         inputs = tuple(values.values())
         return [_store_fp16_result(o, inputs) for o in outs]
     return [store(o) for store, o in zip(step.stores, outs)]
+
+
+def _values(step: Step, env: Any) -> dict[str, Any]:
+    return {
+        key: tuple(env[s] for s in slot) if isinstance(slot, tuple) else env[slot] for key, slot in step.args
+    }
+
+
+def _reference(step: Step) -> Callable[[dict[str, Any]], list[Any]]:
+    """The op's reference on given input values (its outputs unstored), failures named after the step."""
+    opdef = step.opdef
+
+    def reference(values: dict[str, Any]) -> list[Any]:
+        try:
+            outs = opdef.reference(RefArgs(opdef, values, step.out_types))
+        except AnekitError:
+            raise
+        except Exception as e:
+            raise _failed(step, e) from e
+        return list(outs) if isinstance(outs, tuple) else [outs]
+
+    return reference
+
+
+def engine_step(step: Step, env: Any, numerics: EngineNumerics) -> list[np.ndarray]:
+    """``run_step`` under a chip's numeric profile (``runtime.engine_numerics``)."""
+    op_type = step.op.op_type
+    try:
+        with np.errstate(all="ignore"):
+            if numerics.needs_values(op_type):
+                return numerics.evaluate(step, _values(step, env), _reference(step))
+            values = _values(step, env) if op_type in SLICE_OPS else {}
+            return [numerics.after(step, values, o) for o in run_step(step, env)]
+    except AnekitError:
+        raise
+    except Exception as e:
+        raise _failed(step, e) from e
+
+
+def engine_runner(step: Step, runner: Runner, numerics: EngineNumerics) -> Runner:
+    """``runner`` under a chip's numeric profile: the op computed by the profile, or its own result
+    corrected (NaN -> +0, width-offset slices saturated); ``runner`` itself when nothing can change."""
+    op_type = step.op.op_type
+    floats = any(isinstance(t, T.TensorType) and t.dtype.kind == "float" for t in step.out_types)
+    out_slots = step.out_slots
+    if numerics.needs_values(op_type):
+
+        def computed(env: list[Any]) -> None:
+            for slot, value in zip(out_slots, numerics.evaluate(step, _values(step, env), _reference(step))):
+                env[slot] = value
+
+        return computed
+    if op_type in SLICE_OPS and numerics.slice_gain:
+
+        def sliced(env: list[Any]) -> None:
+            values = _values(step, env)
+            runner(env)
+            for slot in out_slots:
+                env[slot] = numerics.after(step, values, env[slot])
+
+        return sliced
+    if not floats or step.moves_only:
+        return runner
+    op = step.op
+
+    def corrected(env: list[Any]) -> None:
+        runner(env)
+        for slot in out_slots:
+            env[slot] = numerics.no_nan(op, env[slot])
+
+    return corrected
 
 
 def _failed(step: Step, e: Exception) -> EvalFailed:
@@ -607,6 +711,13 @@ class SimKernel(Kernel):
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
+    ``numerics`` "engine" (the default) computes with the numeric profile of ``chip``
+    (``anekit.engine.numerics``: "any" is the conservative union of every chip); "ieee" is the ideal
+    machine (fp16 storage, fp32 accumulation, exact functions). ``sanitize`` keeps a ``Sanitizer``
+    (``self.sanitizer``, shared by every kernel this backend compiles) counting, per op, where the
+    profile departs from the ideal machine. ``precision="fp32"`` has no profile: it is the float32
+    comparison path.
+
     ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
     the rule book for ``chip`` and ``route`` ("direct": kernels for the private framework; "coreml":
     the program of a CoreML package, whose buffers CoreML allocates).
@@ -621,21 +732,38 @@ class SimBackend(Backend):
         strict: bool | None = None,
         chip: str = "any",
         route: str = "direct",
+        numerics: str = "engine",
+        sanitize: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+            raise AnekitError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        if numerics not in NUMERICS:
+            raise AnekitError(f"[sim] numerics must be one of {', '.join(NUMERICS)}, not {numerics!r}")
+        if sanitize and (numerics != "engine" or precision != "ane"):
+            raise AnekitError(
+                "[sim] sanitize compares a chip's numerics with the ideal machine: it needs numerics "
+                f"'engine' and precision 'ane' (got numerics {numerics!r}, precision {precision!r})"
+            )
         super().__init__(compile_budget)
         self.precision = precision
         self.strict = strict_default() if strict is None else bool(strict)
-        self.chip = check_chip(chip)
+        self.chip = check_chip(numeric_chip(chip))
         self.route = route  # whose rules strictness applies: the direct route's, or a CoreML package's
+        self.numerics = numerics
+        self.profile = profile(self.chip) if numerics == "engine" else None
+        self.sanitizer = Sanitizer() if sanitize else None
         keep_freed_memory()  # plans allocate all their values anew on each run (runtime.heap)
+
+    def _engine(self) -> EngineNumerics | None:
+        if self.profile is None or self.precision != "ane":
+            return None
+        return EngineNumerics(self.profile, self.sanitizer)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
             enforce(prog, fn, self.chip, weights, "strict simulator", self.route)
         try:
-            plan = Plan(fn, weights, self.precision)
+            plan = Plan(fn, weights, self.precision, self._engine())
         except EvalFailed as e:
             raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
         return SimKernel(self, fn, plan)
