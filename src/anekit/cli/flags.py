@@ -62,3 +62,38 @@ def preset_help(what: str) -> str:
     from anekit.kernels.config import PRESETS
 
     return f"{what}: one of {', '.join(PRESETS)}"
+
+
+def add_numerics(p: argparse.ArgumentParser, what: str) -> None:
+    """``--chip``, ``--numerics`` and ``--sanitize``: the simulator's numeric profile and its sanitizer."""
+    p.add_argument(
+        "--chip",
+        metavar="CHIP",
+        help="simulator: the chip whose numeric profile (and rules) to use, one of any, m1 .. m5 (default: "
+        "this Mac's chip, else any = the conservative union of every chip)",
+    )
+    p.add_argument(
+        "--numerics",
+        choices=["engine", "ieee"],
+        help="simulator: engine = the chip's measured numerics (default); ieee = the ideal machine (fp16 "
+        "storage, fp32 accumulation, exact functions)",
+    )
+    p.add_argument(
+        "--sanitize",
+        action="store_true",
+        help=f"simulator: report, per op, where the chip's numerics depart from the ideal machine {what}",
+    )
+
+
+def numerics_options(args: argparse.Namespace) -> dict[str, object]:
+    """The ``runtime.open`` options the numerics flags ask for (only those given)."""
+    options: dict[str, object] = {}
+    if args.chip is not None:
+        from anekit.engine.numerics import check_chip
+
+        options["chip"] = check_chip(args.chip)
+    if args.numerics is not None:
+        options["numerics"] = args.numerics
+    if args.sanitize:
+        options["sanitize"] = True
+    return options

@@ -4,6 +4,7 @@ package (``MODEL.mlpackage``) runs the same way, its weights taken from the pack
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import warnings
@@ -73,6 +74,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"runs to time, the median is printed (1 .. {REPEAT_MAX}; default: %(default)s)",
     )
     p.add_argument("--function", help="the function to run (default: main, or the package's default)")
+    flags.add_numerics(p, "(one line per op: the counts and the largest offending value)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (backend, chip, outputs, sanitizer report) instead of the text lines",
+    )
     p.set_defaults(run=run)
 
 
@@ -187,9 +194,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_file(args.output, "[run] --output")
     prog, weights, function = _load(args)
-    options: dict[str, object] = {}
+    options: dict[str, object] = flags.numerics_options(args)
     if (args.backend or "sim") == "sim":
-        options = {"precision": args.precision, **({"strict": False} if args.no_strict else {})}
+        options.update(precision=args.precision, **({"strict": False} if args.no_strict else {}))
         if _is_package(args):
             options["route"] = "coreml"  # a package's buffers are CoreML's: the surface rules do not hold
     backend = runtime.open(args.backend, **options)
@@ -210,17 +217,74 @@ def run(args: argparse.Namespace) -> int:
         bad_inputs = {name: nonfinite(np.asarray(value)) for name, value in feeds.items()}
         lines = [f"  input {name}: NOT FINITE: {bad}" for name, bad in bad_inputs.items() if bad]
         lines += [f"  {summary(name, value)}" for name, value in outputs.items()]
-    print(
-        f"{args.program}: backend {backend.name}, compile {compile_ms:.2f} ms, "
-        f"run {statistics.median(times):.3f} ms (median of {len(times)})"
-    )
-    print("\n".join(lines))
+    sanitizer = getattr(backend, "sanitizer", None)
+    run_ms = statistics.median(times)
+    if args.json:
+        print(json.dumps(_report(args, backend, compile_ms, run_ms, feeds, outputs, sanitizer), indent=1))
+    else:
+        print(
+            f"{args.program}: backend {backend.name}{_numerics_label(backend)}, compile {compile_ms:.2f} ms, "
+            f"run {run_ms:.3f} ms (median of {len(times)})"
+        )
+        print("\n".join(lines))
+        if sanitizer is not None:
+            found = sanitizer.lines()
+            print(
+                f"sanitizer ({len(found)} ops departed from the ideal machine over {len(times)} runs)"
+                + (":" if found else ": none")
+            )
+            print("\n".join(f"  {line}" for line in found)) if found else None
     bad_outputs = [name for name, value in outputs.items() if nonfinite(value)]
-    if bad_outputs:
+    if bad_outputs and not args.json:
         names = ", ".join(bad_outputs)
         print(f"warning: {len(bad_outputs)} of {len(outputs)} outputs hold NaN or inf: {names}")
     if args.output is not None:
         with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
             np.savez(f, **outputs)
-        print(f"wrote {args.output}")
+        if not args.json:
+            print(f"wrote {args.output}")
     return 0
+
+
+def _numerics_label(backend: runtime.Backend) -> str:
+    """ ", chip m1 numerics engine" for the simulator, "" for the engine itself."""
+    numerics = getattr(backend, "numerics", None)
+    return "" if numerics is None else f" (chip {backend.chip}, numerics {numerics})"  # type: ignore[attr-defined]
+
+
+def _report(
+    args: argparse.Namespace,
+    backend: runtime.Backend,
+    compile_ms: float,
+    run_ms: float,
+    feeds: dict[str, np.ndarray],
+    outputs: dict[str, np.ndarray],
+    sanitizer: object,
+) -> dict[str, object]:
+    """The run as one JSON-ready dict."""
+
+    def describe(value: np.ndarray) -> dict[str, object]:
+        v = np.asarray(value)
+        finite = v[np.isfinite(v)] if v.dtype.kind == "f" else v
+        out: dict[str, object] = {"shape": list(v.shape), "dtype": str(v.dtype)}
+        if finite.size:
+            out.update(
+                min=float(finite.min()), max=float(finite.max()), mean=float(finite.astype(np.float64).mean())
+            )
+        bad = nonfinite(v)
+        if bad:
+            out["not_finite"] = bad
+        return out
+
+    return {
+        "program": str(args.program),
+        "backend": backend.name,
+        "chip": getattr(backend, "chip", None),
+        "numerics": getattr(backend, "numerics", None),
+        "compile_ms": compile_ms,
+        "run_ms": run_ms,
+        "repeat": args.repeat,
+        "inputs": {name: describe(np.asarray(v)) for name, v in feeds.items()},
+        "outputs": {name: describe(v) for name, v in outputs.items()},
+        "sanitizer": None if sanitizer is None else sanitizer.records(),  # type: ignore[attr-defined]
+    }

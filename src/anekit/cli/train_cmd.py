@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from anekit import runtime
+from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.fileio import remove_stale_temporaries, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
@@ -186,6 +187,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="programs the backend may compile before the run checkpoints and continues in a fresh "
         "process (default: the backend's, 100 as on the engine)",
     )
+    flags.add_numerics(p, "(one summary line per checkpoint when any departure was seen)")
     # Set on the re-executed process after a compile-budget restart: it continues the same screen quietly.
     p.add_argument("--restarted", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
@@ -591,23 +593,29 @@ def _run(args: argparse.Namespace) -> int:
             raise AnekitError(f"[train] cannot copy the tokenizer {tok_path} into {out}: {e.strerror}") from e
         (out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state file would mislead `sample`
 
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = flags.numerics_options(args)
     if args.compile_budget is not None:
         options["compile_budget"] = args.compile_budget
     backend = runtime.open(args.backend, **options)
+    sanitizer = getattr(backend, "sanitizer", None)
     console = Console()
     stopper = Stopper()
     wall0 = time.perf_counter() - (ck.meta.cum_wall / 1e3 if args.resume else 0.0)  # cumulative over restarts
 
     def save(st: TrainState) -> None:
         _save(ckpt_path, st, spec, time.perf_counter() - wall0)
+        if sanitizer is not None and sanitizer.events:  # what departed from the ideal since the last one
+            console.print(
+                ("\n" if console.tty else "") + f"sanitizer, steps up to {st.step}: {sanitizer.summary()}"
+            )
+            sanitizer.clear()
 
     if not restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
             f"{cfg.n_layers} layers, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
-            f"'{backend.name}', {tc.weights} weights, {tc.accum} sequences per step, "
+            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, {tc.accum} sequences per step, "
             f"steps {state.step}/{tc.steps}"
         )
 
@@ -677,6 +685,8 @@ def _run(args: argparse.Namespace) -> int:
         ]
         for flag, value in (
             ("--backend", args.backend),
+            ("--chip", args.chip),
+            ("--numerics", args.numerics),
             ("--compile-budget", args.compile_budget),
             ("--checkpoint-every", args.checkpoint_every),
             ("--data", args.data),
@@ -684,6 +694,8 @@ def _run(args: argparse.Namespace) -> int:
         ):
             if value is not None:
                 argv += [flag, str(value)]
+        if args.sanitize:
+            argv.append("--sanitize")
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
     pictures = f", {out / 'loss.png'}" if no_png is None else ""
@@ -708,6 +720,12 @@ def _run(args: argparse.Namespace) -> int:
         _err(f"stdout was closed; the run is finished and saved in {ckpt_path}")
         return EXIT_PIPE
     return 0
+
+
+def _numerics_of(backend: Any) -> str:
+    """ " (chip any, engine numerics)" for the simulator; "" for the engine itself."""
+    numerics = getattr(backend, "numerics", None)
+    return "" if numerics is None else f" (chip {backend.chip}, {numerics} numerics)"
 
 
 def _save(path: Path, state: Any, spec: Run, wall: float) -> None:

@@ -181,8 +181,8 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
             ),
         },
         32768.0,
-        "ANEForge measured matmul only (the same ceiling on M1 through M6: 'architecture-wide', PR #145); the "
-        "guide measured linear (K = 1, 2) and a two-channel conv on M1. The sign of a negative overflow "
+        "ANEForge measured matmul only (the same ceiling on M1 through M6: 'architecture-wide', PR #145); "
+        "the guide measured linear (K = 1, 2) and a two-channel conv on M1. The sign of a negative overflow "
         "was not measured: -inf is predicted by symmetry (ANEForge docs/numeric-cliffs.md says '+/-inf').",
     ),
     Behaviour(
@@ -250,9 +250,9 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
             for c in ("m5",)
         },
         True,
-        "ANEForge: 'the ANE flushes subnormals. Everything below fp16's smallest normal comes back as exactly "
-        "zero', but its own table shows 6.002e-05 -> 7.8125e-03 = sqrt(2^-14); rounding a subnormal to the "
-        "nearer of {0, 2^-14} fits all five points. The guide measured subnormals kept on the elementwise "
+        "ANEForge: 'the ANE flushes subnormals. Everything below fp16's smallest normal comes back as "
+        "exactly zero', but its own table shows 6.002e-05 -> 7.8125e-03 = sqrt(2^-14); rounding a "
+        "subnormal to the nearer of {0, 2^-14} fits all five points. The guide measured subnormals kept on the elementwise "
         "add/mul path (M1), so the flush is placed at the table's input. Chip not stated: recorded on m5 "
         "(the author's other probes ran there); the rest take it.",
     ),
@@ -395,8 +395,9 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
     ),
     Behaviour(
         "int8.reconstruction",
-        "A compressed weight is reconstructed to fp16 before the multiply: w = fp16(scale * (q - zero_point)), "
-        "scale scalar or per output channel; the multiply that follows is the fp16 one.",
+        "A compressed weight is reconstructed to fp16 before the multiply: "
+        "w = fp16(scale * (q - zero_point)), scale scalar or per output channel; the multiply that follows "
+        "is the fp16 one.",
         {"m1": Finding(True, "measured", f"{GUIDE} 'fp16 datapath' (symmetric on M1: zero point 0)")},
         True,
         "The rounding order on device is not published beyond one rounding to fp16 (ANEForge's int8 packing "

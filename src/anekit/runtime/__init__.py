@@ -44,8 +44,39 @@ def open(name: str | None = None, **options: Any) -> Backend:
         raise AnekitError(
             f"[runtime] backend '{name}' is not available on this machine" + (f": {reason}" if reason else "")
         )
+    if name != "sim":
+        _engine_options(name, options)
+    elif "chip" not in options:
+        options["chip"] = default_chip()
     module_name, cls_name = BACKENDS[name]
     return getattr(importlib.import_module(module_name), cls_name)(**options)
+
+
+def _engine_options(name: str, options: dict[str, Any]) -> None:
+    """Refuse, with one line, the simulator's numerics options on a backend that runs the engine itself:
+    the engine computes with its own numerics and cannot report where they depart from the ideal."""
+    asked = [k for k in ("sanitize", "numerics", "chip") if options.get(k) not in (None, False)]
+    if asked:
+        raise AnekitError(
+            f"[runtime] backend '{name}' runs the engine itself: {', '.join(asked)} "
+            "(the numeric profile and its sanitizer) need the simulator, backend 'sim'"
+        )
+    for k in ("sanitize", "numerics", "chip"):
+        options.pop(k, None)
+
+
+def default_chip() -> str:
+    """The simulator's default chip: this Mac's (its profile and rules), else "any"."""
+    import sys
+
+    if sys.platform != "darwin":
+        return "any"
+    try:
+        from anekit.runtime.ane.availability import chip_name
+
+        return chip_name()
+    except Exception:  # no sysctl, an unknown brand: the conservative union
+        return "any"
 
 
 __all__ = ["DEFAULT_COMPILE_BUDGET", "Backend", "Kernel", "Surface", "available", "open"]

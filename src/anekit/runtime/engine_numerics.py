@@ -218,7 +218,7 @@ def tiled_product(
     """
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     k = a64.shape[-1]
-    shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
+    shape = (*np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]), a64.shape[-2], b64.shape[-1])
     acc = np.zeros(shape)
     over = np.zeros(shape, dtype=bool)
     sign = np.zeros(shape)

@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 
 from anekit import jit
+from anekit.engine.numerics import check_chip as numeric_chip
+from anekit.engine.numerics import profile
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
 from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, encode_fp16_values, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.registry import OpDef, RefArgs, get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
-from anekit.engine.numerics import check_chip as numeric_chip
-from anekit.engine.numerics import profile
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
