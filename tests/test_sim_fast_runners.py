@@ -62,7 +62,7 @@ def _plain_run(plan: Plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_every_sim_case_runs_the_same_both_ways(case: SimCase) -> None:
     prog, feeds = _build(case)
-    kernel = runtime.open("sim", strict=False).compile(prog)
+    kernel = runtime.open("sim", numerics="ieee", strict=False).compile(prog)
     assert isinstance(kernel, SimKernel)
     assert_runners_match_run_step(kernel.plan, [feeds[n] for n in kernel.input_names])
 
@@ -77,7 +77,7 @@ def test_every_kernel_runs_the_same_both_ways(name: str, scale: float, precision
         spec = composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len)
     else:
         spec = catalog.build(name, cfg, catalog.random_weights(cfg))
-    kernel = spec.compile(runtime.open("sim", compile_budget=10**6, precision=precision))
+    kernel = spec.compile(runtime.open("sim", numerics="ieee", compile_budget=10**6, precision=precision))
     assert isinstance(kernel, SimKernel)
     rng = np.random.default_rng(len(name))
     with np.errstate(over="ignore"):
@@ -96,7 +96,7 @@ def test_a_failing_fast_runner_names_its_op() -> None:
     f = b.function()
     x = f.input("x", tensor("fp16", (2, 6)))
     f.output(f.op("reshape", x=x, shape=np.array([3, 4], np.int32)))
-    kernel = runtime.open("sim", strict=False).compile(b.build())
+    kernel = runtime.open("sim", numerics="ieee", strict=False).compile(b.build())
     assert isinstance(kernel, SimKernel)
     assert kernel.plan.runners[0].__module__ == "anekit.runtime.sim_fast"
     with pytest.raises(EvalFailed, match=r"^\[reshape\] \(.*\) failed: ValueError"):
@@ -118,7 +118,7 @@ def test_a_signed_permutation_conv_is_the_products_bits(precision: str, special:
     f = b.function()
     x = f.input("x", tensor("fp16", (1, channels, 1, seq)))
     f.output(f.conv1x1(x, f.const(weight, name="swap")))
-    kernel = runtime.open("sim", strict=False, precision=precision).compile(b.build())
+    kernel = runtime.open("sim", numerics="ieee", strict=False, precision=precision).compile(b.build())
     assert isinstance(kernel, SimKernel)
     assert any(r.__module__ == "anekit.runtime.sim_fast" for r in kernel.plan.runners)
     rng = np.random.default_rng(7)

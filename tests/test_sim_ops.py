@@ -59,7 +59,7 @@ def _as_stored(a: np.ndarray, dtype: str) -> np.ndarray:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_op_runs_in_the_simulator_and_matches_float64(case):
     prog, feeds = _build(case)
-    kernel = runtime.open("sim", strict=False).compile(prog)  # op numerics in any shape
+    kernel = runtime.open("sim", numerics="ieee", strict=False).compile(prog)  # op numerics in any shape
     with kernel:
         got = kernel(**feeds)
     stored = {

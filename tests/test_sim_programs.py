@@ -190,7 +190,7 @@ def test_anekit_run_with_weights_inputs_and_outputs(tmp_path, capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "backend sim, compile" in out and "y: [1, 4, 1, 32] float32" in out
+    assert "backend sim (chip any, numerics engine), compile" in out and "y: [1, 4, 1, 32] float32" in out
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], x)
 
 

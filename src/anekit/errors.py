@@ -14,6 +14,10 @@ class AnekitError(Exception):
         return "; ".join(line.strip() for line in str(self).splitlines() if line.strip())
 
 
+class OptionError(AnekitError, ValueError):
+    """An option given to an API that it does not take (a backend's precision or numerics, ...)."""
+
+
 class FormatError(AnekitError, ValueError):
     """A binary or text file does not follow its format.
 

@@ -252,9 +252,9 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
         True,
         "ANEForge: 'the ANE flushes subnormals. Everything below fp16's smallest normal comes back as "
         "exactly zero', but its own table shows 6.002e-05 -> 7.8125e-03 = sqrt(2^-14); rounding a "
-        "subnormal to the nearer of {0, 2^-14} fits all five points. The guide measured subnormals kept on the elementwise "
-        "add/mul path (M1), so the flush is placed at the table's input. Chip not stated: recorded on m5 "
-        "(the author's other probes ran there); the rest take it.",
+        "subnormal to the nearer of {0, 2^-14} fits all five points. The guide measured subnormals kept "
+        "on the elementwise add/mul path (M1), so the flush is placed at the table's input. Chip not "
+        "stated: recorded on m5 (the author's other probes ran there); the rest take it.",
     ),
     Behaviour(
         "input.nan-coercion",

@@ -36,7 +36,7 @@ import numpy as np
 from anekit import jit
 from anekit.engine.numerics import check_chip as numeric_chip
 from anekit.engine.numerics import profile
-from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed
+from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed, OptionError
 from anekit.fp16 import _round_fp16_fast, bf16_bits_to_f32, encode_fp16_values, round_to_bf16, round_to_fp16
 from anekit.mil import types as T
 from anekit.mil.ir import Function, Op, Program, Var
@@ -736,11 +736,11 @@ class SimBackend(Backend):
         sanitize: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
-            raise AnekitError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+            raise OptionError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         if numerics not in NUMERICS:
-            raise AnekitError(f"[sim] numerics must be one of {', '.join(NUMERICS)}, not {numerics!r}")
+            raise OptionError(f"[sim] numerics must be one of {', '.join(NUMERICS)}, not {numerics!r}")
         if sanitize and (numerics != "engine" or precision != "ane"):
-            raise AnekitError(
+            raise OptionError(
                 "[sim] sanitize compares a chip's numerics with the ideal machine: it needs numerics "
                 f"'engine' and precision 'ane' (got numerics {numerics!r}, precision {precision!r})"
             )
