@@ -115,3 +115,136 @@ def adamw_update(
         wi = np.float32(w[i] * decay)
         denom = np.float32(np.float32(np.sqrt(vi) / bias2) + eps)
         w[i] = np.float32(wi - np.float32(step * np.float32(mi / denom)))
+
+
+# -- the engine numerics' passes (``runtime.engine_numerics``) ---------------------------------------
+
+_MIN_NORMAL_F = np.float32(2.0**-14)
+_MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2**-14 as a float32 pattern: fp16's smallest normal
+_INF_BITS = np.uint32(0x7F800000)
+_ABS_BITS = np.uint32(0x7FFFFFFF)
+
+
+# These passes read the float32 patterns as integers: compares and maxima of uint32 vectorise where the
+# float forms (with their NaN rules) would not, and for non-negative floats the order is the same.
+@njit(nogil=True, cache=True)
+def scan_operand(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover - compiled
+    """(how many values are fp16 subnormals, the largest finite |value|) of float32 ``x``."""
+    bits = x.view(np.uint32)
+    n = 0
+    big = np.uint32(0)
+    for i in range(bits.size):
+        a = bits[i] & _ABS_BITS
+        n += np.int64((a < _MIN_NORMAL_BITS) & (a > np.uint32(0)))
+        big = max(big, a if a < _INF_BITS else np.uint32(0))
+    return n, float(np.uint32(big).view(np.float32))
+
+
+@njit(nogil=True, cache=True)
+def flush_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out`` = ``x`` with fp16 subnormals set to +0."""
+    for i in range(x.size):
+        v = x[i]
+        out[i] = np.float32(0.0) if abs(v) < _MIN_NORMAL_F else v
+
+
+@njit(nogil=True, cache=True)
+def mac_port(
+    x: np.ndarray, ceiling: np.float32, flush: bool
+) -> tuple[int, int, float, int]:  # pragma: no cover
+    """The MAC output port on fp16 values in place: NaN -> +0, (flush) subnormals -> +0, |v| >= ceiling
+    -> +/-inf. Returns (NaNs, values over the ceiling, the largest of them, subnormals flushed)."""
+    bits = x.view(np.uint32)
+    limit = np.float32(min(ceiling, np.float32(np.inf))).view(np.uint32)
+    low = _MIN_NORMAL_BITS if flush else np.uint32(0)
+    nans = 0
+    over = 0
+    flushed = 0
+    largest = np.uint32(0)
+    for i in range(bits.size):
+        b = bits[i]
+        a = b & _ABS_BITS
+        is_nan = a > _INF_BITS
+        is_over = (a >= limit) & (a < _INF_BITS)
+        is_low = (a < low) & (a > np.uint32(0))
+        nans += np.int64(is_nan)
+        over += np.int64(is_over)
+        flushed += np.int64(is_low)
+        largest = max(largest, a if is_over else np.uint32(0))
+        signed_inf = (b & np.uint32(0x80000000)) | _INF_BITS
+        bits[i] = np.uint32(0) if (is_nan | is_low) else (signed_inf if is_over else b)
+    return nans, over, float(np.uint32(largest).view(np.float32)), flushed
+
+
+@njit(nogil=True, cache=True)
+def nan_to_zero(x: np.ndarray) -> int:  # pragma: no cover - compiled
+    """NaN -> +0 in place; how many there were."""
+    bits = x.view(np.uint32)
+    n = 0
+    for i in range(bits.size):
+        b = bits[i]
+        nan = (b & _ABS_BITS) > _INF_BITS
+        n += np.int64(nan)
+        bits[i] = np.uint32(0) if nan else b
+    return n
+
+
+@njit(nogil=True, cache=True)
+def saturate_over(x: np.ndarray, limit: np.float32) -> tuple[int, float]:  # pragma: no cover - compiled
+    """|v| > limit -> +/-inf in place (finite values only); (how many, the largest of them)."""
+    bits = x.view(np.uint32)
+    lim = np.float32(limit).view(np.uint32)
+    n = 0
+    largest = np.uint32(0)
+    for i in range(bits.size):
+        b = bits[i]
+        a = b & _ABS_BITS
+        hit = (a > lim) & (a < _INF_BITS)
+        n += np.int64(hit)
+        largest = max(largest, a if hit else np.uint32(0))
+        bits[i] = ((b & np.uint32(0x80000000)) | _INF_BITS) if hit else b
+    return n, float(np.uint32(largest).view(np.float32))
+
+
+@njit(nogil=True, cache=True)
+def count_nan(x: np.ndarray) -> int:  # pragma: no cover - compiled
+    bits = x.view(np.uint32)
+    n = 0
+    for i in range(bits.size):
+        n += np.int64((bits[i] & _ABS_BITS) > _INF_BITS)
+    return n
+
+
+@njit(nogil=True, cache=True)
+def round_fp16_away_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``x`` rounded to binary16 values with ties away from zero (else exactly as ``_round``).
+
+    Where ties-to-even rounded toward zero (|r| < |v|) and 2|v| - |r| is itself a half, v sat exactly
+    halfway between |r| and that half (no half lies between them), so it goes there instead.
+    """
+    for i in range(x.size):
+        v = x[i]
+        r = _round(v)
+        a = abs(v)
+        ra = abs(r)
+        if ra < a and a < np.float32(65520.0):
+            hc = np.float32(np.float32(a - ra) + a)
+            if _round(hc) == hc:
+                r = hc if v > 0 else -hc
+        out[i] = r
+
+
+@njit(nogil=True, cache=True)
+def scan_flush_inplace(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover - compiled
+    """``scan_operand`` that also sets the fp16 subnormals it counts to +0, in place."""
+    bits = x.view(np.uint32)
+    n = 0
+    big = np.uint32(0)
+    for i in range(bits.size):
+        b = bits[i]
+        a = b & _ABS_BITS
+        low = (a < _MIN_NORMAL_BITS) & (a > np.uint32(0))
+        n += np.int64(low)
+        big = max(big, a if a < _INF_BITS else np.uint32(0))
+        bits[i] = np.uint32(0) if low else b
+    return n, float(np.uint32(big).view(np.float32))

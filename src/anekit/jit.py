@@ -40,6 +40,11 @@ def _load() -> ModuleType | None:
     return _loops
 
 
+def loops() -> ModuleType | None:
+    """The compiled loops module itself (None when not in use), for callers that check their own arrays."""
+    return _load()
+
+
 def available() -> bool:
     """True when the compiled loops are in use (numba importable and not switched off)."""
     return _load() is not None
@@ -133,3 +138,97 @@ def adamw_update(
         return False
     loops.adamw_update(*flats, b1, b2, decay, step, bias2, eps, np.float32(gscale))
     return True
+
+
+def scan_operand(x: np.ndarray) -> tuple[int, float] | None:
+    """(fp16 subnormals in float32 ``x``, its largest finite |value|), or None without the loops."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    n, big = loops.scan_operand(v)
+    return int(n), float(big)
+
+
+def flush_subnormals(x: np.ndarray) -> np.ndarray | None:
+    """A copy of float32 ``x`` with fp16 subnormals set to +0 (same layout), or None without the loops."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32:
+        return None
+    out = np.empty_like(x)
+    src, dst = flat(x), flat(out)
+    if src is None or dst is None or not _same_order(x, out):
+        return None
+    loops.flush_into(src, dst)
+    return out
+
+
+def mac_port(x: np.ndarray, ceiling: float, flush: bool) -> tuple[int, int, float, int] | None:
+    """The MAC output port on float32 fp16 values in place (``_jit_loops.mac_port``), or None."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    nans, over, largest, flushed = loops.mac_port(v, np.float32(ceiling), bool(flush))
+    return int(nans), int(over), float(largest), int(flushed)
+
+
+def nan_to_zero(x: np.ndarray) -> int | None:
+    """NaN -> +0 in float32 ``x`` in place: how many, or None when the loops are not in use."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    return int(loops.nan_to_zero(v))
+
+
+def saturate_over(x: np.ndarray, limit: float) -> tuple[int, float] | None:
+    """|v| > ``limit`` -> +/-inf in float32 ``x`` in place: (how many, the largest), or None."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    n, largest = loops.saturate_over(v, np.float32(limit))
+    return int(n), float(largest)
+
+
+def count_nan(x: np.ndarray) -> int | None:
+    """How many NaNs float32 ``x`` holds, or None when the loops are not in use."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32:
+        return None
+    v = flat(x)
+    return None if v is None else int(loops.count_nan(v))
+
+
+def round_fp16_away(x: np.ndarray) -> np.ndarray | None:
+    """float32 ``x`` rounded to binary16 values with ties away from zero (a new array), or None."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32:
+        return None
+    out = np.empty_like(x)
+    src, dst = flat(x), flat(out)
+    if src is None or dst is None or not _same_order(x, out):
+        return None
+    loops.round_fp16_away_into(src, dst)
+    return out
+
+
+def scan_flush_inplace(x: np.ndarray) -> tuple[int, float] | None:
+    """``scan_operand`` that also flushes the fp16 subnormals of float32 ``x`` to +0 in place, or None."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    n, big = loops.scan_flush_inplace(v)
+    return int(n), float(big)

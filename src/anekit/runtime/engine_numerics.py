@@ -30,15 +30,27 @@ from typing import Any
 
 import numpy as np
 
+from anekit import jit
 from anekit.engine.numerics import FP16_MAX, FP16_MIN_NORMAL, SOFTPLUS_COLLAPSE, TABLES, Profile
+from anekit.mil import types as T
 
-# A MAC op with at most this many products runs the exact 4-lane first-stage model; larger ones
-# accumulate in float32 (BLAS), within a few fp16 ulps of it.
-EXACT_MAC_PRODUCTS = 1 << 16
+# A MAC op with at most this many products (probe-sized programs) runs the exact 4-lane first-stage
+# model; larger ones accumulate in float32 (BLAS), within the tiles' roundings (a few fp16 ulps) of it.
+EXACT_MAC_PRODUCTS = 1 << 13
 MAC_OPS = frozenset({"matmul", "linear", "einsum", "conv", "conv_transpose"})
 SLICE_OPS = frozenset({"slice_by_size", "slice_by_index"})
 REDUCE_OPS = frozenset({"reduce_sum", "reduce_mean"})
 SLICE_SAFE = FP16_MAX / 16  # 4094: the largest fp16 value a x16 crop gain keeps finite
+
+# Ops that give no NaN when no input holds one (inputs are coerced, every other result corrected): their
+# results need no NaN -> +0 pass.
+NAN_FREE = frozenset(
+    {
+        "relu", "relu6", "tanh", "exp", "exp2", "maximum", "minimum", "abs", "clip", "select",
+        "reduce_max", "reduce_min", "floor", "ceil", "sign", "leaky_relu", "clamped_relu", "threshold",
+        "gather", "gather_along_axis", "pad", "fill", "cast", "argmax", "argmin",
+    }
+)  # fmt: skip
 
 HAZARDS = {
     "mac-ceiling": "MAC output at or over the 2^15 port ceiling became inf",
@@ -278,12 +290,22 @@ def partial_overflow(a: np.ndarray, b: np.ndarray, ceiling: float) -> np.ndarray
 # -- the numerics bound to a plan --------------------------------------------------------------------
 
 Values = dict[str, Any]
+_F32 = np.dtype(np.float32)
+# The compiled loops (numba, ``anekit.jit``), called directly on the hot paths; None without them (every
+# path then has its numpy twin). Looked up when the first EngineNumerics is made: importing this module
+# does not import numba.
+_LOOPS: Any = None
+Runner = Callable[[list[Any]], None]
+Reference = Callable[[Values], list[Any]]
 
 
 class EngineNumerics:
     """A profile's numerics for one simulator plan, with an optional sanitizer."""
 
     def __init__(self, profile: Profile, sanitizer: Sanitizer | None = None) -> None:
+        global _LOOPS
+        if _LOOPS is None:
+            _LOOPS = jit.loops()
         self.profile = profile
         self.sanitizer = sanitizer
         self.ceiling = profile.mac_ceiling
@@ -297,6 +319,26 @@ class EngineNumerics:
         self.signed_zero = bool(profile["recip.signed-zero"])
         self.round_away = bool(profile["round.half-away"])
         self.tables = profile["activation.tables"]
+        self._scans: dict[int, tuple[np.ndarray, int, float, np.ndarray | None]] = {}
+        # Slots whose every reader is a MAC op (set by the plan once it is built): their values may be
+        # flushed in place, no other op sees the subnormals go.
+        self.mac_only_slots: frozenset[int] = frozenset()
+
+    def begin_run(self) -> None:
+        """Forget the operand scans of the last run (a plan calls this before and after each run)."""
+        self._scans.clear()
+
+    def scan(self, v: np.ndarray) -> tuple[int, float, np.ndarray | None]:
+        """(fp16 subnormals in MAC operand ``v``, its largest finite |value|, its flushed copy or None),
+        once per array and run: an activation feeding several products is scanned and flushed once. The
+        entry holds ``v`` itself, so its id cannot be reused while the run lasts."""
+        found = self._scans.get(id(v))
+        if found is not None and found[0] is v:
+            return found[1], found[2], found[3]
+        subnormals, big = _scan(v)
+        flushed = _flushed(v) if subnormals and self.flush else None
+        self._scans[id(v)] = (v, subnormals, big, flushed)
+        return subnormals, big, flushed
 
     def _note(self, op: Any, hazard: str, count: int, largest: float = 0.0) -> None:
         if self.sanitizer is not None and count:
@@ -307,6 +349,8 @@ class EngineNumerics:
     def coerce_input(self, value: Any, name: str) -> Any:
         """NaN -> +inf in a float input (a fresh array when it changes)."""
         if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size):
+            return value
+        if jit.count_nan(value) == 0:
             return value
         nan = np.isnan(value)
         if not nan.any():
@@ -321,14 +365,24 @@ class EngineNumerics:
 
     def no_nan(self, op: Any, v: Any) -> Any:
         """NaN -> +0 in a float result."""
+        if type(v) is np.ndarray and v.dtype == _F32:
+            flags = v.flags
+            if flags.c_contiguous and flags.writeable and _LOOPS is not None:  # the hot path, direct
+                n = _LOOPS.nan_to_zero(v.reshape(-1))
+                if n and self.sanitizer is not None:
+                    self._note(op, "indeterminate", n)
+                return v
         if not (isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size):
             return v
-        nan = np.isnan(v)
-        if nan.any():
-            self._note(op, "indeterminate", int(nan.sum()))
-            if not v.flags.writeable:
-                v = v.copy()
-            v[nan] = 0.0
+        n = jit.nan_to_zero(v)
+        if n is None:
+            nan = np.isnan(v)
+            n = int(np.count_nonzero(nan))
+            if n:
+                if not v.flags.writeable:
+                    v = v.copy()
+                v[nan] = 0.0
+        self._note(op, "indeterminate", n)
         return v
 
     def needs_values(self, op_type: str) -> bool:
@@ -340,7 +394,7 @@ class EngineNumerics:
         op_type = step.op.op_type
         if op_type in MAC_OPS:
             return [self._mac(step, values, reference)]
-        outs = OVERRIDES[op_type](self, step, values)
+        outs = OVERRIDES[op_type](self, step, values, reference)
         return [self.no_nan(step.op, store(o)) for store, o in zip(step.stores, outs)]
 
     def after(self, step: Any, values: Values, out: Any) -> Any:
@@ -349,6 +403,189 @@ class EngineNumerics:
         if op_type in SLICE_OPS and self.slice_gain:
             out = self._slice(step, values, out)
         return self.no_nan(step.op, out)
+
+    # -- runners: what a plan step runs under the profile --------------------------------------------
+
+    def bind(
+        self,
+        step: Any,
+        runner: Runner,
+        values_of: Callable[[list[Any]], Values],
+        reference: Callable[[Values], list[Any]],
+        constants: dict[int, Any],
+    ) -> Runner:
+        """``runner`` (the step's ideal runner) under the profile: the op's own fast runner with the
+        profile's corrections around it where that gives the profile's result, the op computed here
+        (``evaluate``) otherwise; ``runner`` itself when the profile changes nothing about the op."""
+        op_type = step.op.op_type
+        slots = dict(step.args)
+        out_slots = step.out_slots
+
+        def computed(env: list[Any]) -> None:
+            for slot, value in zip(out_slots, self.evaluate(step, values_of(env), reference)):
+                env[slot] = value
+
+        if op_type in MAC_OPS:
+            return self._bind_mac(step, runner, values_of, reference, slots, constants) or computed
+        if op_type in LIGHT:
+            return LIGHT[op_type](self, step, runner, values_of, reference, slots) or computed
+        if op_type in OVERRIDES:
+            return computed
+        if op_type in SLICE_OPS and self.slice_gain:
+            return self._bind_slice(step, runner, slots, constants)
+        floats = any(isinstance(t, T.TensorType) and t.dtype.kind == "float" for t in step.out_types)
+        if not floats or step.moves_only or op_type in NAN_FREE:
+            return runner
+        op = step.op
+        no_nan = self.no_nan
+        if len(out_slots) == 1:
+            (out_slot,) = out_slots
+
+            def corrected_one(env: list[Any]) -> None:
+                runner(env)
+                env[out_slot] = no_nan(op, env[out_slot])
+
+            return corrected_one
+
+        def corrected(env: list[Any]) -> None:
+            runner(env)
+            for slot in out_slots:
+                env[slot] = no_nan(op, env[slot])
+
+        return corrected
+
+    def slice_saturation(self, step: Any) -> Callable[[Any], Any]:
+        """A width-offset slice's values on a chip with the x16 crop gain: |v| > 4094 becomes +/-inf."""
+        op = step.op
+
+        def saturate(out: Any) -> Any:
+            if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.size):
+                return out
+            found = jit.saturate_over(out, SLICE_SAFE) if out.flags.writeable else None
+            if found is None:
+                big = (np.abs(out) > SLICE_SAFE) & np.isfinite(out)
+                found = (int(np.count_nonzero(big)), float(np.max(np.abs(out[big]), initial=0.0)))
+                if found[0]:
+                    out = np.where(big, np.copysign(np.inf, out), out).astype(np.float32)
+            self._note(op, "slice-saturated", *found)
+            return out
+
+        return saturate
+
+    def width_offset(self, step: Any, constants: dict[int, Any]) -> bool | None:
+        """Whether a slice's begin on the last axis is nonzero: True / False for a constant begin, None for
+        a runtime one (known only when it runs)."""
+        begin_slot = dict(step.args).get("begin")
+        begin = constants.get(begin_slot) if isinstance(begin_slot, int) else None
+        if begin is None:
+            return None if isinstance(begin_slot, int) else False
+        return bool(np.asarray(begin).reshape(-1)[-1:].any())
+
+    def _bind_slice(
+        self, step: Any, runner: Runner, slots: dict[str, Any], constants: dict[int, Any]
+    ) -> Runner:
+        offset = self.width_offset(step, constants)
+        if offset is False:
+            return runner  # the clean route: a zero width begin
+        saturate = self.slice_saturation(step)
+        (out_slot,) = step.out_slots
+        begin_slot = slots.get("begin")
+
+        def sliced(env: list[Any]) -> None:
+            runner(env)
+            if offset or np.asarray(env[begin_slot]).reshape(-1)[-1:].any():
+                env[out_slot] = saturate(env[out_slot])
+
+        return sliced
+
+    def _bind_mac(
+        self,
+        step: Any,
+        runner: Runner,
+        values_of: Callable[[list[Any]], Values],
+        reference: Callable[[Values], list[Any]],
+        slots: dict[str, Any],
+        constants: dict[int, Any],
+    ) -> Runner | None:
+        """The wide path around the op's own runner: operands scanned (flushed where the chip flushes),
+        then the output port in one pass. None where the op must be computed here (probe-sized ops run
+        the exact tile model; M5-style tie rounding; operands of unknown shape)."""
+        op, op_type = step.op, step.op.op_type
+        if self.mac_ties != "even":
+            return None  # M5-style ties need the unrounded product: computed here
+        operands = [(k, slots[k]) for k in ("x", "y", "weight") if isinstance(slots.get(k), int)]
+        for _, slot in operands:  # a constant operand holding subnormals: computed here every run
+            v = constants.get(slot)
+            if isinstance(v, np.ndarray) and self.flush and _scan(v)[0]:
+                return None
+        (out_slot,) = step.out_slots
+        sizes: dict[tuple[Any, ...], tuple[bool, int]] = {}  # operand shapes -> (exact model?, terms)
+        last: list[Any] = [None, (False, 0)]  # the operand shapes of the last run, and what they gave
+        slot_list = [s for _, s in operands]
+        sanitizer = self.sanitizer
+
+        def mac(env: list[Any]) -> None:
+            shapes = [getattr(env[s], "shape", None) for s in slot_list]
+            if shapes == last[0]:
+                exact, terms = last[1]
+            else:
+                key = tuple(shapes)
+                known = sizes.get(key)
+                if known is None:
+                    values = values_of(env)
+                    ops = mac_operands(op_type, values)
+                    exact = ops is not None and _products(*ops) <= EXACT_MAC_PRODUCTS
+                    known = sizes[key] = (exact, accumulation_terms(op_type, values))
+                last[0], last[1] = shapes, known
+                exact, terms = known
+            if exact:  # a probe-sized op: the exact tile model
+                (env[out_slot],) = self.evaluate(step, values_of(env), reference)
+                return
+            single_tap = op_type in ("conv", "conv_transpose") and terms < 2
+            ceiling = math.inf if single_tap else self.ceiling
+            check_partials = self.partials and not single_tap and op_type in ("matmul", "linear", "conv")
+            largest = 1.0
+            swapped = []
+            for _, slot in operands:
+                v = env[slot]
+                if self.flush and slot in self.mac_only_slots and type(v) is np.ndarray and v.flags.owndata:
+                    found = jit.scan_flush_inplace(v)  # no other reader: flushed where it lies
+                    if found is not None:
+                        self._note(op, "subnormal-flush", found[0])
+                        largest *= found[1]
+                        continue
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                    subnormals, big, flushed = self.scan(v)
+                    largest *= big
+                    if flushed is not None:
+                        self._note(op, "subnormal-flush", subnormals)
+                        swapped.append((slot, v))
+                        env[slot] = flushed
+            try:
+                runner(env)
+            finally:
+                for slot, v in swapped:
+                    env[slot] = v
+            out = env[out_slot]
+            if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
+                out = env[out_slot] = np.array(out, dtype=np.float32)
+            nans, over, biggest, flushed = _port(out, ceiling, self.flush)
+            if sanitizer is not None:
+                self._note(op, "indeterminate", nans)
+                self._note(op, "mac-ceiling", over, biggest)
+                self._note(op, "subnormal-flush", flushed)
+            if check_partials and largest * terms >= ceiling:
+                values = values_of(env)
+                ops = mac_operands(op_type, values)
+                mask = None if ops is None else partial_overflow(*ops, ceiling)
+                if mask is not None:
+                    mask = mask.reshape(out.shape) & np.isfinite(out)
+                    n = int(np.count_nonzero(mask))
+                    if n:
+                        self._note(op, "mac-partial", n, float(np.max(np.abs(out[mask]))))
+                        out[mask] = np.inf * np.where(out[mask] < 0, -1.0, 1.0)
+
+        return mac
 
     # -- per-op numerics ---------------------------------------------------------------------------
 
@@ -365,20 +602,22 @@ class EngineNumerics:
 
     def _mac(self, step: Any, values: Values, reference: Callable[[Values], list[Any]]) -> Any:
         op, op_type = step.op, step.op.op_type
-        if self.flush:  # subnormal operands read as +0
-            values = dict(values)
-            for key in ("x", "y", "weight"):
-                v = values.get(key)
-                if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-                    n = _subnormal_count(v)
-                    if n:
-                        self._note(op, "subnormal-flush", n)
-                        values[key] = _flush(v).astype(v.dtype)
-        ops = mac_operands(op_type, values)
         # The port saturates for matmul / linear / einsum whatever K (the guide measured K = 1), and for a
         # conv that accumulates two or more taps; a single-tap conv keeps the fp16 range.
         single_tap = op_type in ("conv", "conv_transpose") and accumulation_terms(op_type, values) < 2
         ceiling = math.inf if single_tap else self.ceiling
+        largest: dict[str, float] = {}
+        copied = False
+        for key in ("x", "y", "weight"):  # subnormal operands read as +0 where the chip flushes
+            v = values.get(key)
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                subnormals, largest[key] = _scan(v)
+                if subnormals and self.flush:
+                    self._note(op, "subnormal-flush", subnormals)
+                    if not copied:  # the caller's dict stays as it was
+                        values, copied = dict(values), True
+                    values[key] = _flushed(v)
+        ops = mac_operands(op_type, values)
         (store,) = step.stores
         if ops is not None and _products(*ops) <= EXACT_MAC_PRODUCTS:
             a, b = ops
@@ -404,15 +643,17 @@ class EngineNumerics:
         raw = np.asarray(raw, dtype=np.float32)
         if self.mac_ties == "away":
             raw = round16(raw, "away").astype(np.float32)
-        out = np.array(store(raw), dtype=np.float32, copy=True)
-        if not single_tap:
-            with np.errstate(invalid="ignore"):
-                hit = np.isfinite(raw) & (np.abs(out) >= ceiling)
-            n = int(np.count_nonzero(hit))
-            if n:
-                self._note(op, "mac-ceiling", n, float(np.max(np.abs(raw[hit]))))
-                out[hit] = np.copysign(np.inf, out[hit])
-            if self.partials and ops is not None:
+        out = store(raw)
+        if not out.flags.writeable or (np.may_share_memory(out, raw) and out is not raw):
+            out = out.copy()
+        nans, over, biggest, flushed = _port(out, ceiling, self.flush)
+        self._note(op, "indeterminate", nans)
+        self._note(op, "mac-ceiling", over, biggest)
+        self._note(op, "subnormal-flush", flushed)
+        if self.partials and not single_tap and ops is not None:
+            k = ops[0].shape[-1]
+            bound = max(largest.values(), default=math.inf)
+            if len(largest) < 2 or bound * min(largest.values()) * k >= ceiling:
                 mask = partial_overflow(*ops, ceiling)
                 if mask is not None:
                     mask = mask.reshape(out.shape) & np.isfinite(out)
@@ -420,12 +661,43 @@ class EngineNumerics:
                     if n:
                         self._note(op, "mac-partial", n, float(np.max(np.abs(out[mask]))))
                         out[mask] = np.inf * np.where(out[mask] < 0, -1.0, 1.0)
-        if self.flush:
-            n = _subnormal_count(out)
-            if n:
-                self._note(op, "subnormal-flush", n)
-                out = _flush(out).astype(np.float32)
-        return self.no_nan(op, out)
+        return out
+
+
+def _scan(v: np.ndarray) -> tuple[int, float]:
+    """(fp16 subnormals in ``v``, its largest finite |value|)."""
+    if _LOOPS is not None and v.dtype == _F32 and v.flags.c_contiguous:
+        return _LOOPS.scan_operand(v.reshape(-1))
+    found = jit.scan_operand(v) if v.dtype == np.float32 else None
+    if found is not None:
+        return found
+    a = np.abs(v)
+    finite = a[np.isfinite(a)]
+    return int(np.count_nonzero((a < FP16_MIN_NORMAL) & (a > 0))), float(finite.max(initial=0.0))
+
+
+def _flushed(v: np.ndarray) -> np.ndarray:
+    out = jit.flush_subnormals(v)
+    return out if out is not None else _flush(v).astype(v.dtype)
+
+
+def _port(out: np.ndarray, ceiling: float, flush: bool) -> tuple[int, int, float, int]:
+    """The MAC output port in place on fp16 values (``jit.mac_port``'s numpy twin)."""
+    if _LOOPS is not None and out.dtype == _F32 and out.flags.c_contiguous and out.flags.writeable:
+        return _LOOPS.mac_port(out.reshape(-1), np.float32(ceiling), flush)
+    found = jit.mac_port(out, ceiling, flush)
+    if found is not None:
+        return found
+    nan = np.isnan(out)
+    out[nan] = 0.0
+    with np.errstate(invalid="ignore"):
+        a = np.abs(out)
+        hit = (a >= ceiling) & np.isfinite(out)
+        biggest = float(a[hit].max(initial=0.0))
+        out[hit] = np.copysign(np.inf, out[hit])
+        sub = (a < FP16_MIN_NORMAL) & (a > 0) if flush else np.zeros(out.shape, bool)
+        out[sub] = 0.0
+    return int(nan.sum()), int(hit.sum()), biggest, int(sub.sum())
 
 
 def _products(a: np.ndarray, b: np.ndarray) -> int:
@@ -458,19 +730,18 @@ def _table(name: str) -> Any:
     return TABLES[name]
 
 
-def _sigmoid(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
-    x = _x(values)
-    lo, hi = (float(np.float16(e)) for e in _table("sigmoid").domain)  # the end knots, fp16 inputs
+def _sigmoid(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+    x = np.asarray(values["x"])
+    lo, hi = SIGMOID_KNOTS
     out_of = (x < lo) | (x > hi)
-    num._note(
-        step.op, "table-domain", int(np.count_nonzero(out_of)), float(np.max(np.abs(x[out_of]), initial=0.0))
-    )
-    xc = np.clip(x, lo, hi)
-    with np.errstate(all="ignore"):
-        return [1.0 / (1.0 + np.exp(-xc))]
+    n = int(np.count_nonzero(out_of))
+    if n:
+        num._note(step.op, "table-domain", n, float(np.max(np.abs(x[out_of]))))
+        values = {**values, "x": np.clip(x, lo, hi).astype(x.dtype)}
+    return reference(values)
 
 
-def _tanh(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _tanh(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     return [np.tanh(_x(values))]
 
 
@@ -484,7 +755,7 @@ def _with_origin(num: EngineNumerics, step: Any, x: np.ndarray, y: np.ndarray, t
     return y
 
 
-def _gelu(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _gelu(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     from anekit.mil.ops.activation import erf_np
 
     x = _x(values)
@@ -501,7 +772,7 @@ def _gelu(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
     return [_with_origin(num, step, x, y, "gelu")]
 
 
-def _silu(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _silu(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     with np.errstate(all="ignore"):
         y = x / (1.0 + np.exp(-x))
@@ -509,7 +780,7 @@ def _silu(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
     return [_with_origin(num, step, x, y, "silu")]
 
 
-def _softplus(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _softplus(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     collapse = x >= SOFTPLUS_COLLAPSE
     num._note(
@@ -523,7 +794,7 @@ def _softplus(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray
     return [np.where(collapse, 0.0, y)]
 
 
-def _softsign(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _softsign(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     inf = np.isposinf(x)
     num._note(step.op, "table-collapse", int(np.count_nonzero(inf)), math.inf)
@@ -533,7 +804,7 @@ def _softsign(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray
     return [np.where(inf, 0.0, y)]
 
 
-def _log(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _log(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _x(values) + _eps(values, 1e-45)
     zero = v == 0
     num._note(step.op, "table-collapse", int(np.count_nonzero(zero)))
@@ -565,25 +836,25 @@ def _unsigned_zero(num: EngineNumerics, step: Any, v: np.ndarray) -> np.ndarray:
     return v
 
 
-def _sqrt(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _sqrt(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _table_input(num, step, _x(values))
     with np.errstate(all="ignore"):
         return [np.sqrt(np.where(v == 0, 0.0, v))]  # sqrt(-0) is +0 on the engine
 
 
-def _rsqrt(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _rsqrt(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _unsigned_zero(num, step, _table_input(num, step, _x(values) + _eps(values, 1e-12)))
     with np.errstate(all="ignore"):
         return [1.0 / np.sqrt(v)]
 
 
-def _inverse(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _inverse(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _unsigned_zero(num, step, _x(values) + _eps(values, 1e-4))
     with np.errstate(all="ignore"):
         return [1.0 / v]
 
 
-def _round(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _round(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     if not num.round_away:
         return [np.round(x)]
@@ -594,7 +865,9 @@ def _round(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
         return [np.copysign(np.floor(round16(a + 0.5, "away")), x)]
 
 
-def _softmax(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
+def _softmax(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+    if np.isfinite(values["x"]).all():
+        return reference(values)  # max-subtracted already: the engine's softmax on finite rows
     x = _x(values)
     axis = int(np.asarray(values.get("axis", -1)))
     with np.errstate(all="ignore"):
@@ -604,20 +877,82 @@ def _softmax(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]
         return [e / np.sum(e, axis=axis, keepdims=True)]
 
 
-def _reduce(num: EngineNumerics, step: Any, values: Values) -> list[np.ndarray]:
-    x = _x(values)
-    axes = values.get("axes")
-    axis = None if axes is None else tuple(int(a) for a in np.asarray(axes).reshape(-1))
-    keep = _flag(values.get("keep_dims"))
-    with np.errstate(all="ignore"):
-        s = np.sum(x, axis=axis, keepdims=keep)
-        if step.op.op_type == "reduce_mean":
-            count = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
-            s = s / count
-    return [round16(s, num.reduce_ties)]
+def _reduce(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+    """The reduction's wide (float32) result, rounded to fp16 with the chip's ties (away: 2049 -> 2050)."""
+    (raw,) = reference(values)
+    raw = np.asarray(raw, dtype=np.float32)
+    if num.reduce_ties != "away":
+        return [raw]
+    away = jit.round_fp16_away(raw)
+    return [round16(raw, "away").astype(np.float32) if away is None else away]
 
 
-OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values], list[np.ndarray]]] = {
+def _light_sigmoid(
+    num: EngineNumerics,
+    step: Any,
+    runner: Runner,
+    values_of: Any,
+    reference: Reference,
+    slots: dict[str, Any],
+) -> Runner | None:
+    """sigmoid's own runner, on inputs clipped to the table's domain when some lie outside it."""
+    x_slot = slots.get("x")
+    if not isinstance(x_slot, int):
+        return None
+    lo, hi = SIGMOID_KNOTS
+    op = step.op
+
+    def run(env: list[Any]) -> None:
+        x = env[x_slot]
+        if x.size and (float(np.min(x)) < lo or float(np.max(x)) > hi):
+            out_of = (x < lo) | (x > hi)
+            num._note(op, "table-domain", int(np.count_nonzero(out_of)), float(np.max(np.abs(x[out_of]))))
+            env[x_slot] = np.clip(x, lo, hi).astype(x.dtype)
+            try:
+                runner(env)
+            finally:
+                env[x_slot] = x
+        else:
+            runner(env)
+
+    return run
+
+
+def _light_softmax(
+    num: EngineNumerics,
+    step: Any,
+    runner: Runner,
+    values_of: Any,
+    reference: Reference,
+    slots: dict[str, Any],
+) -> Runner | None:
+    """softmax's own runner on finite rows; the engine's (inf - inf = +0) where a row holds an inf."""
+    x_slot, (out_slot,) = slots.get("x"), step.out_slots
+    if not isinstance(x_slot, int):
+        return None
+
+    def run(env: list[Any]) -> None:
+        x = env[x_slot]
+        if _all_finite(x):
+            runner(env)
+        else:
+            (env[out_slot],) = num.evaluate(step, values_of(env), reference)
+
+    return run
+
+
+def _all_finite(x: Any) -> bool:
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return bool(np.isfinite(x).all())
+    with np.errstate(invalid="ignore"):
+        n = jit.count_nan(x - x)  # NaN exactly where x is +/-inf (x holds no NaN: inputs are coerced)
+    return bool(np.isfinite(x).all()) if n is None else n == 0
+
+
+LIGHT = {"sigmoid": _light_sigmoid, "softmax": _light_softmax}
+SIGMOID_KNOTS = tuple(float(np.float16(e)) for e in TABLES["sigmoid"].domain)  # the end knots' fp16 inputs
+
+OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values, Reference], list[np.ndarray]]] = {
     "sigmoid": _sigmoid,
     "tanh": _tanh,
     "gelu": _gelu,

@@ -238,7 +238,9 @@ class Plan:
         self.precision = precision
         # The chip's numeric profile (None: the ideal machine); only fp16 "ane" precision has one.
         self.numerics = numerics if precision == "ane" else None
-        self.engine_steps: set[int] = set()  # the steps whose runners the profile wraps
+        self.engine_steps: set[int] = set()  # the steps whose runners the profile wraps (never fused)
+        # Width-offset slices on a chip with the crop gain: step index -> the saturation of its values.
+        self.slice_checks: dict[int, Callable[[Any], Any]] = {}
         self.slot_of: dict[str, int] = {}
         self.constants: dict[int, np.ndarray] = {}
         self.steps: list[Step] = []
@@ -260,6 +262,8 @@ class Plan:
         self.elided: set[int] = set()  # the slots of the steps fused away: never filled
         self._fuse_moves()
         self.dead_after = self._dead_after()
+        if self.numerics is not None:
+            self.numerics.mac_only_slots = self._mac_only_slots()
         self.constant_ids = frozenset(id(v) for v in self.constants.values())  # never handed out as is
         self._template: list[Any] | None = None  # the slots with the constants filled in, built on first run
 
@@ -301,10 +305,36 @@ class Plan:
                 shape,
                 _in_turn(producer, self.runners[pi], self.runners[ci]),
             )
+            if run is not None and pi in self.slice_checks:
+                run = _then_saturate(run, consumer.out_slots[0], self.slice_checks[pi])
             if run is not None:
                 self.runners[pi], self.runners[ci] = _elided, run
                 self.fused_reads[ci] = (p_in,)
                 self.elided.add(x)
+
+    def _mac_only_slots(self) -> frozenset[int]:
+        """Slots made by a step of this plan whose every reader is a MAC op (matmul, linear, conv, ...) and
+        that are no output: the engine numerics may flush their subnormals in place."""
+        from anekit.runtime.engine_numerics import MAC_OPS
+
+        readers: dict[int, set[str]] = {}
+        for index, step in enumerate(self.steps):
+            for _, slot in step.args:
+                for s in slot if isinstance(slot, tuple) else (slot,):
+                    readers.setdefault(s, set()).add(step.op.op_type)
+            for s in self.fused_reads.get(index, ()):
+                readers.setdefault(s, set()).add("fused")
+        # Values a step computes afresh: not those of ops that may hand on a view of (or the very array of)
+        # an input, unless a fused runner copied them.
+        views = {"reshape", "expand_dims", "squeeze", "identity", "flatten2d", "transpose"}
+        made = {
+            s
+            for index, step in enumerate(self.steps)
+            if step.op.op_type not in views or index in self.fused_reads
+            for s in step.out_slots
+        } - self.elided
+        keep = set(self.output_slots) | set(self.constants) | set(self.input_slots)
+        return frozenset(s for s in made - keep if readers.get(s) and readers[s] <= MAC_OPS)
 
     def _dead_after(self) -> list[tuple[int, ...]]:
         """Per step, the slots no later step reads (nor the outputs, nor the constants): a run lets go of
@@ -386,9 +416,14 @@ class Plan:
             self.steps.append(step)
             runner = bind_step(step, self.constants)
             if self.numerics is not None:
-                wrapped = engine_runner(step, runner, self.numerics)
+                wrapped = engine_runner(step, runner, self.numerics, self.constants)
                 if wrapped is not runner:
-                    self.engine_steps.add(len(self.steps) - 1)
+                    index = len(self.steps) - 1
+                    if op.op_type in SLICE_OPS and self.numerics.width_offset(step, self.constants):
+                        # a constant width-offset slice: fusable, its saturation applied to the fused value
+                        self.slice_checks[index] = self.numerics.slice_saturation(step)
+                    else:
+                        self.engine_steps.add(index)
                     runner = wrapped
             self.runners.append(runner)
 
@@ -406,6 +441,8 @@ class Plan:
                 env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i])
         runners, dead_after = self.runners, self.dead_after
         index = 0
+        if self.numerics is not None:
+            self.numerics.begin_run()
         try:
             with np.errstate(all="ignore"):
                 for index in range(len(runners)):
@@ -416,6 +453,9 @@ class Plan:
             raise
         except Exception as e:  # a pre-bound runner's failure, named as run_step names a reference's
             raise _failed(self.steps[index], e) from e
+        finally:
+            if self.numerics is not None:
+                self.numerics.begin_run()  # let go of the run's operands
         return [env[s] for s in self.output_slots]
 
 
@@ -485,38 +525,12 @@ def engine_step(step: Step, env: Any, numerics: EngineNumerics) -> list[np.ndarr
         raise _failed(step, e) from e
 
 
-def engine_runner(step: Step, runner: Runner, numerics: EngineNumerics) -> Runner:
-    """``runner`` under a chip's numeric profile: the op computed by the profile, or its own result
-    corrected (NaN -> +0, width-offset slices saturated); ``runner`` itself when nothing can change."""
-    op_type = step.op.op_type
-    floats = any(isinstance(t, T.TensorType) and t.dtype.kind == "float" for t in step.out_types)
-    out_slots = step.out_slots
-    if numerics.needs_values(op_type):
-
-        def computed(env: list[Any]) -> None:
-            for slot, value in zip(out_slots, numerics.evaluate(step, _values(step, env), _reference(step))):
-                env[slot] = value
-
-        return computed
-    if op_type in SLICE_OPS and numerics.slice_gain:
-
-        def sliced(env: list[Any]) -> None:
-            values = _values(step, env)
-            runner(env)
-            for slot in out_slots:
-                env[slot] = numerics.after(step, values, env[slot])
-
-        return sliced
-    if not floats or step.moves_only:
-        return runner
-    op = step.op
-
-    def corrected(env: list[Any]) -> None:
-        runner(env)
-        for slot in out_slots:
-            env[slot] = numerics.no_nan(op, env[slot])
-
-    return corrected
+def engine_runner(
+    step: Step, runner: Runner, numerics: EngineNumerics, constants: dict[int, np.ndarray]
+) -> Runner:
+    """``runner`` under a chip's numeric profile (``EngineNumerics.bind``); ``runner`` itself when the
+    profile changes nothing about the step."""
+    return numerics.bind(step, runner, lambda env: _values(step, env), _reference(step), constants)
 
 
 def _failed(step: Step, e: Exception) -> EvalFailed:
@@ -583,6 +597,17 @@ def _in_turn(producer: Step, run_producer: Runner, run_consumer: Runner) -> Runn
         run_consumer(env)
 
     return run
+
+
+def _then_saturate(run: Runner, slot: int, saturate: Callable[[Any], Any]) -> Runner:
+    """A fused slice + reshape whose slice saturates (a width offset on a chip with the crop gain): the
+    reshaped value holds the same elements, so the saturation is applied to it."""
+
+    def fused(env: list[Any]) -> None:
+        run(env)
+        env[slot] = saturate(env[slot])
+
+    return fused
 
 
 def _elided(env: list[Any]) -> None:
