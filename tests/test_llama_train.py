@@ -82,3 +82,26 @@ def test_dynamic_weights_train_within_a_tiny_compile_budget():
     assert train(backend, state, _Repeat(), tc) == "done"
     assert backend.compile_count == 8
     assert np.mean(state.losses[-3:]) < 0.7 * state.losses[0]
+
+
+def test_a_loss_scale_past_the_mac_headroom_is_halved_before_it_overflows():
+    """Scaled gradients are kept under half the MAC port's 2^15 ceiling (the engine's overflow forms, +inf
+    and the +0 of inf - inf, come after it): a scale of 2^22 is halved step by step, no update applied
+    while the gradients are over the headroom, and training then goes on."""
+    from anekit.llama.step import GRADIENT_HEADROOM, StepResult
+
+    assert GRADIENT_HEADROOM == 16384
+    assert StepResult(1.0, True, 16384.0).overflowed and not StepResult(1.0, True, 16383.0).overflowed
+    _cfg, state = _tiny_state()
+    tc = TrainConfig(steps=30, accum=1, loss_scale=2.0**22)
+    state = TrainState.fresh(state.params, tc)
+    skipped = []
+    train(
+        runtime.open("sim", compile_budget=10**6),
+        state,
+        _Repeat(),
+        tc,
+        on_step=lambda r: skipped.append(r.skipped),
+    )
+    assert skipped[0] and state.loss_scale < 2.0**22 and not all(skipped)
+    assert np.all(np.isfinite(state.losses))

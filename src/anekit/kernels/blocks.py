@@ -173,20 +173,36 @@ class KernelBuilder:
         return self.f.reshape(x=x, shape=shape, name=name)
 
     def rms_inverse(self, x: Var, tag: str) -> Var:
-        """(mean over channels of x^2 + eps)^-1/2: [1, C, 1, S] -> [1, 1, 1, S].
+        """(mean over channels of x^2 + eps)^-1/2: [1, C, 1, S] -> [1, 1, 1, S], finite and accurate over
+        the whole fp16 range of x.
 
-        x is scaled by 1/sqrt(C) before squaring, so the fp16 sum over channels is the mean of squares
-        (at most max over positions of rms(x)^2) and stays finite for rms(x) up to about 250; summing
-        x * x itself overflows fp16 once rms(x) > sqrt(65504 / C), about 9 at C = 768. ``reduce_sum``
-        and ``pow(-0.5)`` as in maderix/ANE training/stories_mil.h (no rsqrt / reduce_mean). The price:
-        squares of tiny activations (|x| / sqrt(C) under 2^-7) are fp16 subnormals.
+        The squares are taken of y = x / m, m = max over channels of |x| (per position, at least 2^-14):
+        |y| <= 1 with one |y| = 1, so the sum of squares lies in [1, C] — no square overflows (x * x does
+        from |x| = 256), none of the ones that matter is an fp16 subnormal (a square under 2^-14 comes
+        from |y| < 2^-7 and adds at most C 2^-14 to a sum of at least 1), and the sum stays far under the
+        MAC port's 2^15 whatever unit reduces it. Then (mean(x^2) + eps)^-1/2 = (mean(y^2) +
+        (sqrt(eps) / m)^2)^-1/2 / m, at most eps^-1/2 (316 for 1e-5). A fixed pre-scale cannot do this:
+        at RMS 0.005 the squares of x / sqrt(C) are subnormals a flushing MAC drops, at RMS 100 x * x
+        overflows (anekit.engine.numerics: 'mac.subnormal-flush', 'mac.output-ceiling').
+
+        Evidence: coremltools rescales rms_norm by max|x| for fp16 on the engine (apple/coremltools
+        issues #2821 / pull request #2822, verified on an M3 Max; it clamps m >= 1, which leaves small
+        activations unscaled — here m is floored at 2^-14 instead); abs, reduce_max, maximum and real_div
+        are native on M1 through M5 (sbryngelson/ane-guide appendices/a-op-device-matrix.md); the
+        reduce_sum + pow(-0.5) tail is maderix/ANE training/stories_mil.h's, which ran on hardware.
         """
+        f = self.f
         channels = x.type.shape[1]  # type: ignore[union-attr]
-        xs = self.f.mul(x=x, y=1.0 / math.sqrt(channels), name=f"{tag}_xs")  # (1, C, 1, S)
-        sq = self.f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, 1, S): x^2 / C
-        ms = self.f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, 1, S)
-        eps = self.f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps")  # (1, 1, 1, S)
-        return self.f.pow(x=eps, y=-0.5, name=f"{tag}_rrms")  # (1, 1, 1, S)
+        peak = f.reduce_max(x=f.abs(x=x, name=f"{tag}_abs"), axes=[1], keep_dims=True, name=f"{tag}_peak")
+        m = f.maximum(x=peak, y=2.0**-14, name=f"{tag}_m")  # (1, 1, 1, S)
+        y = f.real_div(x=x, y=m, name=f"{tag}_y")  # (1, C, 1, S), |y| <= 1
+        sq = f.mul(x=y, y=y, name=f"{tag}_sq")  # (1, C, 1, S)
+        ss = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ss")  # (1, 1, 1, S), in [1, C]
+        ms = f.mul(x=ss, y=1.0 / channels, name=f"{tag}_ms")  # (1, 1, 1, S): mean of y^2
+        em = f.real_div(x=math.sqrt(self.cfg.norm_eps), y=m, name=f"{tag}_em")  # (1, 1, 1, S)
+        e = f.add(x=ms, y=f.mul(x=em, y=em, name=f"{tag}_em2"), name=f"{tag}_eps")  # (1, 1, 1, S)
+        r = f.pow(x=e, y=-0.5, name=f"{tag}_r")  # (1, 1, 1, S): m / rms
+        return f.real_div(x=r, y=m, name=f"{tag}_rrms")  # (1, 1, 1, S): 1 / rms
 
     def rmsnorm(self, x: Var, scale: Var, tag: str) -> Var:
         """x * rsqrt(mean(x^2) + eps) * scale, over channels."""

@@ -43,7 +43,8 @@ class Segment:
 
     ``sources`` says which weights fill the block, stacked along rows, as ``(key, rows, transposed)``:
     the (rows, columns) block is weight ``key`` as given (llama2.c's (out, in) layout) or its transpose.
-    A 1-d weight (an RMSNorm scale) fills a one-column block. No sources: the block holds activations.
+    A 1-d weight (an RMSNorm scale) fills every column of its block (the same vector repeated). No
+    sources: the block holds activations.
     Channels from ``rows`` to C are zero padding.
     """
 
@@ -202,8 +203,8 @@ class SpatialLayout:
                 if key not in weights:
                     raise LayoutError(f"[layout] weight '{key}' was not given (given: {', '.join(weights)})")
                 a = np.asarray(weights[key])
-                if s.columns == 1 and len(s.sources) == 1 and a.shape == (rows,):
-                    yield s, offset, row, a.reshape(rows, 1)
+                if len(s.sources) == 1 and a.shape == (rows,):  # a vector, repeated along the columns
+                    yield s, offset, row, np.broadcast_to(a.reshape(rows, 1), (rows, s.columns))
                     row += rows
                     continue
                 want = (s.columns, rows) if transposed else (rows, s.columns)

@@ -19,16 +19,21 @@ are given in llama2.c's layout ((out, in) matrices, (dim,) scales) and ``spec.pa
 Widths: every segment starts at a multiple of ``COLUMN_ALIGN`` = 64 columns and the surface is a
 multiple of 64 wide, the gaps being zeros (rustane: widths not a multiple of 16 corrupt silently;
 maderix's dynamic pipeline only uses multiples of 256). Every input is dense: every segment fills
-all C rows, so the only zeros are the alignment padding (63 columns after a one-column RMSNorm scale;
-more where a model's widths are not multiples of 64). Outputs are [1, C, 1, S], S = seq_len: a
+all C rows, so the only zeros are the alignment padding (where a model's widths are not multiples of
+64). An RMSNorm scale is carried as a full segment, the vector repeated over the S positions, and
+multiplied elementwise: never a one-column slice (the pattern an M3 Ultra refused to compile,
+ncdrone/rustane pull request #9), and its values (about 1) are far under the 4094 a width-offset slice
+keeps on M1 / M2 (anekit.engine.numerics 'slice.width-offset-gain'). The other width-offset slices
+hold weights, and in ffn_bwd_w13t_dynamic the forward pre-activations h1 / h3 (dgate, scaled by the
+loss scale, comes first, at offset 0); the sanitizer reports any of them over 4094. Outputs are [1, C, 1, S], S = seq_len: a
 multiple of 64 in every preset and in ``anekit train``'s default model, not padded here. Every input
 width is checked against the engine's 15-bit spatial limit (ConfigError naming the rule).
 
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
 sdpa_fwd_dynamic      dim       act dim x S, wq_t dim x dim, wk_t dim x kv, wv_t dim x kv,
-                                wo_t dim x dim, rms_att dim x 1
+                                wo_t dim x dim, rms_att dim x S
 ffn_fwd_dynamic       dim       act dim x S, w1_t dim x hidden, w3_t dim x hidden, w2 dim x hidden
-                                (W2 itself), rms_ffn dim x 1
+                                (W2 itself), rms_ffn dim x S
 ffn_bwd_w2t_dynamic   dim       act (dffn) dim x S, w2 dim x hidden (= (W2^T)^T)
 ffn_bwd_w13t_dynamic  hidden    dgate, h1, h3 hidden x S each, w1 hidden x dim, w3 hidden x dim
 qkv_bwd_dynamic       dim+2 kv  act (dq; dk; dv) (dim + 2 kv) x S, wqkv (dim + 2 kv) x dim (Wq; Wk; Wv)
@@ -85,7 +90,7 @@ def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
             Segment("wk_t", d, kv, (("wk", d, True),)),
             Segment("wv_t", d, kv, (("wv", d, True),)),
             Segment("wo_t", d, d, (("wo", d, True),)),
-            Segment("rms_att", d, 1, (("rms_att", d, False),)),
+            Segment("rms_att", d, cfg.seq_len, (("rms_att", d, False),)),
         ],
         align=COLUMN_ALIGN,
     )
@@ -102,7 +107,7 @@ def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     d, kv = cfg.dim, cfg.kv_dim
     activations = Layout.of([("x", d)], cfg.seq_len)
     x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, 1)
+    scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, S): the scale repeated per position
     xn = kb.rmsnorm(x, scale, "att_norm")  # (1, dim, 1, S)
     xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
     q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, dim, 1, S)
@@ -131,7 +136,7 @@ def ffn_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
             Segment("w1_t", d, h, (("w1", d, True),)),
             Segment("w3_t", d, h, (("w3", d, True),)),
             Segment("w2", d, h, (("w2", d, False),)),
-            Segment("rms_ffn", d, 1, (("rms_ffn", d, False),)),
+            Segment("rms_ffn", d, cfg.seq_len, (("rms_ffn", d, False),)),
         ],
         align=COLUMN_ALIGN,
     )
@@ -149,7 +154,9 @@ def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)
     activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
     x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, dynamic_slice(kb, columns, "rms_ffn"), "ffn_norm")  # (1, dim, 1, S)
+    xn = kb.rmsnorm(
+        x, dynamic_slice(kb, columns, "rms_ffn"), "ffn_norm"
+    )  # (1, dim, 1, S); scale (1, dim, 1, S)
     xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
     h1 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w1_t"), "h1", at=xnt)  # (1, hidden, 1, S)
     h3 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w3_t"), "h3", at=xnt)  # (1, hidden, 1, S)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from anekit.engine.numerics import behaviour
 from anekit.kernels import ModelConfig, attention_bwd, backward, composable, dynamic, forward
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
@@ -184,10 +185,24 @@ def make_kernels(backend: Backend, cfg: ModelConfig, weights: str) -> Kernels:
     raise ValueError(f"weights must be 'baked' or 'dynamic', not {weights!r}")
 
 
+# The largest scaled activation gradient a step lets into the kernels: half the MAC output port's 2^15
+# ceiling (anekit.engine.numerics 'mac.output-ceiling', the same on every chip measured). A gradient
+# that grows past it is one product away from +inf, and on the engine an inf meeting another inf or a
+# zero becomes +0 (``indeterminate.plus-zero``), which no finiteness check sees: so the step is skipped
+# and the loss scale halved before that can happen.
+GRADIENT_HEADROOM = behaviour("mac.output-ceiling").conservative / 2
+
+
 @dataclass
 class StepResult:
     loss: float
     finite: bool  # False when a gradient overflowed (the step must be skipped and the scale lowered)
+    peak: float = 0.0  # the largest |scaled activation gradient| the kernels saw
+
+    @property
+    def overflowed(self) -> bool:
+        """The step must be skipped and the scale lowered: a gradient is not finite or left the headroom."""
+        return not self.finite or not self.peak < GRADIENT_HEADROOM
 
 
 def train_step(
@@ -238,6 +253,7 @@ def train_step(
         grads.rms_final += drms
 
     # -- backward through the layers -------------------------------------------------------------
+    peak = 0.0  # the largest |scaled gradient| into or out of a backward kernel
     for i in reversed(range(cfg.n_layers)):
         x, att, x2, ffn = saved[i]
         g = grads.layers[i]
@@ -264,11 +280,21 @@ def train_step(
             dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, w.rms_att, eps)
             g.rms_att += drms
             dx = dx2 + dnorm  # (dim, T)
+            peak = max(peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], b1["dv"], b2["dq"], b2["dk"], dxn))
 
     with timer.phase("cpu"):
         cpu_ops.embed_backward(grads.embed, dx, tokens)
         finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
-    return StepResult(float(loss), finite)
+    return StepResult(float(loss), finite, peak)
+
+
+def _peak(*arrays: np.ndarray) -> float:
+    """The largest |value| of the arrays (inf when one holds a NaN)."""
+    top = 0.0
+    for a in arrays:
+        m = float(np.max(np.abs(a))) if a.size else 0.0
+        top = max(top, m if m == m else float("inf"))
+    return top
 
 
 def unscale(grads: Params, factor: float) -> bool:

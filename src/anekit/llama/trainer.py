@@ -124,6 +124,7 @@ def train(
             for _, g in grads.tensors():
                 g.fill(0.0)
             losses = []
+            headroom_left = True  # every micro-step's gradients stayed under the MAC port's headroom
             for micro in range(tc.accum):
                 rng = np.random.default_rng([tc.seed, state.step, micro])
                 with timer.phase("io"):
@@ -135,11 +136,12 @@ def train(
                         "forward phase); stopping — the last good checkpoint is kept"
                     )
                 losses.append(result.loss)
+                headroom_left = headroom_left and not result.overflowed
             with timer.phase("cpu"):
                 finite = unscale(grads, 1.0 / (state.loss_scale * tc.accum))
-                skipped = not finite
+                skipped = not finite or not headroom_left
                 if skipped:
-                    state.loss_scale /= 2  # overflow in fp16: retry the next batch with a smaller scale
+                    state.loss_scale /= 2  # overflow, or about to: the next batch with a smaller scale
                 else:
                     apply_adamw(state, grads, tc)
             lr = tc.lr_at(state.step)

@@ -418,7 +418,8 @@ _RULES: tuple[Rule, ...] = (
     Rule(
         "numerics.fp16-sum-of-squares",
         "A sum of squares over N elements in fp16 overflows to inf once RMS(x) > sqrt(65504 / N) (about "
-        "9 for N = 768), and RMSNorm then normalises to zeros: scale x by at most 1/sqrt(N) first.",
+        "9 for N = 768), and RMSNorm then normalises to zeros: scale x by at most 1/sqrt(N) first, or "
+        "divide it by its largest |x| (reduce_max of abs).",
         "op",
         "error",
         "reported",

@@ -411,6 +411,8 @@ def _sum_of_squares(ctx: _Context, op: Op) -> None:
         base = _squared(x)
         if base is None:
             return
+    if _max_normalized(base) and count <= FP16_MAX:  # |base| <= 1: the sum is at most count
+        return
     scale = _prescale(base)
     if scale is None or scale * scale * count > 1.0 + 1e-3:  # room for the scale rounded to fp16
         bound = math.sqrt(FP16_MAX / count)
@@ -419,6 +421,33 @@ def _sum_of_squares(ctx: _Context, op: Op) -> None:
             op,
             f"sum of {count} fp16 squares overflows once RMS > {bound:.3g}: scale by <= 1/sqrt({count})",
         )
+
+
+def _max_normalized(v: Var) -> bool:
+    """Whether ``v`` = real_div(a, m) with m = reduce_max(abs(a)) (possibly through maximum with a
+    positive constant floor): every |v| <= 1."""
+    op = v.op
+    if op is None or op.op_type != "real_div":
+        return False
+    a, m = op.inputs.get("x"), op.inputs.get("y")
+    if not isinstance(a, Var) or not isinstance(m, Var) or m.op is None:
+        return False
+    if m.op.op_type == "maximum":  # a floor: maximum(reduce_max(...), c) with c > 0
+        inner = [x for x in m.op.input_vars() if _const_array(x) is None]
+        floor = [_const_array(x) for x in m.op.input_vars() if _const_array(x) is not None]
+        if len(inner) != 1 or not floor or float(np.min(floor[0])) <= 0:
+            return False
+        m = inner[0]
+    peak = m.op
+    if peak is None or peak.op_type != "reduce_max":
+        return False
+    absolute = peak.inputs.get("x")
+    return (
+        isinstance(absolute, Var)
+        and absolute.op is not None
+        and absolute.op.op_type == "abs"
+        and absolute.op.inputs.get("x") is a
+    )
 
 
 def _squared(v: Var) -> Var | None:
