@@ -27,7 +27,8 @@ keeps on M1 / M2 (anekit.engine.numerics 'slice.width-offset-gain'). The other w
 hold weights, and in ffn_bwd_w13t_dynamic the forward pre-activations h1 / h3 (dgate, scaled by the
 loss scale, comes first, at offset 0); the sanitizer reports any of them over 4094. Outputs are
 [1, C, 1, S], S = seq_len: a multiple of 64 in every preset and in ``anekit train``'s default model,
-not padded here. Every input width is checked against the engine's 15-bit spatial limit (ConfigError naming the rule).
+not padded here. Every input width is checked against the engine's 15-bit spatial limit (ConfigError
+naming the rule).
 
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
 sdpa_fwd_dynamic      dim       act dim x S, wq_t dim x dim, wk_t dim x kv, wv_t dim x kv,
