@@ -274,10 +274,13 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
     ),
     Behaviour(
         "recip.signed-zero",
-        "A zero loses its sign before a reciprocal or reciprocal square root: inverse(-0) and rsqrt(-0) give "
-        "+inf (IEEE: -inf); sqrt(-0) stays +0.",
+        "A zero loses its sign before a reciprocal or reciprocal square root: the reciprocal and rsqrt of -0 "
+        "give +inf (IEEE: -inf); sqrt(-0) is +0. Applied to inverse, rsqrt and real_div's divisor.",
         {"m1": Finding(True, "measured", f"{GUIDE} 'Edge behavior a correctness oracle must model'")},
         True,
+        "MIL's inverse and rsqrt add an epsilon first (-0 + eps is never -0), so the sign shows through "
+        "real_div(x, -0): that the divide goes through the reciprocal path is predicted (the guide's "
+        "appendix A lists real_div as a 'General divide').",
     ),
     Behaviour(
         "slice.width-offset-gain",

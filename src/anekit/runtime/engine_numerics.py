@@ -949,7 +949,49 @@ def _all_finite(x: Any) -> bool:
     return bool(np.isfinite(x).all()) if n is None else n == 0
 
 
-LIGHT = {"sigmoid": _light_sigmoid, "softmax": _light_softmax}
+def _real_div(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+    y = np.asarray(values["y"])
+    if y.dtype.kind == "f":
+        neg0 = (y == 0) & np.signbit(y)
+        if neg0.any():
+            num._note(step.op, "signed-zero", int(np.count_nonzero(neg0)))
+            values = {**values, "y": np.where(neg0, 0.0, y).astype(y.dtype)}
+    return reference(values)
+
+
+def _light_real_div(
+    num: EngineNumerics,
+    step: Any,
+    runner: Runner,
+    values_of: Any,
+    reference: Reference,
+    slots: dict[str, Any],
+) -> Runner | None:
+    """real_div's own runner, its divisor's -0 read as +0 (the reciprocal path drops the sign of a zero),
+    then NaN -> +0 (0 / 0, inf / inf)."""
+    y_slot, (out_slot,) = slots.get("y"), step.out_slots
+    if not isinstance(y_slot, int) or not num.signed_zero:
+        return None
+    op = step.op
+
+    def run(env: list[Any]) -> None:
+        y = env[y_slot]
+        neg0 = (y == 0) & np.signbit(y) if isinstance(y, np.ndarray) and y.dtype.kind == "f" else None
+        if neg0 is not None and neg0.any():
+            num._note(op, "signed-zero", int(np.count_nonzero(neg0)))
+            env[y_slot] = np.where(neg0, 0.0, y).astype(y.dtype)
+            try:
+                runner(env)
+            finally:
+                env[y_slot] = y
+        else:
+            runner(env)
+        env[out_slot] = num.no_nan(op, env[out_slot])
+
+    return run
+
+
+LIGHT = {"sigmoid": _light_sigmoid, "softmax": _light_softmax, "real_div": _light_real_div}
 SIGMOID_KNOTS = tuple(float(np.float16(e)) for e in TABLES["sigmoid"].domain)  # the end knots' fp16 inputs
 
 OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values, Reference], list[np.ndarray]]] = {
@@ -967,4 +1009,5 @@ OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values, Reference], list[np.
     "softmax": _softmax,
     "reduce_sum": _reduce,
     "reduce_mean": _reduce,
+    "real_div": _real_div,
 }
