@@ -334,6 +334,7 @@ def run_smoke(args: argparse.Namespace) -> int:
     failed = [r.name for r in results if r.status != "pass"]
     summary = f"{len(results) - len(failed)}/{len(results)} rungs pass on {backend.name}"
     print(summary + (f"; failed: {', '.join(failed)}" if failed else ""), file=out)
+    numerics = _numeric_rungs(backend, chip, dialect, out)
     if backend.name == "sim":
         print(where, file=out)
     full = {
@@ -346,6 +347,7 @@ def run_smoke(args: argparse.Namespace) -> int:
         "tolerance": {"atol": smoke.ATOL, "rtol": smoke.RTOL},
         "rungs": [r.to_json() for r in results],
         "summary": {"rungs": len(results), "passed": len(results) - len(failed), "failed": failed},
+        "numerics": numerics,
         "ok": not failed,
     }
     if args.json == "-":
@@ -354,6 +356,30 @@ def run_smoke(args: argparse.Namespace) -> int:
         write_json(args.json, full)
         print(f"wrote {args.json}", file=out)
     return 0 if not failed else 1
+
+
+def _numeric_rungs(backend: Any, chip: str | None, dialect: str, out: Any) -> dict[str, Any]:
+    """The numeric rungs (``anekit.cli.smoke_numerics``): which chip profiles the machine matches, and
+    where it departs from the one anekit assumed for it (the simulator's own chip, or this Mac's)."""
+    from anekit.cli import smoke_numerics
+    from anekit.runtime.ane.availability import chip_name
+
+    assumed = getattr(backend, "chip", None) or (chip_name(chip) if chip else "any")
+    print(f"numeric rungs (which chip profile the machine computes like; assumed: {assumed}):", file=out)
+    found = smoke_numerics.run(backend, dialect)
+    for r in found:
+        print(smoke_numerics.format_result(r), file=out)
+    matched = smoke_numerics.profiles_matched(found)
+    differs = smoke_numerics.differences(found, assumed)
+    print(f"numerics match the profiles of: {', '.join(matched) or 'none'}", file=out)
+    for line in differs:
+        print(f"  differs from the assumed profile: {line}", file=out)
+    return {
+        "assumed": assumed,
+        "rungs": [r.to_json() for r in found],
+        "matches": matched,
+        "differs": differs,
+    }
 
 
 def backend_note(name: str, report: dict[str, Any]) -> str:
