@@ -98,11 +98,11 @@ def rungs(dialect: str | None) -> list[NumericRung]:
         lambda f, x: f.slice_by_size(x=x, begin=[0, 0, 0, SPATIAL], size=[1, CHANNELS, 1, SPATIAL], name="y"),
         2 * SPATIAL,
     )
+    times_one = _program(lambda f, x: f.mul(x=x, y=1.0, name="y"))
     return [
         NumericRung("mac_ceiling", "mac.output-ceiling", print_program(conv, dialect), ones, {"x": ceiling},
                     ((0, 0), (0, 1))),
-        NumericRung("nan_coercion", "input.nan-coercion",
-                    print_program(_program(lambda f, x: f.mul(x=x, y=1.0, name="y")), dialect), {}, {"x": nan},
+        NumericRung("nan_coercion", "input.nan-coercion", print_program(times_one, dialect), {}, {"x": nan},
                     ((0, 0),)),
         NumericRung("subnormal_mac", "mac.subnormal-flush", print_program(conv, dialect), ones, {"x": tiny},
                     ((0, 0),)),
