@@ -334,3 +334,33 @@ def test_sqrt_of_subnormals(chip):
     out = probe(lambda f, x: f.sqrt(x=x), chip, x=row(1e-9, 1.192e-7, 1.013e-6, 6.002e-5, 1e-4)).ravel()
     assert out[:4].tolist() == [0, 0, 0, 0.0078125]
     assert abs(out[4] - 1.0338e-2) / 1.0338e-2 < 0.04
+
+
+# -- GUIDE 'fp16 datapath': int8 weights reconstructed to fp16 before the multiply ------------------------
+
+
+@pytest.mark.parametrize("chip", ("m1", "m5", "any"))
+def test_int8_weight_reconstructed_to_fp16(chip):
+    """GUIDE: 'it dequantizes an int8 ... weight to fp16 on the way in': w = fp16(s * (q - z)), read back
+    exactly through a 1x1 conv whose input is the identity (one product per output, no accumulation)."""
+    from anekit import mil
+    from anekit.mil import tensor
+    from anekit.runtime.sim import SimBackend
+
+    rng = np.random.default_rng(5)
+    c = 16
+    q = rng.integers(-127, 128, (c, c, 1, 1)).astype(np.int8)
+    scale = (rng.uniform(0.001, 0.05, c)).astype(np.float16)
+    zero = rng.integers(-3, 4, c).astype(np.int8)
+
+    @mil.program(inputs={"x": tensor("fp16", [1, c, 1, c])})
+    def prog(f, x):
+        w = f.constexpr_affine_dequantize(quantized_data=q, zero_point=zero, scale=scale, axis=0)
+        return f.conv1x1(x, w)
+
+    with SimBackend(chip=chip, strict=False).compile(prog) as k:
+        (out,) = k(x=np.eye(c, dtype=np.float32).reshape(1, c, 1, c)).values()
+    want = (scale.astype(np.float64)[:, None] * (q[:, :, 0, 0].astype(np.float64) - zero[:, None])).astype(
+        np.float16
+    )
+    np.testing.assert_array_equal(out.reshape(c, c), want.astype(np.float32))
