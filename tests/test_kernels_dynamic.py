@@ -211,22 +211,22 @@ def test_sdpa_fwd_columns_start_at_multiples_of_64():
         (128, 32),
         (192, 32),
         (256, 64),
-        (320, 1),
+        (320, 32),  # the RMSNorm scale as a full segment: repeated over the 32 positions
     ]
-    assert cols.padding() == [(32, 32), (160, 32), (224, 32), (321, 63)]
-    assert cols.padded_columns == 32 + 32 + 32 + 63
+    assert cols.padding() == [(32, 32), (160, 32), (224, 32), (352, 32)]
+    assert cols.padded_columns == 32 + 32 + 32 + 32
     assert (spec.inputs.channels, spec.inputs.spatial) == (64, 384)
     assert spec.outputs == forward.sdpa_fwd_layout(cfg)
     w = random_layer(cfg, seed=8)
     blocks = spec.weight_columns(w)
     np.testing.assert_array_equal(blocks["wk_t"], w["wk"].T)  # (dim, kv_dim)
-    np.testing.assert_array_equal(blocks["rms_att"][:, 0], w["rms_att"])
+    np.testing.assert_array_equal(blocks["rms_att"], np.repeat(w["rms_att"][:, None], 32, axis=1))
     x = np.ones((cfg.dim, cfg.seq_len))
     rows = spec.pack(w, x=x).reshape(64, 384)
     for offset, count in cols.padding():
         np.testing.assert_array_equal(rows[:, offset : offset + count], 0)
     np.testing.assert_array_equal(rows[:, 128:160], w["wk"].T)
-    assert "columns 321..384  (padding)  zeros x 63" in cols.describe()
+    assert "columns 352..384  (padding)  zeros x 32" in cols.describe()
     # The mask and RoPE's pair swap and tables are baked: not trained, so not in the input.
     assert [name for name, _, _ in spec.weights.entries] == [
         "rope_swap_64",
@@ -282,8 +282,8 @@ def test_wrong_weight_shapes_are_rejected():
 @pytest.mark.parametrize(
     ("name", "cfg", "width"),
     [
-        ("sdpa_fwd_dynamic", ModelConfig(8192, 8192, 1, 64, 64, 100, 256), 256 + 4 * 8192 + 64),
-        ("ffn_fwd_dynamic", ModelConfig(4096, 11008, 1, 32, 32, 100, 256), 256 + 3 * 11008 + 64),
+        ("sdpa_fwd_dynamic", ModelConfig(8192, 8192, 1, 64, 64, 100, 256), 256 + 4 * 8192 + 256),
+        ("ffn_fwd_dynamic", ModelConfig(4096, 11008, 1, 32, 32, 100, 256), 256 + 3 * 11008 + 256),
         ("ffn_bwd_w2t_dynamic", ModelConfig(64, 32768, 1, 1, 1, 100, 256), 256 + 32768),
         ("ffn_bwd_w13t_dynamic", ModelConfig(16384, 64, 1, 128, 128, 100, 256), 3 * 256 + 2 * 16384),
         ("qkv_bwd_dynamic", ModelConfig(1024, 2048, 1, 2, 2, 100, 32000), 32000 + 1024),
@@ -403,7 +403,7 @@ def test_stories110m_largest_input_is_the_ffn_forward():
         name: spec.inputs.channels * spec.inputs.spatial * 2 for name, spec in _dynamic_specs(cfg).items()
     }
     assert max(sizes, key=sizes.get) == "ffn_fwd_dynamic"
-    assert sizes["ffn_fwd_dynamic"] == 768 * (256 + 3 * 2048 + 64) * 2  # 9.5 MiB
+    assert sizes["ffn_fwd_dynamic"] == 768 * (256 + 3 * 2048 + 256) * 2  # 9.75 MiB (rms_ffn 768 x 256)
     assert sizes["ffn_bwd_w13t_dynamic"] == 2048 * (3 * 256 + 2 * 768) * 2  # 9.0 MiB
 
 
