@@ -13,6 +13,11 @@ Either way every stored value is the one ``run_step`` stores, bit for bit and in
 Numerics (DESIGN.md "Numerics"), precision ``"ane"`` (the default): every value is stored in its
 declared dtype — fp16 values are rounded to nearest even after every op and overflow to inf, bf16
 likewise — while ops compute on float32 operands, so matmul / conv / reductions accumulate in fp32.
+On top of that the chip's numeric profile applies (``numerics="engine"``, the default; the profile of
+``chip``, "any" the conservative union): ``runtime.engine_numerics`` wraps each step's runner with what
+the engine does differently (the MAC port's 2^15 ceiling, NaN coercion and indeterminate forms to +0,
+subnormal flushes, the width-offset slice gain, tie rounding, activation tables), and its sanitizer counts
+where that departs from the ideal machine. ``numerics="ieee"`` is the ideal machine alone.
 Precision ``"fp32"`` keeps every float value in float32 (no fp16 rounding between ops): the exact
 reference path for comparisons with float32 tools. Op meaning comes from the op registry's numpy
 references; nothing here redefines an op.
