@@ -20,6 +20,7 @@ import pytest
 from tests.numerics_probe import fp16, probe, row
 
 INF = np.inf
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every probe with the compiled loops and without
 ALL = ("m1", "m2", "m3", "m4", "m5", "any")
 
 

@@ -13,6 +13,8 @@ from anekit import runtime
 from anekit.errors import AnekitError
 from tests.numerics_probe import fp16, probe, row
 
+pytestmark = pytest.mark.usefixtures("fp16_path")  # every case with the compiled loops and without
+
 
 def _hazards(backend) -> dict[str, dict]:
     return {h: v for rec in backend.sanitizer.records() for h, v in rec["hazards"].items()}

@@ -140,95 +140,83 @@ def adamw_update(
     return True
 
 
-def scan_operand(x: np.ndarray) -> tuple[int, float] | None:
-    """(fp16 subnormals in float32 ``x``, its largest finite |value|), or None without the loops."""
+def _f32(x: np.ndarray, writes: bool) -> tuple[ModuleType, np.ndarray] | None:
+    """(the loops, a 1-d view of float32 ``x`` in memory order) when the loops are in use and can take it
+    (``writes``: they change it in place, so it must be writeable), else None."""
     loops = _load()
-    if loops is None or x.dtype != np.float32:
+    if loops is None or x.dtype != np.float32 or (writes and not x.flags.writeable):
         return None
     v = flat(x)
-    if v is None:
+    return None if v is None else (loops, v)
+
+
+def _into(x: np.ndarray, loop: str) -> np.ndarray | None:
+    """A new array of ``x``'s shape and layout written by the loop ``loop(x, out)``, or None."""
+    found = _f32(x, writes=False)
+    if found is None:
         return None
-    n, big = loops.scan_operand(v)
+    loops, src = found
+    out = np.empty_like(x)
+    dst = flat(out)
+    if dst is None or not _same_order(x, out):
+        return None
+    getattr(loops, loop)(src, dst)
+    return out
+
+
+def scan_operand(x: np.ndarray) -> tuple[int, float] | None:
+    """(fp16 subnormals in float32 ``x``, its largest finite |value|), or None without the loops."""
+    found = _f32(x, writes=False)
+    if found is None:
+        return None
+    n, big = found[0].scan_operand(found[1])
     return int(n), float(big)
 
 
 def flush_subnormals(x: np.ndarray) -> np.ndarray | None:
     """A copy of float32 ``x`` with fp16 subnormals set to +0 (same layout), or None without the loops."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32:
-        return None
-    out = np.empty_like(x)
-    src, dst = flat(x), flat(out)
-    if src is None or dst is None or not _same_order(x, out):
-        return None
-    loops.flush_into(src, dst)
-    return out
+    return _into(x, "flush_into")
 
 
 def mac_port(x: np.ndarray, ceiling: float, flush: bool) -> tuple[int, int, float, int] | None:
     """The MAC output port on float32 fp16 values in place (``_jit_loops.mac_port``), or None."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+    found = _f32(x, writes=True)
+    if found is None:
         return None
-    v = flat(x)
-    if v is None:
-        return None
-    nans, over, largest, flushed = loops.mac_port(v, np.float32(ceiling), bool(flush))
+    nans, over, largest, flushed = found[0].mac_port(found[1], np.float32(ceiling), bool(flush))
     return int(nans), int(over), float(largest), int(flushed)
 
 
 def nan_to_zero(x: np.ndarray) -> int | None:
     """NaN -> +0 in float32 ``x`` in place: how many, or None when the loops are not in use."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
-        return None
-    v = flat(x)
-    if v is None:
-        return None
-    return int(loops.nan_to_zero(v))
+    found = _f32(x, writes=True)
+    return None if found is None else int(found[0].nan_to_zero(found[1]))
 
 
 def saturate_over(x: np.ndarray, limit: float) -> tuple[int, float] | None:
     """|v| > ``limit`` -> +/-inf in float32 ``x`` in place: (how many, the largest), or None."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+    found = _f32(x, writes=True)
+    if found is None:
         return None
-    v = flat(x)
-    if v is None:
-        return None
-    n, largest = loops.saturate_over(v, np.float32(limit))
+    n, largest = found[0].saturate_over(found[1], np.float32(limit))
     return int(n), float(largest)
 
 
 def count_nan(x: np.ndarray) -> int | None:
     """How many NaNs float32 ``x`` holds, or None when the loops are not in use."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32:
-        return None
-    v = flat(x)
-    return None if v is None else int(loops.count_nan(v))
+    found = _f32(x, writes=False)
+    return None if found is None else int(found[0].count_nan(found[1]))
 
 
 def round_fp16_away(x: np.ndarray) -> np.ndarray | None:
     """float32 ``x`` rounded to binary16 values with ties away from zero (a new array), or None."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32:
-        return None
-    out = np.empty_like(x)
-    src, dst = flat(x), flat(out)
-    if src is None or dst is None or not _same_order(x, out):
-        return None
-    loops.round_fp16_away_into(src, dst)
-    return out
+    return _into(x, "round_fp16_away_into")
 
 
 def scan_flush_inplace(x: np.ndarray) -> tuple[int, float] | None:
     """``scan_operand`` that also flushes the fp16 subnormals of float32 ``x`` to +0 in place, or None."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+    found = _f32(x, writes=True)
+    if found is None:
         return None
-    v = flat(x)
-    if v is None:
-        return None
-    n, big = loops.scan_flush_inplace(v)
+    n, big = found[0].scan_flush_inplace(found[1])
     return int(n), float(big)

@@ -292,8 +292,8 @@ def partial_overflow(a: np.ndarray, b: np.ndarray, ceiling: float) -> np.ndarray
 Values = dict[str, Any]
 _F32 = np.dtype(np.float32)
 # The compiled loops (numba, ``anekit.jit``), called directly on the hot paths; None without them (every
-# path then has its numpy twin). Looked up when the first EngineNumerics is made: importing this module
-# does not import numba.
+# path then has its numpy twin). Looked up whenever an EngineNumerics is made: importing this module does
+# not import numba.
 _LOOPS: Any = None
 Runner = Callable[[list[Any]], None]
 Reference = Callable[[Values], list[Any]]
@@ -304,8 +304,7 @@ class EngineNumerics:
 
     def __init__(self, profile: Profile, sanitizer: Sanitizer | None = None) -> None:
         global _LOOPS
-        if _LOOPS is None:
-            _LOOPS = jit.loops()
+        _LOOPS = jit.loops()  # as ``anekit.jit`` decides now (ANEKIT_JIT may have changed)
         self.profile = profile
         self.sanitizer = sanitizer
         self.ceiling = profile.mac_ceiling
@@ -575,17 +574,22 @@ class EngineNumerics:
                 self._note(op, "mac-ceiling", over, biggest)
                 self._note(op, "subnormal-flush", flushed)
             if check_partials and largest * terms >= ceiling:
-                values = values_of(env)
-                ops = mac_operands(op_type, values)
-                mask = None if ops is None else partial_overflow(*ops, ceiling)
-                if mask is not None:
-                    mask = mask.reshape(out.shape) & np.isfinite(out)
-                    n = int(np.count_nonzero(mask))
-                    if n:
-                        self._note(op, "mac-partial", n, float(np.max(np.abs(out[mask]))))
-                        out[mask] = np.inf * np.where(out[mask] < 0, -1.0, 1.0)
+                ops = mac_operands(op_type, values_of(env))
+                if ops is not None:
+                    self._partials(op, out, ops, ceiling)
 
         return mac
+
+    def _partials(self, op: Any, out: np.ndarray, ops: tuple[np.ndarray, np.ndarray], ceiling: float) -> None:
+        """Outputs whose running partial reached the ceiling (``partial_overflow``) become +/-inf in place."""
+        mask = partial_overflow(*ops, ceiling)
+        if mask is None:
+            return
+        mask = mask.reshape(out.shape) & np.isfinite(out)
+        n = int(np.count_nonzero(mask))
+        if n:
+            self._note(op, "mac-partial", n, float(np.max(np.abs(out[mask]))))
+            out[mask] = np.inf * np.where(out[mask] < 0, -1.0, 1.0)
 
     # -- per-op numerics ---------------------------------------------------------------------------
 
@@ -654,13 +658,7 @@ class EngineNumerics:
             k = ops[0].shape[-1]
             bound = max(largest.values(), default=math.inf)
             if len(largest) < 2 or bound * min(largest.values()) * k >= ceiling:
-                mask = partial_overflow(*ops, ceiling)
-                if mask is not None:
-                    mask = mask.reshape(out.shape) & np.isfinite(out)
-                    n = int(np.count_nonzero(mask))
-                    if n:
-                        self._note(op, "mac-partial", n, float(np.max(np.abs(out[mask]))))
-                        out[mask] = np.inf * np.where(out[mask] < 0, -1.0, 1.0)
+                self._partials(op, out, ops, ceiling)
         return out
 
 
