@@ -141,3 +141,22 @@ def test_anekit_train_sanitize_prints_one_line_per_checkpoint(tmp_path, monkeypa
     assert main([*base, "--out", str(tmp_path / "b")]) == 0
     a, b = (tmp_path / d / "loss.csv" for d in "ab")
     assert a.read_bytes() == b.read_bytes()  # the sanitizer changes no number of the run
+
+
+def test_a_flushed_mac_operand_is_flushed_for_the_mac_only():
+    """The MAC reads a subnormal operand as +0, but an elementwise op reading the same value keeps it (the
+    engine keeps subnormals on the elementwise path), however the simulator flushes it."""
+    tiny = 2.0**-24
+
+    def body(f, x):
+        y = f.mul(x=x, y=1.0)  # a fresh value holding subnormals
+        a = f.matmul(x=y, y=fp16(np.ones((2, 2))))  # the MAC: flushed
+        b = f.add(x=y, y=0.0)  # elementwise: kept
+        return f.concat(values=(a, b), axis=1)
+
+    out = probe(body, "m1", x=row(tiny, tiny))
+    assert out.tolist() == [[0.0, 0.0, tiny, tiny]]
+    square = probe(
+        lambda f, x: f.matmul(x=f.mul(x=x, y=1.0), y=fp16(np.ones((2, 2)))), "m5", x=row(tiny, tiny)
+    )
+    assert square.tolist() == [[2 * tiny, 2 * tiny]]  # M5 keeps them

@@ -149,14 +149,29 @@ def flush_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - co
 
 
 @njit(nogil=True, cache=True)
+def _needs_port(bits: np.ndarray, limit: np.uint32, low: np.uint32) -> bool:  # pragma: no cover - compiled
+    """Whether any value is NaN, at or over the ceiling, or a subnormal under ``low``: one read-only pass
+    of integer maxima and counts (it vectorises), so the common case of nothing to do costs one read."""
+    big = np.uint32(0)
+    lows = 0
+    for i in range(bits.size):
+        a = bits[i] & _ABS_BITS
+        big = max(big, a)
+        lows += np.int64((a < low) & (a > np.uint32(0)))
+    return big >= limit or lows > 0
+
+
+@njit(nogil=True, cache=True)
 def mac_port(
     x: np.ndarray, ceiling: np.float32, flush: bool
-) -> tuple[int, int, float, int]:  # pragma: no cover
+) -> tuple[int, int, float, int]:  # pragma: no cover - compiled
     """The MAC output port on fp16 values in place: NaN -> +0, (flush) subnormals -> +0, |v| >= ceiling
     -> +/-inf. Returns (NaNs, values over the ceiling, the largest of them, subnormals flushed)."""
     bits = x.view(np.uint32)
     limit = np.float32(min(ceiling, np.float32(np.inf))).view(np.uint32)
     low = _MIN_NORMAL_BITS if flush else np.uint32(0)
+    if not _needs_port(bits, min(limit, _INF_BITS + np.uint32(1)), low):
+        return 0, 0, 0.0, 0
     nans = 0
     over = 0
     flushed = 0
@@ -236,15 +251,13 @@ def round_fp16_away_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no 
 
 @njit(nogil=True, cache=True)
 def scan_flush_inplace(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover - compiled
-    """``scan_operand`` that also sets the fp16 subnormals it counts to +0, in place."""
-    bits = x.view(np.uint32)
-    n = 0
-    big = np.uint32(0)
-    for i in range(bits.size):
-        b = bits[i]
-        a = b & _ABS_BITS
-        low = (a < _MIN_NORMAL_BITS) & (a > np.uint32(0))
-        n += np.int64(low)
-        big = max(big, a if a < _INF_BITS else np.uint32(0))
-        bits[i] = np.uint32(0) if low else b
-    return n, float(np.uint32(big).view(np.float32))
+    """``scan_operand`` that also sets the fp16 subnormals it counts to +0, in place (a second, writing
+    pass only when there are some)."""
+    n, big = scan_operand(x)
+    if n:
+        bits = x.view(np.uint32)
+        for i in range(bits.size):
+            b = bits[i]
+            a = b & _ABS_BITS
+            bits[i] = np.uint32(0) if (a < _MIN_NORMAL_BITS) & (a > np.uint32(0)) else b
+    return n, big

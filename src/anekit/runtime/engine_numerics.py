@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -521,9 +522,11 @@ class EngineNumerics:
         sizes: dict[tuple[Any, ...], tuple[bool, int]] = {}  # operand shapes -> (exact model?, terms)
         last: list[Any] = [None, (False, 0)]  # the operand shapes of the last run, and what they gave
         slot_list = [s for _, s in operands]
-        sanitizer = self.sanitizer
+        sanitizer, flush = self.sanitizer, self.flush
+        in_place: list[bool] | None = None  # per operand: only MAC ops read its slot (known once built)
 
         def mac(env: list[Any]) -> None:
+            nonlocal in_place
             shapes = [getattr(env[s], "shape", None) for s in slot_list]
             if shapes == last[0]:
                 exact, terms = last[1]
@@ -540,19 +543,22 @@ class EngineNumerics:
             if exact:  # a probe-sized op: the exact tile model
                 (env[out_slot],) = self.evaluate(step, values_of(env), reference)
                 return
+            if in_place is None:
+                in_place = [flush and s in self.mac_only_slots for s in slot_list]
             single_tap = op_type in ("conv", "conv_transpose") and terms < 2
             ceiling = math.inf if single_tap else self.ceiling
-            check_partials = self.partials and not single_tap and op_type in ("matmul", "linear", "conv")
             largest = 1.0
             swapped = []
-            for _, slot in operands:
+            for slot, alone_ok in zip(slot_list, in_place):
                 v = env[slot]
-                if self.flush and slot in self.mac_only_slots and type(v) is np.ndarray and v.flags.owndata:
-                    found = jit.scan_flush_inplace(v)  # no other reader: flushed where it lies
-                    if found is not None:
-                        self._note(op, "subnormal-flush", found[0])
-                        largest *= found[1]
-                        continue
+                if alone_ok and _LOOPS is not None and _alone(v) and v.dtype == _F32 and v.flags.c_contiguous:
+                    n, big = _LOOPS.scan_flush_inplace(
+                        v.reshape(-1)
+                    )  # no other reader: flushed where it lies
+                    if n and sanitizer is not None:
+                        self._note(op, "subnormal-flush", n)
+                    largest *= big
+                    continue
                 if isinstance(v, np.ndarray) and v.dtype.kind == "f":
                     subnormals, big, flushed = self.scan(v)
                     largest *= big
@@ -560,21 +566,26 @@ class EngineNumerics:
                         self._note(op, "subnormal-flush", subnormals)
                         swapped.append((slot, v))
                         env[slot] = flushed
-            try:
+            if swapped:
+                try:
+                    runner(env)
+                finally:
+                    for slot, v in swapped:
+                        env[slot] = v
+            else:
                 runner(env)
-            finally:
-                for slot, v in swapped:
-                    env[slot] = v
             out = env[out_slot]
             if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
                 out = env[out_slot] = np.array(out, dtype=np.float32)
-            nans, over, biggest, flushed = _port(out, ceiling, self.flush)
+            nans, over, biggest, flushed = _port(out, ceiling, flush)
             if sanitizer is not None:
                 self._note(op, "indeterminate", nans)
                 self._note(op, "mac-ceiling", over, biggest)
                 self._note(op, "subnormal-flush", flushed)
-            if check_partials and largest * terms >= ceiling:
-                ops = mac_operands(op_type, values_of(env))
+            if largest * terms >= ceiling and self.partials and not single_tap:
+                ops = (
+                    mac_operands(op_type, values_of(env)) if op_type in ("matmul", "linear", "conv") else None
+                )
                 if ops is not None:
                     self._partials(op, out, ops, ceiling)
 
@@ -660,6 +671,13 @@ class EngineNumerics:
             if len(largest) < 2 or bound * min(largest.values()) * k >= ceiling:
                 self._partials(op, out, ops, ceiling)
         return out
+
+
+def _alone(v: Any) -> bool:
+    """Whether ``v`` is an array nothing else can see: it owns its data (no view of another array), and
+    its only references are the plan's slot, the caller's local name, this function's parameter and
+    getrefcount's own argument (a view of it, another slot or a cache holding it would add one)."""
+    return type(v) is np.ndarray and v.flags.owndata and v.flags.writeable and sys.getrefcount(v) <= 4
 
 
 def _scan(v: np.ndarray) -> tuple[int, float]:

@@ -329,15 +329,9 @@ class Plan:
                     readers.setdefault(s, set()).add(step.op.op_type)
             for s in self.fused_reads.get(index, ()):
                 readers.setdefault(s, set()).add("fused")
-        # Values a step computes afresh: not those of ops that may hand on a view of (or the very array of)
-        # an input, unless a fused runner copied them.
-        views = {"reshape", "expand_dims", "squeeze", "identity", "flatten2d", "transpose"}
-        made = {
-            s
-            for index, step in enumerate(self.steps)
-            if step.op.op_type not in views or index in self.fused_reads
-            for s in step.out_slots
-        } - self.elided
+        # Whether a value is an array of its own (no view of another, in no other slot) is checked when it
+        # runs (EngineNumerics: owndata and its reference count).
+        made = {s for step in self.steps for s in step.out_slots} - self.elided
         keep = set(self.output_slots) | set(self.constants) | set(self.input_slots)
         return frozenset(s for s in made - keep if readers.get(s) and readers[s] <= MAC_OPS)
 
