@@ -222,6 +222,20 @@ def saturate_over(x: np.ndarray, limit: np.float32) -> tuple[int, float]:  # pra
 
 
 @njit(nogil=True, cache=True)
+def nan_peak(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover - compiled
+    """(how many NaNs, the largest |value| of the others, inf included) of float32 ``x``."""
+    bits = x.view(np.uint32)
+    n = 0
+    peak = np.uint32(0)
+    for i in range(bits.size):
+        a = bits[i] & _ABS_BITS
+        nan = a > _INF_BITS
+        n += np.int64(nan)
+        peak = max(peak, np.uint32(0) if nan else a)
+    return n, float(np.uint32(peak).view(np.float32))
+
+
+@njit(nogil=True, cache=True)
 def count_nan(x: np.ndarray) -> int:  # pragma: no cover - compiled
     bits = x.view(np.uint32)
     n = 0

@@ -320,13 +320,16 @@ class EngineNumerics:
         self.round_away = bool(profile["round.half-away"])
         self.tables = profile["activation.tables"]
         self._scans: dict[int, tuple[np.ndarray, int, float, np.ndarray | None]] = {}
+        self._input_peaks: dict[int, float] = {}  # program input slot -> its largest |value| this run
         # Slots whose every reader is a MAC op (set by the plan once it is built): their values may be
         # flushed in place, no other op sees the subnormals go.
         self.mac_only_slots: frozenset[int] = frozenset()
 
     def begin_run(self) -> None:
-        """Forget the operand scans of the last run (a plan calls this before and after each run)."""
+        """Forget the operand scans and input peaks of the last run (a plan calls this before and after
+        each run)."""
         self._scans.clear()
+        self._input_peaks.clear()
 
     def scan(self, v: np.ndarray) -> tuple[int, float, np.ndarray | None]:
         """(fp16 subnormals in MAC operand ``v``, its largest finite |value|, its flushed copy or None),
@@ -346,15 +349,22 @@ class EngineNumerics:
 
     # -- inputs ------------------------------------------------------------------------------------
 
-    def coerce_input(self, value: Any, name: str) -> Any:
-        """NaN -> +inf in a float input (a fresh array when it changes)."""
+    def coerce_input(self, value: Any, name: str, slot: int | None = None) -> Any:
+        """NaN -> +inf in a float input (a fresh array when it changes). With ``slot``, the input's largest
+        |value| is kept for the run: a width-offset slice of an input under 4094 cannot saturate."""
         if not (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size):
             return value
-        if jit.count_nan(value) == 0:
+        if _LOOPS is not None and value.dtype == _F32 and value.flags.c_contiguous:
+            n, peak = _LOOPS.nan_peak(value.reshape(-1))
+        else:
+            with np.errstate(invalid="ignore"):
+                n = int(np.count_nonzero(np.isnan(value)))
+                peak = float(np.max(np.abs(value), initial=0.0, where=~np.isnan(value)))
+        if slot is not None:
+            self._input_peaks[slot] = math.inf if n else peak
+        if n == 0:
             return value
         nan = np.isnan(value)
-        if not nan.any():
-            return value
         if self.sanitizer is not None:
             self.sanitizer.note(name, "input", "nan-coerced", int(nan.sum()), math.inf)
         out = value.copy()
@@ -455,12 +465,17 @@ class EngineNumerics:
         return corrected
 
     def slice_saturation(self, step: Any) -> Callable[[Any], Any]:
-        """A width-offset slice's values on a chip with the x16 crop gain: |v| > 4094 becomes +/-inf."""
+        """A width-offset slice's values on a chip with the x16 crop gain: |v| > 4094 becomes +/-inf. A
+        slice of a program input whose largest |value| this run is at most 4094 is left as it is."""
         op = step.op
+        source = dict(step.args).get("x")
+        peaks = self._input_peaks
 
         def saturate(out: Any) -> Any:
             if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.size):
                 return out
+            if peaks.get(source, math.inf) <= SLICE_SAFE:
+                return out  # sliced from an input with nothing over 4094
             found = jit.saturate_over(out, SLICE_SAFE) if out.flags.writeable else None
             if found is None:
                 big = (np.abs(out) > SLICE_SAFE) & np.isfinite(out)
@@ -514,10 +529,13 @@ class EngineNumerics:
         if self.mac_ties != "even":
             return None  # M5-style ties need the unrounded product: computed here
         operands = [(k, slots[k]) for k in ("x", "y", "weight") if isinstance(slots.get(k), int)]
-        for _, slot in operands:  # a constant operand holding subnormals: computed here every run
+        constant_peaks: dict[int, float] = {}  # constant operands, scanned once here
+        for _, slot in operands:
             v = constants.get(slot)
-            if isinstance(v, np.ndarray) and self.flush and _scan(v)[0]:
-                return None
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                subnormals, constant_peaks[slot] = _scan(v)
+                if subnormals and self.flush:
+                    return None  # a constant holding subnormals: computed here (flushed) every run
         (out_slot,) = step.out_slots
         sizes: dict[tuple[Any, ...], tuple[bool, int]] = {}  # operand shapes -> (exact model?, terms)
         last: list[Any] = [None, (False, 0)]  # the operand shapes of the last run, and what they gave
@@ -550,6 +568,9 @@ class EngineNumerics:
             largest = 1.0
             swapped = []
             for slot, alone_ok in zip(slot_list, in_place):
+                if slot in constant_peaks:
+                    largest *= constant_peaks[slot]
+                    continue
                 v = env[slot]
                 if alone_ok and _LOOPS is not None and _alone(v) and v.dtype == _F32 and v.flags.c_contiguous:
                     n, big = _LOOPS.scan_flush_inplace(
@@ -682,8 +703,8 @@ def _alone(v: Any) -> bool:
 
 def _scan(v: np.ndarray) -> tuple[int, float]:
     """(fp16 subnormals in ``v``, its largest finite |value|)."""
-    if _LOOPS is not None and v.dtype == _F32 and v.flags.c_contiguous:
-        return _LOOPS.scan_operand(v.reshape(-1))
+    if _LOOPS is not None and v.dtype == _F32:  # a strided view is read through a dense copy
+        return _LOOPS.scan_operand(np.ascontiguousarray(v).reshape(-1))
     found = jit.scan_operand(v) if v.dtype == np.float32 else None
     if found is not None:
         return found

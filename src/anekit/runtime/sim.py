@@ -434,14 +434,14 @@ class Plan:
             for slot, value in self.constants.items():
                 self._template[slot] = value
         env: list[Any] = self._template.copy()  # the constants in place, the rest filled below
+        if self.numerics is not None:
+            self.numerics.begin_run()
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
             env[slot] = value if i in stored and store is _store_fp16 else store(value)
             if self.numerics is not None:
-                env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i])
+                env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i], slot)
         runners, dead_after = self.runners, self.dead_after
         index = 0
-        if self.numerics is not None:
-            self.numerics.begin_run()
         try:
             with np.errstate(all="ignore"):
                 for index in range(len(runners)):
