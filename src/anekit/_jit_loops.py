@@ -275,3 +275,26 @@ def scan_flush_inplace(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover 
             a = b & _ABS_BITS
             bits[i] = np.uint32(0) if (a < _MIN_NORMAL_BITS) & (a > np.uint32(0)) else b
     return n, big
+
+
+@njit(nogil=True, cache=True)
+def round_fp16_nan0_inplace(x: np.ndarray, away: bool) -> int:  # pragma: no cover - compiled
+    """Round float32 ``x`` to binary16 values in place, NaN -> +0 (the engine's indeterminate forms), ties
+    away from zero when ``away``; how many NaNs there were. One pass: the store and the correction."""
+    n = 0
+    for i in range(x.size):
+        v = x[i]
+        if v != v:
+            x[i] = np.float32(0.0)
+            n += 1
+            continue
+        r = _round(v)
+        if away:
+            a = abs(v)
+            ra = abs(r)
+            if ra < a and a < np.float32(65520.0):
+                hc = np.float32(np.float32(a - ra) + a)
+                if _round(hc) == hc:
+                    r = hc if v > 0 else -hc
+        x[i] = r
+    return n

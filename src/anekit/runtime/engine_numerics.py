@@ -395,6 +395,41 @@ class EngineNumerics:
         self._note(op, "indeterminate", n)
         return v
 
+    def fused_store(self, op_type: str) -> str | None:
+        """How an op's fresh fp16 result may be corrected inside its store ("even" / "away": the ties of
+        the rounding, NaN -> +0 either way), or None when the op needs more than that (MAC ops, tables,
+        slices, ops computed here) or nothing (NaN-free ops)."""
+        if op_type in REDUCE_OPS:
+            return self.reduce_ties
+        if op_type in MAC_OPS or op_type in OVERRIDES or op_type in LIGHT or op_type in SLICE_OPS:
+            return None
+        return None if op_type in NAN_FREE else "even"
+
+    def round_store(self, op: Any, out: np.ndarray, away: bool) -> np.ndarray | None:
+        """Round a fresh float32 result to fp16 in place with NaN -> +0 (and ties away), in one pass."""
+        if _LOOPS is None:
+            return None
+        n = _LOOPS.round_fp16_nan0_inplace(out.reshape(-1), away)
+        if n and self.sanitizer is not None:
+            self._note(op, "indeterminate", n)
+        return out
+
+    def store_numpy(
+        self,
+        op: Any,
+        o: Any,
+        inputs: tuple[Any, ...],
+        plain: Callable[[Any, tuple[Any, ...]], Any],
+        away: bool,
+    ) -> np.ndarray:
+        """``round_store``'s result the numpy way (no compiled loops, or a result that is not a fresh
+        float32 array): the plain store (ties to even) or the ties-away rounding, then NaN -> +0."""
+        if away:
+            stored = round16(np.asarray(o, dtype=np.float32), "away").astype(np.float32)
+        else:
+            stored = plain(o, inputs)
+        return self.no_nan(op, stored)
+
     def needs_values(self, op_type: str) -> bool:
         """Whether the op is computed here (rather than by its reference, then corrected)."""
         return op_type in MAC_OPS or op_type in OVERRIDES

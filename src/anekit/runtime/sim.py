@@ -414,7 +414,12 @@ class Plan:
         else:
             self.steps.append(step)
             runner = bind_step(step, self.constants)
-            if self.numerics is not None:
+            fused = (
+                engine_fast_step(step, self.constants, self.numerics) if self.numerics is not None else None
+            )
+            if fused is not None:  # the profile's correction made in the store itself: nothing to wrap
+                runner = fused
+            elif self.numerics is not None:
                 wrapped = engine_runner(step, runner, self.numerics, self.constants)
                 if wrapped is not runner:
                     index = len(self.steps) - 1
@@ -558,6 +563,31 @@ def bind_step(step: Step, constants: dict[int, np.ndarray]) -> Runner:
     Either way the slots receive the values ``run_step`` stores (tests/test_sim_fast_runners.py)."""
     binding = _binding(step, constants)
     return (fast_runner(step.opdef, binding) if binding else None) or _plain(step)
+
+
+def engine_fast_step(step: Step, constants: dict[int, np.ndarray], numerics: EngineNumerics) -> Runner | None:
+    """A ``sim_fast`` runner whose store also applies the profile's correction of a fresh fp16 result in
+    the same pass (NaN -> +0; ties away from zero for a reduction on chips that round so), or None where
+    the step has no fast runner or its store is not the fp16 one."""
+    ties = numerics.fused_store(step.op.op_type)
+    if ties is None or not step.fp16_out or step.moves_only:
+        return None
+    binding = _binding(step, constants)
+    if binding is None:
+        return None
+    plain = _finish(step)
+    op = step.op
+    away = ties == "away"
+
+    def finish(o: Any, inputs: tuple[Any, ...]) -> np.ndarray:
+        if type(o) is np.ndarray and o.dtype == np.float32 and o.flags.c_contiguous and _fresh(o, inputs):
+            found = numerics.round_store(op, o, away)
+            if found is not None:
+                return found
+        return numerics.store_numpy(op, o, inputs, plain, away)
+
+    binding.finish = finish
+    return fast_runner(step.opdef, binding)
 
 
 def _plain(step: Step) -> Runner:
