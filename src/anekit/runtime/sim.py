@@ -50,8 +50,10 @@ from anekit.mil.values import BlobRef, Literal
 from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, Surface, WeightSource, strict_default
-from anekit.runtime.engine_numerics import SLICE_OPS, EngineNumerics, Sanitizer
+from anekit.runtime.engine_numerics import SLICE_OPS, EngineNumerics
 from anekit.runtime.heap import keep_freed_memory
+from anekit.runtime.mac_model import MAC_OPS
+from anekit.runtime.sanitizer import Sanitizer
 from anekit.runtime.sim_fast import Binding, Finish, Runner, fast_runner, fused_reshape
 
 PRECISIONS = ("ane", "fp32")
@@ -320,8 +322,6 @@ class Plan:
     def _mac_only_slots(self) -> frozenset[int]:
         """Slots made by a step of this plan whose every reader is a MAC op (matmul, linear, conv, ...) and
         that are no output: the engine numerics may flush their subnormals in place."""
-        from anekit.runtime.engine_numerics import MAC_OPS
-
         readers: dict[int, set[str]] = {}
         for index, step in enumerate(self.steps):
             for _, slot in step.args:

@@ -1,0 +1,165 @@
+"""The engine's multiply-accumulate unit, modelled: fp16 rounding with either tie rule, the 4-lane first
+stage, the output port's ceiling and the interior partials that reach it.
+
+Used by ``runtime.engine_numerics`` for the MAC ops (matmul, linear, einsum, conv, conv_transpose); the
+behaviours and their evidence are ``anekit.engine.numerics``' "mac.*" records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anekit.engine.numerics import FP16_MIN_NORMAL
+
+MAC_OPS = frozenset({"matmul", "linear", "einsum", "conv", "conv_transpose"})
+# A MAC op with at most this many products (probe-sized programs) runs the exact 4-lane first-stage
+# model; larger ones accumulate in float32 (BLAS), within the tiles' roundings (a few fp16 ulps) of it.
+EXACT_MAC_PRODUCTS = 1 << 13
+
+
+def round16(v: np.ndarray, ties: str = "even") -> np.ndarray:
+    """``v`` rounded to fp16 values (held in float64); ``ties`` "even" (IEEE) or "away" from zero."""
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        h = v.astype(np.float16).astype(np.float64)
+        if ties == "away":
+            a, ha = np.abs(v), np.abs(h)
+            up = np.nextafter(ha.astype(np.float16), np.float16(np.inf)).astype(np.float64)
+            tie_down = (ha < a) & (a - ha == up - a)
+            if tie_down.any():
+                h = np.where(tie_down, np.copysign(up, v), h)
+    return h
+
+
+def flush16(v: np.ndarray) -> np.ndarray:
+    """Subnormal fp16 values (|v| < 2^-14) to +0."""
+    return np.where(np.abs(v) < FP16_MIN_NORMAL, 0.0, v)
+
+
+def subnormal_count(v: np.ndarray) -> int:
+    a = np.abs(v)
+    return int(np.count_nonzero((a < FP16_MIN_NORMAL) & (a > 0)))
+
+
+def mac_operands(op_type: str, values: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The op as a batched product a (..., M, K) @ b (..., K, N) of its input values, where it is one
+    (matmul, linear, a 1x1 stride-1 unpadded single-group conv), else None."""
+    if op_type == "matmul":
+        x, y = np.asarray(values["x"]), np.asarray(values["y"])
+        if x.ndim < 2 or y.ndim < 2:
+            return None
+        if is_true(values.get("transpose_x")):
+            x = np.swapaxes(x, -1, -2)
+        if is_true(values.get("transpose_y")):
+            y = np.swapaxes(y, -1, -2)
+        return x, y
+    if op_type == "linear":
+        x, w = np.asarray(values["x"]), np.asarray(values["weight"])
+        if x.ndim < 2 or values.get("bias") is not None:
+            return None
+        return x, w.T
+    if op_type == "conv":
+        x, w = np.asarray(values["x"]), np.asarray(values["weight"])
+        if x.ndim != 4 or w.ndim != 4 or w.shape[2:] != (1, 1) or values.get("bias") is not None:
+            return None
+        if int(np.asarray(values.get("groups", 1))) != 1 or str(values.get("pad_type", "valid")) not in (
+            "valid",
+            "same",
+            "same_lower",
+        ):
+            return None
+        for key in ("strides", "dilations"):
+            if key in values and values[key] is not None and np.any(np.asarray(values[key]) != 1):
+                return None
+        n, c, h, wd = x.shape
+        return w[:, :, 0, 0], x.reshape(n, c, h * wd)
+    return None
+
+
+def is_true(v: Any) -> bool:
+    return bool(np.asarray(v)) if v is not None else False
+
+
+def accumulation_terms(op_type: str, values: dict[str, Any]) -> int:
+    """How many products each output of a MAC op accumulates (a conv: input channels / groups x taps)."""
+    if op_type in ("conv", "conv_transpose"):
+        w = np.asarray(values["weight"])
+        return int(np.prod(w.shape[1:])) if op_type == "conv" else int(np.prod(w.shape[2:])) * w.shape[0]
+    ops = mac_operands(op_type, values)
+    return 2 if ops is None else int(ops[0].shape[-1])
+
+
+def tiled_product(
+    a: np.ndarray, b: np.ndarray, ceiling: float, flush: bool, tile_rounding: str, ties: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The 4-lane first-stage model of a @ b (``mac.first-stage``): products rounded to fp16, each tile of
+    4 consecutive lanes summed and rounded to fp16 (``tile_rounding``: "truncate" toward zero, "even" or
+    "away"), tiles accumulated wide (float64) in order, the output rounded to fp16 (``ties``).
+
+    Returns (the output before the port's ceiling, True where the tile or running partial reached
+    ``ceiling``; those outputs are already +/-inf with the sign of the partial).
+    """
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    k = a64.shape[-1]
+    shape = (*np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]), a64.shape[-2], b64.shape[-1])
+    acc = np.zeros(shape)
+    over = np.zeros(shape, dtype=bool)
+    sign = np.zeros(shape)
+    with np.errstate(all="ignore"):
+        for t in range(0, k, 4):
+            exact = np.zeros(shape)
+            for j in range(t, min(t + 4, k)):
+                p = round16(a64[..., :, j : j + 1] * b64[..., j : j + 1, :])
+                exact = exact + (flush16(p) if flush else p)
+            tile = truncate16(exact) if tile_rounding == "truncate" else round16(exact, tile_rounding)
+            if flush:
+                tile = flush16(tile)
+            acc = acc + tile
+            for partial in (tile, acc):
+                hit = (np.abs(partial) >= ceiling) & ~over
+                sign = np.where(hit, np.sign(partial), sign)
+                over |= hit
+    out = round16(acc, ties)
+    if flush:
+        out = flush16(out)
+    out = np.where(over, sign * np.inf, out)
+    return out, over
+
+
+def truncate16(v: np.ndarray) -> np.ndarray:
+    """``v`` rounded toward zero to fp16 values (float64 in and out)."""
+    h = round16(v)
+    a, ha = np.abs(v), np.abs(h)
+    down = np.nextafter(ha.astype(np.float16), np.float16(0)).astype(np.float64)
+    return np.where(ha > a, np.copysign(down, v), h)
+
+
+def partial_overflow(a: np.ndarray, b: np.ndarray, ceiling: float) -> np.ndarray | None:
+    """Outputs of a @ b where a 4-lane tile or the running sum of tiles (in index order) reaches ``ceiling``,
+    though the output may not: a boolean mask, or None when the bound max|a| max|b| K shows none can."""
+    k = a.shape[-1]
+    if a.size == 0 or b.size == 0:
+        return None
+    with np.errstate(all="ignore"):
+        if float(np.max(np.abs(a))) * float(np.max(np.abs(b))) * k < ceiling:
+            return None
+        bound = np.matmul(np.abs(a).astype(np.float32), np.abs(b).astype(np.float32))
+    suspects = np.argwhere(bound >= ceiling)
+    shape = bound.shape
+    mask = np.zeros(shape, dtype=bool)
+    a_b = np.broadcast_to(a, shape[:-2] + a.shape[-2:])
+    b_b = np.broadcast_to(b, shape[:-2] + b.shape[-2:])
+    for idx in suspects:
+        *batch, m, n = (int(i) for i in idx)
+        prods = a_b[(*batch, m)].astype(np.float64) * b_b[(*batch, slice(None), n)].astype(np.float64)
+        tiles = np.pad(prods, (0, -k % 4)).reshape(-1, 4).sum(axis=1)  # the first stage's 4-lane tiles
+        worst = max(float(np.max(np.abs(tiles))), float(np.max(np.abs(np.cumsum(tiles)))))
+        mask[tuple(idx)] = worst >= ceiling
+    return mask
+
+
+def products(a: np.ndarray, b: np.ndarray) -> int:
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return int(np.prod(batch)) * a.shape[-2] * a.shape[-1] * b.shape[-1]
