@@ -91,9 +91,8 @@ def test_sanitize_needs_the_simulators_engine_numerics():
     with pytest.raises(AnekitError, match=r"\[sim\] sanitize .* numerics 'engine'"):
         runtime.open("sim", sanitize=True, numerics="ieee")
     with pytest.raises(AnekitError, match=r"backend 'ane' runs the engine itself: sanitize"):
-        from anekit.runtime import _engine_options
-
-        _engine_options("ane", {"sanitize": True})
+        runtime.check_numerics_options("ane", {"sanitize": True})
+    runtime.check_numerics_options("sim", {"sanitize": True, "chip": "m1"})  # the simulator takes them
 
 
 def test_unknown_chip_and_missing_data_are_one_line_errors():
@@ -128,6 +127,9 @@ def test_anekit_run_sanitize_text_and_json(tmp_path, capsys):
     assert report["chip"] == "m1" and report["sanitizer"][0]["hazards"]["indeterminate"]["count"] == 2048
     assert main(["run", str(prog), "--random", "1", "--chip", "m7"]) == 1
     assert "unknown chip 'm7'" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "t"), "--chip", "m7"]) == 1
+    assert "unknown chip 'm7'" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()  # refused before anything was written
 
 
 def test_anekit_train_sanitize_prints_one_line_per_checkpoint(tmp_path, monkeypatch, capsys):

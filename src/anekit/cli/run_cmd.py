@@ -193,8 +193,9 @@ def summary(name: str, value: np.ndarray) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_file(args.output, "[run] --output")
-    prog, weights, function = _load(args)
     options: dict[str, object] = flags.numerics_options(args)
+    runtime.check_numerics_options(args.backend, options)
+    prog, weights, function = _load(args)
     if (args.backend or "sim") == "sim":
         options.update(precision=args.precision, **({"strict": False} if args.no_strict else {}))
         if _is_package(args):

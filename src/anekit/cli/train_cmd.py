@@ -489,6 +489,8 @@ def _run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise AnekitError(f"[train] --out {out} is a file, not a directory")
     restarted = bool(args.restarted)
+    numerics = flags.numerics_options(args)  # an unknown chip, or --sanitize on the engine: before any write
+    runtime.check_numerics_options(args.backend, numerics)
 
     # 1. what to run: the stored run (--resume) or the flags; nothing is written before this is settled
     if args.resume:
@@ -593,7 +595,7 @@ def _run(args: argparse.Namespace) -> int:
             raise AnekitError(f"[train] cannot copy the tokenizer {tok_path} into {out}: {e.strerror}") from e
         (out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state file would mislead `sample`
 
-    options: dict[str, Any] = flags.numerics_options(args)
+    options: dict[str, Any] = dict(numerics)
     if args.compile_budget is not None:
         options["compile_budget"] = args.compile_budget
     backend = runtime.open(args.backend, **options)

@@ -45,24 +45,27 @@ def open(name: str | None = None, **options: Any) -> Backend:
             f"[runtime] backend '{name}' is not available on this machine" + (f": {reason}" if reason else "")
         )
     if name != "sim":
-        _engine_options(name, options)
+        check_numerics_options(name, options)
+        for k in ("sanitize", "numerics", "chip"):
+            options.pop(k, None)
     elif "chip" not in options:
         options["chip"] = default_chip()
     module_name, cls_name = BACKENDS[name]
     return getattr(importlib.import_module(module_name), cls_name)(**options)
 
 
-def _engine_options(name: str, options: dict[str, Any]) -> None:
-    """Refuse, with one line, the simulator's numerics options on a backend that runs the engine itself:
-    the engine computes with its own numerics and cannot report where they depart from the ideal."""
+def check_numerics_options(name: str | None, options: dict[str, Any]) -> None:
+    """Refuse, with one line, the simulator's numerics options (``chip``, ``numerics``, ``sanitize``) for
+    a backend that runs the engine itself (``name``; None: the best available): the engine computes with
+    its own numerics and cannot report where they depart from the ideal machine."""
+    if name is None:
+        name = os.environ.get("ANEKIT_BACKEND") or available()[0]
     asked = [k for k in ("sanitize", "numerics", "chip") if options.get(k) not in (None, False)]
-    if asked:
+    if name != "sim" and asked:
         raise AnekitError(
             f"[runtime] backend '{name}' runs the engine itself: {', '.join(asked)} "
             "(the numeric profile and its sanitizer) need the simulator, backend 'sim'"
         )
-    for k in ("sanitize", "numerics", "chip"):
-        options.pop(k, None)
 
 
 def default_chip() -> str:
@@ -79,4 +82,12 @@ def default_chip() -> str:
         return "any"
 
 
-__all__ = ["DEFAULT_COMPILE_BUDGET", "Backend", "Kernel", "Surface", "available", "open"]
+__all__ = [
+    "DEFAULT_COMPILE_BUDGET",
+    "Backend",
+    "Kernel",
+    "Surface",
+    "available",
+    "check_numerics_options",
+    "open",
+]
