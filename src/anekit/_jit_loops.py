@@ -298,3 +298,14 @@ def round_fp16_nan0_inplace(x: np.ndarray, away: bool) -> int:  # pragma: no cov
                     r = hc if v > 0 else -hc
         x[i] = r
     return n
+
+
+@njit(nogil=True, cache=True)
+def round_port_inplace(
+    x: np.ndarray, ceiling: np.float32, flush: bool
+) -> tuple[int, int, float, int]:  # pragma: no cover - compiled
+    """A MAC op's store and output port in one pass: round to binary16 values in place, then ``mac_port``'s
+    NaN -> +0, subnormals -> +0 (``flush``) and |v| >= ceiling -> +/-inf."""
+    for i in range(x.size):
+        x[i] = _round(x[i])
+    return mac_port(x, ceiling, flush)

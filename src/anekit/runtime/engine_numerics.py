@@ -232,6 +232,7 @@ class EngineNumerics:
         values_of: Callable[[list[Any]], Values],
         reference: Callable[[Values], list[Any]],
         constants: dict[int, Any],
+        ported: list[Any] | None = None,
     ) -> Runner:
         """``runner`` (the step's ideal runner) under the profile: the op's own fast runner with the
         profile's corrections around it where that gives the profile's result, the op computed here
@@ -245,7 +246,7 @@ class EngineNumerics:
                 env[slot] = value
 
         if op_type in MAC_OPS:
-            return self._bind_mac(step, runner, values_of, reference, slots, constants) or computed
+            return self._bind_mac(step, runner, values_of, reference, slots, constants, ported) or computed
         if op_type in LIGHT:
             return LIGHT[op_type](self, step, runner, values_of, reference, slots) or computed
         if op_type in OVERRIDES:
@@ -330,8 +331,10 @@ class EngineNumerics:
         reference: Callable[[Values], list[Any]],
         slots: dict[str, Any],
         constants: dict[int, Any],
+        ported: list[Any] | None = None,
     ) -> Runner | None:
-        """The wide path around the op's own runner: operands scanned (flushed where the chip flushes),
+        """The wide path around the op's own runner (``ported``: the cell where a runner whose store is the
+        output port leaves the port's counts): operands scanned (flushed where the chip flushes),
         then the output port in one pass. None where the op must be computed here (probe-sized ops run
         the exact tile model; M5-style tie rounding; operands of unknown shape)."""
         op, op_type = step.op, step.op.op_type
@@ -346,6 +349,7 @@ class EngineNumerics:
                 if subnormals and self.flush:
                     return None  # a constant holding subnormals: computed here (flushed) every run
         (out_slot,) = step.out_slots
+        port = self.port_ceiling(step)  # the ceiling the store applies, when ``ported``
         sizes: dict[tuple[Any, ...], tuple[bool, int]] = {}  # operand shapes -> (exact model?, terms)
         last: list[Any] = [None, (False, 0)]  # the operand shapes of the last run, and what they gave
         slot_list = [s for _, s in operands]
@@ -396,6 +400,8 @@ class EngineNumerics:
                         self.note(op, "subnormal-flush", subnormals)
                         swapped.append((slot, v))
                         env[slot] = flushed
+            if ported is not None:
+                ported[0] = None
             if swapped:
                 try:
                     runner(env)
@@ -405,9 +411,12 @@ class EngineNumerics:
             else:
                 runner(env)
             out = env[out_slot]
-            if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
-                out = env[out_slot] = np.array(out, dtype=np.float32)
-            nans, over, biggest, flushed = _port(out, ceiling, flush)
+            if ported is not None and ported[0] is not None and ceiling == port:
+                nans, over, biggest, flushed = ported[0]  # the store was the port
+            else:
+                if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
+                    out = env[out_slot] = np.array(out, dtype=np.float32)
+                nans, over, biggest, flushed = _port(out, ceiling, flush)
             if sanitizer is not None:
                 self.note(op, "indeterminate", nans)
                 self.note(op, "mac-ceiling", over, biggest)
@@ -420,6 +429,23 @@ class EngineNumerics:
                     self._partials(op, out, ops, ceiling)
 
         return mac
+
+    def port_ceiling(self, step: Any) -> float | None:
+        """The output-port ceiling of a MAC step, known from its types: matmul and linear always have it,
+        a conv with two or more taps (input channels / groups x kernel) too, a single-tap conv none
+        (inf); None when the types do not tell (a conv weight of unknown shape) or ties round away."""
+        op_type = step.op.op_type
+        if self.mac_ties != "even":
+            return None
+        if op_type in ("matmul", "linear", "einsum"):
+            return self.ceiling
+        if op_type == "conv":
+            w = step.op.inputs.get("weight")
+            shape = getattr(getattr(w, "type", None), "shape", None)
+            if shape is None or not all(isinstance(d, int) for d in shape[1:]):
+                return None
+            return self.ceiling if math.prod(shape[1:]) >= 2 else math.inf
+        return None
 
     def _partials(self, op: Any, out: np.ndarray, ops: tuple[np.ndarray, np.ndarray], ceiling: float) -> None:
         """Outputs whose running partial reached the ceiling (``partial_overflow``) become +/-inf in place."""

@@ -533,7 +533,12 @@ def engine_runner(
     step: Step, runner: Runner, numerics: EngineNumerics, constants: dict[int, np.ndarray]
 ) -> Runner:
     """``runner`` under a chip's numeric profile (``EngineNumerics.bind``); ``runner`` itself when the
-    profile changes nothing about the step."""
+    profile changes nothing about the step. A MAC op gets, where it can, a fast runner whose store is
+    the output port as well."""
+    ported = engine_mac_step(step, constants, numerics) if step.op.op_type in MAC_OPS else None
+    if ported is not None:
+        runner, cell = ported
+        return numerics.bind(step, runner, lambda env: _values(step, env), _reference(step), constants, cell)
     return numerics.bind(step, runner, lambda env: _values(step, env), _reference(step), constants)
 
 
@@ -563,6 +568,34 @@ def bind_step(step: Step, constants: dict[int, np.ndarray]) -> Runner:
     Either way the slots receive the values ``run_step`` stores (tests/test_sim_fast_runners.py)."""
     binding = _binding(step, constants)
     return (fast_runner(step.opdef, binding) if binding else None) or _plain(step)
+
+
+def engine_mac_step(
+    step: Step, constants: dict[int, np.ndarray], numerics: EngineNumerics
+) -> tuple[Runner, list[Any]] | None:
+    """A MAC op's ``sim_fast`` runner whose store also applies the output port (``_jit_loops.
+    round_port_inplace``), and the cell in which each run leaves the port's counts (None after a run that
+    took the plain way); None where there is no such runner or no compiled loop."""
+    ceiling = numerics.port_ceiling(step)
+    if ceiling is None or not step.fp16_out or not jit.available():
+        return None
+    binding = _binding(step, constants)
+    if binding is None:
+        return None
+    plain = _finish(step)
+    flush = numerics.flush
+    cell: list[Any] = [None]
+    loops = jit.loops()
+
+    def finish(o: Any, inputs: tuple[Any, ...]) -> np.ndarray:
+        if type(o) is np.ndarray and o.dtype == np.float32 and o.flags.c_contiguous and _fresh(o, inputs):
+            cell[0] = loops.round_port_inplace(o.reshape(-1), np.float32(ceiling), flush)
+            return o
+        return plain(o, inputs)
+
+    binding.finish = finish
+    runner = fast_runner(step.opdef, binding)
+    return None if runner is None else (runner, cell)
 
 
 def engine_fast_step(step: Step, constants: dict[int, np.ndarray], numerics: EngineNumerics) -> Runner | None:
