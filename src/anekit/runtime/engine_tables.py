@@ -198,6 +198,16 @@ def _reduce(num: EngineNumerics, step: Any, values: Values, reference: Reference
     return [round16(raw, "away").astype(np.float32) if away is None else away]
 
 
+def run_with(runner: Runner, env: list[Any], slot: int, value: Any) -> None:
+    """Run ``runner`` with ``value`` in ``slot`` in place of what is there, then put that back."""
+    saved = env[slot]
+    env[slot] = value
+    try:
+        runner(env)
+    finally:
+        env[slot] = saved
+
+
 def _light_sigmoid(
     num: EngineNumerics,
     step: Any,
@@ -218,11 +228,7 @@ def _light_sigmoid(
         if x.size and (float(np.min(x)) < lo or float(np.max(x)) > hi):
             out_of = (x < lo) | (x > hi)
             num.note(op, "table-domain", int(np.count_nonzero(out_of)), float(np.max(np.abs(x[out_of]))))
-            env[x_slot] = np.clip(x, lo, hi).astype(x.dtype)
-            try:
-                runner(env)
-            finally:
-                env[x_slot] = x
+            run_with(runner, env, x_slot, np.clip(x, lo, hi).astype(x.dtype))
         else:
             runner(env)
 
@@ -290,11 +296,7 @@ def _light_real_div(
         neg0 = (y == 0) & np.signbit(y) if isinstance(y, np.ndarray) and y.dtype.kind == "f" else None
         if neg0 is not None and neg0.any():
             num.note(op, "signed-zero", int(np.count_nonzero(neg0)))
-            env[y_slot] = np.where(neg0, 0.0, y).astype(y.dtype)
-            try:
-                runner(env)
-            finally:
-                env[y_slot] = y
+            run_with(runner, env, y_slot, np.where(neg0, 0.0, y).astype(y.dtype))
         else:
             runner(env)
         env[out_slot] = num.no_nan(op, env[out_slot])
