@@ -38,11 +38,6 @@ def flush16(v: np.ndarray) -> np.ndarray:
     return np.where(np.abs(v) < FP16_MIN_NORMAL, 0.0, v)
 
 
-def subnormal_count(v: np.ndarray) -> int:
-    a = np.abs(v)
-    return int(np.count_nonzero((a < FP16_MIN_NORMAL) & (a > 0)))
-
-
 def mac_operands(op_type: str, values: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """The op as a batched product a (..., M, K) @ b (..., K, N) of its input values, where it is one
     (matmul, linear, a 1x1 stride-1 unpadded single-group conv), else None."""

@@ -45,6 +45,10 @@ class Sanitizer:
         self.events: dict[tuple[str, str], Event] = {}
 
     def note(self, op: str, op_type: str, hazard: str, count: int, largest: float = 0.0) -> None:
+        """``count`` values of ``op`` met ``hazard`` (one of ``HAZARDS``); ``largest``: the largest offending
+        magnitude."""
+        if hazard not in HAZARDS:
+            raise ValueError(f"[sanitizer] unknown hazard {hazard!r} (known: {', '.join(HAZARDS)})")
         if count <= 0:
             return
         ev = self.events.get((op, hazard))
@@ -58,10 +62,6 @@ class Sanitizer:
 
     def clear(self) -> None:
         self.events.clear()
-
-    def merge(self, other: Sanitizer) -> None:
-        for ev in other.events.values():
-            self.note(ev.op, ev.op_type, ev.hazard, ev.count, ev.largest)
 
     def records(self) -> list[dict[str, Any]]:
         """One record per op: its type and, per hazard, the count and the largest offending value."""
