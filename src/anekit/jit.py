@@ -202,6 +202,16 @@ def saturate_over(x: np.ndarray, limit: float) -> tuple[int, float] | None:
     return int(n), float(largest)
 
 
+def nan_peak(x: np.ndarray) -> tuple[int, float] | None:
+    """(NaNs in float32 ``x``, the largest |value| of the others, inf included), or None without the
+    loops (or for a strided ``x``)."""
+    found = _f32(x, writes=False)
+    if found is None:
+        return None
+    n, peak = found[0].nan_peak(found[1])
+    return int(n), float(peak)
+
+
 def count_nan(x: np.ndarray) -> int | None:
     """How many NaNs float32 ``x`` holds, or None when the loops are not in use."""
     found = _f32(x, writes=False)
