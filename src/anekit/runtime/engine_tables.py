@@ -52,10 +52,6 @@ def _sigmoid(num: EngineNumerics, step: Any, values: Values, reference: Referenc
     return reference(values)
 
 
-def _tanh(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
-    return [np.tanh(_x(values))]
-
-
 def _with_origin(num: EngineNumerics, step: Any, x: np.ndarray, y: np.ndarray, table: str) -> np.ndarray:
     origin = _table(table).origin
     zero = x == 0
@@ -309,7 +305,6 @@ SIGMOID_KNOTS = tuple(float(np.float16(e)) for e in TABLES["sigmoid"].domain)  #
 
 OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values, Reference], list[np.ndarray]]] = {
     "sigmoid": _sigmoid,
-    "tanh": _tanh,
     "gelu": _gelu,
     "silu": _silu,
     "softplus": _softplus,
