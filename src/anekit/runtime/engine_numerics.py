@@ -461,15 +461,11 @@ class EngineNumerics:
     # -- per-op numerics ---------------------------------------------------------------------------
 
     def _slice(self, step: Any, values: Values, out: Any) -> Any:
+        """A slice computed by its reference (a folded constant): saturated as a width-offset slice is."""
         begin = np.asarray(values.get("begin", 0)).reshape(-1)
-        if not (isinstance(out, np.ndarray) and out.dtype.kind == "f" and begin.size and begin[-1] != 0):
+        if not (begin.size and begin[-1] != 0):
             return out
-        big = np.abs(out) > SLICE_SAFE
-        n = int(np.count_nonzero(big & np.isfinite(out)))
-        if n:
-            self.note(step.op, "slice-saturated", n, float(np.max(np.abs(out[big & np.isfinite(out)]))))
-            out = np.where(big, np.copysign(np.inf, out), out).astype(out.dtype)
-        return out
+        return self.slice_saturation(step)(out)
 
     def _mac(self, step: Any, values: Values, reference: Callable[[Values], list[Any]]) -> Any:
         op, op_type = step.op, step.op.op_type
