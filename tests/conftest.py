@@ -26,6 +26,15 @@ def corpus_files(folder: str, pattern: str) -> list[Path]:
     return sorted(base.glob(pattern)) if base.is_dir() else []
 
 
+@pytest.fixture(autouse=True)
+def _trials_memory_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The macOS backend's trial memory goes to a fresh file per test, never the user's cache."""
+    from anekit.runtime.ane import memory
+
+    path = tmp_path_factory.mktemp("trials") / memory.FILE_NAME
+    monkeypatch.setattr(memory, "default_path", lambda: path)
+
+
 @pytest.fixture(scope="module", params=["jit", "numpy"])
 def fp16_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a module's tests twice: with anekit.jit's compiled loops, and with the numpy paths alone.

@@ -154,8 +154,12 @@ class FakeObjC:
         *,
         framework_loads: bool = True,
         os_version: str = "macOS 15.1 (fake)",
+        refuses_program: tuple[str, ...] = (),
     ) -> None:
         self.tmpdir = str(tmpdir)
+        # MIL program versions the compiler refuses: maderix/ANE pull request #6 (M1 Pro, macOS 26) saw
+        # program(1.3) / <ios18> fail to compile where program(1.0) / <ios16> ran.
+        self.refuses_program = refuses_program
         self.framework_loads = framework_loads
         self.framework_loaded = False
         self.os_version = os_version
@@ -746,6 +750,10 @@ class FakeObjC:
             path = folder / key.removeprefix("@model_path/")
             if not path.is_file() or path.read_bytes() != blob:
                 self.errors.append(f"compile: weight file {path} is missing or differs")
+        version = v["mil"].split("(", 1)[1].split(")", 1)[0] if v["mil"].startswith("program(") else ""
+        if version in self.refuses_program:
+            self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: program({version}) is not supported")
+            return False
         try:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
             # The engine computes with its chip's numerics: the fake's chip is unnamed, so it takes the

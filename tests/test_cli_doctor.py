@@ -21,6 +21,7 @@ from anekit.cli.doctor_cmd import Host
 from anekit.runtime.sim import SimBackend
 
 KEYS = {
+    "trials",
     "anekit",
     "python",
     "numpy",
@@ -305,3 +306,23 @@ def test_host_facts_on_a_mac(monkeypatch):
     report = doctor_cmd.collect()
     report["os"] = {**report["os"], "system": "Darwin", "macos": None}
     assert _line(doctor_cmd.format_report(report), "macOS") == "unknown"
+
+
+def test_doctor_reports_the_dialect_trial_and_what_was_remembered(no_env, capsys):
+    """The order the macOS backend tries the MIL dialects in, and each remembered outcome."""
+    from anekit.runtime.ane import memory
+
+    memory.Memory().remember(
+        memory.Outcome(
+            "dialect", "m1", "macOS 26.3", "ios16", (memory.Attempt("ios18", "InvalidMILProgram"),), 0.0
+        )
+    )
+    assert _doctor("--json") == 0
+    trials = json.loads(capsys.readouterr().out)["trials"]
+    assert set(trials["order"]["dialect"]) == {"ios18", "ios16"}
+    [outcome] = trials["outcomes"]
+    assert outcome["value"] == "ios16" and outcome["chip"] == "m1" and outcome["here"] is False
+    assert _doctor() == 0
+    out = capsys.readouterr().out
+    assert "trial dialect" in out and "dialect on m1 (macOS 26.3): ios16 after ios18 failed" in out
+

@@ -135,8 +135,8 @@ def test_exported_programs_lint_without_errors_for_the_coreml_route(tiny: Params
         for chip in ("any", "m1", "m4"):
             broken = {f.rule.id for f in errors(check_program(program, chip, weights, route="coreml"))}
             assert not broken, (chip, broken)
-        direct = {f.rule.id for f in errors(check_program(program, "any", weights))}
-        assert "surface.min-row-bytes" in direct
+        direct = {f.rule.id for f in errors(check_program(program, "m5", weights))}
+        assert "surface.min-row-bytes" in direct  # measured on the in-memory route on M5 (m0at)
         for fn in program.functions.values():
             assert fn.opset == "ios18"
             for v in [*fn.inputs, *fn.outputs]:

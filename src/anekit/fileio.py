@@ -147,3 +147,15 @@ def replace_path(new: str | os.PathLike, out: str | os.PathLike) -> None:
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+CACHE_ENV = "ANEKIT_CACHE"  # the per-user cache directory
+
+
+def user_cache_dir() -> Path:
+    """The per-user anekit cache: $ANEKIT_CACHE, else $XDG_CACHE_HOME/anekit, else ~/.cache/anekit."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "anekit"
+    return Path.home() / ".cache" / "anekit"

@@ -188,6 +188,31 @@ def collect(env: Mapping[str, str] | None = None, objc_runtime: Any = None) -> d
         "env": {ENV: env.get(ENV) or None},
         "compile_budget": {"default": runtime.DEFAULT_COMPILE_BUDGET},
         "open": chosen_backend(env),
+        "trials": trials(found["chip"], host().macos),
+    }
+
+
+def trials(chip_brand: str | None, macos: str | None) -> dict[str, Any]:
+    """What the macOS backend settles by trying (``anekit.engine.trials``): the order it tries each
+    trial's options in on this chip and macOS, and the outcomes it remembered (every machine's entries
+    in the memory file; ``here`` marks this one's)."""
+    from anekit.engine.trials import TRIALS
+    from anekit.runtime.ane.availability import chip_name
+    from anekit.runtime.ane.memory import Memory
+
+    chip = chip_name(chip_brand or "")
+    memory = Memory()
+    outcomes = [
+        {**asdict(o), "here": o.chip == chip and o.macos == (macos or ""), "line": o.line()}
+        for o in memory.entries()
+    ]
+    return {
+        "chip": chip,
+        "macos": macos,
+        "order": {t.id: list(t.order(chip, macos or "")) for t in TRIALS.values()},
+        "memory": str(memory.path),
+        "problem": memory.problem,
+        "outcomes": outcomes,
     }
 
 
@@ -232,6 +257,13 @@ def format_report(r: dict[str, Any]) -> str:
         add((f"backend {name}", "available" if b["available"] else f"not available: {b['reason']}"))
     add((ENV, r["env"][ENV] or "not set"))
     add(("compile budget", f"{r['compile_budget']['default']} compiles per process (default)"))
+    tr = r["trials"]
+    for trial_id, order in tr["order"].items():
+        add((f"trial {trial_id}", f"tries {', '.join(order)} on {tr['chip']} (macOS {tr['macos'] or '-'})"))
+    for o in tr["outcomes"]:
+        add(("remembered", o["line"] + (" (this machine)" if o["here"] else "")))
+    if tr["problem"]:
+        add(("remembered", tr["problem"]))
     if op["ok"]:
         forced = f", forced by {ENV}" if op["forced_by"] else ""
         add(("open()", f"{op['backend']} ({op['class']}, compile budget {op['compile_budget']}{forced})"))
@@ -271,7 +303,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--dialect",
         choices=["auto", "ios18", "ios16"],
         default="auto",
-        help="--smoke: MIL dialect of the programs (default auto: by chip on the engine, ios18 elsewhere)",
+        help="--smoke: MIL dialect of the programs (default auto: the engine's first try, ios18 elsewhere)",
     )
     p.set_defaults(run=run)
 
@@ -311,7 +343,6 @@ def run_smoke(args: argparse.Namespace) -> int:
     """``--smoke``: the ladder on the backend ``open()`` returns, a line per rung, a summary, the JSON."""
     from anekit.cli import smoke
     from anekit.kernels import preset
-    from anekit.mil import dialect_for_chip
 
     cfg = preset(args.config)  # an unknown preset is an AnekitError before anything runs
     report = collect()
@@ -320,7 +351,10 @@ def run_smoke(args: argparse.Namespace) -> int:
     if args.dialect != "auto":
         dialect = args.dialect
     else:
-        dialect = dialect_for_chip(chip) if backend.name == "ane" else "ios18"
+        # On the engine: the dialect the backend compiles in first (what it remembered, else the trial's
+        # order for this chip and macOS); the simulator reads either.
+        first = getattr(backend, "preferred_dialect", None)
+        dialect = first() if backend.name == "ane" and callable(first) else "ios18"
     out = sys.stderr if args.json == "-" else sys.stdout  # JSON on stdout: the lines go to stderr
     where = backend_note(backend.name, report)
     print(f"smoke ladder on {backend.name} ({type(backend).__name__}): {where}", file=out)

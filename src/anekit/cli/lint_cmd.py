@@ -1,4 +1,5 @@
-"""``anekit lint FILE_OR_DIR... [--chip CHIP] [--json]``: the rule book's findings, one per line."""
+"""``anekit lint FILE_OR_DIR... [--chip CHIP] [--route ROUTE] [--json]``: the rule book's findings, one per
+line, each saying the chip and route it was judged for and the rule's verdict per chip on that route."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 from anekit.errors import AnekitError
-from anekit.rules import CHIPS
+from anekit.rules import CHIPS, ROUTES
 from anekit.rules.doc import markdown
 from anekit.rules.lint import lint_paths
 
@@ -28,8 +29,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chip",
         default="any",
-        choices=["any", *CHIPS],
-        help="the chip to check for (default: any — the rules of every chip)",
+        metavar="CHIP",
+        help=f"the chip to check for: any, {', '.join(CHIPS)} (default: any — an error only where every chip "
+        "refuses, a warning where some do)",
+    )
+    p.add_argument(
+        "--route",
+        metavar="ROUTE",
+        help=f"how the program reaches the engine: {', '.join(ROUTES)} (default: direct for MIL and Python "
+        "files — the in-memory route anekit's backend drives —, coreml for packages)",
     )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--errors-only", action="store_true", help="print only findings of error severity")
@@ -42,7 +50,7 @@ def run_lint(args: argparse.Namespace) -> int:
         return 0
     if not args.paths:
         raise AnekitError("[lint] name at least one FILE_OR_DIR (or --rules to list the rule book)")
-    results = lint_paths(args.paths, args.chip)
+    results = lint_paths(args.paths, args.chip, args.route)
     if args.errors_only:
         for r in results:
             r.findings = [f for f in r.findings if f.is_error]
@@ -51,6 +59,7 @@ def run_lint(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "chip": args.chip,
+            "route": args.route or "direct (coreml for packages)",
             "errors": errors,
             "warnings": warnings,
             "programs": [r.as_dict() for r in results],
@@ -61,5 +70,9 @@ def run_lint(args: argparse.Namespace) -> int:
         for r in results:
             for line in r.lines():
                 print(line)
-        print(f"{len(results)} programs: {errors} errors, {warnings} warnings (chip: {args.chip})")
+        route = args.route or "direct (coreml for packages)"
+        print(
+            f"{len(results)} programs: {errors} errors, {warnings} warnings "
+            f"(chip: {args.chip}, route: {route})"
+        )
     return 1 if errors else 0

@@ -11,11 +11,13 @@ kernel generated from shapes only is costed exactly like one with weights):
 * element ops (the engine's non-MAC work): one per output element of an elementwise op or activation,
   one per input element of a reduction, ``ELEMENT_OPS`` per element for softmax and the norms.
   Layout ops (reshape, transpose, slice, concat, ...) do no arithmetic.
-* bytes: the function's inputs and outputs (the surfaces), the BLOBFILE weights (read from memory on
-  every evaluation) and every intermediate tensor, written out and read back once. That intermediates
-  travel through memory is an assumption (the engine runs a program as a chain of tasks); keeping them
-  on chip instead fits the published timings worse (see ``anekit.cost.calibration``). ``live_bytes``
-  (the most intermediate bytes alive at one time) is reported for the reader, not used by the model.
+* bytes: the function's inputs and outputs (the surfaces), the BLOBFILE weights and every intermediate
+  tensor. ``live_bytes`` (the most intermediate bytes alive at one time) is reported for the reader.
+
+``layers`` keeps, per op, what the cost model needs beyond the totals: its MAC work, its
+weights, its output channels and kernel window (a 1x1 conv runs in output-channel-group passes, a dense
+3x3 stride-1 conv by Winograd) and the size of each intermediate it writes (one larger than the chip's
+working set spills to DRAM). Which of these the engine does is ``anekit.cost.model``'s business.
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
 
 
 @dataclass(frozen=True)
+class Layer:
+    """One op of the program (const ops aside), as the cost model sees it."""
+
+    op: str
+    flops: float  # multiply-adds x 2
+    element_ops: float
+    weight_bytes: float  # BLOBFILE constants it reads
+    out_channels: int  # a conv's output channels (0 for other ops)
+    kernel: tuple[int, ...]  # a conv's window ((), for other ops)
+    winograd: bool  # a dense 3x3 conv with unit stride and dilation: the engine's Winograd path
+    columns: float  # a MAC op's output positions per output channel (batch x spatial; rows of a matmul)
+    intermediates: tuple[float, ...]  # bytes of each output that is not a function output
+
+
+@dataclass(frozen=True)
 class Work:
     """What one evaluation of a kernel does."""
 
@@ -54,6 +71,7 @@ class Work:
     intermediate_bytes: float  # every intermediate tensor, once
     live_bytes: float  # the most intermediate bytes alive at one time
     ops: int  # ops other than const
+    layers: tuple[Layer, ...] = ()
 
     @property
     def bytes_moved(self) -> float:
@@ -157,24 +175,52 @@ def count(program: Program, name: str = "") -> Work:
         for v in op.input_vars():
             last_use[v.name] = i
     live: dict[str, float] = {}
+    blobs: dict[str, float] = {}
+    layers: list[Layer] = []
     peak = 0.0
     n_ops = 0
     for i, op in enumerate(fn.ops):
         if op.op_type == "const":
             lit = op.attributes.get("val")
             if lit is not None and lit.is_blob:
-                weight += tensor_bytes(op.outputs[0].type)
+                blobs[op.outputs[0].name] = tensor_bytes(op.outputs[0].type)
+                weight += blobs[op.outputs[0].name]
             continue
         n_ops += 1
         flops += op_flops(op)
         element += op_element_ops(op)
+        written = []
         for v in op.outputs:
             if v.name not in outputs:
                 size = tensor_bytes(v.type)
                 intermediate += size
                 live[v.name] = size
+                written.append(size)
+        layers.append(_layer(op, blobs, tuple(written)))
         peak = max(peak, sum(live.values()))
         for v in list(op.input_vars()):
             if last_use.get(v.name) == i:
                 live.pop(v.name, None)
-    return Work(name or fn.name, flops, element, io, weight, intermediate, peak, n_ops)
+    return Work(name or fn.name, flops, element, io, weight, intermediate, peak, n_ops, tuple(layers))
+
+
+def _ints(op: Op, name: str) -> tuple[int, ...]:
+    arg = op.inputs.get(name)
+    value = arg_value(arg) if arg is not None else None
+    return tuple(int(v) for v in value.ravel()) if value is not None and hasattr(value, "ravel") else ()
+
+
+def _layer(op: Op, blobs: dict[str, float], written: tuple[float, ...]) -> Layer:
+    weights = sum(blobs.get(v.name, 0.0) for v in op.input_vars())
+    out_channels, kernel, winograd, columns = 0, (), False, 0.0
+    out = _shape(op.outputs[0]) if op.outputs else ()
+    if op_flops(op) and out:
+        columns = float(math.prod(out)) / out[1 if op.op_type == "conv" else -1]
+    if op.op_type == "conv":
+        w = _shape(op.inputs.get("weight"))
+        if w:
+            out_channels, kernel = w[0], w[2:]
+            groups = _ints(op, "groups") or (1,)
+            unit = all(s == 1 for s in _ints(op, "strides")) and all(d == 1 for d in _ints(op, "dilations"))
+            winograd = kernel == (3, 3) and unit and groups[0] == 1
+    return Layer(op.op_type, op_flops(op), op_element_ops(op), weights, out_channels, kernel, winograd, columns, written)

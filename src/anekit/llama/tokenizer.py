@@ -26,10 +26,8 @@ from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from anekit.errors import AnekitError, FormatError
-from anekit.fileio import write_bytes_atomic
+from anekit.fileio import CACHE_ENV, user_cache_dir, write_bytes_atomic
 from anekit.llama import corpus
-
-CACHE_ENV = "ANEKIT_CACHE"  # the per-user cache directory (tokenizers/ inside it)
 
 DEFAULT_VOCAB = 512  # llama2.c's stories260K uses a 512-token vocabulary
 MAX_VOCAB = 1 << 16  # token ids are stored as uint16 in shards and batches
@@ -168,15 +166,6 @@ def train_bpe(text: str, vocab_size: int, out_prefix: str | os.PathLike[str]) ->
     path = Path(f"{os.fspath(out_prefix)}.model")
     write_bytes_atomic(path, model.getvalue())
     return path
-
-
-def user_cache_dir() -> Path:
-    """The per-user anekit cache: $ANEKIT_CACHE, else $XDG_CACHE_HOME/anekit, else ~/.cache/anekit."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "anekit"
-    return Path.home() / ".cache" / "anekit"
 
 
 def default_tokenizer_path(

@@ -1,12 +1,16 @@
-"""What the Neural Engine accepts: the rule book (rules as data, each with its public source) and its checks.
+"""What the Neural Engine accepts, checked: the rule book's checks over programs, surfaces and weights.
 
-Read by ``anekit lint``, by the simulator's strict compile, by the kernels' tests and by the macOS
-backend. See ``anekit.rules.book`` for the fields of a rule and ``anekit.rules.checks`` for the checks.
+The rule book itself (each rule with its evidence, weighed by one severity policy) lives in the engine
+layer, ``anekit.engine.book``; this package re-exports it and adds the checks that ``anekit lint``, the
+simulator's strict compile, the kernels' tests and the macOS backend run. See ``anekit.rules.checks``.
 """
 
-from anekit.rules.book import CHIPS, RULES, Rule, UnknownRule, check_chip, rule
+from anekit.engine.book import RULES, Rule, UnknownRule, rule
+from anekit.engine.evidence import POLICY, ROUTES
 from anekit.rules.checks import (
+    CHIPS,
     Finding,
+    check_chip,
     check_function,
     check_program,
     check_surface_plan,
@@ -16,6 +20,8 @@ from anekit.rules.checks import (
 
 __all__ = [
     "CHIPS",
+    "POLICY",
+    "ROUTES",
     "RULES",
     "Finding",
     "Rule",

@@ -16,22 +16,30 @@ from pathlib import Path
 
 import numpy as np
 
+from anekit.blob import BlobFile
+from anekit.engine import extents as ext
+from anekit.engine import ops as op_tables
+from anekit.engine.book import Rule, rule
+from anekit.engine.chips import ANY, GENERATIONS, check_generation
+from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError, CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.dialect import function_problems
 from anekit.mil.ir import Function, Op, Program, Var
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules.book import CHIPS, ROUTES, Rule, check_chip, rule
 
+CHIPS = GENERATIONS
 FP16_MAX = 65504.0
 BLOB_SENTINEL = 0xDEADBEEF
-MAX_PROVEN_CONV_INPUT = 2048  # conv.input-channels-unproven
+MAX_PROVEN_CONV_INPUT = 14336  # conv.input-channels-unproven
 REFUSED_CONV_INPUT = 32000  # conv.input-channels-refused
 LARGE_OPERAND_DIM = 128  # op.transposed-weight-matmul: head-sized operands (<= 128) are fine
 MIN_ROW_BYTES = 64  # surface.min-row-bytes
 SPATIAL_MULTIPLE = 16  # surface.spatial-multiple-16
 MIN_SURFACE_BYTES = 49152  # surface.min-bytes
-MAX_SURFACE_BYTES = 16 * 1024 * 1024  # surface.max-bytes
+GLOBAL_SURFACE_BYTES = 16 * 1024 * 1024  # surface.global-over-16mb
+MAX_OUTPUTS = 2  # surface.max-outputs
+MIN_CHANNELS = 64  # tensor.channels-multiple-64
 SHARD_WEIGHT_BYTES = 250 * 10**6  # package.shard-size: law 4's ~250 MB ceiling (validated: 223 MB)
 # Files of an in-memory model's directory that are not weights (weights.reserved-name): the MIL text
 # every public project writes there, and the compiler's own net.plist and data.
@@ -48,32 +56,42 @@ class Finding:
     where: str
     message: str
     line: int | None = None
-    severity: str = ""  # the rule's, or "warn" for a chip-specific rule checked for "any" chip
+    severity: str = ""  # the rule's on this chip and route (default: its worst anywhere)
+    chip: str = ANY
+    route: str = "direct"
 
     def __post_init__(self) -> None:
         if not self.severity:
-            object.__setattr__(self, "severity", self.rule.severity)
+            object.__setattr__(self, "severity", self.rule.severity_on(self.chip, self.route) or "warn")
 
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
 
     def __str__(self) -> str:
-        return f"{self.short()} [{self.rule.source}]"
+        return f"{self.short()} ({self.scope()}) [{self.rule.source}]"
 
     def short(self) -> str:
         """The finding without its source: ``rule-id severity where: why``."""
         return f"{self.rule.id} {self.severity} {self.where}: {self.message}"
 
+    def scope(self) -> str:
+        """``chip m4, route direct; error on m4, warn on m3`` — where the finding applies and how."""
+        return f"chip {self.chip}, route {self.route}: {self.rule.verdict(self.route)}"
+
     def as_dict(self) -> dict[str, object]:
         return {
             "rule": self.rule.id,
             "severity": self.severity,
+            "chip": self.chip,
+            "route": self.route,
+            "verdict": self.rule.verdict(self.route),
             "status": self.rule.status,
             "where": self.where,
             "line": self.line,
             "message": self.message,
             "source": self.rule.source,
+            "decision": self.rule.decision,
         }
 
 
@@ -97,8 +115,9 @@ def enforce(
     if broken:
         listing = "\n".join(f"  {f.short()}" for f in broken)
         raise CompilationFailed(
-            f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}; "
-            f"`anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 runs it anyway):\n"
+            f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}, route "
+            f"{route}; `anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 runs it "
+            "anyway):\n"
             f"{listing}"
         )
     return [f for f in findings if not f.is_error]
@@ -128,19 +147,38 @@ class _Context:
         self.weights = weights
         self.findings: list[Finding] = []
 
-    def report(self, rule_id: str, where: str, message: str, line: int | None = None) -> None:
+    def report(
+        self,
+        rule_id: str,
+        where: str,
+        message: str,
+        line: int | None = None,
+        broken_on: tuple[str, ...] = GENERATIONS,
+    ) -> None:
+        """Record a finding of ``rule_id`` if it applies on this chip and route. ``broken_on``: the
+        generations whose limit the program breaks (an extent differs by chip). For no chip in particular
+        ("any") the finding is an error when it is one on every generation, a warning when it is an error
+        on some or a warning on all, and left out when it is a warning on some chips only."""
         r = rule(rule_id)
-        if not r.applies_to(self.chip) or not r.on_route(self.route):
-            return
-        severity = r.severity
-        if self.chip == "any" and set(r.chips) != set(CHIPS):
-            # Checked for no chip in particular: what only some chips refuse is a warning naming them.
-            severity, message = "warn", f"{message} (an error on {', '.join(r.chips)})"
-        self.findings.append(Finding(r, f"{self.fn.name}: {where}", message, line, severity))
+        if self.chip == ANY:
+            levels = [r.severity_on(c, self.route) if c in broken_on else None for c in GENERATIONS]
+            errors_on = [c for c, level in zip(GENERATIONS, levels) if level == "error"]
+            if not errors_on and not all(level == "warn" for level in levels):
+                return  # a warning on some chips only: ``--chip`` shows it
+            severity = "error" if len(errors_on) == len(GENERATIONS) else "warn"
+            if severity == "warn" and errors_on:
+                message = f"{message} (an error on {', '.join(errors_on)})"
+        else:
+            found = r.severity_on(self.chip, self.route) if self.chip in broken_on else None
+            if found is None:
+                return
+            severity = found
+        where = f"{self.fn.name}: {where}"
+        self.findings.append(Finding(r, where, message, line, severity, self.chip, self.route))
 
-    def report_op(self, rule_id: str, op: Op, message: str) -> None:
+    def report_op(self, rule_id: str, op: Op, message: str, broken_on: tuple[str, ...] = GENERATIONS) -> None:
         line = f" (line {op.line})" if op.line else ""
-        self.report(rule_id, f"{op.op_type} '{op.name}'{line}", message, op.line)
+        self.report(rule_id, f"{op.op_type} '{op.name}'{line}", message, op.line, broken_on)
 
 
 OpCheck = Callable[[_Context, Op], None]
@@ -162,7 +200,8 @@ def check_program(
     program: Program, chip: str = "any", weights: WeightFiles | None = None, route: str = "direct"
 ) -> list[Finding]:
     """Every finding of the op, tensor and program rules for ``chip`` ("any": the rules of every chip)
-    and ``route`` ("direct": the private framework with caller-made surfaces; "coreml": a package).
+    and ``route`` ("direct": the in-memory framework with caller-made surfaces; "e5rt": the Espresso /
+    e5rt runtime; "coreml": a package).
 
     ``weights`` maps BLOBFILE paths (``@model_path/weights/x.bin``) to their bytes or files; when given,
     BLOBFILE offsets are checked against the files' metadata records.
@@ -182,16 +221,23 @@ def check_function(
 ) -> list[Finding]:
     """The findings of one function of ``program`` (what a backend compiles)."""
     check_chip(chip)
-    if route not in ROUTES:
-        raise AnekitError(f"[rules] unknown route '{route}' (choose one of: {', '.join(ROUTES)})")
+    check_route(route)
     ctx = _Context(program, fn, chip, weights, route)
     _check_io(ctx)
+    _check_extents(ctx)
     for op in fn.ops:
+        _check_op_tables(ctx, op)
         for check in _OP_CHECKS.get(op.op_type, ()):
             check(ctx, op)
+    _check_bridge_only(ctx)
     _check_outputs(ctx)
     _check_dialect(ctx)
     return ctx.findings
+
+
+def check_chip(chip: str) -> str:
+    """``chip`` if it is a generation or "any"; one line naming the choices otherwise."""
+    return check_generation(chip, "rules")
 
 
 def _tensor_shape(v: Var) -> tuple[int, ...] | None:
@@ -202,7 +248,7 @@ def _tensor_shape(v: Var) -> tuple[int, ...] | None:
 
 
 def _check_io(ctx: _Context) -> None:
-    """Function inputs and outputs: rank 4 batch 1, spatial width, row and surface sizes."""
+    """Function inputs and outputs: rank 4 batch 1, row and surface sizes, channels, how many outputs."""
     for kind, vars_ in (("input", ctx.fn.inputs), ("output", ctx.fn.outputs)):
         for v in vars_:
             shape = _tensor_shape(v)
@@ -212,6 +258,7 @@ def _check_io(ctx: _Context) -> None:
             line = ctx.fn.line
             if len(shape) != 4 or shape[0] != 1:
                 ctx.report("io.rank4-batch1", where, "expected [1, C, H, W]", line)
+            if not shape:
                 continue
             width = shape[-1]
             itemsize = v.type.dtype.bits / 8  # type: ignore[union-attr]
@@ -226,17 +273,78 @@ def _check_io(ctx: _Context) -> None:
                     f"rows of {width * itemsize:g} bytes; at least {MIN_ROW_BYTES} needed "
                     f"(spatial >= {math.ceil(MIN_ROW_BYTES / itemsize)})",
                 )
+            if len(shape) >= 3 and shape[-3] < MIN_CHANNELS:
+                ctx.report("tensor.channels-multiple-64", where, f"{shape[-3]} channels (< {MIN_CHANNELS})")
             nbytes = math.prod(shape) * itemsize
             if nbytes < MIN_SURFACE_BYTES:
                 ctx.report("surface.min-bytes", where, f"{nbytes:g} bytes (< {MIN_SURFACE_BYTES})")
-            if nbytes > MAX_SURFACE_BYTES:
-                ctx.report("surface.max-bytes", where, f"{nbytes / 2**20:.1f} MB (> 16 MB)")
+            if kind == "input" and nbytes > GLOBAL_SURFACE_BYTES:
+                ctx.report("surface.global-over-16mb", where, f"{nbytes / 2**20:.1f} MB (> 16 MB)")
+    outputs = [v.name for v in ctx.fn.outputs]
+    if len(outputs) > MAX_OUTPUTS:
+        ctx.report(
+            "surface.max-outputs",
+            f"outputs {outputs}",
+            f"{len(outputs)} outputs (> {MAX_OUTPUTS}): concatenate them into one",
+            ctx.fn.line,
+        )
+
+
+def _check_extents(ctx: _Context) -> None:
+    """Every tensor the function builds (inputs and op results): rank, width / height, channels."""
+    seen: set[str] = set()
+    values = [(v, None) for v in ctx.fn.inputs]
+    values += [(v, op) for op in ctx.fn.ops if op.op_type != "const" for v in op.outputs]
+    for v, op in values:
+        shape = _tensor_shape(v)
+        if shape is None or v.name in seen:
+            continue
+        seen.add(v.name)
+        where = f"'{v.name}' {list(shape)}" if op is None else f"{op.op_type} '{op.name}' -> {list(shape)}"
+        line = op.line if op is not None else ctx.fn.line
+        if len(shape) > ext.RANK.limits["m1"]:
+            ctx.report("extent.rank", where, f"rank {len(shape)} (> 5)", line)
+        spatial = max(shape[-2:], default=0)
+        broken = ext.SPATIAL.broken_on(spatial)
+        if broken:
+            ctx.report(
+                "extent.spatial",
+                where,
+                f"width / height {spatial} (> {ext.SPATIAL.limit(ctx.chip)})",
+                line,
+                broken,
+            )
+        if len(shape) >= 3 and ext.CHANNELS.broken_on(shape[-3]):
+            ctx.report("extent.channels", where, f"{shape[-3]} channels (> 65536)", line)
+
+
+_OP_TABLE_RULES = (
+    (op_tables.NO_PATH, "op.no-engine-path", "has no engine path on any chip"),
+    (op_tables.NO_PATH, "op.off-engine", "is placed off the engine by CoreML"),
+    (op_tables.FROM_M2, "op.from-m2", "needs the M2 or later"),
+    (op_tables.FROM_M3_GATED, "op.from-m3", "runs on the engine only from the M3"),
+    (op_tables.M1_FALLBACK, "op.m1-software-fallback", "takes a software path on the M1"),
+)
+
+
+def _check_op_tables(ctx: _Context, op: Op) -> None:
+    """The op tables read off the operation-by-device matrix (``anekit.engine.ops``)."""
+    for ops, rule_id, why in _OP_TABLE_RULES:
+        if op.op_type in ops:
+            ctx.report_op(rule_id, op, f"{op.op_type} {why}")
+
+
+def _check_bridge_only(ctx: _Context) -> None:
+    """op.bridge-only: a function whose computing ops are all compiler-internal or folded ones."""
+    computing = [op for op in ctx.fn.ops if op.op_type not in op_tables.FOLDED]
+    if computing and all(op.op_type in op_tables.BRIDGE_ONLY for op in computing):
+        for op in computing:
+            ctx.report_op("op.bridge-only", op, f"{op.op_type} is the only kind of op in the function")
 
 
 def _check_dialect(ctx: _Context) -> None:
     """dialect.m1-m2: what the older program(1.0) / <ios16> form cannot express."""
-    r = rule("dialect.m1-m2")
-    if not r.applies_to(ctx.chip) or not r.on_route(ctx.route):
+    if not rule("dialect.m1-m2").applies_to(ctx.chip, ctx.route):
         return
     for op, problem in function_problems(ctx.fn, "ios16"):
         if op is None:
@@ -275,12 +383,22 @@ def _const_array(arg: object) -> np.ndarray | None:
 
 @_on("gelu")
 def _gelu(ctx: _Context, op: Op) -> None:
-    ctx.report_op("op.gelu", op, "gelu is not compiled for the engine")
+    if op.inputs.get("mode") is None:
+        ctx.report_op("op.gelu-mode", op, "gelu without its mode argument")
 
 
 @_on("cast")
 def _cast(ctx: _Context, op: Op) -> None:
-    ctx.report_op("op.cast-m1-m2", op, "cast between float types")
+    dtype = _scalar(op, "dtype")
+    if dtype in ("int32", "fp32", "fp16") or dtype is None:
+        ctx.report_op("op.cast-m1-m2", op, f"cast to {dtype or 'another type'}")
+    if dtype == "int32":
+        ctx.report_op("op.cast-int32-m1", op, "cast to int32")
+
+
+@_on("matmul", "scaled_dot_product_attention")
+def _matmul_m1(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.matmul-sdpa-m1", op, f"{op.op_type} (reported failing on M1 / M2 under macOS 26)")
 
 
 @_on("softmax")
@@ -296,7 +414,8 @@ def _softmax(ctx: _Context, op: Op) -> None:
 
 @_on("concat")
 def _concat(ctx: _Context, op: Op) -> None:
-    ctx.report_op("op.concat", op, "concat (refused by the compiler in one hardware-run project)")
+    if op.inputs.get("interleave") is None:
+        ctx.report_op("op.concat-interleave", op, "concat without its interleave argument")
     shape = _tensor_shape(op.outputs[0])
     axis = _scalar(op, "axis")
     if shape is None or not isinstance(axis, int):
@@ -313,8 +432,20 @@ def _sdpa(ctx: _Context, op: Op) -> None:
 
 
 @_on("reduce_mean", "rsqrt")
-def _rane_rejected(ctx: _Context, op: Op) -> None:
-    ctx.report_op("op.rane-rejected", op, f"{op.op_type} is rejected by the engine")
+def _reduce_mean_rsqrt(ctx: _Context, op: Op) -> None:
+    ctx.report_op("op.reduce-mean-rsqrt", op, f"{op.op_type} (reported rejected)")
+
+
+@_on("reduce_argmax", "reduce_argmin")
+def _arg_axis(ctx: _Context, op: Op) -> None:
+    x = op.inputs.get("x")
+    shape = _tensor_shape(x) if isinstance(x, Var) else None
+    axis = _scalar(op, "axis")
+    if shape is None or not isinstance(axis, int) or not shape:
+        return
+    size = shape[axis % len(shape)]
+    if ext.ARG_AXIS.broken_on(size):
+        ctx.report_op("extent.arg-axis", op, f"{op.op_type} over an axis of {size} (> 2048)")
 
 
 _PASS_THROUGH = ("add", "sub", "mul", "real_div", "cast")
@@ -380,7 +511,7 @@ def _is_data(v: Var) -> bool:
 
 @_on("conv")
 def _conv(ctx: _Context, op: Op) -> None:
-    x = op.inputs.get("x")
+    x, weight = op.inputs.get("x"), op.inputs.get("weight")
     shape = _tensor_shape(x) if isinstance(x, Var) else None
     if shape is None or len(shape) < 2:
         return
@@ -391,6 +522,142 @@ def _conv(ctx: _Context, op: Op) -> None:
         ctx.report_op(
             "conv.input-channels-unproven", op, f"{channels} input channels (> {MAX_PROVEN_CONV_INPUT})"
         )
+    w_shape = _tensor_shape(weight) if isinstance(weight, Var) else None
+    if w_shape is not None and len(w_shape) >= 3:
+        fp16 = any(
+            isinstance(v, Var) and isinstance(v.type, T.TensorType) and v.type.dtype.name == "fp16"
+            for v in (x, weight)
+        )
+        extent = ext.CONV_KERNEL_WIDTH_FP16 if fp16 else ext.CONV_KERNEL_WIDTH
+        broken = extent.broken_on(w_shape[-1])
+        if broken:
+            ctx.report_op(
+                "extent.conv-kernel-width",
+                op,
+                f"{'fp16 ' if fp16 else ''}kernel width {w_shape[-1]} (> {extent.limit(ctx.chip)})",
+                broken_on=broken,
+            )
+    out = _tensor_shape(op.outputs[0])
+    if (out is not None and len(out) >= 2 and out[1] != 512) or channels != 512:
+        ctx.report_op(
+            "conv.channels-512-m3", op, f"{channels} -> {out[1] if out else '?'} channels (not 512)"
+        )
+    if isinstance(weight, Var) and not _is_constant(weight) and shape[0] >= 2:
+        ctx.report_op("op.dynamic-conv-batch-m1", op, f"a run-time weight at batch {shape[0]}")
+
+
+_NONLINEAR = frozenset(
+    {"sigmoid", "tanh", "relu", "gelu", "silu", "exp", "log", "softplus", "softsign", "elu", "sqrt", "rsqrt"}
+)
+
+
+@_on("square")
+def _square_then_activation(ctx: _Context, op: Op) -> None:
+    shape = _tensor_shape(op.outputs[0])
+    if not shape or shape[-1] % 128 <= 64:
+        return
+    followers = [u.op_type for u in ctx.fn.ops if op.outputs[0] in u.input_vars()]
+    if any(t in _NONLINEAR for t in followers):
+        ctx.report_op(
+            "op.square-activation-width-m5",
+            op,
+            f"square at width {shape[-1]} ({shape[-1]} % 128 > 64) feeds a nonlinearity: write mul(x, x)",
+        )
+
+
+@_on("layer_norm")
+def _layer_norm_affine(ctx: _Context, op: Op) -> None:
+    gamma, beta = op.inputs.get("gamma"), op.inputs.get("beta")
+    live = [n for n, arg, one in (("gamma", gamma, 1.0), ("beta", beta, 0.0)) if _affine_live(ctx, arg, one)]
+    if len(live) == 1:
+        ctx.report_op("op.layer-norm-one-affine", op, f"only {live[0]} is live (the other folds away)")
+
+
+@_on("add")
+def _normalized_affine(ctx: _Context, op: Op) -> None:
+    """The same rule on a layer norm written out: add(mul(normalised, gamma), beta), both constants."""
+    scaled, beta = op.inputs.get("x"), op.inputs.get("y")
+    if (
+        not isinstance(scaled, Var)
+        or scaled.op is None
+        or scaled.op.op_type != "mul"
+        or not _is_constant(beta)
+    ):
+        return
+    pair = [scaled.op.inputs.get("x"), scaled.op.inputs.get("y")]
+    gamma = next((v for v in pair if isinstance(v, Var) and _is_constant(v)), None)
+    normalized = next((v for v in pair if v is not gamma), None)
+    if gamma is None or not isinstance(normalized, Var) or not _normalized(normalized):
+        return
+    live = [n for n, arg, one in (("gamma", gamma, 1.0), ("beta", beta, 0.0)) if _affine_live(ctx, arg, one)]
+    if len(live) == 1:
+        ctx.report_op("op.layer-norm-one-affine", op, f"only {live[0]} is live (the other folds away)")
+
+
+def _normalized(v: Var) -> bool:
+    """Whether ``v`` = mul(x - mean, rsqrt / pow(-0.5) of a variance): a layer norm's normalised value."""
+    op = v.op
+    if op is None or op.op_type not in ("mul", "real_div"):
+        return False
+    roots = ("rsqrt", "pow", "sqrt")
+    return any(isinstance(a, Var) and a.op is not None and a.op.op_type in roots for a in op.input_vars())
+
+
+def _affine_live(ctx: _Context, arg: object, identity: float) -> bool:
+    """Whether an affine term survives compilation: given and not all ``identity``. A term whose values
+    are unknown (a BLOBFILE without its file) counts as live."""
+    if arg is None:
+        return False
+    values = _const_array(arg)
+    if values is None and isinstance(arg, Var):
+        values = _blob_values(ctx, _constant_source(arg))
+    if values is None:
+        return True
+    return not np.all(np.asarray(values, np.float64) == identity)
+
+
+def _blob_values(ctx: _Context, v: Var) -> np.ndarray | None:
+    """The values of a BLOBFILE const from the weight files given, or None."""
+    if v.op is None or v.op.op_type != "const":
+        return None
+    val = v.op.attributes.get("val")
+    if not isinstance(val, Literal) or not isinstance(val.value, BlobRef):
+        return None
+    data = _weight_bytes(ctx.weights, val.value.path)
+    if data is None:
+        return None
+    try:
+        return np.array(BlobFile(data).read(val.value.offset))
+    except AnekitError:
+        return None
+
+
+@_on("matmul")
+def _matmul_depth(ctx: _Context, op: Op) -> None:
+    for operand in ("x", "y"):
+        v = op.inputs.get(operand)
+        shape = _tensor_shape(v) if isinstance(v, Var) else None
+        if shape is not None and len(shape) >= 5 and shape[-3] > 1:
+            ctx.report_op("op.matmul-depth", op, f"'{v.name}' {list(shape)} has depth {shape[-3]}")
+
+
+def _constant_source(v: Var) -> Var:
+    """The const a constant ``v`` was moved from (through reshapes and transposes)."""
+    while v.op is not None and v.op.op_type in _DATA_MOVEMENT and isinstance(v.op.inputs.get("x"), Var):
+        v = v.op.inputs["x"]  # type: ignore[assignment]
+    return v
+
+
+def _is_constant(v: object) -> bool:
+    """Whether ``v`` is a constant, possibly moved around (reshaped, transposed) without computing."""
+    if not isinstance(v, Var):
+        return False
+    while v.op is not None and v.op.op_type in _DATA_MOVEMENT:
+        x = v.op.inputs.get("x")
+        if not isinstance(x, Var):
+            return False
+        v = x
+    return v.op is not None and v.op.op_type.startswith(("const", "constexpr_"))
 
 
 @_on("reduce_sum", "reduce_sum_square")
@@ -557,8 +824,9 @@ def _weight_bytes(weights: WeightFiles | None, path: str) -> bytes | memoryview 
 def check_surface_plan(
     inputs: Sequence[tuple[str, int]], outputs: Sequence[tuple[str, int]], chip: str = "any"
 ) -> list[Finding]:
-    """Judge the surfaces a backend will bind: ``[(MIL name, allocation bytes)]`` per direction, in the
-    order they are bound. Sizes must be equal within a direction, and the order alphabetical by name."""
+    """Judge the surfaces a backend will bind on the in-memory route: ``[(MIL name, allocation bytes)]``
+    per direction, in the order they are bound. Sizes must be equal within a direction, and the order
+    alphabetical by name."""
     check_chip(chip)
     found = []
     for direction, plan in (("input", inputs), ("output", outputs)):
@@ -566,24 +834,32 @@ def check_surface_plan(
         if len(sizes) > 1:
             r = rule(f"surface.uniform-{direction}-size")
             listing = ", ".join(f"{n}: {s}" for n, s in plan)
-            found.append(Finding(r, f"{direction} surfaces", f"allocation sizes differ ({listing})"))
+            found.append(
+                Finding(r, f"{direction} surfaces", f"allocation sizes differ ({listing})", chip=chip)
+            )
         names = [n for n, _ in plan]
         if names != sorted(names):
             r = rule("surface.bind-alphabetical")
             found.append(
-                Finding(r, f"{direction} surfaces", f"bound as {names}, the engine binds {sorted(names)}")
+                Finding(
+                    r,
+                    f"{direction} surfaces",
+                    f"bound as {names}, the engine binds {sorted(names)}",
+                    chip=chip,
+                )
             )
-    return [f for f in found if f.rule.applies_to(chip)]
+    return [f for f in found if f.rule.applies_to(chip, "direct")]
 
 
 def check_package(weight_bytes: int, where: str, chip: str = "any") -> list[Finding]:
     """Package-scope rules: ``package.shard-size`` (weights over ~250 MB do not compile for the engine)."""
     check_chip(chip)
     r = rule("package.shard-size")
-    if weight_bytes <= SHARD_WEIGHT_BYTES or not r.applies_to(chip):
+    if weight_bytes <= SHARD_WEIGHT_BYTES or not r.applies_to(chip, "coreml"):
         return []
     mb = weight_bytes / 1e6
-    return [Finding(r, where, f"{mb:.0f} MB of weights (> {SHARD_WEIGHT_BYTES // 10**6} MB): shard it")]
+    message = f"{mb:.0f} MB of weights (> {SHARD_WEIGHT_BYTES // 10**6} MB): shard it"
+    return [Finding(r, where, message, chip=chip, route="coreml")]
 
 
 def check_weight_names(names: Iterable[str]) -> list[Finding]:
@@ -604,15 +880,35 @@ def iter_rules_checked() -> Iterator[str]:
         "surface.spatial-multiple-16",
         "surface.min-row-bytes",
         "surface.min-bytes",
-        "surface.max-bytes",
+        "surface.global-over-16mb",
+        "surface.max-outputs",
+        "tensor.channels-multiple-64",
+        "extent.rank",
+        "extent.spatial",
+        "extent.channels",
+        "extent.arg-axis",
+        "extent.conv-kernel-width",
+        "conv.channels-512-m3",
+        "op.square-activation-width-m5",
+        "op.layer-norm-one-affine",
+        "op.matmul-depth",
+        "op.dynamic-conv-batch-m1",
+        "op.no-engine-path",
+        "op.off-engine",
+        "op.from-m2",
+        "op.from-m3",
+        "op.m1-software-fallback",
+        "op.bridge-only",
+        "op.cast-int32-m1",
         "op.identity-output",
         "op.cast-m1-m2",
+        "op.matmul-sdpa-m1",
         "op.softmax-axis-size",
-        "op.gelu",
-        "op.concat",
+        "op.gelu-mode",
+        "op.concat-interleave",
         "op.concat-axis",
         "op.sdpa-mask",
-        "op.rane-rejected",
+        "op.reduce-mean-rsqrt",
         "op.sqrt-after-reduce",
         "op.reshape-noop",
         "op.transposed-weight-matmul",

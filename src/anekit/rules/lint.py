@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
 from anekit.mil import parse, verify
 from anekit.mil.ir import Program
 from anekit.mil.values import BlobRef, Literal
-from anekit.rules.checks import Finding, WeightFiles, check_package, check_program
+from anekit.rules.checks import Finding, WeightFiles, check_chip, check_package, check_program
 
 MODEL_PATH = "@model_path/"
 
@@ -64,36 +65,41 @@ def lint_program(
     route: str = "direct",
 ) -> LintResult:
     """Check one program; BLOBFILE paths resolve through ``weights`` or against ``weights_dir`` (the
-    ``@model_path`` folder). ``route``: "coreml" for a package's program (its buffers are CoreML's)."""
+    ``@model_path`` folder). ``route``: "direct" (the in-memory route), "e5rt", or "coreml" for a
+    package's program (its buffers are CoreML's)."""
     if weights is None and weights_dir is not None:
         weights = _weight_files(program, weights_dir)
     return LintResult(target, check_program(program, chip, weights, route))
 
 
-def lint_paths(paths: list[Path], chip: str = "any") -> list[LintResult]:
-    """Lint every program found in ``paths`` (files and directories)."""
+def lint_paths(paths: list[Path], chip: str = "any", route: str | None = None) -> list[LintResult]:
+    """Lint every program found in ``paths`` (files and directories) for ``chip`` and ``route`` (None:
+    ``direct`` for programs, ``coreml`` for the program inside a CoreML package)."""
+    check_chip(chip)
+    if route is not None:
+        check_route(route, "lint")
     results: list[LintResult] = []
     for path in paths:
         if not path.exists():
             raise AnekitError(f"[lint] {path}: no such file or directory")
         if path.is_dir():
             if path.suffix == ".mlpackage":
-                results.append(_lint_package(path, chip))
+                results.append(_lint_package(path, chip, route))
                 continue
             found = sorted(path.rglob("*.mil"))
             if not found:
                 raise AnekitError(f"[lint] {path}: no .mil file below this directory")
-            results.extend(_lint_mil(p, chip) for p in found)
+            results.extend(_lint_mil(p, chip, route or "direct") for p in found)
         elif path.suffix == ".mlmodel":
-            results.append(_lint_package(path, chip))
+            results.append(_lint_package(path, chip, route))
         elif path.suffix == ".py":
-            results.extend(_lint_python(path, chip))
+            results.extend(_lint_python(path, chip, route or "direct"))
         else:
-            results.append(_lint_mil(path, chip))
+            results.append(_lint_mil(path, chip, route or "direct"))
     return results
 
 
-def _lint_mil(path: Path, chip: str) -> LintResult:
+def _lint_mil(path: Path, chip: str, route: str) -> LintResult:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -102,10 +108,10 @@ def _lint_mil(path: Path, chip: str) -> LintResult:
         program = verify(parse(text, str(path)))
     except AnekitError as e:
         return LintResult(str(path), problem=str(e).splitlines()[0])
-    return lint_program(program, str(path), chip, path.parent)
+    return lint_program(program, str(path), chip, path.parent, route=route)
 
 
-def _lint_package(path: Path, chip: str) -> LintResult:
+def _lint_package(path: Path, chip: str, route: str | None) -> LintResult:
     """The program inside a CoreML package, then the package-scope rules (its weight size)."""
     from anekit.coreml import load_mlpackage
 
@@ -113,12 +119,12 @@ def _lint_package(path: Path, chip: str) -> LintResult:
         pkg = load_mlpackage(path)
     except AnekitError as e:
         return LintResult(str(path), problem=str(e).splitlines()[0])
-    result = lint_program(pkg.program, str(path), chip, weights=pkg.weights, route="coreml")
+    result = lint_program(pkg.program, str(path), chip, weights=pkg.weights, route=route or "coreml")
     result.findings.extend(check_package(pkg.weight_bytes, str(path), chip))
     return result
 
 
-def _lint_python(path: Path, chip: str) -> list[LintResult]:
+def _lint_python(path: Path, chip: str, route: str) -> list[LintResult]:
     try:
         namespace = runpy.run_path(str(path), run_name="__anekit_lint__")
     except Exception as e:  # the user's own code: any failure becomes one clear line
@@ -127,7 +133,7 @@ def _lint_python(path: Path, chip: str) -> list[LintResult]:
     for name, value in namespace.items():
         program = value if isinstance(value, Program) else getattr(value, "program", None)
         if isinstance(program, Program) and not name.startswith("_"):
-            results.append(lint_program(program, f"{path}::{name}", chip))
+            results.append(lint_program(program, f"{path}::{name}", chip, route=route))
     if not results:
         raise AnekitError(f"[lint] {path}: defines no module-level Program (or object with a .program)")
     return results

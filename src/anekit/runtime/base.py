@@ -345,8 +345,22 @@ class Backend:
 
 def prepare_program(program: Program | str) -> Program:
     """Parse (if text) and verify; any problem becomes CompilationFailed carrying the original message."""
+    prog = None
     try:
         prog = parse_program(program, "<program>") if isinstance(program, str) else program
         return verify(prog)
     except AnekitError as e:
-        raise CompilationFailed(f"[compile] the program does not verify:\n{e}") from e
+        raise CompilationFailed(f"[compile] the program does not verify:\n{e}{_no_path_hint(prog)}") from e
+
+
+def _no_path_hint(prog: Program | None) -> str:
+    """A line naming the ops of ``prog`` the engine has no path for (rule op.no-engine-path): anekit's
+    registry leaves most of them out, so they fail to verify before the rule book sees them."""
+    if prog is None:
+        return ""
+    from anekit.engine.ops import NO_PATH
+
+    found = sorted({op.op_type for fn in prog.functions.values() for op in fn.ops if op.op_type in NO_PATH})
+    if not found:
+        return ""
+    return f"\nop.no-engine-path: the engine has no path for {', '.join(found)} on any chip"

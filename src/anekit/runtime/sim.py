@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from anekit import jit
+from anekit.engine.evidence import check_route
 from anekit.engine.numerics import check_chip as numeric_chip
 from anekit.engine.numerics import profile
 from anekit.errors import AnekitError, BlobFormatError, CompilationFailed, EvalFailed, OptionError
@@ -806,8 +807,9 @@ class SimBackend(Backend):
     comparison path.
 
     ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
-    the rule book for ``chip`` and ``route`` ("direct": kernels for the private framework; "coreml":
-    the program of a CoreML package, whose buffers CoreML allocates).
+    the rule book for ``chip`` and ``route`` ("direct": kernels for the in-memory framework; "e5rt": a
+    program for the Espresso / e5rt runtime; "coreml": the program of a CoreML package, whose buffers
+    CoreML allocates).
     """
 
     name = "sim"
@@ -835,7 +837,7 @@ class SimBackend(Backend):
         self.precision = precision
         self.strict = strict_default() if strict is None else bool(strict)
         self.chip = check_chip(numeric_chip(chip))
-        self.route = route  # whose rules strictness applies: the direct route's, or a CoreML package's
+        self.route = check_route(route, "sim")  # whose rules strictness applies (direct, e5rt, coreml)
         self.numerics = numerics
         self.profile = profile(self.chip) if numerics == "engine" else None
         self.sanitizer = Sanitizer() if sanitize else None
