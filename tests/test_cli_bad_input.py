@@ -128,7 +128,7 @@ RUN = [
     c("run-program-empty", "run", "{ws}/empty", "--random", "1", status=1, says="[mil.parse]"),
     c("run-syntax-error", "run", "{ws}/syn.mil", "--random", "1", status=1, says="syn.mil:5:3", sub=True),
     c("run-type-error", "run", "{ws}/type.mil", "--random", "1", status=1, says="does not verify"),
-    c("run-strict-refusal", "run", "{ws}/small.mil", "--random", "1", status=1, says="spatial width 8"),
+    c("run-strict-refusal", "run", "{ws}/small.mil", "--random", "1", status=1, says="rows of 16 bytes"),
     c("run-no-function", "run", P, "--random", "1", "--function", "f", status=1, says="no function 'f'"),
     c("run-input-no-eq", "run", P, "--input", "x", status=1, says="NAME=FILE.npy"),
     c("run-input-missing", "run", P, "--input", "x={ws}/nope.npy", status=1, says="cannot load input"),
@@ -371,7 +371,8 @@ MIL = [
 LINT = [
     c("lint-nothing", "lint", status=1, says="name at least one", sub=True),
     c("lint-missing", "lint", "{ws}/nope.mil", status=1, says="no such file"),
-    c("lint-chip", "lint", P, "--chip", "m9", status=2, says="invalid choice"),
+    c("lint-chip", "lint", P, "--chip", "m9", status=1, says="unknown chip 'm9'"),
+    c("lint-route", "lint", P, "--route", "npu", status=1, says="unknown route 'npu'"),
     c("lint-garbage", "lint", "{ws}/garbage", status=1, says="mil.syntax error"),
 ]  # fmt: skip
 

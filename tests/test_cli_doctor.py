@@ -325,4 +325,3 @@ def test_doctor_reports_the_dialect_trial_and_what_was_remembered(no_env, capsys
     assert _doctor() == 0
     out = capsys.readouterr().out
     assert "trial dialect" in out and "dialect on m1 (macOS 26.3): ios16 after ios18 failed" in out
-

@@ -302,3 +302,18 @@ def test_cli_smoke_exit_status_and_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "out.json").read_text())["ok"] is True
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+@pytest.mark.parametrize("dialect", ["ios18", "ios16"])
+def test_every_rung_of_the_ladder_lints_without_errors_for_every_chip(dialect):
+    """anekit's own programs stay clean: no rung breaks an error rule of the book on any chip."""
+    from anekit.kernels import preset
+    from anekit.mil import parse, verify
+    from anekit.rules import CHIPS, check_program, errors
+
+    for rung in smoke.ladder(preset("stories260K"), dialect):
+        assert not isinstance(rung, tuple), rung
+        program = verify(parse(rung.text))
+        for chip in ("any", *CHIPS):
+            broken = errors(check_program(program, chip, rung.weights or None))
+            assert not broken, (rung.name, chip, [f.short() for f in broken])

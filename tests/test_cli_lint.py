@@ -50,9 +50,14 @@ def test_a_clean_program_exits_0_and_json_lists_the_findings(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["errors"] == 0 and doc["chip"] == "m1" and doc["route"] == "direct"
     findings = doc["programs"][0]["findings"]
-    assert [(f["rule"], f["severity"]) for f in findings] == [("surface.min-bytes", "warn")] * 2
-    assert all(f["chip"] == "m1" and f["route"] == "direct" for f in findings)
-    assert all("mechramc/Orion" in f["source"] and f["decision"] for f in findings)
+    assert findings == []
+    path = _write(tmp_path / "n.mil", GELU.replace("[1, 64, 1, 32]", "[1, 32, 1, 32]"))
+    assert main(["lint", str(path), "--json", "--chip", "m1"]) == 0
+    findings = json.loads(capsys.readouterr().out)["programs"][0]["findings"]
+    assert {(f["rule"], f["severity"], f["chip"], f["route"]) for f in findings} == {
+        ("tensor.channels-multiple-64", "warn", "m1", "direct")
+    }
+    assert all("Espresso" in f["source"] and f["decision"] for f in findings)
 
 
 def test_the_route_option(tmp_path, capsys):

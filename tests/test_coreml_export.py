@@ -25,6 +25,7 @@ from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
 from anekit.llama.sample import Sampler
+from anekit.rules import CHIPS
 from anekit.rules.checks import check_program, errors
 from tests.conftest import corpus_path
 
@@ -132,7 +133,7 @@ def test_exported_programs_lint_without_errors_for_the_coreml_route(tiny: Params
     they are about IOSurfaces the caller allocates, which a package does not have."""
     for stage in [Stage.whole(TINY), *plan_shards(TINY, 0.3)]:
         (_, program, weights), *_ = stages_of(tiny, [stage])
-        for chip in ("any", "m1", "m4"):
+        for chip in ("any", *CHIPS):
             broken = {f.rule.id for f in errors(check_program(program, chip, weights, route="coreml"))}
             assert not broken, (chip, broken)
         direct = {f.rule.id for f in errors(check_program(program, "m5", weights))}

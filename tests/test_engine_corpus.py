@@ -70,3 +70,35 @@ def test_no_known_good_program_breaks_an_error_rule_on_its_chips():
         for chip in case.chips:
             broken = errors(check_program(program, chip, case.weights, case.route))
             assert not broken, (case.name, chip, [f.short() for f in broken])
+
+
+def _single_op(case: Case) -> bool:
+    fn = verify(parse(case.mil)).main
+    return len([op for op in fn.ops if op.op_type != "const"]) == 1
+
+
+SINGLE_OPS = [c for c in KNOWN_GOOD if _single_op(c)]
+
+
+def test_there_are_single_op_programs_measured_native_on_every_measured_generation():
+    ops = {verify(parse(c.mil)).main.ops[-1].op_type for c in SINGLE_OPS}
+    assert len(SINGLE_OPS) >= 30 and len(ops) >= 25
+    assert {chip for c in SINGLE_OPS for chip in c.chips} >= {"m1", "m2", "m5"}
+
+
+@pytest.mark.parametrize("case", SINGLE_OPS, ids=lambda c: c.name)
+def test_anekit_lint_is_silent_on_a_single_op_program_measured_native(case: Case, tmp_path, capsys):
+    """``anekit lint --chip C --route R`` on an op the sources measured native, at the shape they ran, on
+    that chip and route: no error and no warning."""
+    from anekit.cli.main import main
+
+    path = tmp_path / f"{case.name}.mil"
+    path.write_text(case.mil, encoding="utf-8")
+    for name, data in (case.weights or {}).items():
+        target = tmp_path / name.removeprefix("@model_path/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    for chip in case.chips:
+        assert main(["lint", str(path), "--chip", chip, "--route", case.route]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert last == f"1 programs: 0 errors, 0 warnings (chip: {chip}, route: {case.route})", last

@@ -46,10 +46,12 @@ def test_matmul_inputs_matches_the_reference(shape):
     ic, oc, seq = shape
     rng = np.random.default_rng(1)
     x, w = _rand(rng, ic, seq), _rand(rng, oc, ic, scale=ic**-0.5)
-    # The training API's generator has rank-3 inputs of different sizes, which no hardware-run code
-    # uses: the strict simulator refuses it, so its numerics are checked non-strict.
-    with pytest.raises(CompilationFailed, match=r"io\.rank4-batch1 error main: input 'x'"):
-        composable.matmul_inputs(ic, oc, seq).run(runtime.open("sim"), x=x, w=w)
+    # The training API's generator has rank-3 inputs whose rows are narrower than 64 bytes for the small
+    # shapes, which the in-memory route refuses (surface.min-row-bytes, measured on M3 to M5): its numerics
+    # are checked non-strict. Rank-3 I/O alone is only a warning (no hardware-run program has it).
+    if seq * 4 < 64:
+        with pytest.raises(CompilationFailed, match=r"surface\.min-row-bytes error main: input"):
+            composable.matmul_inputs(ic, oc, seq).run(runtime.open("sim"), x=x, w=w)
     backend = runtime.open("sim", strict=False)
     want = composable.matmul_reference(x, w)
     fp32 = composable.matmul_inputs(ic, oc, seq)

@@ -1,5 +1,6 @@
-"""``anekit cost [--chip CHIP] [--config NAME | FILE.mil | DUMP_DIR] [--weights W] [--json] [--calibration]``:
-predicted Neural Engine time per kernel and per training step (a model, not a measurement)."""
+"""``anekit cost [--chip CHIP] [--route ROUTE] [--config NAME | FILE.mil | DUMP_DIR] [--weights W] [--json]
+[--calibration]``: predicted Neural Engine time per kernel and per training step (a model, not a
+measurement)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,33 @@ from pathlib import Path
 from typing import Any
 
 from anekit.cli import flags
-from anekit.cost import calibration
-from anekit.cost.chips import CHIPS, Chip, chip
-from anekit.cost.model import Params, predict
+from anekit.cost import (
+    CONTEXT,
+    DEVICES,
+    NOT_USED,
+    Params,
+    Performance,
+    chip,
+    error_table,
+    fitted,
+    predict,
+    summary,
+)
+from anekit.cost.calibration import FIGURE, FIT, HELD_OUT
+from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, StepKernel, host_flops, step_kernels
-from anekit.cost.work import Work, count
+from anekit.cost.work import count
 from anekit.errors import AnekitError
 from anekit.kernels.config import preset
 from anekit.mil import parse
+
+SPLIT = (
+    f"{FIT}: the M1 generation on the e5rt route (the guide's M1 convolutions, conv ramp and channel-group "
+    "step; ANEForge's M1 / M1 Max workload map, saturation sweep and surface streams)",
+    f"{FIGURE}: a timing that sets a device figure (a peak rate, a dispatch floor): shown, not an error",
+    f"{HELD_OUT}: other generations on the same route (M2 Pro, M5), the direct route (maderix/ANE, Orion: "
+    "M1 Pro to M5) and whole pipelines (stories110M per step)",
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,9 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cost",
         help="predicted Neural Engine time per kernel and per training step",
         description="Predict the engine time of every kernel of a training step (--config), of a .mil file "
-        "or of a kernels dump directory, from each kernel's work and sourced per-chip figures, with two "
-        "parameters fitted to published timings. A model, not a measurement: --calibration prints its "
-        "error against every published figure.",
+        "or of a kernels dump directory, from each kernel's work and sourced per-device figures, with three "
+        "efficiencies fitted to published timings. A model, not a measurement: --calibration prints its "
+        "error against every published timing, fitted and held out.",
     )
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
     p.add_argument(
@@ -36,7 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help=flags.preset_help("every kernel one training step of this model runs"),
     )
-    p.add_argument("--chip", default="m4", metavar="CHIP", help=f"one of {', '.join(CHIPS)} (default m4)")
+    p.add_argument("--chip", default="m4", metavar="CHIP", help=f"one of {', '.join(DEVICES)} (default m4)")
+    p.add_argument(
+        "--route",
+        default="direct",
+        choices=MODELLED_ROUTES,
+        help="how the program reaches the engine: direct (anekit's backend, the default) or e5rt",
+    )
     p.add_argument(
         "--weights", default="baked", choices=WEIGHT_MODES, help="weight mode of --config (default: baked)"
     )
@@ -71,11 +97,13 @@ def _program_works(path: Path) -> list[StepKernel]:
     return out
 
 
-def _kernel_rows(kernels: list[StepKernel], c: Chip, params: Params) -> list[dict[str, Any]]:
+def _kernel_rows(
+    kernels: list[StepKernel], perf: Performance, params: Params, route: str
+) -> list[dict[str, Any]]:
     rows = []
     for k in kernels:
-        t = predict(k.work, c, params)
-        w: Work = k.work
+        t = predict(k.work, perf, params, route)
+        w = k.work
         rows.append(
             {
                 "name": w.name,
@@ -90,70 +118,133 @@ def _kernel_rows(kernels: list[StepKernel], c: Chip, params: Params) -> list[dic
                 "bound": t.bound,
                 "compute_ms": t.compute_ms,
                 "memory_ms": t.memory_ms,
+                "surface_ms": t.surface_ms,
                 "overhead_ms": t.overhead_ms,
-                "weights_spill": t.spills,
+                "spills": t.spills,
             }
         )
     return rows
 
 
-def _calibration_doc(params: Params) -> dict[str, Any]:
-    rows = calibration.error_table(params)
+def _params_doc(params: Params) -> dict[str, float]:
     return {
-        "fitted": {"efficiency": params.efficiency, "overhead_ms": params.overhead_ms},
-        "figures": [
+        "compute_efficiency": params.compute_efficiency,
+        "dram_efficiency": params.dram_efficiency,
+        "surface_efficiency": params.surface_efficiency,
+    }
+
+
+def _calibration_doc(params: Params) -> dict[str, Any]:
+    rows = error_table(params)
+    s = summary(rows)
+    return {
+        "fitted": _params_doc(params),
+        "split": list(SPLIT),
+        "held_out": {
+            "count": s.held_out,
+            "median_abs_error": s.median_error,
+            "within_30_percent": s.within_30,
+            "worst": {
+                "id": s.worst.measurement.id,
+                "chip": s.worst.measurement.device,
+                "error": s.worst.error,
+                "explanation": s.worst.measurement.explanation,
+            },
+        },
+        "fit_median_abs_error": s.fit_median_error,
+        "measurements": [
             {
-                "id": r.figure.id,
-                "what": r.figure.what,
-                "chip": r.figure.device,
-                "published_ms": r.figure.ms,
-                "range_ms": [r.figure.low, r.figure.high],
+                "id": r.measurement.id,
+                "kernel": r.measurement.what,
+                "chip": r.measurement.device,
+                "route": r.measurement.route,
+                "measured_ms": r.measurement.ms,
                 "predicted_ms": r.predicted_ms,
                 "error": r.error,
-                "held_out": r.figure.held_out,
-                "source": r.figure.source,
+                "role": r.measurement.role,
+                "held_out": r.measurement.role == HELD_OUT,
+                "source": r.measurement.source,
+                "quote": r.measurement.quote,
+                "explanation": r.measurement.explanation,
             }
             for r in rows
         ],
         "context_whole_step": [
             {"what": what, "chip": dev, "weights": mode, "published_ms_per_step": ms, "source": src}
-            for what, dev, mode, ms, src in calibration.CONTEXT
+            for what, dev, mode, ms, src in CONTEXT
         ],
-        "not_used": list(calibration.NOT_USED),
+        "not_used": list(NOT_USED),
     }
 
 
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
 def _print_calibration(params: Params) -> None:
+    rows = error_table(params)
+    s = summary(rows)
     print(
-        f"fitted (least squares on log time): efficiency {params.efficiency:.3f} of peak, "
-        f"overhead {params.overhead_ms:.3f} ms per evaluation"
+        "fitted (least squares on log time, fit rows only): "
+        f"compute efficiency {params.compute_efficiency:.3f} of the fp16 peak, "
+        f"DRAM efficiency {params.dram_efficiency:.3f} of the streaming rate, "
+        f"e5rt surface efficiency {params.surface_efficiency:.3f} of the measured surface rate"
     )
-    print(f"{'figure':<20} {'chip':<9} {'published':>10} {'predicted':>10} {'error':>7}  set")
-    for r in calibration.error_table(params):
-        f = r.figure
-        pub = f"{f.ms:.3f}" if f.ms < 1 else f"{f.ms:.1f}"
-        pred = f"{r.predicted_ms:.3f}" if f.ms < 1 else f"{r.predicted_ms:.1f}"
+    print("split:")
+    for line in SPLIT:
+        print(f"  {line}")
+    print(
+        f"{'measurement':<30} {'chip':<9} {'route':<6} {'measured':>9} {'predicted':>9} {'error':>6}  "
+        "set       kernel"
+    )
+    for r in rows:
+        m = r.measurement
         print(
-            f"{f.id:<20} {f.device:<9} {pub:>10} {pred:>10} {r.error:>+7.0%}  "
-            f"{'HELD OUT' if f.held_out else 'fit'}  {f.what}"
+            f"{m.id:<30} {m.device:<9} {m.route:<6} {_ms(m.ms):>9} {_ms(r.predicted_ms):>9} "
+            f"{r.error:>+6.0%}  "
+            f"{m.role.upper() if m.role == HELD_OUT else m.role:<8}  {m.what}"
         )
+    within = round(s.within_30 * s.held_out)
+    print(
+        f"held out: {s.held_out} measurements, median |error| {s.median_error:.0%}, within 30%: {within} of "
+        f"{s.held_out} ({s.within_30:.0%}); fit rows: median |error| {s.fit_median_error:.0%}"
+    )
+    w = s.worst.measurement
+    print(
+        f"worst held out: {w.id} ({w.device}, {s.worst.error:+.0%}): "
+        f"{w.explanation or 'no explanation recorded'}"
+    )
     print("sources:")
-    for r in calibration.error_table(params):
-        print(f"  {r.figure.id}: {r.figure.source}")
+    for r in rows:
+        print(f"  {r.measurement.id}: {r.measurement.source}: {r.measurement.quote}")
     print("whole-step figures (engine + CPU; context, not errors of this engine-only model):")
-    for what, dev, mode, ms, src in calibration.CONTEXT:
+    for what, dev, mode, ms, src in CONTEXT:
+        perf = chip(dev)
         engine = sum(
-            k.calls * predict(k.work, chip(dev), params).ms for k in step_kernels(preset("stories110M"), mode)
+            k.calls * predict(k.work, perf, params).ms for k in step_kernels(preset("stories110M"), mode)
         )
         print(f"  {what} on {dev}: {ms:.1f} ms published, engine part predicted {engine:.1f} ms  [{src}]")
     print("not used:")
-    for line in calibration.NOT_USED:
+    for line in NOT_USED:
         print(f"  {line}")
 
 
+def _figures_doc(perf: Performance) -> dict[str, Any]:
+    return {
+        name: {
+            "value": f.value,
+            "unit": f.unit,
+            "status": f.status,
+            "source": f.source,
+            "observed": f.evidence.observed,
+        }
+        for name, f in perf.figures().items()
+    }
+
+
 def run_cost(args: argparse.Namespace) -> int:
-    c = chip(args.chip)
-    params = calibration.fitted()
+    perf = chip(args.chip)
+    params = fitted()
     if args.calibration and args.target is None and args.config is None:
         if args.json:
             json.dump(_calibration_doc(params), sys.stdout, indent=2)
@@ -168,28 +259,31 @@ def run_cost(args: argparse.Namespace) -> int:
         kernels, what = step_kernels(cfg, args.weights), f"{cfg.name} training step, {args.weights} weights"
     else:
         kernels, what = _program_works(args.target), str(args.target)
-    rows = _kernel_rows(kernels, c, params)
+    rows = _kernel_rows(kernels, perf, params, args.route)
     total = sum(r["total_ms"] for r in rows)
     share: dict[str, float] = defaultdict(float)
     for r in rows:
         share[r["kind"]] += r["total_ms"]
-    parts = {"dispatch": sum(r["calls"] * r["overhead_ms"] for r in rows), "compute": 0.0, "memory": 0.0}
+    parts = {
+        "dispatch": sum(r["calls"] * r["overhead_ms"] for r in rows),
+        "surfaces": sum(r["calls"] * r["surface_ms"] for r in rows),
+        "compute": 0.0,
+        "memory": 0.0,
+    }
     for r in rows:
         larger = "compute" if r["compute_ms"] >= r["memory_ms"] else "memory"
         parts[larger] += r["calls"] * r[f"{larger}_ms"]
     doc: dict[str, Any] = {
         "what": what,
-        "chip": c.name,
-        "chip_label": c.label,
+        "chip": perf.name,
+        "chip_label": perf.label,
+        "route": args.route,
         "kernels": rows,
         "engine_ms": total,
         "share_by_kind": {k: v / total for k, v in share.items()},
         "share_by_part": {k: v / total for k, v in parts.items()},
-        "fitted": {"efficiency": params.efficiency, "overhead_ms": params.overhead_ms},
-        "chip_figures": {
-            k: {"value": f.value, "unit": f.unit, "status": f.status, "source": f.source}
-            for k, f in c.figures().items()
-        },
+        "fitted": _params_doc(params),
+        "chip_figures": _figures_doc(perf),
     }
     if args.config is not None:
         doc["host_gflop"] = host_flops(cfg) / 1e9
@@ -199,13 +293,16 @@ def run_cost(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{what} on {c.label} ({c.name}) — predicted engine time (a model, not a measurement)")
+    print(
+        f"{what} on {perf.label} ({perf.name}, {args.route} route) — predicted engine time "
+        "(a model, not a measurement)"
+    )
     print(
         f"{'kernel':<22} {'calls':>5} {'GFLOP':>7} {'MB moved':>9} {'weight MB':>9} {'ms/call':>8} "
         f"{'ms total':>9}  bound"
     )
     for r in rows:
-        spill = " (weights spill)" if r["weights_spill"] else ""
+        spill = " (spills)" if r["spills"] else ""
         print(
             f"{r['name']:<22} {r['calls']:>5} {r['gflop']:>7.3f} {r['mb_moved']:>9.2f} "
             f"{r['weight_mb']:>9.2f} {r['ms']:>8.3f} {r['total_ms']:>9.2f}  {r['bound']}{spill}"
@@ -224,9 +321,9 @@ def run_cost(args: argparse.Namespace) -> int:
             "and the fp16 conversions"
         )
     print(
-        f"model: {params.overhead_ms:.3f} ms + max(work / ({params.efficiency:.2f} x "
-        f"{c.peak_tflops.value:g} TFLOPS), bytes / {c.bandwidth_gbs.value:g} GB/s); "
-        "`anekit cost --calibration` for its error"
+        f"model: {perf.dispatch_floor.value:g} ms + surfaces + max(work / ({params.compute_efficiency:.2f} x "
+        f"{perf.fp16_peak.value:g} TFLOP/s), bytes / ({params.dram_efficiency:.2f} x "
+        f"{perf.weight_stream.value:g} GB/s)); `anekit cost --calibration` for its error"
     )
     if args.calibration:
         _print_calibration(params)

@@ -59,7 +59,7 @@ def run_lint(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "chip": args.chip,
-            "route": args.route or "direct (coreml for packages)",
+            "route": _route_said(args.route, args.paths),
             "errors": errors,
             "warnings": warnings,
             "programs": [r.as_dict() for r in results],
@@ -70,9 +70,17 @@ def run_lint(args: argparse.Namespace) -> int:
         for r in results:
             for line in r.lines():
                 print(line)
-        route = args.route or "direct (coreml for packages)"
+        route = _route_said(args.route, args.paths)
         print(
             f"{len(results)} programs: {errors} errors, {warnings} warnings "
             f"(chip: {args.chip}, route: {route})"
         )
     return 1 if errors else 0
+
+
+def _route_said(route: str | None, paths: list[Path]) -> str:
+    """The route(s) the programs were judged for: the one asked, else direct (coreml for packages)."""
+    if route is not None:
+        return route
+    packages = any(p.suffix in (".mlpackage", ".mlmodel") for p in paths)
+    return "direct (coreml for packages)" if packages else "direct"

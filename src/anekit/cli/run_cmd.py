@@ -14,6 +14,7 @@ import numpy as np
 
 from anekit import mil, runtime
 from anekit.cli import flags
+from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
 from anekit.fileio import atomic_write
 from anekit.mil import types as T
@@ -74,6 +75,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"runs to time, the median is printed (1 .. {REPEAT_MAX}; default: %(default)s)",
     )
     p.add_argument("--function", help="the function to run (default: main, or the package's default)")
+    p.add_argument(
+        "--route",
+        metavar="ROUTE",
+        help="simulator: whose rules strict compiling applies — direct (the in-memory route anekit's backend "
+        "drives; default for MIL files), e5rt (the Espresso / e5rt runtime) or coreml (default for packages)",
+    )
     flags.add_numerics(p, "(one line per op: the counts and the largest offending value)")
     p.add_argument(
         "--json",
@@ -195,10 +202,16 @@ def run(args: argparse.Namespace) -> int:
         check_file(args.output, "[run] --output")
     options: dict[str, object] = flags.numerics_options(args)
     runtime.check_numerics_options(args.backend, options)
+    if args.route is not None:
+        check_route(args.route, "run")
+        if (args.backend or "sim") != "sim" and args.route != "direct":
+            raise AnekitError(f"[run] backend '{args.backend}' takes the direct route, not '{args.route}'")
     prog, weights, function = _load(args)
     if (args.backend or "sim") == "sim":
         options.update(precision=args.precision, **({"strict": False} if args.no_strict else {}))
-        if _is_package(args):
+        if args.route is not None:
+            options["route"] = args.route
+        elif _is_package(args):
             options["route"] = "coreml"  # a package's buffers are CoreML's: the surface rules do not hold
     backend = runtime.open(args.backend, **options)
     t0 = time.perf_counter()

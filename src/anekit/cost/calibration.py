@@ -124,36 +124,62 @@ def _guide_m1() -> list[Measurement]:
         k, c, s = kw.get("kernel", 1), kw["channels"], kw["spatial"]
         out.append(
             Measurement(
-                f"guide-{k}x{k}-c{c}-{s}", f"one {k}x{k} conv C{c} at {s}x{s}", "m1", "e5rt", us / 1000, G18,
-                f"{table}: '{label} | ... | {us} microseconds'", conv(**kw), FIT,
+                f"guide-{k}x{k}-c{c}-{s}",
+                f"one {k}x{k} conv C{c} at {s}x{s}",
+                "m1",
+                "e5rt",
+                us / 1000,
+                G18,
+                f"{table}: '{label} | ... | {us} microseconds'",
+                conv(**kw),
+                FIT,
             )
-        )  # fmt: skip
+        )
     for s, ms in ((16, 0.231), (32, 0.248), (64, 0.395), (128, 1.062), (256, 3.814)):
         out.append(
             Measurement(
-                f"guide-3x3-c64-{s}", f"one 3x3 conv C64 at {s}x{s}", "m1", "e5rt", ms,
-                G11 + ", 'A 3x3 convolution at 64 channels on the M1'", f"'{s}x{s} | {ms:.3f} ms'",
-                conv(64, s, height=s, kernel=3), FIT,
+                f"guide-3x3-c64-{s}",
+                f"one 3x3 conv C64 at {s}x{s}",
+                "m1",
+                "e5rt",
+                ms,
+                G11 + ", 'A 3x3 convolution at 64 channels on the M1'",
+                f"'{s}x{s} | {ms:.3f} ms'",
+                conv(64, s, height=s, kernel=3),
+                FIT,
             )
-        )  # fmt: skip
+        )
     for c, us in ((192, 20), (256, 61)):
         out.append(
             Measurement(
-                f"guide-1x1-c{c}-layer", f"one more 1x1 conv C{c} at 32x32 in a fused chain", "m1", "e5rt",
-                us / 1000, G20 + ", 'Output-channel-group tiling'",
+                f"guide-1x1-c{c}-layer",
+                f"one more 1x1 conv C{c} at 32x32 in a fused chain",
+                "m1",
+                "e5rt",
+                us / 1000,
+                G20 + ", 'Output-channel-group tiling'",
                 "'the per-layer slope shows ... a step from 20 microseconds to 61 microseconds per layer' "
-                "(output channels 192 and 256)", conv(c, 32, 2, height=32), FIT, conv(c, 32, 1, height=32),
+                "(output channels 192 and 256)",
+                conv(c, 32, 2, height=32),
+                FIT,
+                conv(c, 32, 1, height=32),
             )
-        )  # fmt: skip
+        )
     out.append(
         Measurement(
-            "guide-matmul-chain8", "eight chained 1024x1024 matmuls, one program, 1024 rows", "m1", "e5rt",
-            2.11, G10 + ", 'Sustained load holds one clock state'",
+            "guide-matmul-chain8",
+            "eight chained 1024x1024 matmuls, one program, 1024 rows",
+            "m1",
+            "e5rt",
+            2.11,
+            G10 + ", 'Sustained load holds one clock state'",
             "'a chain of eight 1024-square fp16 matrix multiplies run as one program ... at about 2.11 "
-            "milliseconds per call'", conv(1024, 1024, 8), FIGURE,
+            "milliseconds per call'",
+            conv(1024, 1024, 8),
+            FIGURE,
             explanation="sets the M1's fp16 peak (8.1 TFLOP/s)",
         )
-    )  # fmt: skip
+    )
     return out
 
 
@@ -162,20 +188,24 @@ _MAP = (  # ANEForge's watt-complete workload map: (name, workload)
     ("GEMM bandwidth (M=128,K=1024,N=1024)", "gemm-bw", named("gemm", 128, 1024, 1024)),
     ("GEMM compute (M=256,K=4096,N=4096)", "gemm-compute", named("gemm", 256, 4096, 4096)),
     ("conv single (C=64,32x32,k=3,depth=1)", "conv-single", conv(64, 32, height=32, kernel=3)),
-    ("conv resnet-ish (C=256,32x32,k=3,depth=16)", "conv-stack16", conv(256, 32, 16, height=32, kernel=3, relu=1)),
+    (
+        "conv resnet-ish (C=256,32x32,k=3,depth=16)",
+        "conv-stack16",
+        conv(256, 32, 16, height=32, kernel=3, relu=1),
+    ),
     ("attention vit (S=197,D=768,H=12)", "attention-197", named("attention", 197, 768, 12)),
     ("attention longseq (S=512,D=768,H=12)", "attention-512", named("attention", 512, 768, 12)),
-)  # fmt: skip
+)
 _MAP_MS = {
     "M1": ("m1", (0.1644, 0.4055, 2.3944, 0.1914, 1.9184, 0.6128, 1.8146)),
     "M2": ("m2-pro", (0.1099, 0.1351, 2.0434, 0.1068, 1.2649, 0.5886, 1.2529)),
     "M5": ("m5", (0.0917, 0.0858, 1.2927, 0.1028, 0.7571, 0.2301, 0.8167)),
 }
 _MAP_WHY = {
-    ("m2-pro", "gemm-bw"): "the M2 Pro runs this 2 MB-weight GEMM in 0.135 ms where the M1 takes 0.41 ms and "
-    "the M5 0.086 ms: it keeps the weight on chip or reads it far faster than its measured streaming rate "
-    "(61.9 GB/s, the M1's) through the weight efficiency fitted on the M1 allows; no M2 weight-path figure "
-    "is published to tell which",
+    ("m2-pro", "gemm-bw"): "the M2 Pro runs this GEMM (2 MB of weights) in 0.135 ms where the M1 takes "
+    "0.41 ms: it keeps the weight on chip, or reads it far faster than the model's M2 rate (its measured "
+    "61.9 GB/s stream, about the M1's, at the DRAM efficiency fitted on the M1); no M2 figure for the "
+    "weight path is published to tell which",
     ("m5", "attention-512"): "the 512x512 score matrices of 12 heads (6 MB) exceed the M5's 4.72 MB working "
     "set and the model spills them; the M5 appears to keep them on chip or split them per head",
 }
@@ -189,51 +219,87 @@ def _aneforge() -> list[Measurement]:
             r = FIGURE if (dev, key) == ("m2-pro", "gemm-floor") else role
             out.append(
                 Measurement(
-                    f"forge-{key}-{dev}", label, dev, "e5rt", ms, FORGE_MAP.format(chip),
-                    f"'{label}': ANE 'latency_ms': {ms}", work, r,
-                    explanation=_MAP_WHY.get((dev, key), "sets the M2's dispatch floor" if r == FIGURE else ""),
+                    f"forge-{key}-{dev}",
+                    label,
+                    dev,
+                    "e5rt",
+                    ms,
+                    FORGE_MAP.format(chip),
+                    f"'{label}': ANE 'latency_ms': {ms}",
+                    work,
+                    r,
+                    explanation=_MAP_WHY.get(
+                        (dev, key), "sets the M2's dispatch floor" if r == FIGURE else ""
+                    ),
                 )
-            )  # fmt: skip
+            )
     sweeps = {
-        "m1-max": (FORGE_M1MAX, (0.4877, 1.3323, 4.3726, 29.9651), (1.3563, 3.0480, 4.0695, 5.6446),
-                   (0.9531, 4.9937, 18.0325)),
-        "m5": (FORGE_M5, (0.1373, 0.4369, 1.9730, 19.1185), (0.5063, 1.1120, 1.5357, 2.2991),
-               (0.2644, 1.7398, 6.6366)),
-    }  # fmt: skip
+        "m1-max": (
+            FORGE_M1MAX,
+            (0.4877, 1.3323, 4.3726, 29.9651),
+            (1.3563, 3.0480, 4.0695, 5.6446),
+            (0.9531, 4.9937, 18.0325),
+        ),
+        "m5": (
+            FORGE_M5,
+            (0.1373, 0.4369, 1.9730, 19.1185),
+            (0.5063, 1.1120, 1.5357, 2.2991),
+            (0.2644, 1.7398, 6.6366),
+        ),
+    }
     for dev, (src, gemm, convs, relu) in sweeps.items():
         role = FIT if dev == "m1-max" else HELD_OUT
         for n, ms in zip((512, 1024, 2048, 4096), gemm):
             out.append(
                 Measurement(
-                    f"forge-gemm{n}-{dev}", f"GEMM {n}x{n}x{n}, weights constant", dev, "e5rt", ms,
-                    src + ", device_saturation_sweep 'gemm'", f"'N': {n}, ANE 'lat_ms': {ms}",
-                    named("gemm", n, n, n), role,
+                    f"forge-gemm{n}-{dev}",
+                    f"GEMM {n}x{n}x{n}, weights constant",
+                    dev,
+                    "e5rt",
+                    ms,
+                    src + ", device_saturation_sweep 'gemm'",
+                    f"'N': {n}, ANE 'lat_ms': {ms}",
+                    named("gemm", n, n, n),
+                    role,
                 )
-            )  # fmt: skip
+            )
         for (c, batch), ms in zip(((64, 8), (128, 8), (256, 4), (512, 2)), convs):
             out.append(
                 Measurement(
-                    f"forge-conv{c}x{batch}-{dev}", f"3x3 conv C{c}, batch {batch}, 64x64", dev, "e5rt", ms,
-                    src + ", device_saturation_sweep 'conv'", f"'C': {c}, 'B': {batch}, ANE 'lat_ms': {ms}",
-                    conv(c, 64, height=64, kernel=3, batch=batch), role,
+                    f"forge-conv{c}x{batch}-{dev}",
+                    f"3x3 conv C{c}, batch {batch}, 64x64",
+                    dev,
+                    "e5rt",
+                    ms,
+                    src + ", device_saturation_sweep 'conv'",
+                    f"'C': {c}, 'B': {batch}, ANE 'lat_ms': {ms}",
+                    conv(c, 64, height=64, kernel=3, batch=batch),
+                    role,
                 )
-            )  # fmt: skip
+            )
         for rows, ms in zip((256, 2048, 8192), relu):
             out.append(
                 Measurement(
-                    f"forge-relu{rows}-{dev}", f"relu on {rows}x4096 (a surface in and out)", dev, "e5rt", ms,
+                    f"forge-relu{rows}-{dev}",
+                    f"relu on {rows}x4096 (a surface in and out)",
+                    dev,
+                    "e5rt",
+                    ms,
                     src + ", device_bandwidth_roofline 'streaming (relu / x*2)'",
-                    f"'shape': [{rows}, 4096], 'ane_lat_ms': {ms}", named("relu", rows, 4096), role,
+                    f"'shape': [{rows}, 4096], 'ane_lat_ms': {ms}",
+                    named("relu", rows, 4096),
+                    role,
                 )
-            )  # fmt: skip
+            )
     return out
 
 
 _T_ANE = " ('ANE ms': t_ane, the forward evaluations of training/train_large.m)"
 _FWD_WHY = {
     "m5": "",
-    "m1-max": "the M1 Max's forward time varies 35-45 ms between runs (the report's range); the model, fitted "
-    "on the e5rt route, has no term for the direct route's weight path on the M1",
+    "m1-max": "the M1 Max's forward time varies 35-45 ms between runs (the report's range); the model's "
+    "M1 efficiencies come from the e5rt route, and on the direct route the M1 runs these weight-heavy "
+    "kernels slower than that DRAM efficiency gives (no direct-route M1 figure is published)",
 }
 
 
@@ -250,60 +316,117 @@ def _direct() -> list[Measurement]:
     for dev, ms, src, quote in fwd:
         out.append(
             Measurement(
-                f"maderix-fwd110m-{dev}", "stories110M baked, 24 forward kernels per step", dev, "direct", ms,
-                src + _T_ANE, quote, forward_110m, explanation=_FWD_WHY.get(dev, ""),
+                f"maderix-fwd110m-{dev}",
+                "stories110M baked, 24 forward kernels per step",
+                dev,
+                "direct",
+                ms,
+                src + _T_ANE,
+                quote,
+                forward_110m,
+                explanation=_FWD_WHY.get(dev, ""),
             )
-        )  # fmt: skip
+        )
     out += [
         Measurement(
-            "maderix-dyn110m-m3-ultra", "stories110M dynamic, fwd + bwd kernels per step", "m3-ultra", "direct",
-            69.7, M3_ULTRA + "raw/train_dynamic.log", "'timing: ane_fwd=32.7 ... ane_bwd=37.0'",
+            "maderix-dyn110m-m3-ultra",
+            "stories110M dynamic, fwd + bwd kernels per step",
+            "m3-ultra",
+            "direct",
+            69.7,
+            M3_ULTRA + "raw/train_dynamic.log",
+            "'timing: ane_fwd=32.7 ... ane_bwd=37.0'",
             dynamic_step_110m,
-            explanation="maderix's dynamic pipeline splits the step into 9 kernels per layer, anekit's into 8: "
-            "the same weights and FLOPs, other surfaces",
+            explanation="maderix's dynamic pipeline splits the step into 9 kernels per layer, anekit's "
+            "into 8: the same weights and FLOPs, other surfaces",
         ),
         Measurement(
-            "maderix-128x512-sp4096-m4", "128 chained 1x1 convs C512 over 4096 columns", "m4", "direct", 14.8,
-            MADERIX + "README.md, 'ANE peak throughput (M4, H16G)'", "'FP16 | 18.6 TOPS, 14.8ms' (128x conv "
-            "512ch 64x64)", conv(512, 4096, 128), FIGURE, explanation="sets the M4's fp16 peak",
+            "maderix-128x512-sp4096-m4",
+            "128 chained 1x1 convs C512 over 4096 columns",
+            "m4",
+            "direct",
+            14.8,
+            MADERIX + "README.md, 'ANE peak throughput (M4, H16G)'",
+            "'FP16 | 18.6 TOPS, 14.8ms' (128x conv 512ch 64x64)",
+            conv(512, 4096, 128),
+            FIGURE,
+            explanation="sets the M4's fp16 peak",
         ),
         Measurement(
-            "maderix-64x512-sp4096-m4", "64 chained 1x1 convs C512 over 4096 columns", "m4", "direct", 7.5,
-            MADERIX + "README.md, 'INT8 W8A8 quantization'", "'64x conv 512ch 64x64 | 18.4 TOPS, 7.5ms'",
+            "maderix-64x512-sp4096-m4",
+            "64 chained 1x1 convs C512 over 4096 columns",
+            "m4",
+            "direct",
+            7.5,
+            MADERIX + "README.md, 'INT8 W8A8 quantization'",
+            "'64x conv 512ch 64x64 | 18.4 TOPS, 7.5ms'",
             conv(512, 4096, 64),
-            explanation="a 64-layer chain runs at the peak rate while the compute efficiency is fitted on M1 "
-            "kernels of one to sixteen layers; its 4 MB intermediates exceed the M4's decompiled 2 MB working "
-            "set, and the model spills them, but the M4 does not slow down",
+            explanation="a 64-layer fused chain of 1x1 convs over 4096 columns runs at the peak rate "
+            "(18.4 TFLOP/s), while the compute efficiency (about 0.58) is fitted on M1 kernels of one to "
+            "sixteen layers: the model has no term that lets a long chain reach the peak",
         ),
         Measurement(
-            "maderix-128x512-sp2048-m3-pro", "128 chained 1x1 convs C512 over 2048 columns", "m3-pro", "direct",
-            8.19, COMMUNITY, "'chip': 'M3 Pro', 'peak_tflops': 16.77, 'Peak at 128x conv 512ch sp2048' (137.4 "
-            "GFLOP / 16.77 TFLOP/s)", conv(512, 2048, 128), FIGURE, explanation="sets the M3's fp16 peak",
+            "maderix-128x512-sp2048-m3-pro",
+            "128 chained 1x1 convs C512 over 2048 columns",
+            "m3-pro",
+            "direct",
+            8.19,
+            COMMUNITY,
+            "'chip': 'M3 Pro', 'peak_tflops': 16.77, 'Peak at 128x conv 512ch sp2048' (137.4 GFLOP / "
+            "16.77 TFLOP/s)",
+            conv(512, 2048, 128),
+            FIGURE,
+            explanation="sets the M3's fp16 peak; its 2 MB intermediates reach the M3's decompiled 2 MB "
+            "working set, so the model spills them, where the chain ran at the peak: the M3 keeps them",
         ),
         Measurement(
-            "maderix-conv256-sp64-m5", "one 1x1 conv C256 over 64 columns", "m5", "direct", 0.07,
-            MADERIX + "training/m5result.md, 'test_qos_sweep'", "'256x256 conv, spatial=64 (8.4 MFLOPS)' "
-            "'eval ~0.07ms avg'", conv(256, 64), FIGURE, explanation="sets the M5's dispatch floor",
+            "maderix-conv256-sp64-m5",
+            "one 1x1 conv C256 over 64 columns",
+            "m5",
+            "direct",
+            0.07,
+            MADERIX + "training/m5result.md, 'test_qos_sweep'",
+            "'256x256 conv, spatial=64 (8.4 MFLOPS)' 'eval ~0.07ms avg'",
+            conv(256, 64),
+            FIGURE,
+            explanation="sets the M5's dispatch floor",
         ),
         Measurement(
-            "maderix-conv64x32-m4-max", "one 1x1 conv C64 over 32 columns", "m4-max", "direct", 0.175,
-            INTERNALS, "'Standard | model.evaluateWithQoS:options:request:error: | 0.175 ms | 0.205 ms' "
-            "(64x32, 768x256)", conv(64, 32),
+            "maderix-conv64x32-m4-max",
+            "one 1x1 conv C64 over 32 columns",
+            "m4-max",
+            "direct",
+            0.175,
+            INTERNALS,
+            "'Standard | model.evaluateWithQoS:options:request:error: | 0.175 ms | 0.205 ms' "
+            "(64x32, 768x256)",
+            conv(64, 32),
             explanation="a kernel this small is the dispatch floor alone: 0.175 ms here against rustane's "
             "0.095 ms on the same chip, two measurements of the floor that disagree",
         ),
         Measurement(
-            "maderix-conv768x256-m4-max", "one 1x1 conv C768 over 256 columns", "m4-max", "direct", 0.205,
-            INTERNALS, "'Standard | ... | 0.175 ms | 0.205 ms' (64x32, 768x256)", conv(768, 256),
+            "maderix-conv768x256-m4-max",
+            "one 1x1 conv C768 over 256 columns",
+            "m4-max",
+            "direct",
+            0.205,
+            INTERNALS,
+            "'Standard | ... | 0.175 ms | 0.205 ms' (64x32, 768x256)",
+            conv(768, 256),
         ),
         Measurement(
-            "orion-add-m4-max", "z = x + y on [1, 256, 1, 64]", "m4-max", "direct", 0.223, ORION,
+            "orion-add-m4-max",
+            "z = x + y on [1, 256, 1, 64]",
+            "m4-max",
+            "direct",
+            0.223,
+            ORION,
             "'hello_mil.m: z = x + y on [1,256,1,64] — PASS (compile 17.1ms, eval 0.223ms)'",
             named("add", 256, 64),
-            explanation="a one-op kernel is the dispatch floor alone: Orion's eval call takes 0.223 ms against "
-            "rustane's 0.095 ms dispatch overhead on the same chip",
+            explanation="a one-op kernel is the dispatch floor alone: Orion's eval call takes 0.223 ms "
+            "against rustane's 0.095 ms dispatch overhead on the same chip",
         ),
-    ]  # fmt: skip
+    ]
     return out
 
 
@@ -319,19 +442,17 @@ CONTEXT: tuple[tuple[str, str, str, float, str], ...] = (
     ("stories110M dynamic, ms/step, M3 Ultra", "m3-ultra", "dynamic", 115.4, M3_ULTRA + "README.md"),
 )
 NOT_USED = (
-    "Best-of peak runs (128x conv 512ch sp64: M3 Pro 9.98, M4 Pro 12.57, M4 Max 10.93, M5 12.17-12.44 TFLOP/s, "
-    + REPORT
-    + "; M3 Ultra 0.531 ms, "
-    + M3_ULTRA
-    + "raw/inmem_peak.log): their sweeps are not monotonic in work (32 layers 0.497 ms, 64 layers 0.355 ms on "
-    "the M3 Ultra; 0.408 and 0.244 ms on the M4 Max, maderix/ANE pull request #25), and on the M5 the 64 MB "
-    "of weights would move at 184 GB/s, above its 154 GB/s DRAM: not a clean engine time.",
+    "Best-of peak runs (128x conv 512ch sp64: M3 Pro 9.98, M4 Pro 12.57, M4 Max 10.93, M5 12.17-12.44 "
+    f"TFLOP/s, {REPORT}; M3 Ultra 0.531 ms, {M3_ULTRA}raw/inmem_peak.log): their sweeps are not monotonic "
+    "in work (32 layers 0.497 ms, 64 layers 0.355 ms on the M3 Ultra; 0.408 and 0.244 ms on the M4 Max, "
+    "maderix/ANE pull request #25), and on the M5 the 64 MB of weights would move at 184 GB/s, above its "
+    "154 GB/s DRAM: not a clean engine time.",
     "Single-conv sweeps on the M4 Max (inmem_bench, sram_probe, maderix/ANE pull request #25 "
     "docs/BENCHMARK_RESULTS.md): 2048 channels in 0.218 ms, 256 channels in 0.378 ms: noise above the work.",
-    "Anemll/anemll-bench Results.MD llama_lm_head latencies (M5 Max 7.08 ms): the weight-streaming figures are "
-    "computed from them, so they cannot check the model.",
+    "Anemll/anemll-bench Results.MD llama_lm_head latencies (M5 Max 7.08 ms): the weight-streaming "
+    "figures are computed from them, so they cannot check the model.",
     "mechramc/Orion docs/m2_benchmarks.md: 'M2' is Orion's milestone, measured on an M4 Max; its ANE figures "
     "include 25 compiles per call, not engine time.",
-    "The guide's M1 per-class attention GFLOP/s (part-3-performance/11-ane-vs-gpu-vs-cpu.md) are the "
-    "ANEForge workload-map rows above, used from the JSON with their latencies.",
+    "The guide's M1 per-class table (part-3-performance/11-ane-vs-gpu-vs-cpu.md, 'M1 per-class "
+    "measurement') is ANEForge's workload map: used above from its JSON, latencies rather than GFLOP/s.",
 )

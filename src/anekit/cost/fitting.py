@@ -20,29 +20,37 @@ from anekit.engine.performance import performance
 START = Params(0.5, 0.5, 0.5)
 
 
-def _terms(m: Measurement) -> tuple[list[tuple[Terms, int]], list[tuple[Terms, int]]]:
-    perf = performance(m.device)
-    base = m.baseline() if m.baseline is not None else ()
-    return [(terms(w, perf, m.route), n) for w, n in m.workload()], [(terms(w, perf, m.route), n) for w, n in base]
+Parts = tuple[tuple[Terms, int], ...]  # (one evaluation's terms, evaluations)
 
 
 @cache
-def _terms_of(m: Measurement) -> tuple[list[tuple[Terms, int]], list[tuple[Terms, int]]]:
-    return _terms(m)
+def _parts(m: Measurement) -> tuple[Parts, Parts]:
+    """The terms of ``m``'s workload and of its baseline (none but for a per-layer figure)."""
+    perf = performance(m.device)
+    base = m.baseline() if m.baseline is not None else ()
+    return (
+        tuple((terms(w, perf, m.route), n) for w, n in m.workload()),
+        tuple((terms(w, perf, m.route), n) for w, n in base),
+    )
 
 
 def predicted(m: Measurement, params: Params) -> float:
-    """The model's time for ``m`` (ms): its workload's evaluations, less the baseline's for a per-layer figure."""
-    work, base = _terms_of(m)
+    """The model's time for ``m`` (ms): its workload's evaluations, less the baseline's (a per-layer
+    figure)."""
+    work, base = _parts(m)
     total = sum(n * combine(t, params).ms for t, n in work)
     return total - sum(n * combine(t, params).ms for t, n in base)
 
 
-def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5, rounds: int = 3) -> list[float]:
+def nelder_mead(
+    f: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.5, rounds: int = 3
+) -> list[float]:
     """The minimum of ``f`` near ``x0`` by the Nelder-Mead simplex, restarted ``rounds`` times."""
     best = list(x0)
     for _ in range(rounds):
-        simplex = [best] + [[x + (step if i == j else 0.0) for j, x in enumerate(best)] for i in range(len(best))]
+        simplex = [best] + [
+            [x + (step if i == j else 0.0) for j, x in enumerate(best)] for i in range(len(best))
+        ]
         values = [f(p) for p in simplex]
         for _ in range(400 * len(best)):
             order = sorted(range(len(simplex)), key=values.__getitem__)
@@ -69,7 +77,9 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], step: fl
                 if fc < values[-1]:
                     simplex[-1], values[-1] = contracted, fc
                 else:
-                    simplex = [simplex[0]] + [[(a + b) / 2 for a, b in zip(simplex[0], p)] for p in simplex[1:]]
+                    simplex = [simplex[0]] + [
+                        [(a + b) / 2 for a, b in zip(simplex[0], p)] for p in simplex[1:]
+                    ]
                     values = [values[0]] + [f(p) for p in simplex[1:]]
         best = simplex[min(range(len(simplex)), key=values.__getitem__)]
         step /= 4
@@ -93,8 +103,10 @@ def fit(
             total += (math.log(t) - target) ** 2 if t > 0 else 1e6
         return total
 
-    x = nelder_mead(loss, [math.log(v) for v in (START.compute_efficiency, START.weight_efficiency,
-                                                 START.surface_efficiency)])  # fmt: skip
+    x = nelder_mead(
+        loss,
+        [math.log(v) for v in (START.compute_efficiency, START.dram_efficiency, START.surface_efficiency)],
+    )
     return Params(*(math.exp(v) for v in x))
 
 

@@ -10,20 +10,21 @@
   a dense 3x3 stride-1 conv takes the Winograd F(2x2, 3x3) path and does ``WINOGRAD`` times fewer
   multiplies (part-4-workloads/13-vision-conv-encoders.md: "replaces 36 direct multiplies per 2x2
   output tile with 16"). Element ops count one operation per element at the same rate.
-* weights: every BLOBFILE weight byte, streamed from DRAM each evaluation at the weight efficiency x
-  the device's weight-streaming rate (the weights take the kernel-coefficient path, slower than a
-  tensor stream: the guide's own fit puts the M1's at 9 GB/s against a measured 51 GB/s stream,
-  part-5-practice/18-optimization-cost-model.md).
-* spills: an intermediate tensor stays on chip while it fits the device's working set; a larger one is
-  written out and read back at the engine's DRAM rate (min of the weight stream and the DRAM bandwidth).
-  Weight streaming and spills overlap the compute; the slower of the two sets the time.
-* surfaces: the program's inputs and outputs. On the direct route (anekit's backend: the engine's DMA
-  reads and writes the IOSurfaces) at the device's streaming rate; on the Espresso / e5rt route the
-  runtime moves them to and from the host, at the surface efficiency x the device's measured e5rt stream
-  rate. Either way before and after the work, not under it.
+* weights and spills: every BLOBFILE weight byte, streamed from DRAM each evaluation; an intermediate
+  tensor stays on chip within the program while it is smaller than the device's working set; one that
+  reaches it is written out and read back (the guide measured the M1's 2 MB threshold: a 96-layer chain with
+  2 MB activations "moved 426 MB of DRAM per dispatch", part-3-performance/09-roofline.md). Both move
+  at the DRAM efficiency x the device's weight-streaming rate (spills capped by the DRAM bandwidth): the
+  engine's own traffic reaches a fraction of the streaming rate a benchmark measures, as the guide's
+  own fit found (9 GB/s on the M1 against a measured 51 GB/s stream,
+  part-5-practice/18-optimization-cost-model.md). They overlap the compute; the slower sets the time.
+* surfaces: the program's inputs and outputs, before and after the work, not under it. On the direct
+  route (anekit's backend: the engine's DMA reads and writes the IOSurfaces) like any other DRAM
+  traffic; on the Espresso / e5rt route the runtime moves them to and from the host, at the surface
+  efficiency x the device's measured e5rt stream rate.
 
-Three parameters are fitted to published timings (``anekit.cost.fitting``): the compute, weight and surface
-efficiencies. Everything else is a sourced per-device figure (``anekit.engine.performance``).
+Three parameters are fitted to published timings (``anekit.cost.fitting``): the compute, DRAM and
+surface efficiencies. Everything else is a sourced per-device figure (``anekit.engine.performance``).
 
 The bound of a kernel is what its time is mostly made of: ``dispatch`` when the floor is larger than the
 rest, else ``compute`` or ``memory`` (weights, spills and surfaces), whichever is larger.
@@ -42,6 +43,7 @@ from anekit.errors import AnekitError
 GROUP = 192  # output channels one pass of a 1x1 conv holds (one pass at 192, two at 256: measured, M1)
 WINOGRAD = 2.25  # fewer multiplies of a Winograd F(2x2, 3x3) conv: 36 / 16
 MODELLED_ROUTES = ("direct", "e5rt")
+MB = 2**20  # the guide's megabyte: "A [1, 512, 32, 32] activation is exactly 1 MB" (part-6-silicon/21)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Params:
     """The fitted parameters: fractions of the device's rated figures that kernels reach."""
 
     compute_efficiency: float  # of the fp16 peak
-    weight_efficiency: float  # of the weight-streaming rate
+    dram_efficiency: float  # of the weight-streaming rate, for everything the engine moves through DRAM
     surface_efficiency: float  # of the e5rt surface rate
 
 
@@ -59,9 +61,9 @@ class Terms:
 
     floor: float
     compute: float  # / compute_efficiency
-    weights: float  # / weight_efficiency
-    spills: float
-    surfaces: float  # / surface_efficiency on the e5rt route; as is on the direct route
+    weights: float  # / dram_efficiency
+    spills: float  # / dram_efficiency
+    surfaces: float  # / surface_efficiency on the e5rt route, / dram_efficiency on the direct route
     e5rt: bool
 
 
@@ -75,7 +77,7 @@ class KernelTime:
     memory_ms: float  # weights and spills
     surface_ms: float
     overhead_ms: float
-    spills: bool  # an intermediate larger than the working set goes through DRAM
+    spills: bool  # an intermediate as large as the working set goes through DRAM
 
     @property
     def bound(self) -> str:
@@ -89,7 +91,8 @@ def check_route(route: str) -> str:
     if route not in MODELLED_ROUTES:
         known = ", ".join(ROUTES)
         raise AnekitError(
-            f"[cost] route '{route}' is not modelled (choose one of: {', '.join(MODELLED_ROUTES)}; routes: {known})"
+            f"[cost] route '{route}' is not modelled (choose one of: {', '.join(MODELLED_ROUTES)}; "
+            f"routes: {known})"
         )
     return route
 
@@ -112,9 +115,9 @@ def terms(work: Work, perf: Performance, route: str = "direct") -> Terms:
     peak = perf.fp16_peak.value * 1e12
     stream = perf.weight_stream.value * 1e9
     dram = min(perf.dram.value, perf.weight_stream.value) * 1e9
-    working_set = perf.working_set.value * 1e6
+    working_set = perf.working_set.value * MB
     compute = sum(layer_macs(layer) + layer.element_ops for layer in work.layers) / peak
-    spilled = sum(b for layer in work.layers for b in layer.intermediates if b > working_set)
+    spilled = sum(b for layer in work.layers for b in layer.intermediates if b >= working_set)
     e5rt = route == "e5rt"
     surface_rate = perf.e5rt_surface.value * 1e9 if e5rt else stream
     return Terms(
@@ -130,8 +133,8 @@ def terms(work: Work, perf: Performance, route: str = "direct") -> Terms:
 def combine(t: Terms, params: Params, name: str = "") -> KernelTime:
     """The time of one evaluation from its parts and the fitted parameters."""
     compute = t.compute / params.compute_efficiency
-    memory = t.weights / params.weight_efficiency + t.spills
-    surfaces = t.surfaces / params.surface_efficiency if t.e5rt else t.surfaces
+    memory = (t.weights + t.spills) / params.dram_efficiency
+    surfaces = t.surfaces / (params.surface_efficiency if t.e5rt else params.dram_efficiency)
     total = t.floor + surfaces + max(compute, memory)
     return KernelTime(name, total, compute, memory, surfaces, t.floor, t.spills > 0)
 

@@ -16,7 +16,7 @@ kernel generated from shapes only is costed exactly like one with weights):
 
 ``layers`` keeps, per op, what the cost model needs beyond the totals: its MAC work, its
 weights, its output channels and kernel window (a 1x1 conv runs in output-channel-group passes, a dense
-3x3 stride-1 conv by Winograd) and the size of each intermediate it writes (one larger than the chip's
+3x3 stride-1 conv by Winograd) and the size of each intermediate it writes (one as large as the chip's
 working set spills to DRAM). Which of these the engine does is ``anekit.cost.model``'s business.
 """
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from anekit.mil import types as T
 from anekit.mil.ir import Op, Program, Var
@@ -55,7 +57,6 @@ class Layer:
     out_channels: int  # a conv's output channels (0 for other ops)
     kernel: tuple[int, ...]  # a conv's window ((), for other ops)
     winograd: bool  # a dense 3x3 conv with unit stride and dilation: the engine's Winograd path
-    columns: float  # a MAC op's output positions per output channel (batch x spatial; rows of a matmul)
     intermediates: tuple[float, ...]  # bytes of each output that is not a function output
 
 
@@ -207,15 +208,12 @@ def count(program: Program, name: str = "") -> Work:
 def _ints(op: Op, name: str) -> tuple[int, ...]:
     arg = op.inputs.get(name)
     value = arg_value(arg) if arg is not None else None
-    return tuple(int(v) for v in value.ravel()) if value is not None and hasattr(value, "ravel") else ()
+    return () if value is None else tuple(int(v) for v in np.atleast_1d(np.asarray(value)).ravel())
 
 
 def _layer(op: Op, blobs: dict[str, float], written: tuple[float, ...]) -> Layer:
     weights = sum(blobs.get(v.name, 0.0) for v in op.input_vars())
-    out_channels, kernel, winograd, columns = 0, (), False, 0.0
-    out = _shape(op.outputs[0]) if op.outputs else ()
-    if op_flops(op) and out:
-        columns = float(math.prod(out)) / out[1 if op.op_type == "conv" else -1]
+    out_channels, kernel, winograd = 0, (), False
     if op.op_type == "conv":
         w = _shape(op.inputs.get("weight"))
         if w:
@@ -223,4 +221,6 @@ def _layer(op: Op, blobs: dict[str, float], written: tuple[float, ...]) -> Layer
             groups = _ints(op, "groups") or (1,)
             unit = all(s == 1 for s in _ints(op, "strides")) and all(d == 1 for d in _ints(op, "dilations"))
             winograd = kernel == (3, 3) and unit and groups[0] == 1
-    return Layer(op.op_type, op_flops(op), op_element_ops(op), weights, out_channels, kernel, winograd, columns, written)
+    return Layer(
+        op.op_type, op_flops(op), op_element_ops(op), weights, out_channels, kernel, winograd, written
+    )

@@ -9,17 +9,25 @@ as a 1x1 conv over M columns (the engine's dense layer: the same FLOPs, weights 
 from __future__ import annotations
 
 from anekit.mil import Builder, Program, tensor
+from anekit.mil.builder import FunctionBuilder
 from anekit.mil.ir import Var
 
 
-def _weight(f, shape: list[int], name: str) -> Var:  # type: ignore[no-untyped-def]
+def _weight(f: FunctionBuilder, shape: list[int], name: str) -> Var:
     return f.weight(tensor("fp16", shape), f"@model_path/weights/{name}.bin", 64)
 
 
 def conv_program(
-    channels: int, spatial: int, depth: int = 1, *, out_channels: int | None = None, kernel: int = 1,
-    height: int = 1, batch: int = 1, relu: bool = False,
-) -> Program:  # fmt: skip
+    channels: int,
+    spatial: int,
+    depth: int = 1,
+    *,
+    out_channels: int | None = None,
+    kernel: int = 1,
+    height: int = 1,
+    batch: int = 1,
+    relu: bool = False,
+) -> Program:
     """``depth`` chained convs on [batch, channels, height, spatial]: the first maps ``channels`` to
     ``out_channels`` (default the same), the rest keep it; ``kernel`` x ``kernel`` windows with "same"
     padding; a relu after each when ``relu``. The default is maderix/ANE's benchmark kernel, 1x1 convs on
@@ -75,7 +83,9 @@ def attention_program(seq: int, dim: int, heads: int) -> Program:
         return f.conv1x1(v, _weight(f, [dim, dim, 1, 1], name))  # (1, dim, 1, seq)
 
     def split(v: Var) -> Var:
-        return f.transpose(x=f.reshape(x=v, shape=[1, heads, head, seq]), perm=[0, 1, 3, 2])  # (1, h, seq, hd)
+        return f.transpose(
+            x=f.reshape(x=v, shape=[1, heads, head, seq]), perm=[0, 1, 3, 2]
+        )  # (1, h, seq, hd)
 
     q, k, v = (split(project(x, n)) for n in ("wq", "wk", "wv"))
     scores = f.matmul(x=q, y=k, transpose_x=False, transpose_y=True)  # (1, h, seq, seq)

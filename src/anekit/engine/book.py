@@ -127,17 +127,32 @@ _SURFACE_RULES = (
             Evidence(
                 ESPRESSO_DOCS,
                 "measured",
-                "'Smaller widths (< 32) on trunk kernels reliably produce statusType=0x9 at eval time' (M3 "
-                "Max)",
+                "'Smaller widths (< 32) on trunk kernels reliably produce statusType=0x9 at eval time' "
+                "(M3 Max)",
                 ("m3",),
                 DIRECT,
                 "15",
             ),
-            _orion("§4", "seq = 1 surfaces fail with status 0x1d ([768, 1]: 'too small')"),
+            _orion(
+                "§4",
+                "seq = 1 surfaces fail with status 0x1d ([768, 1]: 'too small'); 'Minimum working size: "
+                "[768, 16] = 49,152 bytes' — fp32 I/O, 64-byte rows",
+            ),
+            Evidence(
+                "mechramc/Orion docs/ane_api_reference.md, 'Constraints & Gotchas'",
+                "measured",
+                "'Very small tensors (e.g., [1,4,1,4]) fail at evaluation'",
+                M4,
+                DIRECT,
+                ORION_OS,
+            ),
         ),
         decision="Three projects measured short rows failing on M3, M4 and M5 (zeros or an eval error). "
         "Orion's LoRA adapter [1,768,1,16] is not counted against it: its surface was allocated for "
-        "[768,32], 64-byte rows, and the tensor read packed from it (surface.packed-data).",
+        "[768,32], 64-byte rows, and the tensor read packed from it (surface.packed-data). Orion §4's "
+        "'~49 KB minimum surface' is read as this rule, not as a size of its own: its smallest working shape "
+        "has 64-byte rows, and 4 KB (maderix pull request #40, M4 Max; pull request #6, M1 Pro) and 12 KB "
+        "(maderix training/test_ane_sdpa5.m, M4) surfaces with longer rows ran.",
     ),
     Rule(
         "surface.spatial-multiple-16",
@@ -148,8 +163,8 @@ _SURFACE_RULES = (
             Evidence(
                 RUSTANE,
                 "reported",
-                "'IOSurface spatial width must be multiple of 16 (silent data corruption otherwise)' (M4 "
-                "Max)",
+                "'IOSurface spatial width must be multiple of 16 (silent data corruption otherwise)' "
+                "(M4 Max)",
                 M4,
                 DIRECT,
             ),
@@ -161,36 +176,6 @@ _SURFACE_RULES = (
                 DIRECT,
             ),
         ),
-    ),
-    Rule(
-        "surface.min-bytes",
-        "Surfaces under 49,152 bytes failed at eval in one project; smaller ones ran in others.",
-        "tensor",
-        "refused",
-        (
-            _orion("§4", "'Minimum working size: [768, 16] = 49,152 bytes' (fp32 I/O)"),
-            Evidence(
-                f"{PR40} docs/ANE_INTERNALS.md, 'Execution Paths'",
-                "measured",
-                "a 64-channel, spatial-32 fp16 conv (4 KB surfaces) ran: 0.175 ms standard, 0.093 ms "
-                "real-time",
-                M4,
-                DIRECT,
-                "15",
-                refutes=True,
-            ),
-            Evidence(
-                f"{M0AT_README}, '10. Minimum Sequence Length'",
-                "measured",
-                "256-channel kernels at S = 32 fp16 (16 KB surfaces) return correct outputs",
-                M5,
-                DIRECT,
-                "26.3",
-                refutes=True,
-            ),
-        ),
-        decision="Contradicted on the chip it was measured on (M4 Max ran 4 KB surfaces): a warning. Orion's "
-        "smallest working shape is fp32 with 64-byte rows, so its failures are likely surface.min-row-bytes.",
     ),
     Rule(
         "surface.global-over-16mb",
@@ -220,8 +205,7 @@ _SURFACE_RULES = (
                 f"Program'",
                 "measured",
                 "'with 3 outputs (fused Q+K+V), only the last output (index 2) contains correct data ... "
-                "even 3 "
-                "identical [256->64] convs fail'",
+                "even 3 identical [256->64] convs fail'",
                 M5,
                 DIRECT,
                 "26.3",
@@ -385,8 +369,7 @@ _PROCESS_RULES = (
         (
             Evidence(
                 f"{PR40} docs/ANE_INTERNALS.md, 'Execution Paths'; docs/ANE_CHAINING_RESEARCH.md, '4. "
-                f"Evaluation "
-                "Path Benchmarks'",
+                f"Evaluation Path Benchmarks'",
                 "measured",
                 "0.093 ms real-time vs 0.175 ms standard at 64x32, 0.246 vs 0.205 ms at 768x256 (M4 Max)",
                 M4,
@@ -422,8 +405,7 @@ _PROCESS_RULES = (
     Rule(
         "process.chaining",
         "Multi-stage dispatch without a host round trip goes through _ANEChainingRequest; it is not proven "
-        "to "
-        "work with in-memory MIL models.",
+        "to work with in-memory MIL models.",
         "process",
         "falls back",
         (
@@ -481,8 +463,7 @@ _OP_RULES = (
         ),
         decision="Orion wrote gelu(x) with no mode; the book measured gelu native on M1, M2 and M5 and "
         "maderix ran it with a mode on M4 Max. anekit flags only a gelu without its mode: an error on M4 "
-        "where "
-        "the refusal was measured, no finding where gelu was measured native.",
+        "where the refusal was measured, no finding where gelu was measured native.",
     ),
     Rule(
         "op.concat-interleave",
@@ -502,8 +483,7 @@ _OP_RULES = (
             _guide_native("concat"),
         ),
         decision="Every hardware-run concat on the in-memory route (maderix training/stories_mil.h, M1 to "
-        "M5) "
-        "passes interleave: anekit flags a concat without it, an error on M4, no finding where the book "
+        "M5) passes interleave: anekit flags a concat without it, an error on M4, no finding where the book "
         "measured concat native.",
     ),
     Rule(
@@ -556,10 +536,8 @@ _OP_RULES = (
             _guide_native("reduce_mean and rsqrt"),
         ),
         decision="No public measurement refuses reduce_mean or rsqrt; the book measured both native on M1, "
-        "M2 "
-        "and M5 and m0at's reduce_sum claim is contradicted by maderix's M5 training. A warning on M3 and "
-        "M4, "
-        "where only reports speak; the rane list is a private reference with no public source.",
+        "M2 and M5 and m0at's reduce_sum claim is contradicted by maderix's M5 training. A warning on M3 and "
+        "M4, where only reports speak; the rane list is a private reference with no public source.",
     ),
     Rule(
         "op.sqrt-after-reduce",
@@ -584,8 +562,7 @@ _OP_RULES = (
             ),
         ),
         decision="The book's only rule after a reduction is about square (the fused form needs the M2; the "
-        "M1 "
-        "gets the unfused form, no failure). A warning where only the report speaks.",
+        "M1 gets the unfused form, no failure). A warning where only the report speaks.",
     ),
     Rule(
         "op.identity-output",
@@ -758,8 +735,7 @@ _OP_RULES = (
                 f"{FORGE} docs/developer/capabilities-and-targets.md, 'square_opcode_tiling'",
                 "measured",
                 "'the native square opcode fused with a following nonlinearity fails ANECCompile when "
-                "(Width % "
-                "128) > 64' (M5 HWX code generation)",
+                "(Width % 128) > 64' (M5 HWX code generation)",
                 ("m5",),
                 COMPILED,
             ),
@@ -827,9 +803,8 @@ _OP_RULES = (
     Rule(
         "numerics.fp16-sum-of-squares",
         "A sum of squares over N elements in fp16 overflows to inf once RMS(x) > sqrt(65504 / N) (about 9 "
-        "for "
-        "N = 768), and RMSNorm then normalises to zeros: scale x by at most 1/sqrt(N) first, or divide it by "
-        "its largest |x| (reduce_max of abs).",
+        "for N = 768), and RMSNorm then normalises to zeros: scale x by at most 1/sqrt(N) first, or divide "
+        "it by its largest |x| (reduce_max of abs). Checked for N >= 256 (an RMS over 16 to overflow).",
         "op",
         "hazard",
         (
@@ -864,8 +839,7 @@ _OP_RULES = (
     ),
     Rule(
         "tensor.channels-multiple-64",
-        "Channel counts under 64 (or not a multiple of 64) were said to fail silently; no measurement of it "
-        "is public.",
+        "Channel counts under 64 were said to fail silently; no measurement of it is public.",
         "tensor",
         "wrong numbers",
         (
@@ -873,12 +847,21 @@ _OP_RULES = (
                 ESPRESSO_DOCS,
                 "reported",
                 "advice only: 'Keep channel dimensions as multiples of 64 where possible' (M3 Max); no "
-                "public "
-                "measurement of channels below 64 failing silently was found",
+                "public measurement of channels below 64 failing silently was found",
                 ("m3",),
                 DIRECT,
             ),
+            Evidence(
+                f"{MADERIX} training/test_ane_sdpa5.m, 'Test 1: no mask'",
+                "measured",
+                "scaled_dot_product_attention on [1, 12, 8, 64] inputs (12 channels) matched the CPU (M4)",
+                M4,
+                DIRECT,
+                refutes=True,
+            ),
         ),
+        decision="An unmeasured claim: a warning on what it touches, except where a hardware-run program "
+        "with fewer channels ran (M4).",
     ),
     Rule(
         "dialect.m1-m2",
@@ -916,8 +899,7 @@ _OP_RULES = (
         ),
         chips=("m1", "m2"),
         checked_by="anekit.runtime.ane (the dialect trial: anekit.engine.trials); anekit.rules.checks (ops "
-        "the "
-        "older form cannot write)",
+        "the older form cannot write)",
         decision="Split by macOS version: the backend tries the dialects in the order with the most hardware "
         "runs for its chip and macOS and remembers what compiled; lint warns where the older form cannot be "
         "written.",

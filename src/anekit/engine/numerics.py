@@ -30,9 +30,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from anekit.engine.chips import GENERATIONS
+from anekit.engine.evidence import ROUTES, Evidence
 from anekit.errors import AnekitError
 
-CHIPS = ("m1", "m2", "m3", "m4", "m5")
+CHIPS = GENERATIONS  # the one chip table (anekit.engine.chips)
+# The statuses a numeric finding takes: a subset of the one evidence record's (anekit.engine.evidence).
 STATUSES = ("measured", "decompile-derived", "predicted", "unknown")
 
 GUIDE = "sbryngelson/ane-guide part-1-machine/03-numerics.md"
@@ -66,6 +69,12 @@ class Finding:
             raise ValueError(f"[numerics] status {self.status!r} not in {STATUSES}")
         if self.status != "unknown" and not self.source.strip():
             raise ValueError("[numerics] a finding without a source does not go in")
+
+    def evidence(self, chip: str) -> Evidence:
+        """This finding as the engine layer's one evidence record (numeric behaviours hold on every
+        route: the arithmetic is the engine's, whoever dispatches it)."""
+        observed = f"value {self.value!r}" + (f": {self.note}" if self.note else "")
+        return Evidence(self.source, self.status, observed, (chip,), ROUTES)
 
 
 @dataclass(frozen=True)

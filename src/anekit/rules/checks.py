@@ -36,10 +36,13 @@ REFUSED_CONV_INPUT = 32000  # conv.input-channels-refused
 LARGE_OPERAND_DIM = 128  # op.transposed-weight-matmul: head-sized operands (<= 128) are fine
 MIN_ROW_BYTES = 64  # surface.min-row-bytes
 SPATIAL_MULTIPLE = 16  # surface.spatial-multiple-16
-MIN_SURFACE_BYTES = 49152  # surface.min-bytes
 GLOBAL_SURFACE_BYTES = 16 * 1024 * 1024  # surface.global-over-16mb
 MAX_OUTPUTS = 2  # surface.max-outputs
 MIN_CHANNELS = 64  # tensor.channels-multiple-64
+# numerics.fp16-sum-of-squares looks at sums of 256 or more squares, which overflow once RMS(x) > 16. Fewer
+# terms overflow only at an RMS above 16, past what activations reach in anekit's models (an assumption of
+# anekit's, not a measurement: RMSNorm inputs of trained llama2.c models stay far below it).
+SUM_OF_SQUARES_MIN_TERMS = 256
 SHARD_WEIGHT_BYTES = 250 * 10**6  # package.shard-size: law 4's ~250 MB ceiling (validated: 223 MB)
 # Files of an in-memory model's directory that are not weights (weights.reserved-name): the MIL text
 # every public project writes there, and the compiler's own net.plist and data.
@@ -276,8 +279,6 @@ def _check_io(ctx: _Context) -> None:
             if len(shape) >= 3 and shape[-3] < MIN_CHANNELS:
                 ctx.report("tensor.channels-multiple-64", where, f"{shape[-3]} channels (< {MIN_CHANNELS})")
             nbytes = math.prod(shape) * itemsize
-            if nbytes < MIN_SURFACE_BYTES:
-                ctx.report("surface.min-bytes", where, f"{nbytes:g} bytes (< {MIN_SURFACE_BYTES})")
             if kind == "input" and nbytes > GLOBAL_SURFACE_BYTES:
                 ctx.report("surface.global-over-16mb", where, f"{nbytes / 2**20:.1f} MB (> 16 MB)")
     outputs = [v.name for v in ctx.fn.outputs]
@@ -672,6 +673,8 @@ def _sum_of_squares(ctx: _Context, op: Op) -> None:
     if in_shape is None or out_shape is None:
         return
     count = math.prod(in_shape) // max(1, math.prod(out_shape))  # elements summed into each result
+    if count < SUM_OF_SQUARES_MIN_TERMS:  # overflows only once RMS > sqrt(65504 / count) >= 16
+        return
     if op.op_type == "reduce_sum_square":
         base = x
     else:
@@ -879,7 +882,6 @@ def iter_rules_checked() -> Iterator[str]:
         "io.rank4-batch1",
         "surface.spatial-multiple-16",
         "surface.min-row-bytes",
-        "surface.min-bytes",
         "surface.global-over-16mb",
         "surface.max-outputs",
         "tensor.channels-multiple-64",

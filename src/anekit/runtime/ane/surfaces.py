@@ -14,8 +14,9 @@ Allocation sizes (``uniform_allocation``), per direction of one kernel:
   output surface. Different sizes fail at evaluation with "ANEProgramProcessRequestDirect() Failed
   with status=0x1d" (Orion docs/ane_constraints.md §12 for inputs, §2 for outputs; rules
   surface.uniform-input-size, surface.uniform-output-size);
-* at least MIN_SURFACE_BYTES: Orion §4 measured status 0x1d below ~48 KB on M4 Max, while maderix ran
-  smaller kernels (rule surface.min-bytes, a warning) — padding is free since data is packed, so
+* at least MIN_SURFACE_BYTES: Orion §4 saw status 0x1d below ~48 KB on M4 Max, while maderix ran
+  smaller kernels (the book reads Orion's failures as rule surface.min-row-bytes); padding is free since
+  data is packed, so
   every surface is padded up to it;
 * a multiple of SURFACE_ALIGNMENT (reported for M5; harmless elsewhere).
 """
@@ -32,7 +33,7 @@ from anekit.errors import SurfaceCreationFailed
 from anekit.runtime.base import Surface
 from anekit.runtime.objc import ObjCRuntime
 
-MIN_SURFACE_BYTES = 49152  # Orion docs/ane_constraints.md §4 ([768, 16] fp16); rule surface.min-bytes
+MIN_SURFACE_BYTES = 49152  # Orion docs/ane_constraints.md §4 ([768, 16] fp32): the allocation floor
 SURFACE_ALIGNMENT = 128  # reported requirement on M5; harmless on earlier chips
 
 
