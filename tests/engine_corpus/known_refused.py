@@ -96,24 +96,20 @@ DIRECT_CASES: tuple[Case, ...] = (
         "maderix-inmem-peak-256ch-64x-on-m1",
         ("m1",),
         "direct",
-        f"{PEAK}; config {{256, 64, 64}}; M1: {REPORT} 'Peak ANE Throughput': M1 Pro and M1 Max 'FAIL (MIL compat "
+        f"{PEAK}; config {{256, 64, 64}}; {REPORT} 'Peak ANE Throughput': M1 Pro and M1 Max 'FAIL (MIL compat "
         "issue)', 'Cross-Generation MIL Compatibility': 'Single-blob weights FAIL' and 'BLOBFILE offset refs "
-        f"FAIL' on M1; M3: {MADERIX} benchmarks/community_results.json M3 Pro (D-Ogi): 'Only ch=512 compiles. 52 "
-        "values tested.' (the report: 'Only ch=512 compiles - 52 channel values tested (1-4096), only 512 "
-        "accepted')",
-        "M1 Pro / M1 Max: the benchmark fails (no TFLOPS); M3 Pro: a channel count other than 512 does not compile",
+        "FAIL' on M1",
+        "M1 Pro / M1 Max: the benchmark fails (no TFLOPS)",
         program_name="maderix-inmem-peak-256ch-64x",
     ),
     case(
         "maderix-inmem-peak-256ch-64x-on-m3",
         ("m3",),
         "direct",
-        f"{PEAK}; config {{256, 64, 64}}; M1: {REPORT} 'Peak ANE Throughput': M1 Pro and M1 Max 'FAIL (MIL compat "
-        "issue)', 'Cross-Generation MIL Compatibility': 'Single-blob weights FAIL' and 'BLOBFILE offset refs "
-        f"FAIL' on M1; M3: {MADERIX} benchmarks/community_results.json M3 Pro (D-Ogi): 'Only ch=512 compiles. 52 "
-        "values tested.' (the report: 'Only ch=512 compiles - 52 channel values tested (1-4096), only 512 "
-        "accepted')",
-        "M1 Pro / M1 Max: the benchmark fails (no TFLOPS); M3 Pro: a channel count other than 512 does not compile",
+        f"{PEAK}; config {{256, 64, 64}}; {MADERIX} benchmarks/community_results.json M3 Pro (D-Ogi, macOS "
+        "15.7.4): 'Only ch=512 compiles. 52 values tested.' (the report: 'Only ch=512 compiles - 52 channel "
+        "values tested (1-4096), only 512 accepted'); the M3 Ultra trained 768-channel kernels on macOS 26.3",
+        "M3 Pro: a channel count other than 512 does not compile",
         program_name="maderix-inmem-peak-256ch-64x",
         contested=("conv.channels-512-m3",),
     ),
