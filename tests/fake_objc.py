@@ -31,7 +31,8 @@ published descriptions and not from anekit's code (so a backend that breaks one 
   surfaces with different sizes, fail with "ANEProgramProcessRequestDirect() Failed with
   status=0x1d : Program Inference error" (Orion §12, §2);
 * short rows — a bound tensor whose rows (last dimension) are under 64 bytes fails the same way
-  (rule surface.min-row-bytes: no public project runs such surfaces; Orion §4 saw 0x1d on small ones);
+  (rule surface.min-row-bytes: Orion §4 saw 0x1d on M4 Max, Espresso statusType 0x9 on M3 Max, m0at
+  silent zeros on M5);
 * descriptor — milText given as an NSString crashes (Orion §9), a nil weights dictionary crashes
   (Orion §11): recorded in ``errors`` (the process would be dead) and nil is returned;
 * requests — a request built before the model's latest load fails to evaluate (maderix/ANE

@@ -103,7 +103,9 @@ def dialect(name: str) -> Dialect:
 
 
 def dialect_for_chip(chip: str | None) -> str:
-    """The dialect to write for a chip: "ios16" for M1 / M2 (reported: maderix/ANE PR #6), "ios18" else.
+    """The dialect reported for a chip: "ios16" for M1 / M2 (maderix/ANE PR #6, an M1 Pro under macOS 26),
+    "ios18" else. The macOS backend does not use it: M1s also ran program(1.3) under macOS 15, so it tries
+    both dialects and remembers what compiled (anekit.engine.trials, anekit.runtime.ane.memory).
 
     ``chip`` is a name such as "m1", "M2 Max" or the brand string "Apple M1 Pro"; an unknown or
     missing chip gets "ios18" (the canonical text every hardware-run project writes for M3 / M4).

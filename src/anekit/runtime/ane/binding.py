@@ -15,9 +15,9 @@ show names whose case-insensitive and code-point orders agree.
 Outputs that are a function input, or repeat another output, are not sent to the engine: they are
 copied on the host after each run (``host_copies``).
 
-Shapes the engine is not known to handle (rows under 64 bytes, widths not a multiple of 16, ...) are
-refused before anything is compiled by the rule book (``anekit.rules``), which the backend enforces
-for its chip; ``Layout.plan`` is what ``anekit.rules.check_surface_plan`` judges.
+Shapes the engine was measured to refuse on its chip and route (rows under 64 bytes, ...) are refused
+before anything is compiled by the rule book (``anekit.rules``), which the backend enforces for its
+chip; ``Layout.plan`` is what ``anekit.rules.check_surface_plan`` judges.
 """
 
 from __future__ import annotations
