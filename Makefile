@@ -1,9 +1,18 @@
 # Quickstart targets: `make run` (the main job) and `make test` (lint + the whole suite).
 # Both create the virtual environment and install anekit into it first.
+#
+# `make run` trains the default model into $(OUT). Run again, it continues the run $(OUT) holds (a finished
+# run only samples again), saying so in one line; `make run ARGS=--force` starts over, and ARGS passes any
+# other `anekit train` flags (`make run ARGS="--steps 100 --force"`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.anekit-installed
+OUT ?= out
+ARGS ?=
+# pytest's summary lists failures and errors; skipped tests are summed up in one line per reason (by
+# tests/conftest.py): `pytest -rs` lists each.
+PYTEST_REPORT := -rfExX
 
 .PHONY: run test lint bench clean
 
@@ -14,14 +23,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/anekit train
+	@if [ -z '$(ARGS)' ] && [ -f '$(OUT)/ckpt.bin' ]; then \
+		echo "make run: $(OUT)/ holds a run: continuing it (make run ARGS=--force starts over)"; \
+		$(BIN)/anekit train --out '$(OUT)' --resume; \
+	else \
+		echo "$(BIN)/anekit train --out $(OUT) $(ARGS)"; \
+		$(BIN)/anekit train --out '$(OUT)' $(ARGS); \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_REPORT)
 
 bench: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python benchmarks/bench_mil_parse.py

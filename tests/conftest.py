@@ -1,8 +1,10 @@
-"""Shared test fixtures: the real-artifact corpus beside the project (skipped when absent), fp16 paths."""
+"""Shared test fixtures: the real-artifact corpus beside the project (skipped when absent), fp16 paths;
+skipped tests summed up in one line per reason."""
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CORPUS = PROJECT_ROOT / ".." / "shared" / "corpus"
+CORPUS_SAID = "../shared/corpus"  # how skip reasons name the corpus
+EMPTY_PARAMETERS = "got empty parameter set"  # pytest's reason for a parametrize over corpus_files() == []
 
 
 def corpus_path(*parts: str) -> Path:
@@ -56,3 +60,25 @@ def fp16_path(request: pytest.FixtureRequest) -> Iterator[str]:
         else:
             os.environ["ANEKIT_JIT"] = saved
         jit.reset()
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    """A skipped test's reason as one line; every reason that comes from the corpus's absence as one."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if CORPUS_SAID in reason or (reason.startswith(EMPTY_PARAMETERS) and not CORPUS.is_dir()):
+        where = "is not beside the project" if not CORPUS.is_dir() else "lacks the files they read"
+        return (
+            f"they read real artifacts from {CORPUS_SAID} (public files, each listed with its origin in its "
+            f"SOURCES.md), which {where}"
+        )
+    return reason
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """One line per skip reason, with its count, unless pytest lists every skip itself (``-rs``, ``-ra``)."""
+    if set(config.option.reportchars) & set("saA"):
+        return
+    reasons = Counter(_skip_reason(r) for r in terminalreporter.stats.get("skipped", []))
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"{count} skipped: {reason} (pytest -rs lists each)")

@@ -6,7 +6,8 @@ location, prepared by the case's ``setup``) and what must come of it:
 - the exit status;
 - the form of stderr, by class of error (``anekit.cli.main`` documents the two):
   ``usage`` — argparse's usage error, exit 2: an unknown flag, a missing argument, a value that does
-  not parse or is outside its range (the message names the range) or not one of the flag's choices;
+  not parse or is outside its range (the message names the range), not one of the flag's choices or
+  not a name its table knows (a preset, a chip, a route: the message lists the known ones);
   ``anekit`` — exactly one line ``anekit: [where] what``, exit 1: everything found after parsing;
   ``fail`` — ``mil check``'s own report, one ``FILE: FAIL ...`` line per file, exit 1;
   ``findings`` — ``lint``'s report on stdout, nothing on stderr, exit 1;
@@ -26,8 +27,8 @@ take. Faults in-process: ``enospc`` makes every file opened for writing fail wit
 write (the atomic writers, ``Path.write_*``, numpy's savez); ``readonly`` makes ``os.access`` deny
 writing under ``{out}`` (the tests run as root, who can write anywhere; one chmod case skips as root).
 
-``train`` belongs to its own work (resume, flags, signals): its cases here are only those whose
-behaviour already held before issue 13 (``today``).
+``train``'s own behaviour (resume, its flags against a stored run, signals) is tested beside the trainer
+(tests/test_train_resume.py, tests/test_train_signals.py); its cases here are those every command shares.
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()
     new: tuple[str, ...] = ()  # top-level names a succeeding case adds to {out}
     sub: bool = False  # run as a subprocess (only)
-    today: bool = False  # train: behaviour that held before issue 13
 
     @property
     def form(self) -> str:
@@ -112,10 +112,16 @@ def _previous_dump(out: Path) -> None:
     (out / "k" / "ffn_fwd" / "model.mil").write_text("previous")
 
 
+def _package_dir(out: Path) -> None:
+    (out / "d.mlpackage").mkdir()
+    (out / "d.mlpackage" / "Manifest.json").write_text("{}")
+
+
 SETUPS: dict[str, Callable[[Path], None]] = {
     "file": _previous_file,
     "dir": _foreign_dir,
     "dump": _previous_dump,
+    "package": _package_dir,
 }
 
 # --- the table -------------------------------------------------------------------------------------
@@ -148,6 +154,7 @@ RUN = [
     c("run-repeat-huge", "run", P, "--random", "1", "--repeat", "10000001", status=2, says="1 .. 1000000"),
     c("run-backend", "run", P, "--backend", "gpu", status=2, says="invalid choice"),
     c("run-precision", "run", P, "--precision", "fp8", status=2, says="invalid choice"),
+    c("run-chip", "run", P, "--random", "1", "--chip", "m9", status=2, says="argument --chip: unknown chip"),
     c("run-weights-missing", "run", P, "--weights", "{ws}/nope", "--random", "1", status=1,
       says="do not exist"),
     c("run-unknown-flag", "run", P, "--bogus", status=2, says="unrecognized arguments"),
@@ -209,7 +216,7 @@ SAMPLE = [
     c("sample-seed-negative", *S[:4], "--seed", "-1", status=2, says=SEED_RANGE),
     c("sample-seed-text", *S[:4], "--seed", "abc", status=2, says="an integer"),
     c("sample-seed-2^32", *S[:4], "--seed", str(2**32), status=2, says=SEED_RANGE),
-    c("sample-config-unknown", *S, "--config", "nope", status=1, says="unknown preset 'nope'"),
+    c("sample-config-unknown", *S, "--config", "nope", status=2, says="unknown preset 'nope'"),
     c("sample-tokenizer-missing", *S, "--tokenizer", "{ws}/nope.bin", status=1, says="nope.bin"),
     c("sample-tokenizer-garbage", *S, "--tokenizer", "{ws}/garbage", status=1, says="not a llama2.c tokenizer.bin"),
     c("sample-tokenizer-dir", *S, "--tokenizer", "{ws}", status=1, says="cannot read"),
@@ -234,7 +241,7 @@ SAMPLE = [
 K = ("kernels", "dump", "--config", "default")
 KERNELS = [
     c("kernels-no-config", "kernels", "dump", "{out}/k", status=2, says="--config", sub=True),
-    c("kernels-config-unknown", *K[:3], "nope", "{out}/k", status=1, says="unknown preset 'nope'"),
+    c("kernels-config-unknown", *K[:3], "nope", "{out}/k", status=2, says="unknown preset 'nope'"),
     c("kernels-no-out", *K, status=2, says="OUT_DIR"),
     c("kernels-no-action", "kernels", status=2, says="required"),
     c("kernels-unknown-action", "kernels", "load", status=2, says="invalid choice"),
@@ -295,9 +302,9 @@ EXPORT = [
     c("export-shard-mb-tiny", *EM, "--shard-mb", "0.01", status=1, says="cannot be sharded"),
     c("export-no-to", "export", "{ws}/tiny.bin", "{out}/m.bin", status=2, says="--to"),
     c("export-to-unknown", *E, "onnx", "{out}/m.onnx", status=2, says="invalid choice"),
-    c("export-quantize-unknown", *EM, "--quantize", "int3", status=1, says="unknown --quantize"),
+    c("export-quantize-unknown", *EM, "--quantize", "int3", status=2, says="invalid choice: 'int3'"),
     c("export-quantize-llama2c", *EL, "--quantize", "int8", status=1, says="--to mlpackage only"),
-    c("export-config-unknown", *EL, "--config", "nope", status=1, says="unknown preset 'nope'"),
+    c("export-config-unknown", *EL, "--config", "nope", status=2, says="unknown preset 'nope'"),
     c("export-tokenizer-missing", *EL, "--tokenizer", "{ws}/nope.model", status=1, says="nope.model"),
     c("export-readonly", *EL, status=1, says="not writable", fault="readonly"),
     c("export-llama2c-enospc", *EL, status=1, says="no space left", fault="enospc"),
@@ -316,7 +323,7 @@ DOCTOR = [
     c("doctor-json-dot", "doctor", "--json", "{out}/.", status=1, says="directory"),
     c("doctor-seed-negative", "doctor", "--smoke", "--seed", "-1", status=2, says=SEED_RANGE),
     c("doctor-seed-text", "doctor", "--smoke", "--seed", "x", status=2, says="an integer"),
-    c("doctor-config-unknown", "doctor", "--smoke", "--config", "nope", status=1, says="unknown preset"),
+    c("doctor-config-unknown", "doctor", "--smoke", "--config", "nope", status=2, says="unknown preset"),
     c("doctor-dialect", "doctor", "--smoke", "--dialect", "ios99", status=2, says="invalid choice"),
     c("doctor-readonly", "doctor", "--json", "{out}/r.json", status=1, says="not writable", fault="readonly"),
     c("doctor-enospc", "doctor", "--json", "{out}/r.json", status=1, says="no space left", fault="enospc"),
@@ -325,17 +332,21 @@ DOCTOR = [
 ]  # fmt: skip
 
 DEMO = [
-    c("demo-dim-0", "demo", "--dim", "0", status=2, says="1 .. 1024", sub=True),
-    c("demo-dim-negative", "demo", "--dim", "-64", status=2, says="1 .. 1024"),
+    c("demo-dim-0", "demo", "--dim", "0", status=2, says="2 .. 1024", sub=True),
+    c("demo-dim-negative", "demo", "--dim", "-64", status=2, says="2 .. 1024"),
     c("demo-dim-text", "demo", "--dim", "wide", status=2, says="an integer"),
-    c("demo-dim-huge", "demo", "--dim", "100000", status=2, says="1 .. 1024"),
-    c("demo-hidden-0", "demo", "--hidden", "0", status=2, says="1 .. 4096"),
+    c("demo-dim-huge", "demo", "--dim", "100000", status=2, says="2 .. 1024"),
+    c("demo-hidden-0", "demo", "--hidden", "0", status=2, says="1 .. 2048"),
     c("demo-heads-0", "demo", "--heads", "0", status=2, says="1 .. 64"),
     c("demo-heads-not-dividing", "demo", "--heads", "3", status=1, says="[config demo]"),
     c("demo-kv-heads-not-dividing", "demo", "--kv-heads", "3", status=1, says="[config demo]"),
     c("demo-kv-heads-0", "demo", "--kv-heads", "0", status=2, says="1 .. 64"),
-    c("demo-seq-0", "demo", "--seq", "0", status=2, says="1 .. 1024"),
-    c("demo-seq-huge", "demo", "--seq", "5000", status=2, says="1 .. 1024"),
+    c("demo-seq-0", "demo", "--seq", "0", status=2, says="32 .. 1024"),
+    c("demo-seq-short-rows", "demo", "--seq", "31", status=2, says="32 .. 1024"),
+    c("demo-seq-huge", "demo", "--seq", "5000", status=2, says="32 .. 1024"),
+    c("demo-hidden-wide-conv", "demo", "--hidden", "2049", status=2, says="1 .. 2048"),
+    c("demo-dim-1", "demo", "--dim", "1", status=2, says="2 .. 1024"),
+    c("demo-head-dim-odd", "demo", "--dim", "24", "--heads", "8", status=1, says="head_dim 3 must be even"),
     c("demo-seed-negative", "demo", "--seed", "-1", status=2, says=SEED_RANGE),
     c("demo-seed-text", "demo", "--seed", "x", status=2, says="an integer"),
 ]  # fmt: skip
@@ -343,8 +354,8 @@ DEMO = [
 COST = [
     c("cost-nothing", "cost", status=1, says="name one of", sub=True),
     c("cost-both", "cost", P, "--config", "default", status=1, says="name one of"),
-    c("cost-config-unknown", "cost", "--config", "nope", status=1, says="unknown preset"),
-    c("cost-chip-unknown", "cost", "--config", "default", "--chip", "m9", status=1, says="unknown chip"),
+    c("cost-config-unknown", "cost", "--config", "nope", status=2, says="unknown preset"),
+    c("cost-chip-unknown", "cost", "--config", "default", "--chip", "m9", status=2, says="unknown chip"),
     c("cost-target-missing", "cost", "{ws}/nope.mil", status=1, says="no such file"),
     c("cost-target-garbage", "cost", "{ws}/garbage", status=1, says="not a MIL text file"),
     c("cost-target-empty-dir", "cost", "{out}", status=1, says="no model.mil"),
@@ -359,7 +370,10 @@ MIL = [
     c("mil-check-syntax", "mil", "check", "{ws}/syn.mil", status=1, says="syn.mil:5:3"),
     c("mil-check-type", "mil", "check", "{ws}/type.mil", status=1, says="inner dimensions"),
     c("mil-check-empty", "mil", "check", "{ws}/empty", status=1, says="[mil.parse]"),
-    c("mil-check-dir", "mil", "check", "{ws}", status=1, says="cannot read"),
+    c("mil-check-dir", "mil", "check", "{ws}", status=1, says="a directory, not a mil text file"),
+    c("mil-check-package", "mil", "check", "{out}/d.mlpackage", status=1, says="a coreml package: `anekit lint`",
+      setup="package"),
+    c("mil-fmt-package", "mil", "fmt", "{out}/d.mlpackage", status=1, says="a coreml package", setup="package"),
     c("mil-fmt-missing", "mil", "fmt", "{ws}/nope.mil", status=1, says="cannot read"),
     c("mil-fmt-syntax", "mil", "fmt", "{ws}/syn.mil", status=1, says="syn.mil:5:3", sub=True),
     c("mil-fmt-type", "mil", "fmt", "{ws}/type.mil", status=1, says="inner dimensions"),
@@ -371,8 +385,9 @@ MIL = [
 LINT = [
     c("lint-nothing", "lint", status=1, says="name at least one", sub=True),
     c("lint-missing", "lint", "{ws}/nope.mil", status=1, says="no such file"),
-    c("lint-chip", "lint", P, "--chip", "m9", status=1, says="unknown chip 'm9'"),
-    c("lint-route", "lint", P, "--route", "npu", status=1, says="unknown route 'npu'"),
+    c("lint-chip", "lint", P, "--chip", "m9", status=2, says="argument --chip: unknown chip 'm9'"),
+    c("lint-route", "lint", P, "--route", "npu", status=2, says="argument --route: unknown route 'npu'",
+      sub=True),
     c("lint-garbage", "lint", "{ws}/garbage", status=1, says="mil.syntax error"),
 ]  # fmt: skip
 
@@ -390,13 +405,17 @@ INSPECT = [
 ]  # fmt: skip
 
 TRAIN_TODAY = [
-    c("train-config-unknown", "train", "--config", "nope", "--out", "{out}/t", status=1,
-      says="unknown preset 'nope'", today=True, sub=True),
-    c("train-steps-text", "train", "--steps", "x", "--out", "{out}/t", status=2, says="--steps", today=True),
-    c("train-backend", "train", "--backend", "gpu", "--out", "{out}/t", status=2, says="invalid choice",
-      today=True),
-    c("train-weights", "train", "--weights", "both", "--out", "{out}/t", status=2, says="invalid choice",
-      today=True),
+    c("train-config-unknown", "train", "--config", "nope", "--out", "{out}/t", status=2,
+      says="argument --config: unknown preset 'nope'", sub=True),
+    c("train-chip-unknown", "train", "--chip", "m9", "--out", "{out}/t", status=2,
+      says="argument --chip: unknown chip 'm9' (choose one of: any, m1"),
+    c("train-vocab-needs-tokenizer", "train", "--config", "stories15M", "--steps", "5", "--out", "{out}/t",
+      status=1, says="needs a 32000-token tokenizer: pass it with --tokenizer"),
+    c("train-tokenizer-dir", "train", "--tokenizer", "{ws}", "--out", "{out}/t", status=1,
+      says="is a directory, not a tokenizer file"),
+    c("train-steps-text", "train", "--steps", "x", "--out", "{out}/t", status=2, says="--steps"),
+    c("train-backend", "train", "--backend", "gpu", "--out", "{out}/t", status=2, says="invalid choice"),
+    c("train-weights", "train", "--weights", "both", "--out", "{out}/t", status=2, says="invalid choice"),
 ]  # fmt: skip
 
 TOP = [

@@ -263,9 +263,10 @@ def _one_error_line(proc: subprocess.CompletedProcess[str], starts: str) -> None
     assert proc.stdout == ""
 
 
-def test_cli_unknown_config_is_one_error_line(tmp_path):
+def test_cli_unknown_config_is_a_usage_error(tmp_path):
     proc = _cli("--smoke", "--config", "stories7B", "--json", "out.json", cwd=tmp_path)
-    _one_error_line(proc, "anekit: [config] unknown preset 'stories7B' (known: ")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    assert "argument --config: unknown preset 'stories7B'" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -72,12 +72,13 @@ def test_the_route_option(tmp_path, capsys):
     assert main(["lint", str(path), "--chip", "m5"]) == 1
     assert "surface.min-row-bytes error" in capsys.readouterr().out
     for args, message in (
-        (["--route", "tpu"], "unknown route 'tpu'"),
-        (["--chip", "m9"], "unknown chip 'm9'"),
+        (["--route", "tpu"], "argument --route: unknown route 'tpu' (choose one of: direct, e5rt, coreml)"),
+        (["--chip", "m9"], "argument --chip: unknown chip 'm9' (choose one of: any, m1, m2, m3, m4, m5)"),
     ):
-        assert main(["lint", str(path), *args]) == 1
-        err = capsys.readouterr().err
-        assert err.startswith("anekit: [") and message in err and len(err.splitlines()) == 1
+        with pytest.raises(SystemExit) as e:  # a usage error, as every flag's unknown value
+            main(["lint", str(path), *args])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"anekit lint: error: {message}"
 
 
 def test_a_python_file_defining_programs(tmp_path, capsys):
@@ -155,3 +156,35 @@ def test_the_readme_section_is_the_rule_book():
     assert BEGIN in text and END in text, "README lacks the generated rules section"
     section = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert section == markdown(), "README's rule table is stale: paste `anekit lint --rules` into it"
+
+
+def test_a_python_file_runs_as_a_script_less_its_main_block_and_help_says_so(tmp_path, capsys):
+    """Linting a .py file executes it: --help says so; it runs under its own __name__ (its __main__ block
+    does not run), with sys.argv and sys.path as `python FILE` gives them, and its prints go to stderr."""
+    with pytest.raises(SystemExit):
+        main(["lint", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "A Python file is executed to find its programs" in help_text
+    assert 'its `if __name__ == "__main__":` block is not run' in help_text
+    (tmp_path / "lint_sibling_shapes.py").write_text("SHAPE = [1, 64, 1, 32]\n")
+    marker = tmp_path / "main-block-ran"
+    script = _write(
+        tmp_path / "prog.py",
+        "import sys\nfrom pathlib import Path\n\nfrom lint_sibling_shapes import SHAPE\n\n"
+        "from anekit import mil\nfrom anekit.mil import tensor\n\n"
+        "print('running as', __name__, sys.argv)\n\n"
+        "@mil.program(inputs={'x': tensor('fp16', SHAPE)})\n"
+        "def relu(f, x):\n    return f.relu(x=x)\n\n"
+        f"if __name__ == '__main__':\n    Path({str(marker)!r}).write_text('ran')\n",
+    )
+    assert main(["lint", str(script), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["programs"][0]["target"] == f"{script}::relu"
+    assert captured.err == f"running as __anekit_lint__ {[str(script)]}\n"
+    assert not marker.exists()
+
+
+def test_a_python_file_that_exits_is_one_error_line(tmp_path, capsys):
+    script = _write(tmp_path / "bye.py", "import sys\nsys.exit(3)\n")
+    assert main(["lint", str(script)]) == 1
+    assert capsys.readouterr().err == f"anekit: [lint] {script}: running it failed: it called sys.exit(3)\n"

@@ -251,9 +251,10 @@ def test_greedy_tokens_of_the_export_equal_the_source_model_with_fp16_weights(st
 
 
 def test_int8_export_stays_within_tolerance_of_fp16(stories260k: Params) -> None:
-    """Teacher-forced on the fp16 export's greedy tokens: logits within 6.0 and the same argmax on at
-    least 75 % of 64 positions (stories260K is tiny: int8 per-tensor moves its logits by 1 to 4; measured
-    55 of 64 argmax agree)."""
+    """Teacher-forced on the fp16 export's greedy tokens: logits within 8.0 and the same argmax on at
+    least 75 % of 64 positions. stories260K is tiny and its embedding is tied: the one int8 per-tensor
+    table serves the lookup and the classifier, and moves its logits by up to 5.8 (measured; 4.0 when
+    only the classifier was int8), with 53 of 64 argmax agreeing (55)."""
     tokens = [1, *greedy(decoder(stories260k), 64)]
     fp16, int8 = decoder(stories260k), decoder(stories260k, "int8")
     diffs, agree = [], 0
@@ -261,7 +262,7 @@ def test_int8_export_stays_within_tolerance_of_fp16(stories260k: Params) -> None
         a, b = fp16.forward([tok], pos), int8.forward([tok], pos)
         diffs.append(float(np.abs(a - b).max()))
         agree += int(np.argmax(a) == np.argmax(b))
-    assert max(diffs) < 6.0 and agree >= 48, (max(diffs), agree)
+    assert max(diffs) < 8.0 and agree >= 48, (max(diffs), agree)
 
 
 # -- packages on disk (needs the package writer) -----------------------------------------------------
@@ -290,18 +291,34 @@ def test_cli_export_sample_and_bad_input(
     assert manifest["shards"][0]["embed"] and manifest["shards"][-1]["head"]
     assert manifest["shards"][1]["inputs"]["x"] == f"{manifest['shards'][0]['package']}:y"
     assert greedy(PackageDecoder.open(out), 64) == greedy(PackageDecoder.open(tmp_path / "s"), 64)
-    for bad, msg in (
-        (["--shard-mb", "0.01"], "cannot be sharded"),
-        (["--quantize", "int3"], "unknown --quantize"),
+    assert main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), "--shard-mb", "0.01"]) == 1
+    assert "cannot be sharded" in capsys.readouterr().err
+    for bad, msg in (  # usage errors (exit 2): not a number, an unknown quantization
+        (["--shard-mb", "x"], "expected a number in (0, inf)"),
+        (["--quantize", "int3"], "invalid choice: 'int3'"),
     ):
-        assert main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), *bad]) == 1
-        assert msg in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_:  # not a number: argparse's usage error, naming the range
-        main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), "--shard-mb", "x"])
-    assert exit_.value.code == 2 and "expected a number in (0, inf)" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as exit_:
+            main(["export", model, "--to", "mlpackage", str(tmp_path / "bad"), *bad])
+        assert exit_.value.code == 2 and msg in capsys.readouterr().err
     truncated = tmp_path / "t.bin"
     truncated.write_bytes(Path(model).read_bytes()[:1000])
     assert main(["export", str(truncated), "--to", "mlpackage", str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("anekit:") and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mlpackage", "s", "t.bin"]  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "model, says",
+    [("nope.bin", "cannot read"), ("two.bin", "2 bytes long: not a model file")],
+)
+def test_export_errors_name_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture, model: str, says: str
+) -> None:
+    """A model `anekit export` cannot read is its own error, tagged [export] (it once said [sample])."""
+    from anekit.cli.main import main
+
+    (tmp_path / "two.bin").write_bytes(b"ab")
+    assert main(["export", str(tmp_path / model), "--to", "mlpackage", str(tmp_path / "m.mlpackage")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("anekit: [export] ") and says in err and err.count("\n") == 1

@@ -151,3 +151,29 @@ def test_corpus_neural_network_specs_are_refused_by_name(path):
 def test_a_compiled_mlmodelc_is_not_a_package():
     with pytest.raises(CoreMLFormatError, match=r"Manifest\.json"):
         load_mlpackage(corpus_path("mlmodelc", "add_model.mlmodelc"))
+
+
+def test_a_package_program_compiles_under_the_package_route_by_default(tmp_path):
+    """`runtime.open("sim").compile(pkg.program, pkg.weights)` (the README's pattern) takes the package's
+    route: its [1, 64, 1, 1] I/O are CoreML's buffers, not the direct route's IOSurfaces, whose row rule
+    (surface.min-row-bytes) would refuse them."""
+    ct = coremltools()
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
+
+    from anekit import mil
+    from anekit.errors import CompilationFailed
+
+    @mb.program(input_specs=[mb.TensorSpec((1, 64, 1, 1), dtype=types.fp16)], opset_version=ct.target.iOS18)
+    def prog(x):
+        return mb.relu(x=mb.mul(x=x, y=np.float16(0.5)), name="y")
+
+    pkg = load_mlpackage(ct_package(tmp_path, prog, "decode_step", "fp16"))
+    x = RNG.standard_normal((1, 64, 1, 1)).astype(np.float16)
+    with runtime.open("sim").compile(pkg.program, pkg.weights) as k:
+        got = k(x=x)["y"]
+    np.testing.assert_array_equal(got, np.maximum(x.astype(np.float64) * 0.5, 0))  # exact in fp16
+    with pytest.raises(CompilationFailed, match=r"surface\.min-row-bytes"):  # asked for: the direct route
+        runtime.open("sim", route="direct").compile(pkg.program, pkg.weights)
+    with pytest.raises(CompilationFailed, match="route direct"):  # the same program as MIL text: direct
+        runtime.open("sim").compile(mil.to_text(pkg.program), pkg.weights)

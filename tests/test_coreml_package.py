@@ -194,6 +194,38 @@ def test_a_multi_function_package(tmp_path):
     assert pkg.default_function == "decode" and list(pkg.program.functions) == ["prefill", "decode"]
 
 
+def test_equal_constants_are_stored_once(tmp_path):
+    """Two functions (or two consts) holding the same weight share one blob of weight.bin; a weight of
+    other values has its own, and each function computes with its own."""
+    from anekit.blob import BlobFile
+
+    w = (RNG.standard_normal((16, 16, 1, 1)) * 0.1).astype(np.float16)
+    other = w.copy()
+    other[0, 0, 0, 0] += np.float16(1)
+    b = Builder()
+    for name in ("prefill", "decode"):
+        f = b.function(name)
+        x = f.input("x", tensor("fp16", [1, 16, 1, 32]))
+        y = f.conv(x=x, weight=f.const(w.copy(), name="w"), name="y")
+        f.output(f.conv(x=y, weight=f.const(other if name == "decode" else w.copy(), name="w2"), name="z"))
+    path = save_mlpackage(b.build(), tmp_path / "shared.mlpackage", blob_threshold=64)
+    blob = BlobFile(path / "Data" / "com.apple.CoreML" / "weights" / "weight.bin")
+    try:
+        assert len(blob.entries) == 2  # w (prefill's w, w2 and decode's w) and other
+    finally:
+        blob.close()
+    ct_load(path)
+    program = load_mlpackage(path).program
+    sim = runtime.open("sim", strict=False)
+    x = RNG.standard_normal((1, 16, 1, 32)).astype(np.float32)
+    for name, second in (("prefill", w), ("decode", other)):
+        with sim.compile(program, load_mlpackage(path).weights, function=name) as k:
+            got = k(x=x)["z"]
+        w64, s64 = w[:, :, 0, 0].astype(np.float64), second[:, :, 0, 0].astype(np.float64)
+        want = s64 @ (w64 @ x[0, :, 0, :].astype(np.float64).astype(np.float16).astype(np.float64))
+        np.testing.assert_allclose(got[0, :, 0, :], want, rtol=2e-2, atol=2e-2)
+
+
 def test_a_package_with_states(tmp_path):
     b = Builder()
     f = b.function("main")

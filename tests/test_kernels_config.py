@@ -50,19 +50,39 @@ def test_stories260k_preset_matches_the_checkpoint_header():
         ({"n_heads": 5}, "dim 64 is not divisible by n_heads 5"),
         ({"n_kv_heads": 3}, "n_heads 8 is not divisible by n_kv_heads 3"),
         ({"dim": 72, "n_heads": 8, "n_kv_heads": 8}, "head_dim 9 must be even"),
+        ({"dim": 0}, "dim must be a positive integer"),
+        ({"norm_eps": 0.0}, "norm_eps must be > 0"),
+    ],
+)
+def test_configs_no_model_can_have_are_rejected_with_the_rule(changes, rule):
+    with pytest.raises(ConfigError, match=rule):
+        preset("stories260K").with_(**changes)
+
+
+@pytest.mark.parametrize(
+    "changes, rule",
+    [
         ({"vocab_size": 200_000}, "vocab_size = 200000 exceeds the engine's 17-bit channel limit 131071"),
         ({"n_heads": 64, "n_kv_heads": 64, "seq_len": 4096, "dim": 128}, "17-bit channel limit"),
         (
             {"seq_len": 40_000, "n_heads": 1, "n_kv_heads": 1},
             "seq_len 40000 exceeds the engine's 15-bit spatial limit 32767",
         ),
-        ({"dim": 0}, "dim must be a positive integer"),
-        ({"norm_eps": 0.0}, "norm_eps must be > 0"),
     ],
 )
-def test_configs_the_engine_cannot_run_are_rejected_with_the_rule(changes, rule):
+def test_configs_the_training_kernels_cannot_run_are_rejected_where_kernels_are_made(changes, rule):
+    cfg = preset("stories260K").with_(**changes)  # a model may have this shape: it reads and samples
     with pytest.raises(ConfigError, match=rule):
-        preset("stories260K").with_(**changes)
+        cfg.check_kernels()
+
+
+def test_a_llama2_7b_shape_is_a_model_config_but_not_a_training_kernel_config():
+    cfg = ModelConfig(4096, 11008, 32, 32, 32, 32000, 2048, name="llama2-7b")  # llama2.c export.py
+    assert cfg.head_dim == 128
+    with pytest.raises(ConfigError, match="SDPA backward 1 output"):
+        cfg.check_kernels()
+    for name in ("stories110M", "stories15M", "stories260K", "default"):
+        assert preset(name).check_kernels() is preset(name)
 
 
 def test_odd_head_dim_is_fine_without_rope():

@@ -183,12 +183,14 @@ def test_a_bad_flag_value_is_a_usage_error_naming_the_range(tmp_path, capsys, fl
     assert not out.exists()
 
 
-def test_an_unknown_preset_is_one_anekit_line_like_every_table_lookup(tmp_path, capsys):
+def test_an_unknown_preset_is_a_usage_error_like_every_table_lookup(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["train", "--out", str(out), "--config", "huge"]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("anekit: ") and "unknown preset 'huge'" in err
-    assert "known: " in err and not out.exists()
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--out", str(out), "--config", "huge"])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("anekit train: error: argument --config: unknown preset 'huge' (known: ")
+    assert not out.exists()
 
 
 def test_values_that_only_fail_together_are_one_anekit_line(tmp_path, capsys):

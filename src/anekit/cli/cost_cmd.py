@@ -53,10 +53,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
     p.add_argument(
         "--config",
+        type=flags.preset,
         metavar="NAME",
         help=flags.preset_help("every kernel one training step of this model runs"),
     )
-    p.add_argument("--chip", default="m4", metavar="CHIP", help=f"one of {', '.join(DEVICES)} (default m4)")
+    p.add_argument(
+        "--chip",
+        default="m4",
+        type=flags.device,
+        metavar="CHIP",
+        help=f"one of {', '.join(DEVICES)} (default m4)",
+    )
     p.add_argument(
         "--route",
         default="direct",

@@ -290,6 +290,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config",
         default="stories260K",
+        type=flags.preset,
         metavar="NAME",
         help=flags.preset_help("--smoke: the preset whose kernels run (default: %(default)s)"),
     )

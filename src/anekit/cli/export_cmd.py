@@ -13,15 +13,22 @@ import math
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anekit.cli import flags
+from anekit.coreml.quantize import QUANT_MODES
 from anekit.errors import AnekitError
+from anekit.fileio import write_bytes_atomic
 from anekit.kernels.config import preset
 from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
+
+if TYPE_CHECKING:
+    from anekit.llama.params import Params
 
 TARGETS = ("mlpackage", "llama2c")
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # a tokenizer beside MODEL goes with a llama2c export
 EXPORT_MARKERS = ("Manifest.json", "shards.json")  # what makes a directory a previous export
+SAMPLE_TAG = "[sample] "  # how the model reader shared with `anekit sample` tags its errors
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="OUT.mlpackage, a shard directory, or OUT.bin (its parent directory must exist)",
     )
     p.add_argument(
-        "--quantize", default="none", help="none (fp16, the default), int8 (per tensor), int4-block"
+        "--quantize",
+        default="none",
+        choices=QUANT_MODES,
+        help="none (fp16, the default), int8 (per tensor), int4-block",
     )
     p.add_argument(
         "--shard-mb",
@@ -52,10 +62,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace OUT if it exists and is a previous export (a package, a shard directory or a file)",
     )
-    p.add_argument("--tokenizer", type=Path, metavar="TOK", help="tokenizer to write beside a llama2c export")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="TOK",
+        help="tokenizer to write beside the export (default: tokenizer.model / tokenizer.bin beside MODEL)",
+    )
     p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
     p.add_argument(
         "--config",
+        type=flags.preset,
         metavar="NAME",
         help=flags.preset_help("model preset of a BLZT checkpoint (as anekit sample)"),
     )
@@ -82,7 +98,7 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.cli.sample_cmd import check_finite, load_model
+    from anekit.cli.sample_cmd import check_finite
     from anekit.coreml.quantize import QUANT_MODES, QuantizationWarning
 
     if args.config is not None:
@@ -93,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.to == "llama2c" and (args.quantize != "none" or shard_mb is not None):
         raise AnekitError("[export] --quantize and --shard-mb apply to --to mlpackage only")
     check_out(args)
-    params = check_finite(load_model(args), args.model, "export")
+    params = check_finite(_read_model(args), args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
         from anekit.llama.tokenizer import load_tokenizer
@@ -106,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from anekit.coreml.model_export import export_mlpackage
 
+    tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
         with writing(args.out, "[export]"):
@@ -124,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {path} ({size / 1e6:.1f} MB of weights)")
     if report.sharded:
         print(f"wrote {args.out / 'shards.json'}")
+    print(_copy_tokenizer(args, args.out if report.sharded else args.out.parent, tokenizer))
     if args.check_residency:
         from anekit.coreml.predict import check_residency
 
@@ -131,6 +149,68 @@ def run(args: argparse.Namespace) -> int:
             for line in check_residency(path):
                 print(line)
     return 0
+
+
+def _read_model(args: argparse.Namespace) -> Params:
+    """MODEL's parameters, read as ``anekit sample`` reads them, its complaints tagged ``[export]``."""
+    from anekit.cli.sample_cmd import load_model
+
+    try:
+        return load_model(args)
+    except AnekitError as e:
+        message = str(e)
+        if not message.startswith(SAMPLE_TAG):
+            raise  # a format's own error names the format ("[llama2c] ...")
+        raise AnekitError(f"[export] {message.removeprefix(SAMPLE_TAG)}") from e
+
+
+def _tokenizer_file(args: argparse.Namespace) -> Path | None:
+    """The tokenizer file that goes with the export: --tokenizer, else one beside MODEL."""
+    if args.tokenizer is not None:
+        return args.tokenizer
+    return next((args.model.parent / n for n in TOKENIZER_FILES if (args.model.parent / n).is_file()), None)
+
+
+def _tokenizer_to_copy(args: argparse.Namespace, vocab_size: int) -> tuple[Path, bytes] | str:
+    """The model's tokenizer file and bytes, to copy beside a package export; else the line to print. A
+    tokenizer whose vocabulary is not the model's is not copied (an error when --tokenizer named it)."""
+    from anekit.llama.tokenizer import load_tokenizer
+
+    source = _tokenizer_file(args)
+    if source is None:
+        return "no tokenizer beside MODEL: give `anekit sample` the model's tokenizer with --tokenizer"
+    try:
+        data = source.read_bytes()
+        size = load_tokenizer(source).vocab_size
+    except OSError as e:
+        raise AnekitError(f"[export] tokenizer {source}: cannot read ({e.strerror or e})") from None
+    if size != vocab_size:
+        said = f"the tokenizer {source} has {size} tokens, the model {vocab_size}"
+        if args.tokenizer is not None:
+            raise AnekitError(f"[export] --tokenizer: {said}")
+        return f"{said}: not copied (give `anekit sample` the model's tokenizer with --tokenizer)"
+    return source, data
+
+
+def _copy_tokenizer(args: argparse.Namespace, folder: Path, found: tuple[Path, bytes] | str) -> str:
+    """Copy the tokenizer into ``folder`` (a shard directory, or the one holding a single .mlpackage), where
+    ``anekit sample`` looks for it; one line saying what was done. A different file of that name already
+    there is kept unless --force."""
+    if isinstance(found, str):
+        return found
+    source, data = found
+    target = folder / ("tokenizer.model" if source.suffix == ".model" else "tokenizer.bin")
+    if target.exists() and not args.force:
+        try:
+            same = target.read_bytes() == data
+        except OSError:
+            same = False
+        if not same:
+            return f"kept {target}: a different tokenizer is there (--force replaces it)"
+        return f"{target} is already the tokenizer"
+    with writing(target, "[export]"):
+        write_bytes_atomic(target, data)
+    return f"wrote {target}"
 
 
 def _beside(model: Path) -> object | None:

@@ -1,20 +1,26 @@
-"""Typed, range-checked command-line values shared by the commands (argparse ``type=`` callables).
+"""Typed, checked command-line values shared by the commands (argparse ``type=`` callables).
 
-A value that does not parse or lies outside its range is a usage error (argparse's message naming the
-flag, exit status 2), found before any file is read or written; the message names the range, so that
-0 or -1 is never silently taken for "the default". Defaults are shown in each flag's help.
-
-Names looked up in a table after parsing (``--config`` presets, ``--chip``, ``--quantize``) are not
-checked here: an unknown one is an ``anekit:`` error line (exit status 1) from the table's own lookup,
-the same in every command, ``train`` included.
+A value that does not parse, lies outside its range, or names nothing in the table it is looked up in
+(``--config`` presets, ``--chip``, ``--route``) is a usage error: argparse's message naming the flag and
+what it takes, exit status 2, found before any file is read or written. Ranges are named so that 0 or -1
+is never silently taken for "the default"; names are checked by the table's own lookup, so the known
+ones listed are always the table's. Defaults are shown in each flag's help.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
+from anekit.engine.chips import check_generation
+from anekit.engine.chips import device as find_device
+from anekit.engine.evidence import check_route
+from anekit.errors import AnekitError
+from anekit.kernels.config import preset as find_preset
+
+WHERE = re.compile(r"^\[[^\]]*\] ")  # the "[layer] " an anekit message starts with
 SEED_MAX = 2**32 - 1  # seeds are 32-bit unsigned everywhere anekit takes one (as numpy's legacy seeding)
 
 
@@ -57,6 +63,27 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str
 seed = int_range(0, SEED_MAX)
 
 
+def table_name(lookup: Callable[[str], object], what: str) -> Callable[[str], str]:
+    """A parser of a name that ``lookup`` finds in its table (it raises an AnekitError naming the known
+    ones otherwise); the name itself is the value."""
+
+    def parse(text: str) -> str:
+        try:
+            lookup(text)
+        except AnekitError as e:  # "[config] unknown preset 'x' (known: ...)": the flag says where
+            raise argparse.ArgumentTypeError(WHERE.sub("", e.one_line())) from None
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+preset = table_name(find_preset, "preset")  # --config: a model preset
+chip = table_name(check_generation, "chip")  # --chip: any, or a generation m1 .. m5
+device = table_name(find_device, "device")  # --chip: a device of the chip table (m1 ... m5-max)
+route = table_name(check_route, "route")  # --route: direct, e5rt or coreml
+
+
 def preset_help(what: str) -> str:
     """Help text of a ``--config`` flag: what it is for and the presets' names."""
     from anekit.kernels.config import PRESETS
@@ -68,6 +95,7 @@ def add_numerics(p: argparse.ArgumentParser, what: str) -> None:
     """``--chip``, ``--numerics`` and ``--sanitize``: the simulator's numeric profile and its sanitizer."""
     p.add_argument(
         "--chip",
+        type=chip,
         metavar="CHIP",
         help="simulator: the chip whose numeric profile (and rules) to use, one of any, m1 .. m5 (default: "
         "this Mac's chip, else any = the conservative union of every chip)",
@@ -89,9 +117,7 @@ def numerics_options(args: argparse.Namespace) -> dict[str, object]:
     """The ``runtime.open`` options the numerics flags ask for (only those given)."""
     options: dict[str, object] = {}
     if args.chip is not None:
-        from anekit.engine.numerics import check_chip
-
-        options["chip"] = check_chip(args.chip)
+        options["chip"] = args.chip
     if args.numerics is not None:
         options["numerics"] = args.numerics
     if args.sanitize:

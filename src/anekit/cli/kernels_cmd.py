@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ksub = p.add_subparsers(dest="kernels_command", metavar="ACTION")
     ksub.required = True
     dump = ksub.add_parser("dump", help="write every kernel of one layer and the head as .mil + weights/")
-    dump.add_argument("--config", required=True, metavar="NAME", help=flags.preset_help("the model"))
+    dump.add_argument(
+        "--config", type=flags.preset, required=True, metavar="NAME", help=flags.preset_help("the model")
+    )
     dump.add_argument(
         "out",
         type=Path,

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.rules import CHIPS, ROUTES
 from anekit.rules.doc import markdown
@@ -18,16 +19,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "lint",
         help="check MIL programs against what the Neural Engine accepts",
-        description="Check .mil files, kernel dump directories and Python files defining programs against "
-        "the rule book. One finding per line: rule id, severity, where, why, source. Exit status 1 when "
-        "an error rule fails.",
+        description="Check .mil files, kernel dump directories, CoreML packages and Python files defining "
+        "programs against the rule book. One finding per line: rule id, severity, where, why, source. Exit "
+        "status 1 when an error rule fails. A Python file is executed to find its programs (its "
+        "module-level Program objects): lint only files you would run; its `if __name__ == "
+        '"__main__":` block is not run, and what it prints goes to stderr.',
     )
     p.add_argument(
-        "paths", nargs="*", type=Path, metavar="FILE_OR_DIR", help=".mil file, directory or .py file"
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="FILE_OR_DIR",
+        help=".mil file, directory, .mlpackage, or .py file (executed, as `python FILE` would, less its "
+        "__main__ block)",
     )
     p.add_argument("--rules", action="store_true", help="print the rule book (Markdown) and exit")
     p.add_argument(
         "--chip",
+        type=flags.chip,
         default="any",
         metavar="CHIP",
         help=f"the chip to check for: any, {', '.join(CHIPS)} (default: any — an error only where every chip "
@@ -35,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--route",
+        type=flags.route,
         metavar="ROUTE",
         help=f"how the program reaches the engine: {', '.join(ROUTES)} (default: direct for MIL and Python "
         "files — the in-memory route anekit's backend drives —, coreml for packages)",

@@ -11,7 +11,7 @@ from anekit.errors import AnekitError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mil", help="work with MIL text")
+    p = sub.add_parser("mil", help="work with MIL text: check (parse and verify) and fmt (canonical form)")
     msub = p.add_subparsers(dest="mil_command", metavar="ACTION")
     msub.required = True
     check = msub.add_parser("check", help="parse and verify MIL files; one line per file")
@@ -24,10 +24,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _read(path: Path) -> str:
+    """The text of a MIL file; one line saying why not (a directory, a package, not UTF-8, ...)."""
+    if path.is_dir():
+        what = (
+            "a CoreML package: `anekit lint` checks the program inside it, `anekit inspect` describes it"
+            if path.suffix in (".mlpackage", ".mlmodelc")
+            else "a directory, not a MIL text file"
+        )
+        raise AnekitError(f"[mil] cannot read {path}: {what}")
     try:
         return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise AnekitError(f"[mil] cannot read {path}: {e}") from e
+    except OSError as e:
+        raise AnekitError(f"[mil] cannot read {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise AnekitError(
+            f"[mil] cannot read {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+        ) from e
 
 
 def run_check(args: argparse.Namespace) -> int:

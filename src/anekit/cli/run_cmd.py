@@ -1,5 +1,12 @@
-"""``anekit run PROGRAM.mil --weights DIR_OR_FILE --input NAME=FILE.npy ... --output OUT.npz``; a CoreML
-package (``MODEL.mlpackage``) runs the same way, its weights taken from the package."""
+"""``anekit run PROGRAM.mil --input NAME=FILE.npy ... --output OUT.npz``: compile a program, run it, report.
+
+PROGRAM is MIL text (its BLOBFILE weights found beside it, as ``anekit lint`` finds them, or given with
+``--weights``), a CoreML package (``MODEL.mlpackage``, its weights inside) or a compiled ``.mlmodelc``
+(its ``model.mil`` and weights). A stateful function's states start at zero or from ``--state-in``, and
+``--state-out`` saves them after the call, so an exported model runs prefill, then decode, one call per
+command (``anekit.coreml.session``). Compile, the first run (which includes one-time setup) and the
+median of ``--repeat`` warm runs are timed separately; every timed run starts from the same states.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +15,25 @@ import json
 import statistics
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anekit import mil, runtime
 from anekit.cli import flags
-from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
 from anekit.fileio import atomic_write
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
 from anekit.outputs import check_file, writing
 
+if TYPE_CHECKING:
+    from anekit.coreml.session import Session
+
 MODEL_PATH = "@model_path/"
+COMPILED_MIL = "model.mil"  # the program inside a compiled CoreML model (.mlmodelc)
 REPEAT_MAX = 1_000_000
 
 
@@ -30,14 +42,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "program",
         type=Path,
-        metavar="PROGRAM.mil|MODEL.mlpackage",
-        help="MIL text, or a CoreML package (its weights come from the package)",
+        metavar="PROGRAM.mil|MODEL.mlpackage|MODEL.mlmodelc",
+        help="MIL text, a CoreML package or a compiled .mlmodelc (their weights come with them)",
     )
     p.add_argument(
         "--weights",
         type=Path,
         metavar="DIR_OR_FILE",
-        help="a model directory (holding weights/...), a weights directory, or one weight file",
+        help="a model directory (holding weights/...), a weights directory, or one weight file "
+        "(default: the files BLOBFILE names, found beside PROGRAM.mil)",
     )
     p.add_argument(
         "--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input tensor (repeatable)"
@@ -47,7 +60,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=flags.seed,
         metavar="SEED",
         help=f"fill inputs not given with N(0, 1) values from this seed, 0 .. {flags.SEED_MAX} "
-        "(default: none, every input must be given)",
+        "(default: none, every input must be given; states start at zero or from --state-in)",
+    )
+    p.add_argument(
+        "--state-in",
+        type=Path,
+        metavar="STATE.npz",
+        help="start a stateful function from these states (one array per state, as --state-out writes)",
+    )
+    p.add_argument(
+        "--state-out",
+        type=Path,
+        metavar="STATE.npz",
+        help="save the states after the call (e.g. prefill's KV caches, for the decode that follows)",
     )
     p.add_argument(
         "--output",
@@ -72,14 +97,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=flags.int_range(1, REPEAT_MAX),
         default=1,
         metavar="N",
-        help=f"runs to time, the median is printed (1 .. {REPEAT_MAX}; default: %(default)s)",
+        help=f"warm runs to time after the first, the median is printed (1 .. {REPEAT_MAX}; "
+        "default: %(default)s)",
     )
     p.add_argument("--function", help="the function to run (default: main, or the package's default)")
     p.add_argument(
         "--route",
+        type=flags.route,
         metavar="ROUTE",
         help="simulator: whose rules strict compiling applies — direct (the in-memory route anekit's backend "
-        "drives; default for MIL files), e5rt (the Espresso / e5rt runtime) or coreml (default for packages)",
+        "drives; default for MIL files), e5rt (the Espresso / e5rt runtime) or coreml (default for packages "
+        "and .mlmodelc)",
     )
     flags.add_numerics(p, "(one line per op: the counts and the largest offending value)")
     p.add_argument(
@@ -90,33 +118,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def blobfile_paths(prog: mil.Program) -> set[str]:
-    """Every weight file a program's BLOBFILE values refer to."""
-    paths: set[str] = set()
+def blobfile_paths(prog: mil.Program) -> dict[str, str]:
+    """Every weight file a program's BLOBFILE values refer to, with the first const that refers to it."""
+    paths: dict[str, str] = {}
     for fn in prog.functions.values():
         for op in fn.ops:
             values = list(op.attributes.values()) + [
                 a for a in op.inputs.values() if isinstance(a, mil.Literal)
             ]
-            paths.update(
-                v.value.path for v in values if isinstance(v, mil.Literal) and isinstance(v.value, BlobRef)
-            )
+            for v in values:
+                if isinstance(v, mil.Literal) and isinstance(v.value, BlobRef):
+                    paths.setdefault(v.value.path, op.outputs[0].name if op.outputs else op.op_type)
     return paths
 
 
-def weight_map(source: Path | None, prog: mil.Program) -> dict[str, Path]:
-    """``{"@model_path/weights/x.bin": path}`` for the weight files the program needs."""
+def weight_map(source: Path | None, prog: mil.Program, beside: Path | None = None) -> dict[str, Path]:
+    """``{"@model_path/weights/x.bin": path}`` for the weight files the program needs: from ``source``
+    (--weights), else each ``@model_path/...`` file under ``beside`` (the program's folder, as ``anekit
+    lint`` resolves them); a file that is not there is refused, naming the const and --weights."""
+    needed = blobfile_paths(prog)
     if source is None:
-        return {}
+        if beside is None:
+            return {}
+        found = {p: beside / p.removeprefix(MODEL_PATH) for p in needed if p.startswith(MODEL_PATH)}
+        for path, file in sorted(found.items()):
+            if not file.is_file():
+                raise AnekitError(
+                    f"[run] const '{needed[path]}' refers to weight file '{path}', which is not beside the "
+                    f"program ({file} does not exist): give --weights DIR_OR_FILE"
+                )
+        return found
     if not source.exists():
         raise AnekitError(f"[run] weights '{source}' do not exist")
-    needed = blobfile_paths(prog)
     if source.is_file():
         matches = {p: source for p in needed if Path(p).name == source.name}
         if not matches and len(needed) == 1:
             matches = {next(iter(needed)): source}
         return matches
-    found: dict[str, Path] = {}
+    found = {}
     for f in sorted(source.rglob("*")):
         if f.is_file():
             rel = f.relative_to(source).as_posix()
@@ -126,6 +165,8 @@ def weight_map(source: Path | None, prog: mil.Program) -> dict[str, Path]:
 
 
 def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]:
+    """The tensor inputs of ``fn``: --input files, the rest from --random. States are not inputs: they
+    start at zero or from --state-in."""
     given: dict[str, np.ndarray] = {}
     for item in args.input:
         name, sep, file = item.partition("=")
@@ -138,10 +179,11 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
         except (OSError, ValueError) as e:
             raise AnekitError(f"[run] cannot load input '{name}' from {file}: {e}") from e
     rng = np.random.default_rng(args.random)
-    for v in fn.inputs:
+    tensors = [v for v in fn.inputs if not isinstance(v.type, T.StateType)]
+    for v in tensors:
         if v.name not in given:
             if args.random is None or not isinstance(v.type, (T.TensorType, T.TensorBufferType)):
-                need = ", ".join(f"{x.name}: {x.type}" for x in fn.inputs)
+                need = ", ".join(f"{x.name}: {x.type}" for x in tensors)
                 raise AnekitError(
                     f"[run] no value for input '{v.name}' (inputs: {need}); give --input or --random"
                 )
@@ -149,25 +191,41 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
     return given
 
 
-def _is_package(args: argparse.Namespace) -> bool:
-    return args.program.suffix in (".mlpackage", ".mlmodel")
+def _kind(path: Path) -> str:
+    """What PROGRAM is: "package" (.mlpackage / .mlmodel), "compiled" (a directory holding model.mil,
+    as an .mlmodelc) or "mil" (text)."""
+    if path.suffix in (".mlpackage", ".mlmodel"):
+        return "package"
+    if path.is_dir():
+        if not (path / COMPILED_MIL).is_file():
+            raise AnekitError(
+                f"[run] cannot read {path}: a directory without a {COMPILED_MIL} "
+                "(give a .mil file, a .mlpackage or a compiled .mlmodelc)"
+            )
+        return "compiled"
+    return "mil"
 
 
-def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str]:
-    """The program, its weight files and the function to run, from MIL text or a CoreML package."""
-    if _is_package(args):
+def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str, str | None]:
+    """The program, its weight files, the function to run and the route it takes (None: the program's
+    own, "direct" for MIL text), from MIL text, a CoreML package or a compiled .mlmodelc."""
+    kind = _kind(args.program)
+    if kind == "package":
         from anekit.coreml import load_mlpackage
 
         if args.weights is not None:
             raise AnekitError("[run] a CoreML package carries its own weights: drop --weights")
-        pkg = load_mlpackage(args.program)
-        return pkg.program, dict(pkg.weights), args.function or pkg.default_function
+        pkg = load_mlpackage(args.program)  # its program carries the route: coreml
+        return pkg.program, dict(pkg.weights), args.function or pkg.default_function, None
+    path = args.program / COMPILED_MIL if kind == "compiled" else args.program
     try:
-        text = args.program.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise AnekitError(f"[run] cannot read {args.program}: {e}") from e
-    prog = mil.parse(text, str(args.program))
-    return prog, weight_map(args.weights, prog), args.function or "main"
+        raise AnekitError(f"[run] cannot read {path}: {e}") from e
+    prog = mil.parse(text, str(path))
+    # A compiled CoreML model's buffers are CoreML's, as a package's: its I/O need not be engine surfaces.
+    route = "coreml" if kind == "compiled" else None
+    return prog, weight_map(args.weights, prog, path.parent), args.function or "main", route
 
 
 def nonfinite(value: np.ndarray) -> str:
@@ -198,53 +256,52 @@ def summary(name: str, value: np.ndarray) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output is not None:
-        check_file(args.output, "[run] --output")
+    from anekit.coreml.session import Session
+
+    for path, what in ((args.output, "--output"), (args.state_out, "--state-out")):
+        if path is not None:
+            check_file(path, f"[run] {what}")
     options: dict[str, object] = flags.numerics_options(args)
     runtime.check_numerics_options(args.backend, options)
-    if args.route is not None:
-        check_route(args.route, "run")
-        if (args.backend or "sim") != "sim" and args.route != "direct":
-            raise AnekitError(f"[run] backend '{args.backend}' takes the direct route, not '{args.route}'")
-    prog, weights, function = _load(args)
+    if args.route not in (None, "direct") and (args.backend or "sim") != "sim":
+        raise AnekitError(f"[run] backend '{args.backend}' takes the direct route, not '{args.route}'")
+    prog, weights, function, route = _load(args)
     if (args.backend or "sim") == "sim":
         options.update(precision=args.precision, **({"strict": False} if args.no_strict else {}))
-        if args.route is not None:
-            options["route"] = args.route
-        elif _is_package(args):
-            options["route"] = "coreml"  # a package's buffers are CoreML's: the surface rules do not hold
+        if args.route or route:
+            options["route"] = args.route or route
     backend = runtime.open(args.backend, **options)
-    t0 = time.perf_counter()
-    kernel = backend.compile(prog, weights, function=function)
-    compile_ms = 1e3 * (time.perf_counter() - t0)
-    fn = next(f for f in prog.functions.values() if f.name == kernel.name)
-    feeds = _inputs(args, fn)
-    times = []
-    # Overflow to inf and NaN are results here, counted in the summary below: numpy's RuntimeWarnings
-    # about them would only repeat that on stderr, without saying which tensor.
-    with kernel, np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for _ in range(args.repeat):
-            t1 = time.perf_counter()
-            outputs = kernel(**feeds)
-            times.append(1e3 * (time.perf_counter() - t1))
-        bad_inputs = {name: nonfinite(np.asarray(value)) for name, value in feeds.items()}
-        lines = [f"  input {name}: NOT FINITE: {bad}" for name, bad in bad_inputs.items() if bad]
-        lines += [f"  {summary(name, value)}" for name, value in outputs.items()]
     sanitizer = getattr(backend, "sanitizer", None)
-    run_ms = statistics.median(times)
+    with Session(prog, weights, backend, states=args.state_in) as session:
+        t0 = time.perf_counter()
+        kernel = session.kernel(function)
+        compile_ms = 1e3 * (time.perf_counter() - t0)
+        feeds = _inputs(args, prog.functions[kernel.name])
+        # Overflow to inf and NaN are results here, counted in the summary below: numpy's RuntimeWarnings
+        # about them would only repeat that on stderr, without saying which tensor.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            outputs, times = _timed_runs(session, kernel, feeds, args.repeat, sanitizer)
+            bad_inputs = {name: nonfinite(np.asarray(value)) for name, value in feeds.items()}
+            lines = [f"  input {name}: NOT FINITE: {bad}" for name, bad in bad_inputs.items() if bad]
+            lines += [f"  {summary(name, value)}" for name, value in outputs.items()]
+        if args.state_out is not None:
+            with writing(args.state_out, "[run] --state-out"):
+                session.save_states(args.state_out)
+    timing = Timing(compile_ms, times[0], statistics.median(times[1:]), len(times) - 1)
     if args.json:
-        print(json.dumps(_report(args, backend, compile_ms, run_ms, feeds, outputs, sanitizer), indent=1))
+        print(json.dumps(_report(args, backend, timing, feeds, outputs, session.states, sanitizer), indent=1))
     else:
         print(
-            f"{args.program}: backend {backend.name}{_numerics_label(backend)}, compile {compile_ms:.2f} ms, "
-            f"run {run_ms:.3f} ms (median of {len(times)})"
+            f"{args.program}: backend {backend.name}{_numerics_label(backend)}, compile "
+            f"{timing.compile_ms:.2f} ms, first run {timing.first_run_ms:.3f} ms, warm run "
+            f"{timing.run_ms:.3f} ms (median of {timing.repeat})"
         )
         print("\n".join(lines))
         if sanitizer is not None:
             found = sanitizer.lines()
             print(
-                f"sanitizer ({len(found)} ops departed from the ideal machine over {len(times)} runs)"
+                f"sanitizer ({len(found)} ops departed from the ideal machine over {timing.repeat} runs)"
                 + (":" if found else ": none")
             )
             print("\n".join(f"  {line}" for line in found)) if found else None
@@ -252,12 +309,43 @@ def run(args: argparse.Namespace) -> int:
     if bad_outputs and not args.json:
         names = ", ".join(bad_outputs)
         print(f"warning: {len(bad_outputs)} of {len(outputs)} outputs hold NaN or inf: {names}")
+    if args.state_out is not None and not args.json:
+        print(f"wrote {args.state_out} ({len(session.states)} states)")
     if args.output is not None:
         with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
             np.savez(f, **outputs)
         if not args.json:
             print(f"wrote {args.output}")
     return 0
+
+
+def _timed_runs(
+    session: Session, kernel: runtime.Kernel, feeds: dict[str, np.ndarray], repeat: int, sanitizer: Any
+) -> tuple[dict[str, np.ndarray], list[float]]:
+    """The outputs, and the times in ms of the first run (one-time setup included) and ``repeat`` warm
+    runs; every run starts from the states the session had, so the states left are those of one call.
+    The sanitizer counts the warm runs (the first computes the same values)."""
+    start = {name: buf.copy() for name, buf in session.states.items()}
+    times = []
+    for i in range(1 + repeat):
+        if i:
+            session.load_states(start)
+        if i == 1 and sanitizer is not None:
+            sanitizer.clear()
+        t0 = time.perf_counter()
+        outputs = kernel(**feeds)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return outputs, times
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a run took: compiling, the first run (one-time setup included) and the median warm run."""
+
+    compile_ms: float
+    first_run_ms: float
+    run_ms: float
+    repeat: int  # warm runs timed
 
 
 def _numerics_label(backend: runtime.Backend) -> str:
@@ -269,10 +357,10 @@ def _numerics_label(backend: runtime.Backend) -> str:
 def _report(
     args: argparse.Namespace,
     backend: runtime.Backend,
-    compile_ms: float,
-    run_ms: float,
+    timing: Timing,
     feeds: dict[str, np.ndarray],
     outputs: dict[str, np.ndarray],
+    states: dict[str, np.ndarray],
     sanitizer: object,
 ) -> dict[str, object]:
     """The run as one JSON-ready dict."""
@@ -295,10 +383,12 @@ def _report(
         "backend": backend.name,
         "chip": getattr(backend, "chip", None),
         "numerics": getattr(backend, "numerics", None),
-        "compile_ms": compile_ms,
-        "run_ms": run_ms,
-        "repeat": args.repeat,
+        "compile_ms": timing.compile_ms,
+        "first_run_ms": timing.first_run_ms,
+        "run_ms": timing.run_ms,
+        "repeat": timing.repeat,
         "inputs": {name: describe(np.asarray(v)) for name, v in feeds.items()},
         "outputs": {name: describe(v) for name, v in outputs.items()},
+        "states": {name: describe(v) for name, v in states.items()},
         "sanitizer": None if sanitizer is None else sanitizer.records(),  # type: ignore[attr-defined]
     }

@@ -2,13 +2,17 @@
 
 MODEL is recognised by its first four bytes (little-endian int32): the BLZT magic is an anekit
 checkpoint; anything else (llama2.c's "ak42" versioned formats, or the legacy 7-int header) goes to the
-llama2.c reader. The text is printed as it is generated, then a line with the speed on stderr (as
-run.c prints ``achieved tok/s``), so stdout holds only the text.
+llama2.c reader. Either is read through a read-only map of the file, so a model larger than RAM samples
+with little private memory. The tokenizer must be the model's (``load_tokenizer``): a vocabulary of
+another size, or a file other than the one a checkpoint's run record names, is an error. The text is
+printed as it is generated, then a line on stderr with the speed (as run.c prints ``achieved tok/s``)
+and why generation stopped, so stdout holds only the text.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,12 +21,12 @@ import numpy as np
 
 from anekit.cli import flags
 from anekit.errors import AnekitError
-from anekit.kernels.config import ModelConfig, preset
+from anekit.kernels.config import preset
 from anekit.llama.params import Params
 
 BLZT_MAGIC = 0x424C5A54  # anekit (and the ANE training reference) checkpoint
 AK42_MAGIC = 0x616B3432  # llama2.c's versioned export formats
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for beside MODEL when --tokenizer is absent
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # looked for in / beside MODEL without --tokenizer
 STEPS_MAX = 1 << 20  # far above any model's seq_len: the steps are capped at the model's anyway
 TEMPERATURE_MAX = 100.0  # logits / 100 is already a uniform draw for any model anekit reads
 
@@ -62,8 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         type=Path,
         metavar="TOK",
-        help="sentencepiece .model or llama2.c tokenizer.bin (default: one beside MODEL, else the "
-        "built-in corpus's tokenizer)",
+        help="sentencepiece .model or llama2.c tokenizer.bin with the model's vocabulary (default: "
+        "tokenizer.model / tokenizer.bin in MODEL's shard directory or beside MODEL, else the one a "
+        "checkpoint's run record names, else the built-in corpus's tokenizer, with a warning)",
     )
     p.add_argument(
         "--seed",
@@ -73,6 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--config",
+        type=flags.preset,
         metavar="NAME",
         help=flags.preset_help(
             "model preset of a BLZT checkpoint without a run record (its header has no n_kv_heads); "
@@ -93,65 +99,152 @@ def _magic(path: Path) -> int:
     return int.from_bytes(head, "little", signed=True)
 
 
-def _params_of(loaded: Any, path: Path) -> Params:
-    """The Params in whatever a reader returned (Params, a tuple holding one, or an object with .params)."""
-    if isinstance(loaded, Params):
-        return loaded
-    if isinstance(loaded, tuple):
-        for item in loaded:
-            if isinstance(item, Params):
-                return item
-    params = getattr(loaded, "params", None)
-    if isinstance(params, Params):
-        return params
-    raise AnekitError(f"[sample] the reader of {path} returned no model parameters ({type(loaded).__name__})")
+def open_model(path: Path, config: str | None = None) -> tuple[Params, dict[str, Any] | None]:
+    """MODEL's parameters, dispatched on its magic, as read-only views of a map of the file (a model
+    larger than RAM works), and the run record of an anekit checkpoint (None otherwise).
 
+    ``config`` names the preset of a BLZT checkpoint without a run record (its header has no n_kv_heads).
+    """
+    if _magic(path) == BLZT_MAGIC:
+        from anekit.llama.checkpoint import open_checkpoint
 
-def _config_name(args: argparse.Namespace) -> str | None:
-    """--config, or None: a checkpoint written by ``anekit train`` carries its config in its run record."""
-    return args.config or None
+        ck = open_checkpoint(path, preset(config) if config else None)
+        return ck.params, ck.run
+    # AK42_MAGIC and the legacy header both go to the llama2.c reader, which explains what it refuses.
+    from anekit.llama.llama2c import open_llama2c
 
-
-def _named_config(name: str) -> ModelConfig:
-    return preset(name)  # "default" (anekit train's model) is a preset like the others
-
-
-def check_finite(params: Params, path: Path, command: str) -> Params:
-    """Refuse a model whose weights hold NaN or inf: whatever it generated would be noise."""
-    for name, value in params.tensors():
-        bad = ~np.isfinite(value)
-        if bad.any():
-            raise AnekitError(
-                f"[{command}] {path}: weight {name} holds {int(bad.sum())} NaN or inf values of "
-                f"{value.size}: the model is broken (a diverged training run?)"
-            )
-    return params
+    return open_llama2c(path).params, None
 
 
 def load_model(args: argparse.Namespace) -> Params:
-    """MODEL's parameters, dispatched on its magic."""
-    path: Path = args.model
-    if _magic(path) == BLZT_MAGIC:
-        from anekit.llama.checkpoint import load_checkpoint
-
-        name = _config_name(args)
-        return _params_of(load_checkpoint(path, _named_config(name) if name else None), path)
-    # AK42_MAGIC and the legacy header both go to the llama2.c reader, which explains what it refuses.
-    from anekit.llama.llama2c import read_llama2c
-
-    return _params_of(read_llama2c(path), path)
+    """MODEL's parameters (``open_model`` with ``--config``)."""
+    return open_model(args.model, args.config)[0]
 
 
-def load_tokenizer(args: argparse.Namespace, cfg: Any) -> Any:
+FINITE_BLOCK = 1 << 22  # floats counted at a time when a tensor is not finite (a 16 MB piece of a map)
+
+
+def check_finite(params: Params, path: Path, command: str) -> Params:
+    """Refuse a model whose weights hold NaN or inf: whatever it generated would be noise.
+
+    Each tensor is summed in float64, which no float32 values can overflow, so the sum is finite exactly
+    when every value is; only a tensor that fails is counted, block by block. Nothing the size of a
+    tensor is allocated, so a mapped model is read once, a page at a time."""
+    for name, value in params.tensors():
+        if np.isfinite(np.sum(value, dtype=np.float64)):
+            continue
+        flat = value.reshape(-1)
+        bad = sum(
+            int(np.count_nonzero(~np.isfinite(flat[i : i + FINITE_BLOCK])))
+            for i in range(0, flat.size, FINITE_BLOCK)
+        )
+        raise AnekitError(
+            f"[{command}] {path}: weight {name} holds {bad} NaN or inf values of {value.size}: the model "
+            "is broken (a diverged training run?)"
+        )
+    return params
+
+
+def tokenizer_places(model: Path) -> list[Path]:
+    """Where a tokenizer is looked for when --tokenizer is absent: inside an export's directory (a shard
+    directory holds the tokenizer `anekit export` wrote), then beside MODEL."""
+    folders = [model] if model.is_dir() and model.suffix != ".mlpackage" else []
+    folders.append(model.parent)
+    return [folder / name for folder in folders for name in TOKENIZER_FILES]
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise AnekitError(f"[sample] cannot read tokenizer {path}: {e.strerror or e}") from e
+
+
+def _recorded(run: dict[str, Any] | None) -> tuple[str | None, str] | None:
+    """(path, sha256) of the tokenizer a checkpoint's run record names, or None."""
+    tok = run.get("tokenizer") if isinstance(run, dict) else None
+    if isinstance(tok, dict) and isinstance(tok.get("sha256"), str):
+        path = tok.get("path")
+        return (path if isinstance(path, str) else None), tok["sha256"]
+    return None
+
+
+def _pass_hint(cfg: Any, recorded: tuple[str | None, str] | None) -> str:
+    if recorded is not None and recorded[0]:
+        return (
+            f"pass --tokenizer {recorded[0]}, the tokenizer the run record names (sha256 {recorded[1][:12]})"
+        )
+    return f"pass --tokenizer TOK, the {cfg.vocab_size}-token tokenizer the model was trained with"
+
+
+def _checked_tokenizer(path: Path, how: str, cfg: Any, recorded: tuple[str | None, str] | None) -> Any:
+    """The tokenizer at ``path`` when it is the model's: the run record's (by sha256) when there is one,
+    and a vocabulary of exactly the model's vocab_size; a one-line AnekitError naming what to pass else."""
     from anekit.llama import tokenizer
 
+    if recorded is not None and path.is_file() and _sha256(path) != recorded[1]:
+        raise AnekitError(
+            f"[sample] the tokenizer {path} ({how}) is not the one the model was trained with: "
+            + _pass_hint(cfg, recorded)
+        )
+    tok = tokenizer.load_tokenizer(path)
+    if tok.vocab_size != cfg.vocab_size:
+        raise AnekitError(
+            f"[sample] the tokenizer {path} ({how}) has {tok.vocab_size} tokens but the model's vocab_size "
+            f"is {cfg.vocab_size}: its ids would mean other text; " + _pass_hint(cfg, recorded)
+        )
+    return tok
+
+
+def load_tokenizer(args: argparse.Namespace, cfg: Any, run: dict[str, Any] | None = None) -> Any:
+    """The model's tokenizer: --tokenizer, else one in or beside MODEL (``tokenizer_places``), else the
+    one a checkpoint's run record names where training read it, else the built-in corpus tokenizer (said
+    on stderr). A tokenizer that is not the model's is an error naming what to pass, never a fallback."""
+    recorded = _recorded(run)
     if args.tokenizer is not None:
-        return tokenizer.load_tokenizer(args.tokenizer)
-    for fname in TOKENIZER_FILES:
-        beside = args.model.parent / fname
-        if beside.is_file():
-            return tokenizer.load_tokenizer(beside)
-    return tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
+        return _checked_tokenizer(args.tokenizer, "--tokenizer", cfg, recorded)
+    for path in tokenizer_places(args.model):
+        if path.is_file():
+            where = "in" if path.parent == args.model else "beside"
+            return _checked_tokenizer(path, f"found {where} {args.model.name}", cfg, recorded)
+    if recorded is not None and recorded[0] is not None:
+        path = Path(recorded[0])
+        if path.is_file() and _sha256(path) == recorded[1]:
+            return _checked_tokenizer(path, "named by the run record", cfg, recorded)
+    return _builtin_tokenizer(args.model, cfg, recorded)
+
+
+def _builtin_tokenizer(model: Path, cfg: Any, recorded: tuple[str | None, str] | None) -> Any:
+    """The built-in corpus tokenizer of the model's vocab_size, when no tokenizer file is at hand: used
+    with a warning for a model that names none, used quietly when the run record names exactly it."""
+    from anekit.llama import tokenizer
+    from anekit.outputs import OutputError
+
+    folders = ", ".join(dict.fromkeys(str(p.parent) for p in tokenizer_places(model)))
+    looked = f"no --tokenizer and none of {', '.join(TOKENIZER_FILES)} in {folders}"
+    try:
+        tok = tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
+    except OutputError:
+        raise  # the tokenizer cache: its own message says what to fix
+    except AnekitError as e:  # e.g. sentencepiece cannot make 32000 pieces of the small corpus
+        raise AnekitError(
+            f"[sample] no tokenizer for {model}: {looked}, and the built-in corpus tokenizer cannot have "
+            f"{cfg.vocab_size} tokens; " + _pass_hint(cfg, recorded)
+        ) from e
+    if recorded is not None:
+        if _sha256(tokenizer.default_tokenizer_path(cfg.vocab_size)) != recorded[1]:
+            raise AnekitError(
+                f"[sample] no tokenizer for {model}: {looked}, nor at the path its run record names; "
+                + _pass_hint(cfg, recorded)
+            )
+        return tok  # the run trained with the built-in tokenizer
+    print(
+        f"anekit: warning: [sample] {looked}: using the built-in corpus tokenizer ({tok.vocab_size}-token "
+        "BPE of anekit's embedded stories); a model trained with another prints gibberish: pass its own "
+        "with --tokenizer",
+        file=sys.stderr,
+    )
+    return tok
 
 
 def is_export(path: Path) -> bool:
@@ -170,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
         decoder = PackageDecoder.open(args.model)
         sampler = Sampler(decoder, load_tokenizer(args, decoder.cfg))
     else:
-        params = check_finite(load_model(args), args.model, "sample")
-        sampler = Sampler(params, load_tokenizer(args, params.cfg))
+        params, record = open_model(args.model, args.config)
+        check_finite(params, args.model, "sample")
+        sampler = Sampler(params, load_tokenizer(args, params.cfg, record))
     out = sys.stdout
     for piece in sampler.generate(args.prompt, args.steps, args.temperature, args.top_p, args.seed):
         out.write(piece)
@@ -181,7 +275,21 @@ def run(args: argparse.Namespace) -> int:
     s = sampler.stats
     print(
         f"{s.generated_tokens} tokens generated, {s.positions} positions in {s.seconds:.2f} s: "
-        f"{s.tokens_per_second:.1f} tokens/s",
+        f"{s.tokens_per_second:.1f} tokens/s; {_why_stopped(s, args.steps, sampler.cfg.seq_len)}",
         file=sys.stderr,
     )
     return 0
+
+
+def _why_stopped(stats: Any, steps: int, seq_len: int) -> str:
+    """What ended the generation, in words (``GenerationStats.stop``)."""
+    if stats.stop == "bos":
+        return "stopped at a BOS token, the end of a story"
+    if stats.stop == "context":
+        return f"stopped at the model's context of {seq_len} positions"
+    if stats.stop == "prompt":
+        return (
+            f"nothing sampled: the prompt's {stats.prompt_tokens} tokens (BOS included) fill --steps "
+            f"{steps}; raise --steps to generate"
+        )
+    return f"stopped after --steps {steps} positions"

@@ -59,6 +59,13 @@ DEFAULT_WEIGHTS = "dynamic"
 # never loses more than about a minute of work whatever the model's step time.
 AUTO_CHECKPOINT_STEPS = 50
 AUTO_CHECKPOINT_SECONDS = 60.0
+# The built-in tokenizer is a BPE trained on the embedded corpus, whose text holds only about 2000 pieces
+# (sentencepiece refuses more: "Vocabulary size too high (32000) ... <= 2007"): enough for the 512-token
+# presets; llama2.c's 32000-token presets need llama2.c's tokenizer.
+BUILT_IN_VOCAB_MAX = 2000
+# The fields a llama2.c --init model must share with the model trained (its seq_len is only the length it
+# was trained at); a BLZT checkpoint's header fields must all agree (its reader checks them).
+INIT_SHAPE = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -106,8 +113,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--config",
+        type=flags.preset,
         default=None,
-        help=f"model preset: {', '.join(PRESETS)} (default: default)",
+        metavar="NAME",
+        help=f"model preset: {', '.join(PRESETS)} (default: default); the presets with llama2.c's "
+        "32000-token vocabulary need that tokenizer (--tokenizer)",
     )
     p.add_argument(
         "--data",
@@ -117,7 +127,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tokenizer",
         type=Path,
-        help="sentencepiece .model or llama2.c tokenizer.bin (default: a BPE trained on the built-in corpus)",
+        metavar="TOK",
+        help="sentencepiece .model or llama2.c tokenizer.bin (default: a BPE trained on the built-in corpus, "
+        f"for models of at most {BUILT_IN_VOCAB_MAX} tokens)",
     )
     p.add_argument(
         "--steps",
@@ -406,8 +418,6 @@ def _resume_hint(out: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
-    if args.config is not None:
-        preset(args.config)  # an unknown name is an anekit error (a table lookup), before anything is written
     try:
         return _run(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
@@ -445,6 +455,8 @@ def _check_flags(args: argparse.Namespace, stored: Run | None, where: Path) -> N
 def _open_tokenizer(path: Path) -> Any:
     from anekit.llama import tokenizer
 
+    if path.is_dir():
+        raise AnekitError(f"[train] --tokenizer {path} is a directory, not a tokenizer file")
     return tokenizer.load_tokenizer(path)
 
 
@@ -458,25 +470,57 @@ def _dataset(data: Path | None, tok: Any, seed: int) -> Any:
     return data_mod.TextDataset(data, tok)
 
 
-def _read_init(path: Path, cfg: ModelConfig) -> tuple[Any, Source]:
-    """The weights of --init (a llama2.c model or an anekit checkpoint), checked against the model."""
+def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
+    """The weights of --init (a llama2.c model or an anekit checkpoint), checked against the model
+    (``named``: --config was given; else ``cfg`` is the default preset)."""
     from anekit.llama import checkpoint
     from anekit.llama.llama2c import read_llama2c
 
     try:
         with path.open("rb") as f:
-            magic = int.from_bytes(f.read(4), "little")
+            head = f.read(checkpoint.HEADER_SIZE)
     except OSError as e:
         raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
-    if magic == checkpoint.MAGIC:
+    if int.from_bytes(head[:4], "little") == checkpoint.MAGIC:
+        if len(head) == checkpoint.HEADER_SIZE:  # shorter: the checkpoint reader says what is wrong
+            _check_init_shape(path, _blzt_shape(path, head), cfg, named)
         params = checkpoint.load_checkpoint_file(path, cfg).params
     else:
         init_cfg, params = read_llama2c(path)
-        shape = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size")
-        if any(getattr(init_cfg, k) != getattr(cfg, k) for k in shape):
-            raise AnekitError(f"[train] --init {path} is a {init_cfg} model, --config says {cfg}")
-        params.cfg = cfg
+        _check_init_shape(path, {k: getattr(init_cfg, k) for k in INIT_SHAPE}, cfg, named)
+    params.cfg = cfg
     return params, Source(_abs(path), _sha256_file(path))
+
+
+def _blzt_shape(path: Path, head: bytes) -> dict[str, int]:
+    """The model shape a BLZT header gives, with n_kv_heads when the run record holds it (the header
+    does not)."""
+    from anekit.llama import checkpoint
+
+    header = checkpoint.HEADER.parse(head)
+    shape = {k: header[k] for k in checkpoint.SHAPE_FIELDS}
+    run = checkpoint.read_run_record(path)
+    stored = run.get("config") if run is not None else None
+    if isinstance(stored, dict) and isinstance(stored.get("n_kv_heads"), int):
+        shape["n_kv_heads"] = stored["n_kv_heads"]
+    return shape
+
+
+def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named: bool) -> None:
+    """One line when the --init model's shape (``found``) is not the model's: the fields that differ, and
+    the preset to pass with --config when one has the file's shape."""
+    order = [k for k in (*INIT_SHAPE, "seq_len") if k in found]
+    differ = [f"{k} {found[k]} (not {getattr(cfg, k)})" for k in order if found[k] != getattr(cfg, k)]
+    if not differ:
+        return
+    fits = [name for name, p in PRESETS.items() if all(getattr(p, k) == v for k, v in found.items())]
+    model = f"--config {cfg.name}" if named else f"the {cfg.name} preset (no --config)"
+    hint = (
+        f"pass --config {fits[0]}"
+        if fits
+        else f"no preset has its shape (presets: {', '.join(PRESETS)}), so anekit train cannot start from it"
+    )
+    raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -540,6 +584,12 @@ def _run(args: argparse.Namespace) -> int:
             )
         name = args.config or "default"
         cfg = _config(name)
+        if args.tokenizer is None and cfg.vocab_size > BUILT_IN_VOCAB_MAX:
+            raise AnekitError(
+                f"[train] --config {name} needs a {cfg.vocab_size}-token tokenizer: pass it with --tokenizer "
+                "(llama2.c's tokenizer.bin or tokenizer.model for its stories models); the built-in one, "
+                f"trained on anekit's small story corpus, has at most {BUILT_IN_VOCAB_MAX} tokens"
+            )
         tc = TrainConfig(
             steps=args.steps or DEFAULT_STEPS.get(name, GENERIC_STEPS),
             accum=args.accum or DEFAULT_ACCUM,
@@ -566,7 +616,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         dataset = _dataset(args.data, tok, tc.seed)
         if args.init is not None:
-            params, init = _read_init(args.init, cfg)
+            params, init = _read_init(args.init, cfg, named=args.config is not None)
         else:
             params, init = Params.init(cfg, seed=tc.seed), None
         state = TrainState.fresh(params, tc)

@@ -2,12 +2,13 @@
 
     save_mlpackage(program, "model.mlpackage")          # consts >= 1024 bytes go to weights/weight.bin
     pkg = load_mlpackage("model.mlpackage")              # .program, .weights, .default_function, ...
-    runtime.open("sim").compile(pkg.program, pkg.weights, function=pkg.default_function)
+    runtime.open("sim").compile(pkg.program, pkg.weights, function=pkg.default_function)  # CoreML's route
+    Session.open("model.mlpackage").run("prefill", ...)  # anekit.coreml.session: states kept across calls
 
 The protobuf classes come from coremltools (``pip install anekit[coreml]``); without it every entry
 point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
 ``values`` (types and literals), ``spec`` (Program <-> Model), ``manifest`` (layout and safe paths),
-``save`` and ``load``.
+``save`` and ``load``; ``session`` runs a program's functions with their states kept between calls.
 """
 
 from anekit.coreml.load import MLPackage, load_mlpackage

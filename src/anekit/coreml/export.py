@@ -31,12 +31,15 @@ with ``last`` in prefill); ``anekit.coreml.shards`` chains them.
 
 Weights stream into one MILBlob file through ``anekit.blob.BlobWriter``: each array is converted in
 chunks as it is written and referred to as ``BLOBFILE(@model_path/weights/weight.bin, offset)``; both
-functions refer to the same blobs, and a tied classifier shares the embedding's blob. Where the time
-goes: converting float32 weights to fp16 (or int8) and writing them; the program itself is small.
+functions refer to the same blobs, and a tied classifier and the embedding lookup read one weight,
+stored once in every format (quantized with the projections under ``quant``); equal values under
+two names are written once too. Where the time goes: converting float32 weights to fp16 (or int8) and
+writing them; the program itself is small.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.coreml.quantize import Quantized, quantize
+from anekit.coreml.quantize import INT4_BLOCK, Quantized, quantize
 from anekit.kernels.blocks import MASK_VALUE, pair_swap_matrix
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
@@ -96,17 +99,22 @@ class WeightSink:
         self.quant = quant
         self.on_quantized = on_quantized
         self._offsets: dict[str, int] = {}
+        self._stored: dict[tuple[str, str, tuple[int, ...], bytes], int] = {}  # by content
         self._scales: dict[str, np.ndarray] = {}
         self.nbytes = 0
 
     def blob(
         self, f: FunctionBuilder, key: str, dtype: str, shape: tuple[int, ...], make: Callable[[], Any]
     ) -> Var:
-        """A const of ``shape`` whose data is the blob ``key`` (written from ``make()`` the first time)."""
+        """A const of ``shape`` whose data is the blob ``key``, written from ``make()`` the first time
+        unless a blob of the same values (e.g. two layers' norms at initialization) is there already."""
         if key not in self._offsets:
-            data = make()
-            self._offsets[key] = self._append(data, dtype)
-            self.nbytes += int(np.asarray(data).size * T.dtype(dtype).bits // 8)
+            data = np.ascontiguousarray(make())
+            content = (dtype, data.dtype.str, data.shape, _digest(data))
+            if content not in self._stored:
+                self._stored[content] = self._append(data, dtype)
+                self.nbytes += int(data.size * T.dtype(dtype).bits // 8)
+            self._offsets[key] = self._stored[content]
         lit = blob_literal(T.tensor(dtype, shape), WEIGHT_PATH, self._offsets[key])
         return f.const(lit, name=_name(key, shape))
 
@@ -124,8 +132,15 @@ class WeightSink:
         else:
             data = self.blob(f, key, "int4" if self.quant == "int4-block" else "int8", shape, _never)
         scale = self._scales[key]
-        scale_var = f.const(scale.astype(np.float16), name=f"{_name(key, shape)}_scale")
+        if scale.size == 1:  # int8 per tensor: one value, inline (coremltools' form)
+            scale_var = f.const(scale.astype(np.float16), name=f"{_name(key, shape)}_scale")
+        else:  # int4 per block: a table both functions read from the one blob
+            scale_var = self.blob(f, f"{key}.scale", "fp16", scale.shape, lambda: scale)
         return f.constexpr_blockwise_shift_scale(data=data, scale=scale_var, name=f"{_name(key, shape)}_dq")
+
+
+def _digest(data: np.ndarray) -> bytes:
+    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).digest()
 
 
 def _never() -> Any:
@@ -218,17 +233,29 @@ class _Graph:
 
     # -- blocks --------------------------------------------------------------------------------------
 
+    def embedding(self) -> Var:
+        """The embedding table as a conv weight [vocab, dim, 1, 1], stored once and read by both the lookup
+        and, when tied, the classifier: fp16, or under ``quant`` the classifier's quantized form when the
+        two share it (an untied table is a lookup, not a projection, and stays fp16)."""
+        p, shape = self.params, (self.cfg.vocab_size, self.cfg.dim, 1, 1)
+        if p.wcls is None and self.sink.quant != "none":
+            return self.once("embedding", lambda: self.sink.projection(self.f, "embed", p.embed))
+        return self.fp16("embed", lambda: p.embed.reshape(shape), shape)
+
     def embed(self, tokens: Var, out: str | None = None) -> Var:
         """tokens [1, 1, T, 1] -> x [1, dim, T, 1]: rows of the embedding table."""
         f, cfg, t = self.f, self.cfg, self.t
-        table = self.fp16("embed", lambda: self.params.embed, (cfg.vocab_size, cfg.dim))  # (vocab, dim)
         ids = f.reshape(x=tokens, shape=[t], name="ids")  # (T,)
-        rows = f.gather(x=table, indices=ids, axis=0, name="embed_rows")  # (T, dim)
-        cols = f.transpose(x=rows, perm=[1, 0], name="embed_cols")  # (dim, T)
+        rows = f.gather(x=self.embedding(), indices=ids, axis=0, name="embed_rows")  # (T, dim, 1, 1)
+        cols = f.transpose(x=rows, perm=[1, 0, 2, 3], name="embed_cols")  # (dim, T, 1, 1)
         return f.reshape(x=cols, shape=[1, cfg.dim, t, 1], name=out or "embed_x")  # (1, dim, T, 1)
 
-    def decode_masks(self) -> tuple[Var, Var]:
-        """Decode: where pos is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S]."""
+    def decode_masks(self, pos: Var) -> tuple[Var, Var]:
+        """Decode: where ``pos`` (1,) is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S].
+
+        The mask is row ``pos`` of prefill's causal mask (the same blob), gathered: no ``select`` whose
+        condition is larger than its values, a form coremltools' type inference sizes by the values
+        alone (``select.type_inference`` broadcasts ``a`` with ``b`` only)."""
         f, s = self.f, self.cfg.seq_len
         # Through the weight sink like every other large const, so the package's weight.bin is the sink's
         # file as written (no const left to append).
@@ -237,11 +264,8 @@ class _Graph:
             lambda: self.sink.blob(f, "ramp", "int32", (1, 1, s, 1), lambda: np.arange(s, dtype=np.int32)),
         )  # (1, 1, S, 1)
         here = f.equal(x=ramp, y=self.pos4, name="here")  # (1, 1, S, 1) bool
-        seen = f.less_equal(x=ramp, y=self.pos4, name="seen")  # (1, 1, S, 1) bool
-        zero = np.zeros((1, 1, 1, 1), np.float16)
-        hidden = np.full((1, 1, 1, 1), MASK_VALUE, np.float16)
-        col = f.select(cond=seen, a=zero, b=hidden, name="mask_col")  # (1, 1, S, 1)
-        return here, f.reshape(x=col, shape=[1, 1, 1, s], name="mask")  # (1, 1, 1, S)
+        causal = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, S, S)
+        return here, f.gather(x=causal, indices=pos, axis=2, name="mask")  # (1, 1, 1, S)
 
     def layer(
         self, x: Var, i: int, k_state: Var, v_state: Var, pos: Var | None, out: str | None = None
@@ -263,7 +287,8 @@ class _Graph:
             values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
             mask = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, T, S)
         else:  # decode: the cache with position pos replaced by this token's key / value
-            here, mask = self.once("decode_masks", self.decode_masks)  # (1, 1, S, 1), (1, 1, 1, S)
+            # here: (1, 1, S, 1) bool, true at pos; mask: (1, 1, 1, S). Made once, read by every layer.
+            here, mask = self.once("decode_masks", lambda: self.decode_masks(pos))
             old_k = f.read_state(input=k_state, name=f"{tag}_k_old")  # (1, kv, S, 1)
             old_v = f.read_state(input=v_state, name=f"{tag}_v_old")  # (1, kv, S, 1)
             new_k = f.select(cond=here, a=k, b=old_k, name=f"{tag}_k_new")  # (1, kv, S, 1)
@@ -296,12 +321,8 @@ class _Graph:
         xn = self.rmsnorm(x, "rms_final", p.rms_final, "final_norm")  # (1, dim, T, 1)
         if last is not None:
             xn = f.gather(x=xn, indices=last, axis=2, name="final_last")  # (1, dim, 1, 1)
-        key = "embed" if p.wcls is None else "wcls"
-        if p.wcls is None and self.sink.quant == "none":  # tied: the embedding's blob, seen as a conv weight
-            shape = (self.cfg.vocab_size, self.cfg.dim, 1, 1)
-            w = self.sink.blob(f, key, "fp16", shape, lambda: p.embed.reshape(shape))
-        else:
-            w = self.sink.projection(f, "classifier" if p.wcls is None else key, p.classifier)
+        tied = p.wcls is None
+        w = self.embedding() if tied else self.sink.projection(f, "wcls", p.wcls)  # (vocab, dim, 1, 1)
         return self.conv(xn, w, "logits")  # (1, vocab, 1, 1)
 
 
@@ -345,24 +366,21 @@ def build_program(params: Params, stage: Stage, sink: WeightSink) -> Program:
 
 
 def stage_weight_bytes(cfg: ModelConfig, stage: Stage, quant: str = "none", tied: bool = True) -> int:
-    """Bytes of weights one stage writes (projection element size 2, int8 1, int4 0.5; tables fp16)."""
-    proj = {"none": 2.0, "int8": 1.0, "int4-block": 0.5}[quant]
-    d, kv, h, s = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.seq_len
+    """Bytes of weights one stage writes (projection element size 2, int8 1, int4 0.5; tables fp16).
+
+    A tied embedding is the classifier's weight (quantized with it); a stage holding both stores it once."""
+    proj = {"none": 2.0, "int8": 1.0, "int4-block": 0.5 + 2 / INT4_BLOCK}[quant]  # int4: + its scales
+    d, kv, h, s, v = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.seq_len, cfg.vocab_size
     total = 0.0
     if stage.embed:
-        total += 2 * cfg.vocab_size * d
+        total += (proj if tied else 2) * v * d
     if stage.layers:
         per_layer = proj * (2 * d * d + 2 * kv * d + 3 * h * d) + 2 * 2 * d
         total += len(stage.layers) * per_layer
-        tables = 2 * (d * d + 2 * d * s) + 2 * s * s
+        tables = 2 * (d * d + 2 * d * s) + 2 * s * s + 4 * s  # RoPE swap and tables, causal mask, ramp
         if kv != d:
             tables += 2 * (kv * kv + 2 * kv * s)
         total += tables
     if stage.head:
-        shares_embedding = (
-            tied and quant == "none" and stage.embed
-        )  # the classifier reads the embedding's blob
-        total += 2 * d + (
-            0 if shares_embedding else (2 if tied and quant == "none" else proj) * cfg.vocab_size * d
-        )
+        total += 2 * d + (0 if tied and stage.embed else proj * v * d)
     return int(total)

@@ -6,7 +6,8 @@ registry, and every BLOBFILE value against its weight file (the offset must be a
 dtype and size match the const). Weight files are memory-mapped to check their records and are never
 read as a whole: ``MLPackage.weights`` maps each ``@model_path/...`` name to its file, which the
 simulator maps again when it compiles. Every problem is a ``CoreMLFormatError`` naming the file and the
-field (or op).
+field (or op). The program is a ``PackageProgram``: it carries its route ("coreml"), so
+``runtime.open("sim").compile(pkg.program, pkg.weights)`` applies the CoreML route's rules.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ from anekit.mil.values import Literal, blob_literal
 from anekit.mil.verify import verify
 
 MAX_SPEC_BYTES = 2 << 30  # protobuf's own limit on one message
+
+
+class PackageProgram(Program):
+    """A Program read from a CoreML package. It says which route it takes: the simulator's strict compile
+    judges it by the CoreML route's rules unless told otherwise (``SimBackend(route=None)``), since CoreML
+    allocates a package's buffers and the direct route's surface rules do not hold for them."""
+
+    __slots__ = ()
+    route = "coreml"
 
 
 @dataclass(frozen=True)
@@ -141,8 +151,8 @@ def _load(path: Path) -> MLPackage:
     model = _read_spec(spec_path)
     blobs = _Blobs(package, spec_path.parent)
     try:
-        program, default = model_to_program(model, blobs)
-        verify(program)
+        read, default = model_to_program(model, blobs)
+        program = verify(PackageProgram(read.functions, read.version, read.attributes))
     except CoreMLFormatError as e:
         raise CoreMLFormatError(
             f"{where}: {e.field}", e.reason, offset=e.offset, expected=e.expected, actual=e.actual
@@ -164,4 +174,4 @@ def _load(path: Path) -> MLPackage:
     )
 
 
-__all__ = ["MODEL_PATH", "MLPackage", "load_mlpackage"]
+__all__ = ["MODEL_PATH", "MLPackage", "PackageProgram", "load_mlpackage"]

@@ -86,21 +86,22 @@ def export_mlpackage(
         shard_mb = DEFAULT_SHARD_MB
     stages = plan_shards(cfg, shard_mb, quant, tied) if shard_mb is not None else [Stage.whole(cfg)]
     report = ExportReport(out, sharded=shard_mb is not None)
+
+    def quantized(q: Quantized) -> None:  # a tied embedding is quantized in both its shards: report it once
+        if all(seen.name != q.name for seen in report.quantized):
+            report.quantized.append(q)
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir()
     try:
         if not report.sharded:
-            report.weight_bytes.append(
-                _write_stage(params, stages[0], out, tmp, quant, force, report.quantized.append)
-            )
+            report.weight_bytes.append(_write_stage(params, stages[0], out, tmp, quant, force, quantized))
             report.packages.append(out)
             return report
         for i, stage in enumerate(stages):
             target = tmp / package_name(i, stage)
-            report.weight_bytes.append(
-                _write_stage(params, stage, target, tmp, quant, False, report.quantized.append)
-            )
+            report.weight_bytes.append(_write_stage(params, stage, target, tmp, quant, False, quantized))
             report.packages.append(out / target.name)
         manifest = shards_manifest(cfg, stages, report.weight_bytes, quant, shard_mb)  # type: ignore[arg-type]
         (tmp / SHARDS_FILE).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -4,7 +4,8 @@ Each ``const`` is placed by size: data of at least ``blob_threshold`` bytes goes
 ``weights/weight.bin`` (written through ``anekit.blob``, converted chunk by chunk) and the const refers
 to it as ``BLOBFILE(@model_path/weights/weight.bin, offset of its metadata record)``; smaller data stays
 inline in the protobuf. Consts that already refer to weight files (anekit's kernels write one file per
-weight) take their values from ``weights`` and are copied, raw, into weight.bin with new offsets.
+weight) take their values from ``weights`` and are copied, raw, into weight.bin with new offsets. Data
+is stored once: consts of equal dtype, shape and bytes (in one function or in several) share one blob.
 Below iOS18 only fp16 / fp32 / uint8 / int8 data goes to the weight file, as coremltools does
 (``converters/mil/backend/mil/load.py`` ``should_use_weight_file``).
 
@@ -16,6 +17,7 @@ when complete: a failure at any step leaves nothing behind (and an existing pack
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -84,6 +86,7 @@ class _Placer:
         self.adopted = adopted
         self.files: dict[str, BlobFile] = {}
         self.copied: dict[tuple[str, int], int] = {}
+        self.appended: dict[tuple[str, tuple[Any, ...], bytes], int] = {}
 
     def source(self, ref: BlobRef, where: str) -> BlobFile:
         blob = self.files.get(ref.path)
@@ -114,8 +117,11 @@ class _Placer:
             return self._external(lit, t, lit.value, fn, where, eligible)
         if eligible and self.threshold is not None and stored_bytes(t) >= self.threshold:
             assert self.writer is not None, "an adopted weight file leaves nothing to append"
-            offset = self.writer.append(_blob_values(lit), t.dtype.name)
-            return literal_to_value(Literal(t, BlobRef(WEIGHT_PATH, offset)), where)
+            values = _blob_values(lit)
+            key = (t.dtype.name, tuple(t.shape), _digest(values))  # equal values are stored once
+            if key not in self.appended:
+                self.appended[key] = self.writer.append(values, t.dtype.name)
+            return literal_to_value(Literal(t, BlobRef(WEIGHT_PATH, self.appended[key])), where)
         return literal_to_value(lit, where)
 
     def _external(
@@ -197,6 +203,16 @@ def _literals(op: Op) -> list[Literal]:
             if isinstance(a, Literal):
                 found.append(a)
     return found
+
+
+def _digest(values: Any) -> bytes:
+    """A digest of an array's bytes (its dtype and shape are keyed beside it)."""
+    data = (
+        values
+        if isinstance(values, (bytes, bytearray))
+        else memoryview(np.ascontiguousarray(values)).cast("B")
+    )
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _blob_values(lit: Literal) -> Any:

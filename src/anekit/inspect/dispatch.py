@@ -299,9 +299,9 @@ def _config_dict(cfg: Any) -> dict[str, int]:
 
 
 def _summarize_llama2c(src: Source) -> dict[str, Any]:
-    from anekit.llama.llama2c import parse_llama2c
+    from anekit.llama.llama2c import open_llama2c
 
-    model = parse_llama2c(src.data(), name=src.path.stem)
+    model = open_llama2c(src.path)  # a map: a model larger than RAM is read a page at a time
     params = model.params
     return {
         "format": "llama2.c model" + (" (ak42 version 1)" if model.version == 1 else " (legacy)"),
@@ -362,38 +362,52 @@ def _sniff_blzt(src: Source) -> bool:
 
 def _summarize_blzt(src: Source) -> dict[str, Any]:
     from anekit.kernels.config import ModelConfig
-    from anekit.llama.checkpoint import HEADER, SHAPE_FIELDS, checkpoint_size, parse_checkpoint
+    from anekit.llama.checkpoint import HEADER, SHAPE_FIELDS, checkpoint_size, open_checkpoint
 
-    data = bytearray(src.data())  # writable: the reader's arrays are views, not copies
     kv_inferred = False
     try:
-        params, _, _, meta = parse_checkpoint(data, name=src.path.stem)
+        ck = open_checkpoint(src.path)  # a map: a checkpoint larger than RAM is read a page at a time
     except FormatError as e:
         # The header does not store n_kv_heads: a grouped-query model is found by the size it gives.
         if e.field != "file size":
             raise
-        h = HEADER.parse(bytes(data[: HEADER.size]))
+        h = HEADER.parse(src.head[: HEADER.size])
         for kv in (k for k in range(1, h["n_heads"]) if h["n_heads"] % k == 0):
             try:
                 cfg = ModelConfig(**{f: h[f] for f in SHAPE_FIELDS}, n_kv_heads=kv, name=src.path.stem)
             except AnekitError:
                 continue
-            if len(data) in (checkpoint_size(cfg), checkpoint_size(cfg, untied=True)):
-                params, _, _, meta = parse_checkpoint(data, cfg, name=src.path.stem)
+            if src.size in (checkpoint_size(cfg), checkpoint_size(cfg, untied=True)):
+                ck = open_checkpoint(src.path, cfg)
                 kv_inferred = True
                 break
         else:
             raise
+    params = ck.params
     return {
         "format": "BLZT training checkpoint (version 2)",
         "file_size": src.size,
         "config": _config_dict(params.cfg),
         "n_kv_heads_from_file_size": kv_inferred,
         "untied_classifier": params.wcls is not None,
-        "meta": asdict(meta),
+        "meta": asdict(ck.meta),
+        "run_record": _run_record(ck.run),
         "parameters": params.count(),
         "tensors": _tensor_list(params),
     }
+
+
+def _run_record(run: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run record ``anekit train`` stores after the tensors, as stored (None: a plain BLZT file), with
+    the loss history's length, first, last and lowest value beside the full list."""
+    if run is None:
+        return None
+    state = run.get("state")
+    losses = state.get("losses") if isinstance(state, dict) else None
+    if not isinstance(losses, list) or not losses or not all(isinstance(x, (int, float)) for x in losses):
+        return run
+    summary = {"steps": len(losses), "first": losses[0], "last": losses[-1], "lowest": min(losses)}
+    return {**run, "loss_summary": summary}
 
 
 def _varint(b: bytes, at: int) -> tuple[int, int] | None:

@@ -82,7 +82,7 @@ class KernelBuilder:
         self, name: str, cfg: ModelConfig, inputs: Layout, weights: Mapping[str, np.ndarray] | None
     ) -> None:
         self.name = name
-        self.cfg = cfg
+        self.cfg = cfg.check_kernels()  # the engine's channel / spatial limits for kernels of this model
         self.inputs = inputs
         self.values = weights
         self.pack = WeightPack()

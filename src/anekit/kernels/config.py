@@ -1,4 +1,12 @@
-"""Model configuration of a llama2.c-style transformer, validated against what the engine can run."""
+"""Model configuration of a llama2.c-style transformer; ``check_kernels`` holds it to what the engine's
+training kernels can run.
+
+A ``ModelConfig`` checks only what every use of a model needs (positive sizes, heads dividing the width,
+an even head_dim for RoPE): reading, inspecting, sampling on the CPU and exporting take any such shape,
+a Llama-2-7B's included. The engine's channel and spatial limits concern the fused kernels generated
+from the config, so they are applied where those kernels are made (``check_kernels``, called by every
+``KernelBuilder``), not to every file that is read.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +58,10 @@ class ModelConfig:
             )
         if not self.norm_eps > 0:
             raise ConfigError(f"[config {self.name}] norm_eps must be > 0, got {self.norm_eps}")
+
+    def check_kernels(self) -> ModelConfig:
+        """This config, or ConfigError naming the rule: the surfaces of the fused training kernels
+        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields."""
         channels = {
             "dim": self.dim,
             "hidden_dim": self.hidden_dim,
@@ -71,6 +83,7 @@ class ModelConfig:
                 f"[config {self.name}] seq_len {self.seq_len} exceeds the engine's 15-bit spatial limit "
                 f"{MAX_SPATIAL}"
             )
+        return self
 
     @property
     def head_dim(self) -> int:
@@ -86,7 +99,7 @@ class ModelConfig:
         return self.n_heads // self.n_kv_heads
 
     def with_(self, **changes: object) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (checked again as the constructor checks)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
 

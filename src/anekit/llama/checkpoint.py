@@ -52,6 +52,8 @@ Format facts and choices:
 * ``lr`` and ``loss`` are float32 in the file: they come back rounded to float32.
 * Writes are atomic (``atomic_write``): a temporary file beside the target, fsync'd, then renamed over
   it, so a crash or kill during a save leaves the previous checkpoint intact.
+* Reading for training (``load_checkpoint_file``) gives writable arrays in memory; ``open_checkpoint``
+  maps the file read-only instead (sampling, inspecting), so a checkpoint larger than RAM reads too.
 
 The run record (anekit extension). ``anekit train`` appends, after the body, everything a resumed run
 needs besides the tensors — the full model config (``n_kv_heads`` included), the training config,
@@ -89,7 +91,7 @@ from anekit.binfmt import Field, Record, writable_bytes
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
 from anekit.kernels.config import ModelConfig
-from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes
+from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes, map_file
 
 __all__ = [
     "BLZT_LAYER_ORDER",
@@ -105,6 +107,7 @@ __all__ = [
     "checkpoint_size",
     "load_checkpoint",
     "load_checkpoint_file",
+    "open_checkpoint",
     "parse_checkpoint",
     "read_checkpoint",
     "read_run_record",
@@ -539,7 +542,18 @@ def read_checkpoint(
     else the header's shape with ``n_kv_heads = n_heads``. The returned arrays are
     views of one float32 buffer (a writable copy when ``data`` is read-only).
     """
-    buf = writable_bytes(data)
+    return _decode(writable_bytes(data), cfg, name)
+
+
+def open_checkpoint(path: str | os.PathLike, cfg: ModelConfig | None = None) -> Checkpoint:
+    """A BLZT checkpoint whose arrays are read-only views of a map of the file (``read_checkpoint``'s
+    config rules): nothing is read until used, so sampling or inspecting a checkpoint larger than RAM
+    works. Training, which updates the arrays, reads with ``load_checkpoint_file``."""
+    return _decode(map_file(path, f"[{FORMAT}] checkpoint"), cfg, Path(path).stem)
+
+
+def _decode(buf: np.ndarray, cfg: ModelConfig | None, name: str) -> Checkpoint:
+    """The checkpoint whose file bytes are ``buf`` (uint8): its arrays are views of ``buf``."""
     if buf.size < HEADER_SIZE:
         raise FormatError(
             FORMAT, "header", "file too short for the header", offset=0, expected=HEADER_SIZE, actual=buf.size
@@ -622,9 +636,10 @@ def load_checkpoint(
 
 
 def read_run_record(path: PathOrBytes) -> dict[str, Any] | None:
-    """Only the run record of a BLZT file (None when it has none); the body is not decoded."""
-    buf, _ = _read_all(path)
-    return _split_run(buf)[1]
+    """Only the run record of a BLZT file (None when it has none); the body is neither read nor decoded."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return _split_run(np.frombuffer(path, np.uint8))[1]
+    return _split_run(map_file(path, f"[{FORMAT}] checkpoint"))[1]
 
 
 def load_checkpoint_file(path: PathOrBytes, cfg: ModelConfig | None = None) -> Checkpoint:

@@ -24,6 +24,9 @@ The versioned format (llama2.c ``export.py``) starts with a 256-byte header: u32
 w2, w3 (all layers), then wcls if not shared, and no RoPE tables; it is read and written here. Version 2
 is int8 Q8_0 (a group size follows the flag) and is refused with a message.
 
+``open_llama2c`` maps a model file read-only, its arrays views of the map (inspecting, sampling and
+exporting a model larger than RAM); ``read_llama2c`` reads it into writable memory (what training updates).
+
 Format facts this module relies on:
 
 * The RoPE tables are derived data: ``run.c`` computes the rotation itself and skips them (older run.c
@@ -53,7 +56,7 @@ from anekit.binfmt import Field, Record, writable_bytes
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
 from anekit.kernels.config import ModelConfig
-from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes
+from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes, map_file
 
 __all__ = [
     "AK42_HEADER",
@@ -64,6 +67,7 @@ __all__ = [
     "TokenizerError",
     "build_llama2c",
     "build_tokenizer_bin",
+    "open_llama2c",
     "parse_llama2c",
     "parse_tokenizer_bin",
     "read_llama2c",
@@ -304,7 +308,27 @@ def parse_llama2c(
     The arrays are views of one float32 buffer (a writable copy when ``data`` is read-only). The header's
     counts are checked against the data's size before any array is made.
     """
-    buf = writable_bytes(data)
+    return _model_of(writable_bytes(data), name)
+
+
+def open_llama2c(path: str | os.PathLike, *, name: str | None = None) -> Llama2cModel:
+    """A model file's weights as read-only views of a map of the file: nothing is read until used, so a
+    model larger than RAM can be inspected, sampled and exported (training copies what it updates).
+
+    The header is read and checked against the file's size before the file is mapped."""
+    name = name or Path(path).stem
+    try:
+        with open(os.fspath(path), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = np.frombuffer(f.read(AK42_HEADER_SIZE), np.uint8)
+    except OSError as e:
+        raise AnekitError(f"[{FORMAT}] cannot read model file {path}: {e}") from e
+    _checked_header(head, size, name)
+    return _model_of(map_file(path, f"[{FORMAT}] model file"), name)
+
+
+def _model_of(buf: np.ndarray, name: str) -> Llama2cModel:
+    """The model whose file bytes are ``buf`` (uint8): its arrays are views of ``buf``."""
     cfg, version, start, shared = _checked_header(buf[:AK42_HEADER_SIZE], int(buf.size), name)
     layout = _layout(_ORDERS[version], cfg, shared)
 
@@ -357,7 +381,8 @@ def _size_error(
 
 
 def read_llama2c(source: PathOrBytes, *, name: str | None = None) -> tuple[ModelConfig, Params]:
-    """Read a llama2.c model file (a path, or its bytes): its config (named after the file) and weights.
+    """Read a llama2.c model file (a path, or its bytes): its config (named after the file) and weights,
+    as writable arrays in memory (what training starts from; ``open_llama2c`` maps the file instead).
 
     From a path, the header is read and checked against the file's size before the rest is read."""
     if isinstance(source, (bytes, bytearray, memoryview)):

@@ -4,19 +4,46 @@ Every matrix is float32 (out, in) as llama2.c stores it: wq (dim, dim), wk / wv 
 (dim, dim), w1 / w3 (hidden, dim), w2 (dim, hidden); vectors rms_att / rms_ffn (dim,) per layer;
 embed (vocab, dim); rms_final (dim,); wcls (vocab, dim) or None when the classifier is tied to embed.
 Gradients and Adam moments use the same container (``zeros_like``), so optimizer code walks one list.
+
+The arrays may be read-only views of a model file mapped into memory (``map_file``): sampling, inspecting
+and exporting then read weights from the page cache as they use them, so a model larger than RAM works,
+and only training, which updates weights in place, needs writable copies.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 
 LAYER_FIELDS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
+
+
+def map_file(path: str | os.PathLike, what: str) -> np.ndarray:
+    """The bytes of a file as a read-only uint8 array backed by a shared read-only map of it (an empty
+    array for an empty file).
+
+    Nothing is read until it is used, and what is read stays in the page cache: it is not the process's
+    private memory (what ``ulimit -d`` / ``prlimit --data`` limits), and the kernel drops it when RAM
+    runs short. Mapping allocates nothing, so a reader checks the header's counts against the size before
+    it makes arrays of the map; the map lives as long as any array made from it. ``what`` starts the
+    error message (``"[llama2c] model file"``).
+    """
+    try:
+        with open(os.fspath(path), "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return np.zeros(0, np.uint8)  # nothing to map: the reader says what is missing
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:
+        raise AnekitError(f"{what} {path} cannot be mapped: {e}") from e
+    return np.frombuffer(mapped, np.uint8)
 
 
 @dataclass

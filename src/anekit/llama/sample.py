@@ -98,16 +98,32 @@ class Decoder(Protocol):
 
 
 class CpuDecoder:
-    """run.c's forward in float32 numpy, with a KV cache of cfg.seq_len positions (or ``max_len``)."""
+    """run.c's forward in float32 numpy, with a KV cache of up to cfg.seq_len positions (or ``max_len``).
+
+    The weights are only read (they may be a read-only map of the model file), a layer at a time. The
+    cache and the RoPE tables grow with the positions run, so a short generation from a large model never
+    allocates the whole context (a Llama-2-7B's is 4 GiB of keys and values).
+    """
 
     def __init__(self, params: Params, max_len: int | None = None) -> None:
         cfg = params.cfg
         self.cfg = cfg
         self.params = params
         self.max_len = cfg.seq_len if max_len is None else max_len
-        self.keys = np.zeros((cfg.n_layers, self.max_len, cfg.kv_dim), np.float32)  # (layers, seq, kv_dim)
-        self.values = np.zeros((cfg.n_layers, self.max_len, cfg.kv_dim), np.float32)  # (layers, seq, kv_dim)
-        self.cos, self.sin = rope_tables(cfg, self.max_len)  # (head_dim/2, seq) each
+        self.keys = np.zeros((cfg.n_layers, 0, cfg.kv_dim), np.float32)  # (layers, positions, kv_dim)
+        self.values = np.zeros((cfg.n_layers, 0, cfg.kv_dim), np.float32)  # (layers, positions, kv_dim)
+        self.cos, self.sin = rope_tables(cfg, 0)  # (head_dim/2, positions) each
+
+    def _reserve(self, end: int) -> None:
+        """Room for positions 0 .. end-1: the cache at least doubles when it grows, up to max_len."""
+        have = self.keys.shape[1]
+        if end <= have:
+            return
+        size = min(self.max_len, max(end, 2 * have, 64))
+        more = np.zeros((self.cfg.n_layers, size - have, self.cfg.kv_dim), np.float32)
+        self.keys = np.concatenate([self.keys, more], axis=1)  # (layers, size, kv_dim)
+        self.values = np.concatenate([self.values, more], axis=1)  # (layers, size, kv_dim)
+        self.cos, self.sin = rope_tables(self.cfg, size)  # (head_dim/2, size) each
 
     def forward_all(
         self, tokens: Sequence[int] | np.ndarray, pos: int, all_logits: bool = True
@@ -126,6 +142,7 @@ class CpuDecoder:
                 f"[sample] cannot run {t} token(s) at position {pos}: positions must lie in "
                 f"[0, {self.max_len}) (the model's context, seq_len)"
             )
+        self._reserve(end)
         eps, hd = cfg.norm_eps, cfg.head_dim
         cos, sin = self.cos[:, pos:end], self.sin[:, pos:end]  # (hd/2, T)
         x = cpu_ops.embed_lookup(p.embed, tokens)  # (dim, T)
@@ -288,6 +305,9 @@ class GenerationStats:
     generated_tokens: int = 0  # sampled ids (prompt ids echoed are not counted)
     positions: int = 0  # forward positions run: prompt plus generated, as run.c's tok/s counts them
     seconds: float = 0.0
+    # Why generation ended: "bos" (a sampled BOS, the end of a story), "steps" (the positions asked for),
+    # "context" (the model's seq_len), "prompt" (the positions asked for end inside the prompt).
+    stop: str = ""
 
     @property
     def tokens_per_second(self) -> float:
@@ -297,7 +317,9 @@ class GenerationStats:
 class Sampler:
     """Generates text from a model and a tokenizer (any object with ``encode(text, bos, eos)`` /
     ``decode(ids)``), as llama2.c's run.c: the prompt is forced, then tokens are sampled until
-    ``steps`` positions (prompt included) or a BOS token, which delimits stories."""
+    ``steps`` positions (prompt included) or a BOS token, which delimits stories. Unlike run.c, the first
+    token sampled is never BOS (it is drawn from the other tokens), so output always begins with text
+    rather than ending at once."""
 
     def __init__(self, params: Params | Decoder, tokenizer: Any, precision: str = "fp32") -> None:
         # A Decoder given directly (e.g. an exported package run in the simulator) is used as it is; its
@@ -359,12 +381,13 @@ class Sampler:
         ids = [int(i) for i in prompt_ids]
         if not ids:
             raise AnekitError("[sample] the prompt must hold at least one token (BOS)")
-        limit = self.cfg.seq_len if steps == 0 or steps > self.cfg.seq_len else steps
+        context = steps == 0 or steps >= self.cfg.seq_len
+        limit = self.cfg.seq_len if context else steps
         rng = XorShiftRng(seed if seed is not None else time.time_ns())
         n = len(ids)
         self.stats = stats = GenerationStats(prompt_tokens=n)
         if limit <= n - 1:  # the steps end inside the prompt: nothing is sampled
-            stats.positions = limit
+            stats.positions, stats.stop = limit, "prompt"
             yield from ids[1 : limit + 1]
             return
         yield from ids[1:]
@@ -375,13 +398,17 @@ class Sampler:
         while True:
             if self.decodable is not None:
                 logits[self.decodable :] = -np.inf
+            if stats.generated_tokens == 0 and logits.shape[0] > 1 and 0 <= self.bos_id < logits.shape[0]:
+                logits[self.bos_id] = -np.inf  # BOS first would end the story before it starts
             token = sample_next(logits, temperature, top_p, rng)
             stats.seconds += clock() - t0
             if token == self.bos_id:
+                stats.stop = "bos"
                 return
             stats.generated_tokens += 1
             yield token  # the consumer's time (decoding, printing) is not counted
             if pos >= limit:
+                stats.stop = "context" if context else "steps"
                 return
             t0 = clock()
             logits = self.decoder.forward([token], pos)  # (vocab,)

@@ -119,8 +119,8 @@ def enforce(
         listing = "\n".join(f"  {f.short()}" for f in broken)
         raise CompilationFailed(
             f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}, route "
-            f"{route}; `anekit lint` gives each rule's source; strict=False or ANEKIT_STRICT=0 runs it "
-            "anyway):\n"
+            f"{route}; `anekit lint` gives each rule's source; `anekit run --no-strict`, strict=False or "
+            "ANEKIT_STRICT=0 runs it anyway):\n"
             f"{listing}"
         )
     return [f for f in findings if not f.is_error]

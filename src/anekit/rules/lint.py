@@ -6,11 +6,18 @@ directory (every ``model.mil`` below it: a kernel dump, a compiled model's folde
 whose module-level ``Program`` objects (and objects with a ``program`` attribute, e.g. a generated
 ``KernelSpec``) are linted after running it. Parse and verify problems are reported as findings of
 their own (``mil.syntax``), so one bad file never hides the others.
+
+Linting a Python file executes it, as ``python FILE`` would (its folder first on ``sys.path``,
+``sys.argv == [FILE]``), except that its ``__name__`` is ``RUN_NAME``, not ``"__main__"``: an
+``if __name__ == "__main__":`` block does not run. What it prints goes to stderr, so the findings (and
+``--json``) own stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import runpy
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +30,7 @@ from anekit.mil.values import BlobRef, Literal
 from anekit.rules.checks import Finding, WeightFiles, check_chip, check_package, check_program
 
 MODEL_PATH = "@model_path/"
+RUN_NAME = "__anekit_lint__"  # the __name__ a linted Python file runs under (not "__main__")
 
 
 @dataclass
@@ -124,9 +132,26 @@ def _lint_package(path: Path, chip: str, route: str | None) -> LintResult:
     return result
 
 
+@contextlib.contextmanager
+def _as_script(path: Path) -> Iterator[None]:
+    """``sys.argv`` and ``sys.path`` as ``python FILE`` sets them, and stdout sent to stderr, while the
+    file runs; all restored after."""
+    argv, search = sys.argv[:], sys.path[:]
+    sys.argv[:] = [str(path)]
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.argv[:], sys.path[:] = argv, search
+
+
 def _lint_python(path: Path, chip: str, route: str) -> list[LintResult]:
     try:
-        namespace = runpy.run_path(str(path), run_name="__anekit_lint__")
+        with _as_script(path):
+            namespace = runpy.run_path(str(path), run_name=RUN_NAME)
+    except SystemExit as e:  # sys.exit() at module level: it stops the file, not anekit
+        raise AnekitError(f"[lint] {path}: running it failed: it called sys.exit({e.code!r})") from None
     except Exception as e:  # the user's own code: any failure becomes one clear line
         raise AnekitError(f"[lint] {path}: running it failed: {type(e).__name__}: {e}") from e
     results = []

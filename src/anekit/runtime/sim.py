@@ -809,7 +809,9 @@ class SimBackend(Backend):
     ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
     the rule book for ``chip`` and ``route`` ("direct": kernels for the in-memory framework; "e5rt": a
     program for the Espresso / e5rt runtime; "coreml": the program of a CoreML package, whose buffers
-    CoreML allocates).
+    CoreML allocates). ``route=None`` (the default) takes each program's own: a program that carries a
+    ``route`` attribute (the one ``anekit.coreml.load_mlpackage`` returns says "coreml") is judged for
+    it, any other for "direct".
     """
 
     name = "sim"
@@ -820,7 +822,7 @@ class SimBackend(Backend):
         precision: str = "ane",
         strict: bool | None = None,
         chip: str = "any",
-        route: str = "direct",
+        route: str | None = None,
         numerics: str = "engine",
         sanitize: bool = False,
     ) -> None:
@@ -837,7 +839,8 @@ class SimBackend(Backend):
         self.precision = precision
         self.strict = strict_default() if strict is None else bool(strict)
         self.chip = check_chip(numeric_chip(chip))
-        self.route = check_route(route, "sim")  # whose rules strictness applies (direct, e5rt, coreml)
+        # whose rules strictness applies (direct, e5rt, coreml); None: the program's own
+        self.route = None if route is None else check_route(route, "sim")
         self.numerics = numerics
         self.profile = profile(self.chip) if numerics == "engine" else None
         self.sanitizer = Sanitizer() if sanitize else None
@@ -850,7 +853,8 @@ class SimBackend(Backend):
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
-            enforce(prog, fn, self.chip, weights, "strict simulator", self.route)
+            route = self.route or check_route(getattr(prog, "route", "direct"), "sim")  # a package's: coreml
+            enforce(prog, fn, self.chip, weights, "strict simulator", route)
         try:
             plan = Plan(fn, weights, self.precision, self._engine())
         except EvalFailed as e:
