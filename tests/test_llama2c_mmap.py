@@ -175,3 +175,11 @@ def test_a_sparse_7b_shaped_model_is_inspected_and_sampled_in_a_sixth_of_its_siz
     assert piece.startswith("t") and 3 <= int(piece[1:]) < 32000, run.stdout
     assert "1 tokens generated, 1 positions" in run.stderr and "--steps 1" in run.stderr
     assert "warning" not in run.stderr  # the tokenizer beside the model was used
+
+    # export streams shard by shard from the map: a sharded package export of the same model, same limit
+    out = tmp_path / "shards"
+    exported = _limited(
+        ["export", str(path), "--to", "mlpackage", str(out), "--shard-mb", "200"], limit, tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert (out / "shards.json").is_file() and len(list(out.glob("*.mlpackage"))) > 2
