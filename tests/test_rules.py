@@ -411,3 +411,13 @@ def test_a_finding_says_its_chip_route_and_verdict():
     assert "chip m2, route direct: error on m1, m2" in str(finding)
     doc = finding.as_dict()
     assert doc["chip"] == "m2" and doc["route"] == "direct" and doc["verdict"] == "error on m1, m2"
+
+
+def test_the_strict_refusal_names_the_cli_flag_that_runs_it_anyway(tmp_path, capsys):
+    from anekit.cli.main import main
+
+    path = tmp_path / "t.mil"
+    path.write_text(mil.to_text(_prog(lambda f, x: f.tan(x=x))), encoding="utf-8")
+    assert main(["run", str(path), "--random", "0"]) == 1
+    assert "`anekit run --no-strict`" in capsys.readouterr().err
+    assert main(["run", str(path), "--random", "0", "--no-strict"]) == 0
