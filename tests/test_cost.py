@@ -319,3 +319,25 @@ def test_cli_bad_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  #
         assert main(["cost", str(path)]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("anekit: "), (path, err)
+
+
+def test_cost_refuses_a_dump_with_a_kernel_lost_and_a_cyclic_program(tmp_path, capsys) -> None:
+    """A kernels dump whose kernel folder lost its model.mil is one error naming it (not a total without
+    it); a program whose op reads its own result is refused, not timed."""
+    dump = tmp_path / "dump"
+    assert main(["kernels", "dump", "--config", "stories260K", str(dump)]) == 0
+    capsys.readouterr()
+    lost = sorted(p for p in dump.iterdir() if p.is_dir())[0]
+    (lost / "model.mil").unlink()
+    assert main(["cost", str(dump)]) == 1
+    err = capsys.readouterr().err
+    assert f"kernel folder(s) {lost.name} hold no model.mil" in err and len(err.splitlines()) == 1
+    cyclic = tmp_path / "c.mil"
+    cyclic.write_text(
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 64, 1, 32]> x) {\n"
+        '        tensor<fp16, [1, 64, 1, 32]> y = add(x = x, y = y)[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+    assert main(["cost", str(cyclic)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("anekit: [cost]") and "not a MIL program" in err and len(err.splitlines()) == 1

@@ -30,7 +30,7 @@ from anekit.cost.step import WEIGHT_MODES, StepKernel, host_flops, step_kernels
 from anekit.cost.work import count
 from anekit.errors import AnekitError
 from anekit.kernels.config import preset
-from anekit.mil import parse
+from anekit.mil import parse, verify
 
 SPLIT = (
     f"{FIT}: the M1 generation on the e5rt route (the guide's M1 convolutions, conv ramp and channel-group "
@@ -80,6 +80,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _program_works(path: Path) -> list[StepKernel]:
     if path.is_dir():
+        kernels = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        missing = [k.name for k in kernels if not (k / "model.mil").is_file()]
+        if kernels and missing and len(missing) < len(kernels):  # a kernels dump with kernels lost
+            raise AnekitError(f"[cost] {path}: kernel folder(s) {', '.join(missing)} hold no model.mil")
         files = sorted(path.glob("*/model.mil")) or sorted(path.glob("*.mil"))
         if not files:
             raise AnekitError(f"[cost] {path}: no model.mil or .mil files in this directory")
@@ -95,7 +99,7 @@ def _program_works(path: Path) -> list[StepKernel]:
             raise AnekitError(f"[cost] {f}: not a MIL text file ({e.__class__.__name__})") from None
         name = f.parent.name if f.name == "model.mil" else f.stem
         try:
-            program = parse(text, str(f))
+            program = verify(parse(text, str(f)))  # an ill-formed (e.g. cyclic) program is not timed
             work = count(program, name)
         except (AnekitError, KeyError) as e:  # a syntax error's caret lines stay out of the one-line message
             first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
