@@ -732,6 +732,15 @@ class BlobFile:
             )
         self.header_count: int = h["count"]
         self.header_reserved: bytes = h["reserved"]
+        room = (self.size - HEADER_SIZE) // METADATA_SIZE  # metadata records the file could hold at most
+        if self.header_count > room:
+            raise BlobFormatError(
+                "header.count",
+                f"header declares {self.header_count} blobs; a {self.size}-byte file holds at most {room}",
+                offset=HEADER.offset_of("count"),
+                expected=f"<= {room}",
+                actual=self.header_count,
+            )
 
     # -- records --------------------------------------------------------------------------------------
 
