@@ -33,6 +33,7 @@ writing under ``{out}`` (the tests run as root, who can write anywhere; one chmo
 
 from __future__ import annotations
 
+import argparse
 import builtins
 import errno
 import io
@@ -83,9 +84,12 @@ class Case:
             return "ok"
         if self.argv[:2] == ("mil", "check"):
             return "fail"
-        if self.argv[0] == "lint" and "{ws}/garbage" in self.argv:
+        if self.argv[0] == "lint" and any(a in LINT_FINDINGS for a in self.argv):
             return "findings"
         return "anekit"
+
+
+LINT_FINDINGS = ("{ws}/garbage", "{ws}/fifodir")  # lint reports what these hold as findings
 
 
 def c(id: str, *argv: str, status: int, says: str = "", **kw: object) -> Case:
@@ -418,6 +422,72 @@ TRAIN_TODAY = [
     c("train-weights", "train", "--weights", "both", "--out", "{out}/t", status=2, says="invalid choice"),
 ]  # fmt: skip
 
+# Inputs that are not regular files (a FIFO would block the open forever, /dev/zero never ends), paths
+# the OS cannot look up, sizes and shapes over what anything can hold, and arrays that are not real numbers:
+# one line each, refused before anything is opened or allocated (anekit.inputs, mil.verify.MAX_ELEMENTS).
+LONG = "{ws}/" + "a" * 300  # ENAMETOOLONG: one line naming the path, shortened
+NPY = ("run", P, "--input")
+BAD_PATHS = [
+    c("run-program-fifo", "run", "{ws}/fifo.mil", "--random", "1", status=1, says="a fifo (named pipe)",
+      sub=True),
+    c("run-program-dev-zero", "run", "/dev/zero", "--random", "1", status=1, says="a character device"),
+    c("run-program-long-path", "run", LONG + ".mil", "--random", "1", status=1, says="file name too long"),
+    c("run-output-long-path", "run", P, "--random", "1", "--output", "{out}/" + "b" * 300 + ".npz",
+      status=1, says="characters): file name too long"),
+    c("run-weights-long-path", "run", P, "--random", "1", "--weights", LONG, status=1,
+      says="file name too long"),
+    c("run-input-fifo", *NPY, "x={ws}/fifo.mil", status=1, says="a fifo (named pipe), not a .npy file"),
+    c("run-input-dev-zero", *NPY, "x=/dev/zero", status=1, says="a character device"),
+    c("run-input-dir", *NPY, "x={ws}", status=1, says="a directory, not a .npy file"),
+    c("run-input-long-path", *NPY, "x=" + LONG + ".npy", status=1, says="file name too long"),
+    c("run-input-huge-header", *NPY, "x={ws}/huge.npy", status=1, says="has shape [1000000000000]"),
+    c("run-input-2^70-header", *NPY, "x={ws}/huge70.npy", status=1, says=f"has shape [{2**70}]"),
+    c("run-input-short-data", *NPY, "x={ws}/short.npy", status=1, says="the file holds 100 bytes"),
+    c("run-input-complex", *NPY, "x={ws}/complex.npy", status=1, says="complex numbers"),
+    c("run-input-str", *NPY, "x={ws}/str.npy", status=1, says="strings"),
+    c("run-input-empty", *NPY, "x={ws}/empty.npy", status=1, says="is empty (shape [0])"),
+    c("run-input-int64", *NPY, "x={ws}/int64.npy", status=1, says="int64 values for a float input"),
+    c("run-input-bool", *NPY, "x={ws}/bool.npy", status=1, says="bool values for a float input"),
+    c("run-input-structured", *NPY, "x={ws}/struct.npy", status=1, says="structured array"),
+    c("run-huge-dims", "run", "{ws}/huge.mil", "--random", "1", status=1,
+      says="holds 10000000000 elements", sub=True),
+    c("run-dims-2^40", "run", "{ws}/dims40.mil", "--random", "1", status=1, says="over the limit of 2147483648"),
+    c("run-dims-2^70", "run", "{ws}/dims70.mil", "--random", "1", status=1, says="over the limit of 2147483648"),
+    c("run-hex-overflow", "run", "{ws}/hex.mil", "--random", "1", status=1, says="literal 0x1p99999 is too large"),
+    c("mil-check-fifo", "mil", "check", "{ws}/fifo.mil", status=1, says="a fifo (named pipe)", sub=True),
+    c("mil-check-dev-zero", "mil", "check", "/dev/zero", status=1, says="a character device"),
+    c("mil-check-long-path", "mil", "check", LONG, status=1, says="file name too long"),
+    c("mil-check-huge-dims", "mil", "check", "{ws}/huge.mil", status=1, says="over the limit of 2147483648"),
+    c("mil-check-dims-2^70", "mil", "check", "{ws}/dims70.mil", status=1, says="over the limit of 2147483648"),
+    c("mil-check-hex-overflow", "mil", "check", "{ws}/hex.mil", status=1, says="hex.mil:4:"),
+    c("mil-fmt-fifo", "mil", "fmt", "{ws}/fifo.mil", status=1, says="a fifo (named pipe)"),
+    c("mil-fmt-dev-zero", "mil", "fmt", "/dev/zero", status=1, says="a character device"),
+    c("mil-fmt-hex-overflow", "mil", "fmt", "{ws}/hex.mil", "--no-verify", status=1, says="0x1p99999"),
+    c("lint-fifo", "lint", "{ws}/fifo.mil", status=1, says="a fifo (named pipe)", sub=True),
+    c("lint-dir-holding-fifo", "lint", "{ws}/fifodir", status=1, says="a fifo (named pipe)"),
+    c("lint-long-path", "lint", LONG + ".mil", status=1, says="file name too long"),
+    c("lint-dev-zero", "lint", "/dev/zero", status=1, says="a character device"),
+    c("lint-py-keyboard-interrupt", "lint", "{ws}/ki.py", status=130, says="anekit: interrupted"),
+    c("inspect-fifo", "inspect", "{ws}/fifo.mil", status=1, says="a fifo (named pipe)", sub=True),
+    c("inspect-dev-zero", "inspect", "/dev/zero", status=1, says="a character device"),
+    c("inspect-long-path", "inspect", LONG, status=1, says="file name too long"),
+    c("inspect-diff-fifo", "inspect", "--diff", "{ws}/fifo.mil", P, status=1, says="a fifo (named pipe)"),
+    c("sample-fifo", "sample", "{ws}/fifo.mil", status=1, says="a fifo (named pipe), not a model file",
+      sub=True),
+    c("sample-dev-zero", "sample", "/dev/zero", status=1, says="a character device"),
+    c("sample-long-path", "sample", LONG, status=1, says="file name too long"),
+    c("sample-tokenizer-fifo", *S, "--tokenizer", "{ws}/fifo.mil", status=1,
+      says="a fifo (named pipe), not a tokenizer file"),
+    c("sample-tokenizer-dev-zero", *S, "--tokenizer", "/dev/zero", status=1, says="a character device"),
+    c("export-fifo", "export", "{ws}/fifo.mil", "--to", "llama2c", "{out}/m.bin", status=1,
+      says="a fifo (named pipe), not a model file"),
+    c("export-dev-zero", "export", "/dev/zero", "--to", "llama2c", "{out}/m.bin", status=1,
+      says="a character device"),
+    c("kernels-out-long-path", *K, "{out}/" + "k" * 300, status=1, says="file name too long"),
+    c("export-out-long-path", *E, "llama2c", "{out}/" + "m" * 300 + ".bin", status=1,
+      says="file name too long"),
+]  # fmt: skip
+
 TOP = [
     c("no-command", status=2, says="required", sub=True),
     c("unknown-command", "fly", status=2, says="invalid choice"),
@@ -425,6 +495,7 @@ TOP = [
 ]  # fmt: skip
 
 CASES = RUN + SAMPLE + KERNELS + EXPORT + DOCTOR + DEMO + COST + MIL + LINT + INSPECT + TRAIN_TODAY + TOP
+CASES += BAD_PATHS
 IN_PROCESS = [k for k in CASES if not k.sub]
 SUBPROCESS = [k for k in CASES if k.sub]
 
@@ -458,6 +529,16 @@ SYNTAX_ERROR = """program(1.3)
   } -> (y);
 }
 """  # line 5, column 3: the call is not closed
+
+
+HEX_OVERFLOW = """program(1.3)
+{
+    func main<ios18>(tensor<fp16, [1, 4, 1, 32]> x) {
+        fp16 s = const()[name = string("s"), val = fp16(0x1p99999)];
+        tensor<fp16, [1, 4, 1, 32]> y = mul(x = x, y = s);
+    } -> (y);
+}
+"""  # 2^99999 overflows every float type: float.fromhex raises OverflowError
 
 
 def _params_with(value: float) -> Params:
@@ -496,8 +577,32 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     np.save(ws / "big.npy", np.full_like(x, 300.0))  # 300^2 overflows fp16: inf, and exp(inf) = inf
     np.save(ws / "shape.npy", np.ones((2, 3), np.float32))
     np.save(ws / "obj.npy", np.array([{}], dtype=object), allow_pickle=True)
+    os.mkfifo(ws / "fifo.mil")  # nothing ever writes it: an open() would block forever
+    (ws / "fifodir").mkdir()
+    os.mkfifo(ws / "fifodir" / "p.mil")
+    (ws / "ki.py").write_text("raise KeyboardInterrupt\n")
+    (ws / "huge.mil").write_text(PROGRAM.format(s=32).replace("[1, 4, 1, 32]", "[1, 100000, 1, 100000]"))
+    (ws / "dims40.mil").write_text(PROGRAM.format(s=2**40))
+    (ws / "dims70.mil").write_text(PROGRAM.format(s=2**70))
+    (ws / "hex.mil").write_text(HEX_OVERFLOW)
+    _npy_header(ws / "huge.npy", (10**12,), b"\0" * 64)
+    _npy_header(ws / "huge70.npy", (2**70,), b"\0" * 64)
+    _npy_header(ws / "short.npy", (1, 4, 1, 32), b"\0" * 100)  # 512 bytes of float32 promised
+    np.save(ws / "complex.npy", x.astype(np.complex64))
+    np.save(ws / "str.npy", np.full(x.shape, "a"))
+    np.save(ws / "empty.npy", np.zeros(0, np.float32))
+    np.save(ws / "int64.npy", x.astype(np.int64))
+    np.save(ws / "bool.npy", x.astype(bool))
+    np.save(ws / "struct.npy", np.zeros(x.shape, [("a", "<f4"), ("b", "<f4")]))
     default_tokenizer(TINY.vocab_size, cache_dir=ws / "cache")
     return ws
+
+
+def _npy_header(path: Path, shape: tuple[int, ...], data: bytes) -> None:
+    """A .npy file of float32 whose header promises ``shape``, followed by ``data`` (of any length)."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        f.write(data)
 
 
 # --- running a case --------------------------------------------------------------------------------
@@ -671,3 +776,75 @@ def test_a_really_read_only_directory_is_one_error_line(ws: Path, tmp_path: Path
     finally:
         ro.chmod(0o755)
         shutil.rmtree(ro)
+
+
+# --- every command is in the table -----------------------------------------------------------------
+
+READERS = {"run", "mil", "lint", "inspect", "sample"}  # commands whose inputs anekit.inputs opens
+
+
+def test_the_table_covers_every_registered_command() -> None:
+    """A command added to anekit.cli.main cannot ship without its bad-input cases here."""
+    from anekit.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    registered = set(sub.choices)
+    assert registered <= {k.argv[0] for k in CASES if k.argv}, registered - {k.argv[0] for k in CASES}
+    fifo = {k.argv[0] for k in CASES if k.argv and any("fifo" in a for a in k.argv)}
+    assert READERS <= fifo <= registered, "each command that reads an input has a FIFO case"
+    for command in READERS:
+        assert any(k.argv[:1] == (command,) and "/dev/zero" in k.argv for k in CASES), command
+        assert any(k.argv[:1] == (command,) and any(len(a) > 300 for a in k.argv) for k in CASES), command
+
+
+# --- signals and stdout ----------------------------------------------------------------------------
+
+
+def _anekit(*argv: str, **kw: object) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1", "ANEKIT_BACKEND": "sim"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "anekit.cli.main", *argv], stderr=subprocess.PIPE, text=True, env=env, **kw
+    )  # type: ignore[call-overload]
+
+
+def test_a_full_stdout_is_one_line_and_exit_1() -> None:
+    with open("/dev/full", "w") as full:
+        proc = _anekit("lint", "--rules", stdout=full)
+        err = proc.communicate(timeout=SECONDS)[1]
+    assert proc.returncode == 1, err
+    assert err == "anekit: cannot write to standard output: no space left on the device\n"
+
+
+def test_a_closed_stdout_is_one_line_and_exit_141() -> None:
+    proc = _anekit("lint", "--rules", stdout=subprocess.PIPE)
+    proc.stdout.close()  # type: ignore[union-attr]
+    err = proc.communicate(timeout=SECONDS)[1]
+    assert proc.returncode == 141, err
+    assert err == "anekit: standard output was closed\n"
+
+
+def test_ctrl_c_during_run_repeat_is_one_line_and_exit_130(ws: Path) -> None:
+    import signal
+    import time
+
+    proc = _anekit(
+        "run", str(ws / "prog.mil"), "--random", "1", "--repeat", "1000000", stdout=subprocess.PIPE
+    )
+    time.sleep(4)  # past the imports and the compile: inside the repeated runs
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=SECONDS)[1]
+    assert proc.returncode == 130 and err == "anekit: interrupted\n", err
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line_and_exit_130(capsys, monkeypatch) -> None:
+    real_import = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kw: object) -> object:
+        if name == "anekit.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    status = main(["demo"])
+    monkeypatch.undo()
+    assert status == 130 and capsys.readouterr().err == "anekit: interrupted\n"

@@ -105,3 +105,67 @@ def test_a_loss_scale_past_the_mac_headroom_is_halved_before_it_overflows():
     )
     assert skipped[0] and state.loss_scale < 2.0**22 and not all(skipped)
     assert np.all(np.isfinite(state.losses))
+
+
+def test_a_budget_smaller_than_one_step_is_an_error_before_the_first_step():
+    """A budget below one step's compiles (1 shared + 5 per layer, baked) would re-execute forever without a
+    step: it is refused before anything compiles, naming the budget needed."""
+    from anekit.llama.trainer import BudgetTooSmall, first_step_compiles
+
+    cfg, state = _tiny_state()
+    need = first_step_compiles(cfg, "baked")
+    assert need == 11
+    backend = runtime.open("sim", compile_budget=need - 1)
+    with pytest.raises(BudgetTooSmall, match=f"--compile-budget {need}"):
+        train(backend, state, _Repeat(), TrainConfig(steps=3, accum=1))
+    assert state.step == 0 and backend.compile_count == 0
+    assert train(
+        runtime.open("sim", compile_budget=need), state, _Repeat(), TrainConfig(steps=3, accum=1)
+    ) == ("budget")
+    assert state.step == 1  # exactly the budget: one step per process, so every restart makes progress
+
+
+def test_weight_decay_shrinks_the_matrices_and_never_the_rmsnorm_scales():
+    """AdamW with zero gradients moves a weight only by its decay: every 2-D matrix shrinks by lr * wd,
+    every RMSNorm scale (rms_att, rms_ffn, rms_final) stays exactly as it was (llama2.c decays only the
+    matrices)."""
+    from anekit.llama.trainer import apply_adamw
+
+    _cfg, state = _tiny_state()
+    before = {k: a.copy() for k, a in state.params.tensors()}
+    tc = TrainConfig(weight_decay=0.1, warmup=0)
+    apply_adamw(state, state.params.zeros_like(), tc)
+    norms = [k for k, a in before.items() if a.ndim == 1]
+    assert any("rms_final" in k for k in norms) and any("rms_att" in k for k in norms)
+    for k, a in state.params.tensors():
+        if a.ndim == 1:
+            assert np.array_equal(a, before[k]), k
+        else:
+            np.testing.assert_allclose(a, before[k] * (1 - tc.lr_at(0) * tc.weight_decay), rtol=1e-6)
+
+
+def test_a_skipped_step_does_not_advance_the_adam_step_in_the_checkpoint_header(tmp_path):
+    """An overflowed step (skipped: no update) counts as a step but not as an Adam step: the header's and
+    the run record's adam_t are the number of applied updates, so a resumed run's bias correction is right."""
+    from anekit.cli.train_cmd import Run, Source, _save
+
+    _cfg, state = _tiny_state()
+    tc = TrainConfig(steps=8, accum=1, loss_scale=2.0**22)
+    state = TrainState.fresh(state.params, tc)
+    skipped: list[bool] = []
+    train(
+        runtime.open("sim", compile_budget=10**6),
+        state,
+        _Repeat(),
+        tc,
+        on_step=lambda r: skipped.append(r.skipped),
+    )
+    assert any(skipped) and not all(skipped)
+    spec = Run(
+        state.params.cfg, tc, Source(None, "0" * 64), Source(None, "0" * 64), "tokenizer.bin", None, []
+    )
+    _save(tmp_path / "ckpt.bin", state, spec, 1.0)
+    ck = load_checkpoint_file(tmp_path / "ckpt.bin")
+    applied = skipped.count(False)
+    assert ck.meta.step == 8 and ck.meta.adam_t == applied == state.adam_t
+    assert ck.run["state"]["adam_t"] == applied

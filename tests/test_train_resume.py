@@ -257,3 +257,104 @@ def test_a_run_that_cannot_start_leaves_no_run_behind(tmp_path, tiny, capsys, mo
     assert main(train_args(out, tiny)) == 1
     assert "min-row-bytes" in capsys.readouterr().err
     assert not (out / "ckpt.bin").exists()
+
+
+def test_resume_with_seed_0_on_a_run_stored_with_another_seed_is_refused(tmp_path, tiny, capsys):
+    """--seed 0 is a given flag like any other (not "no seed"): it contradicts a run stored with seed 3."""
+    out = tmp_path / "run"
+    assert main(train_args(out, tiny, "--seed", "3")) == 0
+    capsys.readouterr()
+    assert main(train_args(out, tiny, "--resume", "--seed", "0")) == 1
+    err = capsys.readouterr().err
+    assert "--seed 0 contradicts" in err and "(--seed 3)" in err, err
+
+
+def test_a_run_record_naming_dev_zero_as_its_tokenizer_is_refused_not_hashed_forever(tmp_path, tiny, capsys):
+    """Only regular files are hashed (stat first): a tokenizer path of /dev/zero is one line, at once."""
+    import signal
+
+    from anekit.llama.checkpoint import save_checkpoint
+
+    out = tmp_path / "run"
+    assert main(train_args(out, tiny, "--steps", "1")) == 0
+    ck = load_checkpoint_file(out / "ckpt.bin")
+    ck.run["tokenizer"]["path"] = "/dev/zero"
+    save_checkpoint(out / "ckpt.bin", ck.params, ck.adam_m, ck.adam_v, ck.meta, run=ck.run)
+    (out / "tokenizer.model").unlink()
+    capsys.readouterr()
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("hashing /dev/zero did not end"))
+    signal.alarm(30)
+    try:
+        args = ["train", "--out", str(out), "--resume", "--sample-steps", "0", "--data", str(tiny[0])]
+        assert main(args) == 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/dev/zero is not a regular file" in err, err
+
+
+def _refused_before_writing(out: Path, args: list[str], message: str, capsys) -> None:
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists(), sorted(p.name for p in out.iterdir())
+
+
+def test_bad_inputs_are_refused_before_out_is_created(tmp_path, tiny, capsys):
+    """Empty or tiny data, NaN --init weights and a compile budget below one step: refused with one line,
+    and out/ is never created (no tokenizer copy, no lock, no checkpoint)."""
+    from anekit.llama.checkpoint import CheckpointMeta, save_checkpoint
+    from anekit.llama.params import Params
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    short = tmp_path / "short.txt"
+    short.write_text("Once upon a time.")
+    out = tmp_path / "never"
+    for data, message in ((empty, "fewer than the seq_len + 1"), (short, "fewer than the seq_len + 1")):
+        args = train_args(out, tiny)
+        args[args.index("--data") + 1] = str(data)
+        _refused_before_writing(out, args, message, capsys)
+    nan = Params.init(TINY, seed=0)
+    nan.layers[0].wq[0, 0] = np.nan
+    save_checkpoint(tmp_path / "nan.bin", nan, nan.zeros_like(), nan.zeros_like(), CheckpointMeta())
+    _refused_before_writing(
+        out, train_args(out, tiny, "--init", str(tmp_path / "nan.bin")), "NaN or infinite", capsys
+    )
+    _refused_before_writing(
+        out,
+        train_args(out, tiny, "--weights", "baked", "--compile-budget", "3"),
+        "smaller than one step's",
+        capsys,
+    )
+
+
+def test_an_unwritable_first_checkpoint_leaves_no_tokenizer_behind(tmp_path, tiny, capsys):
+    """--force over an out/ whose ckpt.bin is a directory: refused before the tokenizer is copied."""
+    out = tmp_path / "run"
+    (out / "ckpt.bin").mkdir(parents=True)
+    capsys.readouterr()
+    assert main(train_args(out, tiny, "--force")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a regular file" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt.bin"]
+
+
+def test_only_regular_files_are_hashed_a_fifo_is_refused_without_opening_it(tmp_path):
+    """Opening a FIFO with no writer would block forever: the stat comes first and refuses it."""
+    import os
+
+    from anekit.cli.train_cmd import _sha256_file
+    from anekit.errors import AnekitError
+
+    fifo = tmp_path / "tok.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(AnekitError, match="is not a regular file"):
+        _sha256_file(fifo)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 100)
+    with pytest.raises(AnekitError, match="more than the 99"):
+        _sha256_file(big, max_bytes=99)
+    assert len(_sha256_file(big)) == 64

@@ -5,6 +5,10 @@ A fault-injection hook (``fault_hook``) lets tests stop a write at every point a
 rename); ``SimulatedCrash`` raised from it stands for the process dying there, so the writer does no
 cleanup and leaves exactly what a killed process would. ``remove_stale_temporaries`` removes such
 leftovers on the next run.
+
+Temporary names carry their kind and their writer's pid (``.name.<kind>-<pid>.<8 hex>.tmp``), so a
+starting run removes only leftovers of its own kind whose writer is dead, never another live process's
+in-flight file. ``DirLock`` is one writer per output directory (``fcntl.flock`` on a file in it).
 """
 
 from __future__ import annotations
@@ -14,10 +18,15 @@ import os
 import re
 import secrets
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from anekit.errors import AnekitError
 
 # The points of an atomic write a fault hook is called at, in order ("write" once per write call).
 FAULT_POINTS = ("open", "write", "fsync", "rename", "renamed")
@@ -25,7 +34,9 @@ FAULT_POINTS = ("open", "write", "fsync", "rename", "renamed")
 # Called as fault_hook(point, path) at each point of every atomic write when set (tests only).
 fault_hook: Callable[[str, Path], None] | None = None
 
-_TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what atomic_write names its temporary files
+# What temporary_name makes: ".name.<kind>-<pid>.<8 hex>.tmp"; older anekit wrote ".name.<8 hex>.tmp".
+_TEMP_NAME = re.compile(r"^\..+?(?:\.(?P<kind>[a-z]+)-(?P<pid>[0-9]+))?\.[0-9a-f]{8}\.tmp$")
+WRITE_KIND = "write"  # the kind of atomic_write's temporary files
 
 
 class SimulatedCrash(BaseException):
@@ -53,14 +64,38 @@ class _HookedFile:
         return getattr(self._f, name)
 
 
-def temporary_name(path: Path) -> Path:
-    """A fresh temporary name beside ``path``: ``.name.<8 hex>.tmp``."""
-    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+def temporary_name(path: Path, kind: str = WRITE_KIND) -> Path:
+    """A fresh temporary name beside ``path``: ``.name.<kind>-<pid>.<8 hex>.tmp``."""
+    if not kind.isalpha() or not kind.islower():
+        raise ValueError(f"a temporary's kind is lowercase letters, not {kind!r}")
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def is_temporary(path: Path) -> bool:
-    """Whether ``path`` is named as ``atomic_write`` names its temporary files."""
-    return bool(_TEMP_NAME.match(path.name))
+def is_temporary(path: Path, kind: str | None = None) -> bool:
+    """Whether ``path`` is named as ``temporary_name`` names temporaries (of ``kind``, when given; a name of
+    older anekit, without kind and pid, counts as ``atomic_write``'s)."""
+    m = _TEMP_NAME.match(path.name)
+    return bool(m) and (kind is None or (m["kind"] or WRITE_KIND) == kind)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process's own leftover (a write cut short before it re-executed itself)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or a pid we cannot ask about: assume it lives
+    return True
+
+
+def is_stale(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a temporary of ``kind`` whose writer is no longer running (or of older anekit)."""
+    m = _TEMP_NAME.match(path.name)
+    if not m or (m["kind"] or WRITE_KIND) != kind:
+        return False
+    return m["pid"] is None or not _alive(int(m["pid"]))
 
 
 @contextlib.contextmanager
@@ -114,20 +149,149 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
-def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files interrupted atomic writes left in ``directory`` (not recursive);
-    return what was removed. Only names of ``atomic_write``'s own pattern are touched."""
+def remove_stale_temporaries(directory: str | os.PathLike, kind: str = WRITE_KIND) -> list[Path]:
+    """Remove the temporaries of ``kind`` that dead writers left in ``directory`` (not recursive; files,
+    and directories for the kinds that write directories); return what was removed. A live process's
+    temporary, or another kind's, is never touched."""
     removed = []
     try:
         entries = list(Path(directory).iterdir())
     except OSError:
         return removed
     for p in entries:
-        if is_temporary(p) and p.is_file() and not p.is_symlink():
-            with contextlib.suppress(OSError):
+        if not is_stale(p, kind) or p.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
                 p.unlink()
-                removed.append(p)
+            removed.append(p)
     return removed
+
+
+def temporary_dir(out: Path, kind: str) -> Path:
+    """A new empty directory beside ``out`` named as ``temporary_name`` names ``kind``'s temporaries."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = temporary_name(out, kind)
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def terminate_unwinds(what: str) -> Iterator[None]:
+    """While a writer runs, SIGTERM unwinds the stack (one line, then exit 143) instead of killing the
+    process where it stands, so the writer's own cleanup removes its temporaries; SIGKILL cannot be caught,
+    and what it leaves the next writer of the kind removes (``remove_stale_temporaries``)."""
+    import signal
+
+    def handle(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"anekit: {what} stopped by SIGTERM; its partial output is removed",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handle)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+LOCK_FILE = ".anekit.lock"  # in an output directory: held (flock) by the one process writing it
+
+
+class DirectoryBusy(AnekitError):
+    """Another process holds the output directory's lock."""
+
+
+class DirLock:
+    """One writer per output directory: an exclusive ``flock`` on ``directory/.anekit.lock``, which holds
+    the holder's pid, host, start time and command, for the message that refuses a second writer.
+
+    A process that re-executes itself keeps the lock: ``inherit()`` marks the descriptor inheritable and
+    names it in ``$ANEKIT_LOCK_FD``; the new program's ``acquire`` adopts it (same file, same open
+    description) instead of contending with itself."""
+
+    ENV = "ANEKIT_LOCK_FD"
+
+    def __init__(self, directory: str | os.PathLike, what: str) -> None:
+        self.path = Path(directory) / LOCK_FILE
+        self.what = what  # e.g. "anekit train": who holds it, in the holder's line
+        self.fd: int | None = None
+
+    def acquire(self) -> DirLock:
+        import fcntl
+
+        adopted = self._adopt()
+        if adopted is not None:
+            self.fd = adopted
+            return self
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise AnekitError(f"[lock] cannot open {self.path}: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise DirectoryBusy(
+                f"[lock] {self.path.parent} is being written by another process ({holder}); wait for it "
+                "to finish or use another output directory"
+            ) from None
+        self.fd = fd
+        line = (
+            f"{self.what}, pid {os.getpid()} on {socket.gethostname()}, since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime())}\n"
+        )
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, line.encode(), 0)
+        return self
+
+    def _adopt(self) -> int | None:
+        """The lock descriptor a re-executed parent left this process, when it is this file's."""
+        text = os.environ.pop(self.ENV, None)
+        if text is None or not text.isdigit():
+            return None
+        fd = int(text)
+        try:
+            a, b = os.fstat(fd), os.stat(self.path)
+        except OSError:
+            return None
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+            return None
+        os.set_inheritable(fd, False)
+        return fd
+
+    def inherit(self) -> None:
+        """Keep the lock across an ``exec`` of this process (see the class docstring)."""
+        if self.fd is not None:
+            os.set_inheritable(self.fd, True)
+            os.environ[self.ENV] = str(self.fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor of the open description drops the flock
+            self.fd = None
+
+    def __enter__(self) -> DirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def replace_path(new: str | os.PathLike, out: str | os.PathLike) -> None:

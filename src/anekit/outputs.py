@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from anekit.errors import AnekitError
+from anekit.inputs import shown
 
 # What an OSError's errno means for an output, in the words the user needs (the strerror text of some
 # platforms, e.g. "File too large", does not say that a limit was hit).
@@ -64,7 +65,37 @@ def _parent_problem(path: Path) -> str | None:
     return f"directory {parent} does not exist"
 
 
+@contextlib.contextmanager
+def _looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
+    """An ``OSError`` raised while looking at ``path`` (a name too long for the OS, a loop of links)
+    becomes one ``OutputError`` line naming the path, shortened."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError(f"{what} {shown(path)}: {reason(e)}") from e
+    except ValueError as e:  # a NUL byte in the path
+        raise OutputError(f"{what} {shown(path)}: not a valid path") from e
+
+
 def check_file(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse, before any work, an output file ``path`` that cannot be written (``_check_file``)."""
+    with _looking(path, what):
+        return _check_file(path, what)
+
+
+def check_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse, before any work, an output directory ``path`` that cannot be created (``_check_dir``)."""
+    with _looking(path, what):
+        return _check_dir(path, what)
+
+
+def check_cache(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse a cache file ``path`` that cannot be created (``_check_cache``)."""
+    with _looking(path, what):
+        return _check_cache(path, what)
+
+
+def _check_file(path: str | os.PathLike[str], what: str) -> Path:
     """Refuse, before any work, an output file ``path`` that cannot be written; ``what`` names the output
     in the message ("[run] --output"). An existing file is fine (it is replaced atomically)."""
     path = Path(path)
@@ -80,7 +111,7 @@ def check_file(path: str | os.PathLike[str], what: str) -> Path:
     return path
 
 
-def check_dir(path: str | os.PathLike[str], what: str) -> Path:
+def _check_dir(path: str | os.PathLike[str], what: str) -> Path:
     """Refuse, before any work, an output directory ``path`` that cannot be created (or replaced): a file
     in its place, a missing or read-only parent. Whether an existing directory may be replaced is the
     command's decision (see ``looks_like``)."""
@@ -95,7 +126,7 @@ def check_dir(path: str | os.PathLike[str], what: str) -> Path:
     return path
 
 
-def check_cache(path: str | os.PathLike[str], what: str) -> Path:
+def _check_cache(path: str | os.PathLike[str], what: str) -> Path:
     """Refuse a cache file ``path`` that cannot be created: its directories may be missing (a cache makes
     them), but the nearest existing one must be a writable directory, and ``path`` must not be one."""
     path = Path(path)
@@ -115,7 +146,10 @@ def looks_like(path: Path, *markers: str) -> bool:
     """True when the directory ``path`` holds one of the ``markers`` files: the sign that anekit wrote it
     (``kernels.json`` of a kernels dump, ``Manifest.json`` of a package, ``shards.json`` of shards), so
     ``--force`` may replace it. A directory without one is never deleted."""
-    return path.is_dir() and not path.is_symlink() and any((path / m).is_file() for m in markers)
+    try:
+        return path.is_dir() and not path.is_symlink() and any((path / m).is_file() for m in markers)
+    except (OSError, ValueError):  # a path the OS cannot look up holds no marker
+        return False
 
 
 @contextlib.contextmanager

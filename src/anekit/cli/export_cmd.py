@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from anekit.cli import flags
 from anekit.coreml.quantize import QUANT_MODES
 from anekit.errors import AnekitError
-from anekit.fileio import write_bytes_atomic
+from anekit.fileio import terminate_unwinds, write_bytes_atomic
 from anekit.kernels.config import preset
 from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
 
@@ -108,24 +108,33 @@ def run(args: argparse.Namespace) -> int:
     shard_mb = args.shard_mb
     if args.to == "llama2c" and (args.quantize != "none" or shard_mb is not None):
         raise AnekitError("[export] --quantize and --shard-mb apply to --to mlpackage only")
+    if args.check_residency and sys.platform != "darwin":  # refused before anything is written
+        raise AnekitError(
+            f"[export] --check-residency needs CoreML's MLComputePlan, which only macOS has (this is "
+            f"{sys.platform}); export without it here and check on a Mac"
+        )
     check_out(args)
     params = check_finite(_read_model(args), args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
         from anekit.llama.tokenizer import load_tokenizer
 
-        tok = load_tokenizer(args.tokenizer) if args.tokenizer is not None else _beside(args.model)
-        with writing(args.out, "[export]"):
+        # the tokenizer.bin written beside the model must be the model's: the package path's check
+        found = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
+        tok = None if isinstance(found, str) else load_tokenizer(found[0])
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"):
             written = export_llama2c(params, args.out, tok, force=args.force)
         for path in written:
             print(f"wrote {path}")
+        if isinstance(found, str) and _tokenizer_file(args) is not None:
+            print(found)
         return 0
     from anekit.coreml.model_export import export_mlpackage
 
     tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
-        with writing(args.out, "[export]"):
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"):  # a SIGTERM leaves no temporary
             report = export_mlpackage(
                 params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force
             )
@@ -211,12 +220,3 @@ def _copy_tokenizer(args: argparse.Namespace, folder: Path, found: tuple[Path, b
     with writing(target, "[export]"):
         write_bytes_atomic(target, data)
     return f"wrote {target}"
-
-
-def _beside(model: Path) -> object | None:
-    from anekit.llama.tokenizer import load_tokenizer
-
-    for name in TOKENIZER_FILES:
-        if (model.parent / name).is_file():
-            return load_tokenizer(model.parent / name)
-    return None

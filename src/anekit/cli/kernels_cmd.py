@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from anekit.cli import flags
-from anekit.fileio import replace_path
+from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir, terminate_unwinds
 from anekit.kernels import ModelConfig, catalog, preset
 from anekit.outputs import OutputError, check_dir, looks_like, writing
 
+TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
 INDEX = "kernels.json"  # the dump's index; a directory holding it is a previous dump --force may replace
 
 
@@ -97,8 +97,9 @@ def run_dump(args: argparse.Namespace) -> int:
     weights = catalog.random_weights(cfg, args.seed)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
     # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
-    with writing(args.out, "[kernels] OUT_DIR"):
-        tmp = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", suffix=".tmp", dir=args.out.parent))
+    with writing(args.out, "[kernels] OUT_DIR"), terminate_unwinds("[kernels] dump"):
+        remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
+        tmp = temporary_dir(args.out, TEMP_KIND)
         try:
             lines = write_kernels(tmp, names, cfg, weights)
             replace_path(tmp, args.out)

@@ -1,6 +1,6 @@
 """Entry point of the ``anekit`` command: parses the subcommand and reports anekit errors cleanly.
 
-Two kinds of error, each with its own form:
+Two kinds of error, each with its own form, and the ways a process is stopped:
 
 - **Usage errors** (exit status 2, argparse's form: the usage, then ``anekit CMD: error: ...``): what
   the command line alone shows to be wrong — an unknown flag or command, a missing argument, a value
@@ -9,8 +9,12 @@ Two kinds of error, each with its own form:
   ``--chip``, ``--route``: the message lists the known names; see ``anekit.cli.flags``). Nothing is
   read or written.
 - **anekit errors** (exit status 1, one line on stderr: ``anekit: [where] what``): everything found
-  after that — input files, output locations (``anekit.outputs``), flags that contradict each other or
-  the input, the program or model itself. Outputs are left as they were.
+  after that — input files (``anekit.inputs``), output locations (``anekit.outputs``), flags that
+  contradict each other or the input, the program or model itself. Outputs are left as they were.
+- **the end of the process itself**, one line on stderr too: Ctrl-C at any moment, imports included
+  (``anekit: interrupted``, exit status 130); a closed stdout (exit status 141, as SIGPIPE); a stdout that
+  cannot be written, as on a full device (exit status 1). ``train`` handles its own signals first (it
+  saves a checkpoint), then ends the same way.
 
 Every command's ``--help`` opens with a description: its own, or else its one-line summary.
 """
@@ -25,25 +29,17 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import contextlib
+import errno
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from anekit import __version__
-from anekit.cli import (
-    cost_cmd,
-    demo,
-    doctor_cmd,
-    export_cmd,
-    inspect_cmd,
-    kernels_cmd,
-    lint_cmd,
-    mil_cmd,
-    run_cmd,
-    sample_cmd,
-    train_cmd,
-)
 from anekit.errors import AnekitError
+
+EXIT_INTERRUPTED = 128 + 2  # as a shell reports a process killed by SIGINT
+EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE (a closed stdout)
 
 
 class _Subcommands(argparse._SubParsersAction):
@@ -65,6 +61,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The commands (numpy and the rest) load here, not at import, so that a Ctrl-C while they load is
+    # inside main's handler: one line and exit 130, never a traceback.
+    from anekit.cli import (
+        cost_cmd,
+        demo,
+        doctor_cmd,
+        export_cmd,
+        inspect_cmd,
+        kernels_cmd,
+        lint_cmd,
+        mil_cmd,
+        run_cmd,
+        sample_cmd,
+        train_cmd,
+    )
+
     parser = _Parser(prog="anekit", description="Program the Apple Neural Engine directly.")
     parser.add_argument("--version", action="version", version=f"anekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -84,15 +96,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; every way it can end is one line on stderr and an exit status (module docstring):
+    an anekit error 1, Ctrl-C 130 (``anekit: interrupted``), a closed stdout 141, a stdout that cannot be
+    written (a full disk) 1. stdout is flushed here, inside the handlers, not at interpreter exit."""
     try:
-        return int(args.run(args) or 0)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()
+        return status
     except AnekitError as e:
-        print(f"anekit: {e.one_line()}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        return 0
+        return _say(e.one_line(), 1)
+    except KeyboardInterrupt:
+        return _say("interrupted", EXIT_INTERRUPTED)
+    except OSError as e:
+        if e.errno == errno.EPIPE:
+            _silence_stdout()
+            return _say("standard output was closed", EXIT_PIPE)
+        # Files are written through anekit.outputs.writing (an OutputError): a write failure that
+        # reaches here unconverted is stdout's.
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            from anekit.outputs import reason
+
+            _silence_stdout()
+            return _say(f"cannot write to standard output: {reason(e)}", 1)
+        raise
+
+
+def _say(message: str, status: int) -> int:
+    with contextlib.suppress(OSError):  # stderr itself closed: the status still says it
+        print(f"anekit: {message}", file=sys.stderr)
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point the real stdout at /dev/null, so the interpreter's own flush at exit does not fail again
+    (with its "Exception ignored" text); a captured stdout (tests) is left alone."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
 from pathlib import Path
 
 from anekit import mil
 from anekit.errors import AnekitError
+from anekit.inputs import LIMITS, read_text, stat_input
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,22 +26,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _read(path: Path) -> str:
-    """The text of a MIL file; one line saying why not (a directory, a package, not UTF-8, ...)."""
-    if path.is_dir():
-        what = (
-            "a CoreML package: `anekit lint` checks the program inside it, `anekit inspect` describes it"
-            if path.suffix in (".mlpackage", ".mlmodelc")
-            else "a directory, not a MIL text file"
-        )
-        raise AnekitError(f"[mil] cannot read {path}: {what}")
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise AnekitError(f"[mil] cannot read {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
+    """The text of a MIL file; one line saying why not (a directory, a package, a FIFO, not UTF-8, ...)."""
+    st = stat_input(path, "[mil] cannot read")
+    if st is not None and stat.S_ISDIR(st.st_mode) and path.suffix in (".mlpackage", ".mlmodelc"):
         raise AnekitError(
-            f"[mil] cannot read {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
-        ) from e
+            f"[mil] cannot read {path}: a CoreML package: `anekit lint` checks the program inside it, "
+            "`anekit inspect` describes it"
+        )
+    return read_text(path, "[mil] cannot read", LIMITS["mil"], "a MIL text file")
 
 
 def run_check(args: argparse.Namespace) -> int:

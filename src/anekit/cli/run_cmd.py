@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import statistics
 import time
 import warnings
@@ -25,6 +26,7 @@ from anekit import mil, runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.fileio import atomic_write
+from anekit.inputs import LIMITS, load_npy, read_text, stat_input
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
 from anekit.outputs import check_file, writing
@@ -148,7 +150,7 @@ def weight_map(source: Path | None, prog: mil.Program, beside: Path | None = Non
                     f"program ({file} does not exist): give --weights DIR_OR_FILE"
                 )
         return found
-    if not source.exists():
+    if stat_input(source, "[run] --weights") is None:  # a name too long for the OS: one line too
         raise AnekitError(f"[run] weights '{source}' do not exist")
     if source.is_file():
         matches = {p: source for p in needed if Path(p).name == source.name}
@@ -174,10 +176,17 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
             raise AnekitError(f"[run] --input takes NAME=FILE.npy, got '{item}'")
         if name in given:
             raise AnekitError(f"[run] --input {name} is given twice")
-        try:
-            given[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise AnekitError(f"[run] cannot load input '{name}' from {file}: {e}") from e
+        # The declared type decides before loading: the shape, and the dtypes taken (anekit.inputs: an
+        # integer or bool array for a float input is refused, never cast to fp16 without a word).
+        var = next((v for v in fn.inputs if v.name == name), None)
+        shape = getattr(var.type, "shape", None) if var is not None else None
+        dt = getattr(var.type, "dtype", None) if var is not None else None
+        expect = tuple(shape) if shape is not None and all(isinstance(d, int) for d in shape) else None
+        kind = dt.kind if dt is not None and dt.kind in ("int", "uint", "bool") else "float"
+        limits = dt.int_range() if kind in ("int", "uint") else None
+        given[name] = load_npy(
+            file, f"[run] cannot load input '{name}' from", expect, kind=kind, int_range=limits
+        )
     rng = np.random.default_rng(args.random)
     tensors = [v for v in fn.inputs if not isinstance(v.type, T.StateType)]
     for v in tensors:
@@ -196,7 +205,8 @@ def _kind(path: Path) -> str:
     as an .mlmodelc) or "mil" (text)."""
     if path.suffix in (".mlpackage", ".mlmodel"):
         return "package"
-    if path.is_dir():
+    st = stat_input(path, "[run] cannot read")
+    if st is not None and stat.S_ISDIR(st.st_mode):
         if not (path / COMPILED_MIL).is_file():
             raise AnekitError(
                 f"[run] cannot read {path}: a directory without a {COMPILED_MIL} "
@@ -218,10 +228,7 @@ def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str, 
         pkg = load_mlpackage(args.program)  # its program carries the route: coreml
         return pkg.program, dict(pkg.weights), args.function or pkg.default_function, None
     path = args.program / COMPILED_MIL if kind == "compiled" else args.program
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise AnekitError(f"[run] cannot read {path}: {e}") from e
+    text = read_text(path, "[run] cannot read", LIMITS["mil"], "a MIL text file")
     prog = mil.parse(text, str(path))
     # A compiled CoreML model's buffers are CoreML's, as a package's: its I/O need not be engine surfaces.
     route = "coreml" if kind == "compiled" else None

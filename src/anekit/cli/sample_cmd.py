@@ -21,6 +21,7 @@ import numpy as np
 
 from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.inputs import LIMITS, check_input, stat_input
 from anekit.kernels.config import preset
 from anekit.llama.params import Params
 
@@ -89,6 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _magic(path: Path) -> int:
+    check_input(path, "[sample] cannot read", expected="a model file")  # a FIFO would block the open
     try:
         with path.open("rb") as f:
             head = f.read(4)
@@ -182,6 +184,7 @@ def _checked_tokenizer(path: Path, how: str, cfg: Any, recorded: tuple[str | Non
     and a vocabulary of exactly the model's vocab_size; a one-line AnekitError naming what to pass else."""
     from anekit.llama import tokenizer
 
+    check_input(path, "[sample] cannot read", LIMITS["tokenizer"], "a tokenizer file")
     if recorded is not None and path.is_file() and _sha256(path) != recorded[1]:
         raise AnekitError(
             f"[sample] the tokenizer {path} ({how}) is not the one the model was trained with: "
@@ -257,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.config is not None:
         preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
+    stat_input(args.model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder
 

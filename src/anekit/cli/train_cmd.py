@@ -23,6 +23,7 @@ import math
 import os
 import shlex
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -35,13 +36,13 @@ import numpy as np
 from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
-from anekit.fileio import remove_stale_temporaries, write_bytes_atomic
+from anekit.fileio import DirLock, remove_stale_temporaries, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
+from anekit.llama.checkpoint import RUN_FORMAT
+from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
 
 CHECKPOINT = "ckpt.bin"
 LEGACY_STATE = "train_state.json"  # the run state's separate file before the run record; removed on a new run
-RUN_FORMAT = "anekit train run"
-RUN_VERSION = 1
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
@@ -234,12 +235,33 @@ class Source:
         return f"{self.path or 'the built-in corpus'} (sha256 {self.sha256[:12]})"
 
 
-def _sha256_file(path: Path) -> str:
+HASH_MAX_BYTES = 1 << 40  # 1 TiB: above any --init model; a bound on what is hashed
+TOKENIZER_MAX_BYTES = 1 << 30  # 1 GiB: llama2.c's tokenizer.bin is 0.4 MB, sentencepiece models a few MB
+
+
+def _sha256_file(path: Path, max_bytes: int = HASH_MAX_BYTES) -> str:
+    """sha256 of a regular file of at most ``max_bytes``: anything else (a FIFO, a device such as
+    /dev/zero, a directory) is refused after a stat, never opened, so hashing always ends."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise AnekitError(f"[train] {path} is not a regular file")
+    if st.st_size > max_bytes:
+        raise AnekitError(f"[train] {path} holds {st.st_size} bytes, more than the {max_bytes} anekit reads")
     h = hashlib.sha256()
     try:
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between the stat and the open
+                raise AnekitError(f"[train] {path} is not a regular file")
+            left = st.st_size + 1  # read at most one byte past the size the stat gave
+            while block := f.read(min(1 << 20, left)):
                 h.update(block)
+                left -= len(block)
+                if left <= 0:
+                    raise AnekitError(f"[train] {path} grew while it was read")
     except OSError as e:
         raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
     return h.hexdigest()
@@ -430,6 +452,39 @@ def run(args: argparse.Namespace) -> int:
         else:
             _err("interrupted before the first checkpoint; nothing was saved")
         return 128 + signal.SIGINT
+    finally:
+        lock = getattr(args, "lock", None)
+        if lock is not None:
+            lock.release()
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells one version of a file from the next (an atomic write renames a new inode in); None when
+    it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _remove_new_out(out: Path) -> None:
+    """Remove the output directory this run created, when a refusal comes before any step: only the lock
+    file and temporaries may be in it, so a failed start leaves nothing behind."""
+    from anekit.fileio import LOCK_FILE
+
+    with contextlib.suppress(OSError):
+        (out / LOCK_FILE).unlink(missing_ok=True)
+        remove_stale_temporaries(out)
+        out.rmdir()
+
+
+def _check_finite(params: Any, init: Path | None) -> None:
+    """Refuse initial weights holding NaN or infinity (a damaged --init model) before anything is written."""
+    for name, a in params.tensors():
+        if not np.isfinite(a).all():
+            where = f"--init {init}" if init is not None else "the initial weights"
+            raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
 
 
 def _check_flags(args: argparse.Namespace, stored: Run | None, where: Path) -> None:
@@ -526,7 +581,7 @@ def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named
 def _run(args: argparse.Namespace) -> int:
     from anekit.llama import checkpoint
     from anekit.llama.params import Params
-    from anekit.llama.trainer import TrainConfig, TrainState, train
+    from anekit.llama.trainer import TrainConfig, TrainState, check_budget, train
 
     out: Path = args.out
     ckpt_path = out / CHECKPOINT
@@ -548,6 +603,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
                 "older anekit); start a new run from its weights with --init"
             )
+        seen = _identity(ckpt_path)
         ck = checkpoint.load_checkpoint_file(ckpt_path)
         assert ck.run is not None
         spec = Run.from_record(ck.run, ckpt_path)
@@ -559,7 +615,7 @@ def _run(args: argparse.Namespace) -> int:
             tok_path = out / spec.tokenizer_file
             if not tok_path.is_file() and spec.tokenizer.path is not None:
                 tok_path = Path(spec.tokenizer.path)
-        tok_id = _sha256_file(tok_path)
+        tok_id = _sha256_file(tok_path, TOKENIZER_MAX_BYTES)
         if tok_id != spec.tokenizer.sha256:
             raise AnekitError(
                 f"[train] --resume: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
@@ -578,7 +634,8 @@ def _run(args: argparse.Namespace) -> int:
         if state.step < tc.steps:
             spec.marks.append((state.step, "budget" if restarted else "resume"))
     else:
-        if ckpt_path.exists() and not args.force:
+        seen = _identity(ckpt_path)
+        if seen is not None and not args.force:
             raise AnekitError(
                 f"[train] {out} holds a run ({ckpt_path}): --resume to continue it, --force to start over"
             )
@@ -624,31 +681,50 @@ def _run(args: argparse.Namespace) -> int:
             cfg=cfg,
             tc=tc,
             data=Source(_abs(args.data), _sha256_tokens(dataset)),
-            tokenizer=Source(_abs(tok_path), _sha256_file(tok_path)),
+            tokenizer=Source(_abs(tok_path), _sha256_file(tok_path, TOKENIZER_MAX_BYTES)),
             tokenizer_file="tokenizer.model" if tok_path.suffix == ".model" else "tokenizer.bin",
             init=init,
             marks=[],
         )
     if hasattr(dataset, "vocab_check"):
         dataset.vocab_check(cfg.vocab_size)
-
-    # 2. the output directory: leftovers of interrupted writes go, the tokenizer is copied in
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AnekitError(f"[train] cannot create the output directory {out}: {e.strerror}") from e
-    remove_stale_temporaries(out)
+    if hasattr(dataset, "check_windows"):  # empty or tiny data: refused before anything is written
+        dataset.check_windows(cfg.seq_len)
     if not args.resume:
-        try:
-            write_bytes_atomic(out / spec.tokenizer_file, tok_path.read_bytes())
-        except OSError as e:
-            raise AnekitError(f"[train] cannot copy the tokenizer {tok_path} into {out}: {e.strerror}") from e
-        (out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state file would mislead `sample`
-
+        _check_finite(state.params, args.init)
     options: dict[str, Any] = dict(numerics)
     if args.compile_budget is not None:
         options["compile_budget"] = args.compile_budget
     backend = runtime.open(args.backend, **options)
+    check_budget(backend.compile_budget, cfg, tc.weights)  # a budget below one step would restart forever
+    if ckpt_path.exists() and not ckpt_path.is_file():
+        raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise AnekitError(f"[train] the output directory {out} is not writable")
+    tok_bytes = b""
+    if not args.resume:
+        try:
+            tok_bytes = tok_path.read_bytes()
+        except OSError as e:
+            raise AnekitError(f"[train] cannot read the tokenizer {tok_path}: {e.strerror}") from e
+
+    # 2. the output directory, locked for the run (one writer): leftovers of dead writers go
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AnekitError(f"[train] cannot create the output directory {out}: {e.strerror}") from e
+    try:
+        args.lock = DirLock(out, "anekit train").acquire()
+    except AnekitError:
+        if created:
+            _remove_new_out(out)
+        raise
+    if _identity(ckpt_path) != seen:  # another writer finished in between: what was checked is stale
+        raise AnekitError(
+            f"[train] {ckpt_path} changed while this run started (another anekit train wrote it); run again"
+        )
+    remove_stale_temporaries(out)
     sanitizer = getattr(backend, "sanitizer", None)
     console = Console()
     stopper = Stopper()
@@ -685,10 +761,19 @@ def _run(args: argparse.Namespace) -> int:
     every = args.checkpoint_every or AUTO_CHECKPOINT_STEPS
     seconds = None if args.checkpoint_every else AUTO_CHECKPOINT_SECONDS
     with stopper.installed():
-        if not args.resume:
-            save(state)  # step 0: from now on a kill at any instant leaves a run that --resume continues
         reason = "done"
+        first_saved = False
         try:
+            if not args.resume:
+                save(state)  # step 0: from now on a kill at any instant leaves a run that --resume continues
+                first_saved = True
+                try:
+                    write_bytes_atomic(out / spec.tokenizer_file, tok_bytes)
+                except OSError as e:
+                    raise AnekitError(
+                        f"[train] cannot copy the tokenizer {tok_path} into {out}: {e.strerror}"
+                    ) from e
+                (out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead `sample`
             if state.step < tc.steps:
                 reason = train(
                     backend,
@@ -703,7 +788,10 @@ def _run(args: argparse.Namespace) -> int:
                 )
         except AnekitError:
             if not args.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
-                ckpt_path.unlink(missing_ok=True)
+                if first_saved:
+                    ckpt_path.unlink(missing_ok=True)
+                if created:
+                    _remove_new_out(out)
             raise
         if console.tty:
             console.print()
@@ -749,6 +837,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.sanitize:
             argv.append("--sanitize")
         sys.stdout.flush()
+        args.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
     pictures = f", {out / 'loss.png'}" if no_png is None else ""
     console.print(

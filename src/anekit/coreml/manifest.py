@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from anekit import jsonio
 from anekit.errors import CoreMLFormatError
 
 MANIFEST = "Manifest.json"
@@ -110,9 +111,9 @@ def read_manifest(package: Path) -> tuple[Entry, dict[str, Entry]]:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise CoreMLFormatError(field, f"larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        doc: Any = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CoreMLFormatError(field, f"not JSON: {e}") from None
+        doc: Any = jsonio.loads(raw, f"{package}/{MANIFEST}")  # depth-limited: never a RecursionError
+    except jsonio.JsonError as e:
+        raise CoreMLFormatError(field, str(e)) from None
     if not isinstance(doc, dict):
         raise CoreMLFormatError(field, "must be a JSON object", actual=type(doc).__name__)
     items = doc.get("itemInfoEntries")

@@ -25,11 +25,11 @@ decode through every shard per token; each shard keeps its own layers' cache sta
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from anekit import jsonio
 from anekit.coreml.export import Stage, stage_weight_bytes
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
@@ -134,10 +134,12 @@ def shards_manifest(
 def read_manifest(path: Path) -> dict[str, Any]:
     """shards.json, checked: format, version, and one package per shard."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise AnekitError(f"[{FORMAT}] cannot read {path}: {e}") from e
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = jsonio.loads(path.read_bytes(), f"[{FORMAT}] {path}")  # size and depth limits
+    except OSError as e:
+        raise AnekitError(f"[{FORMAT}] cannot read {path}: {e.strerror or e}") from e
+    if not isinstance(data, dict):
+        raise AnekitError(f"[{FORMAT}] {path}: must be a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
         raise AnekitError(f"[{FORMAT}] {path}: field 'format' must be {FORMAT!r}, got {data.get('format')!r}")
     if data.get("version") != VERSION:
         raise AnekitError(f"[{FORMAT}] {path}: unknown version {data.get('version')!r} (expected {VERSION})")

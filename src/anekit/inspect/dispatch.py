@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import plistlib
+import stat
 import struct
 import warnings
 import zlib
@@ -29,6 +30,7 @@ import numpy as np
 
 from anekit import blob
 from anekit.errors import AnekitError, FormatError
+from anekit.inputs import check_input, shown, stat_input
 
 __all__ = [
     "KINDS",
@@ -65,9 +67,14 @@ class Source:
 
     @classmethod
     def open(cls, path: Path) -> Source:
+        # stat first, never open: a FIFO would block the open, a device would never end.
+        st = stat_input(path, f"[{FMT}] cannot read")
+        if st is None:
+            raise AnekitError(f"[{FMT}] cannot read {shown(path)}: No such file or directory")
+        if stat.S_ISDIR(st.st_mode):
+            return cls(path, True, 0, b"")
+        check_input(path, f"[{FMT}] cannot read", expected="a file or bundle anekit describes")
         try:
-            if path.is_dir():
-                return cls(path, True, 0, b"")
             with open(path, "rb") as f:
                 size = f.seek(0, 2)
                 f.seek(0)

@@ -69,6 +69,13 @@ class TokenDataset:
         window = np.array(self.parts[part][1][start : start + need], dtype=np.uint16)  # (seq_len + 1,)
         return window[:-1].copy(), window[1:].copy()  # inputs, targets: separate (seq_len,) arrays
 
+    def check_windows(self, seq_len: int) -> None:
+        """AnekitError unless some part holds one window of seq_len + 1 tokens (a run checks this before
+        it writes anything)."""
+        need = int(seq_len) + 1
+        if not any(len(a) >= need for _, a in self.parts):
+            raise AnekitError(self._too_short(need))
+
     def _too_short(self, need: int) -> str:
         if len(self.parts) == 1:
             name, a = self.parts[0]

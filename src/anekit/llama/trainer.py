@@ -88,6 +88,28 @@ class StepReport:
 StopReason = str  # "done", "budget" (checkpoint, then re-execute to continue) or "stopped" (should_stop)
 
 
+def first_step_compiles(cfg: object, weights: str) -> int:
+    """Programs a fresh process compiles before its first step completes (the shared SDPA backward, then
+    the weight-bearing kernels: all per layer when baked, the seven dynamic ones once)."""
+    from anekit.llama.step import Kernels
+
+    return 1 + (7 if weights == "dynamic" else Kernels.compiles_per_batch(cfg))  # type: ignore[arg-type]
+
+
+class BudgetTooSmall(AnekitError):
+    """The compile budget cannot hold one optimizer step: restarting would never make progress."""
+
+
+def check_budget(budget: int, cfg: object, weights: str) -> None:
+    """BudgetTooSmall unless a fresh process with ``budget`` compiles can complete one step."""
+    need = first_step_compiles(cfg, weights)
+    if budget < need:
+        raise BudgetTooSmall(
+            f"[train] the compile budget {budget} is smaller than one step's {need} compiles ({weights} "
+            f"weights): pass --compile-budget {need} or more"
+        )
+
+
 def train(
     backend: Backend,
     state: TrainState,
@@ -110,14 +132,21 @@ def train(
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
+    check_budget(backend.compile_budget - backend.compile_count, cfg, tc.weights)
     kernels = make_kernels(backend, cfg, tc.weights)
     grads = state.params.zeros_like()
     last_save = time.monotonic()
+    first = state.step
     try:
         while state.step < tc.steps:
             if should_stop is not None and should_stop():
                 return "stopped"
             if backend.compile_count + kernels.compiles_needed() > backend.compile_budget:
+                if state.step == first:  # a restart would stop here again: never loop without progress
+                    raise BudgetTooSmall(
+                        f"[train] the compile budget {backend.compile_budget} cannot hold one step "
+                        f"({backend.compile_count} compiled, {kernels.compiles_needed()} more needed)"
+                    )
                 return "budget"
             t0 = time.perf_counter()
             kernels.compile(state.params, timer)
@@ -179,7 +208,8 @@ def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig) -> None:
     ms, vs = dict(state.adam_m.tensors()), dict(state.adam_v.tensors())
     for name, g in tensors:
         w = weights[name]
-        decay = tc.weight_decay if w.ndim == 2 else 0.0
+        decay = cpu_ops.takes_weight_decay(w)  # matrices only: never the RMSNorm scales (llama2.c's rule)
         cpu_ops.adamw_update(
-            w, g, ms[name], vs[name], state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, decay, grad_scale=scale
-        )
+            w, g, ms[name], vs[name], state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, tc.weight_decay,
+            apply_decay=decay, grad_scale=scale,
+        )  # fmt: skip

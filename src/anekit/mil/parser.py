@@ -565,8 +565,12 @@ class _Parser:
             self._fail(f"expected true or false, found {self._describe(self.i)}")
         if dt.kind == "float":
             if kind == "hex":
+                try:
+                    value = float.fromhex(val)
+                except OverflowError:  # 0x1p99999: beyond every float type, not silently inf
+                    self._fail(f"{dt.name} literal {val} is too large: it overflows every float type")
                 self.i += 1
-                return float.fromhex(val)
+                return value
             if kind == "num":
                 self.i += 1
                 return float(val)

@@ -3,7 +3,7 @@
 ``check(program)`` lists every problem found; ``verify(program)`` raises on the first kind found,
 with all of them in the message: MilTypeError when an op is ill-typed (or unknown), MilVerifyError
 for structural problems (a name defined twice, an undefined use, a missing output, a type anekit
-cannot model).
+cannot model, a tensor over ``MAX_ELEMENTS`` elements).
 """
 
 from __future__ import annotations
@@ -28,6 +28,26 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.function}: {self.message}"
+
+
+# The most elements one tensor may hold: 2^31 (4 GiB of fp16), far above any engine surface or weight
+# (an IOSurface is at most a few hundred MB), and small enough that a simulator or host buffer of that
+# size is not itself the failure. A shape over it (a typo, [1, 100000, 1, 100000], dims of 2^40) is
+# refused here, before anything allocates it.
+MAX_ELEMENTS = 1 << 31
+
+
+def _too_large(t: T.Type) -> int | None:
+    """The element count of a static tensor (or tensor buffer / state of one) over ``MAX_ELEMENTS``."""
+    if isinstance(t, T.StateType):
+        return _too_large(t.wrapped)
+    shape = getattr(t, "shape", None)
+    if not isinstance(shape, tuple) or not all(isinstance(d, int) for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n if n > MAX_ELEMENTS else None
 
 
 def _dims_compatible(declared: T.Dim, inferred: T.Dim) -> bool:
@@ -84,6 +104,11 @@ class _FunctionChecker:
         self.defined[v.name] = v
         if _opaque_in(v.type):
             self.structural(line, f"'{v.name}' has a type anekit cannot model: {v.type}")
+        count = _too_large(v.type)
+        if count is not None:
+            self.structural(
+                line, f"'{v.name}' holds {count} elements ({v.type}), over the limit of {MAX_ELEMENTS}"
+            )
 
     def run(self) -> list[Problem]:
         for v in self.fn.inputs:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import runpy
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
+from anekit.inputs import LIMITS, InputError, check_input, kind_of, read_text, shown, stat_input
 from anekit.mil import parse, verify
 from anekit.mil.ir import Program
 from anekit.mil.values import BlobRef, Literal
@@ -88,9 +90,10 @@ def lint_paths(paths: list[Path], chip: str = "any", route: str | None = None) -
         check_route(route, "lint")
     results: list[LintResult] = []
     for path in paths:
-        if not path.exists():
-            raise AnekitError(f"[lint] {path}: no such file or directory")
-        if path.is_dir():
+        st = stat_input(path, "[lint]")
+        if st is None:
+            raise AnekitError(f"[lint] {shown(path)}: no such file or directory")
+        if stat.S_ISDIR(st.st_mode):
             if path.suffix == ".mlpackage":
                 results.append(_lint_package(path, chip, route))
                 continue
@@ -98,6 +101,8 @@ def lint_paths(paths: list[Path], chip: str = "any", route: str | None = None) -
             if not found:
                 raise AnekitError(f"[lint] {path}: no .mil file below this directory")
             results.extend(_lint_mil(p, chip, route or "direct") for p in found)
+        elif not stat.S_ISREG(st.st_mode):  # a FIFO would block the open, a device never ends
+            raise AnekitError(f"[lint] cannot read {shown(path)}: {kind_of(st.st_mode)}, not a file to lint")
         elif path.suffix == ".mlmodel":
             results.append(_lint_package(path, chip, route))
         elif path.suffix == ".py":
@@ -109,9 +114,9 @@ def lint_paths(paths: list[Path], chip: str = "any", route: str | None = None) -
 
 def _lint_mil(path: Path, chip: str, route: str) -> LintResult:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        return LintResult(str(path), problem=f"cannot read: {e}")
+        text = read_text(path, "cannot read", LIMITS["mil"], "a MIL text file")
+    except InputError as e:  # a FIFO named *.mil in a directory, a device, a file over the limit, ...
+        return LintResult(str(path), problem=str(e).replace(f" {shown(path)}:", ":", 1))
     try:
         program = verify(parse(text, str(path)))
     except AnekitError as e:
@@ -147,6 +152,7 @@ def _as_script(path: Path) -> Iterator[None]:
 
 
 def _lint_python(path: Path, chip: str, route: str) -> list[LintResult]:
+    check_input(path, "[lint] cannot read", LIMITS["python"], "a Python file")
     try:
         with _as_script(path):
             namespace = runpy.run_path(str(path), run_name=RUN_NAME)
