@@ -188,3 +188,17 @@ def test_a_python_file_that_exits_is_one_error_line(tmp_path, capsys):
     script = _write(tmp_path / "bye.py", "import sys\nsys.exit(3)\n")
     assert main(["lint", str(script)]) == 1
     assert capsys.readouterr().err == f"anekit: [lint] {script}: running it failed: it called sys.exit(3)\n"
+
+
+def test_a_dump_whose_weights_were_deleted_is_an_error_naming_each_missing_file(tmp_path, capsys):
+    dump = tmp_path / "dump"
+    assert main(["kernels", "dump", "--config", "stories260K", str(dump)]) == 0
+    capsys.readouterr()
+    assert main(["lint", str(dump), "--errors-only"]) == 0
+    removed = sorted(dump.rglob("*.bin"))
+    assert removed
+    for f in removed:
+        f.unlink()
+    assert main(["lint", str(dump), "--errors-only"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("mil.weights error: const") >= len(removed) and "which is not in" in out

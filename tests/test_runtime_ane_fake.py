@@ -1176,3 +1176,11 @@ def test_the_memory_can_be_turned_off(tmpdir_ns, monkeypatch):
     fake = FakeObjC(tmpdir_ns, refuses_program=("1.3",))
     AneBackend(runtime=fake.runtime(), chip="m2").compile(_add_program()).close()
     assert not memory.default_path().exists()
+
+
+def test_a_memory_file_nested_too_deep_is_ignored_not_a_crash():
+    path = memory.default_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    mem = memory.Memory()
+    assert mem.recall("dialect", "m1", "macOS 15") is None and "ignored" in (mem.problem or "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -79,7 +80,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _program_works(path: Path) -> list[StepKernel]:
-    if path.is_dir():
+    from anekit.inputs import LIMITS, read_text, stat_input
+
+    st = stat_input(path, "[cost] cannot read")
+    if st is None:
+        raise AnekitError(f"[cost] {path}: no such file or directory")
+    if stat.S_ISDIR(st.st_mode):
         kernels = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
         missing = [k.name for k in kernels if not (k / "model.mil").is_file()]
         if kernels and missing and len(missing) < len(kernels):  # a kernels dump with kernels lost
@@ -87,16 +93,11 @@ def _program_works(path: Path) -> list[StepKernel]:
         files = sorted(path.glob("*/model.mil")) or sorted(path.glob("*.mil"))
         if not files:
             raise AnekitError(f"[cost] {path}: no model.mil or .mil files in this directory")
-    elif path.is_file():
-        files = [path]
     else:
-        raise AnekitError(f"[cost] {path}: no such file or directory")
+        files = [path]
     out = []
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise AnekitError(f"[cost] {f}: not a MIL text file ({e.__class__.__name__})") from None
+        text = read_text(f, "[cost] cannot read", LIMITS["mil"], "a MIL text file")
         name = f.parent.name if f.name == "model.mil" else f.stem
         try:
             program = verify(parse(text, str(f)))  # an ill-formed (e.g. cyclic) program is not timed

@@ -260,6 +260,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.config is not None:
         preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
+    try:
+        args.prompt.encode("utf-8")  # bytes that are not UTF-8 reach argv as lone surrogates
+    except UnicodeEncodeError as e:
+        raise AnekitError(f"[sample] --prompt is not UTF-8 text (at character {e.start})") from None
     stat_input(args.model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder

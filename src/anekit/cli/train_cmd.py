@@ -578,6 +578,24 @@ def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named
     raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
 
 
+def _check_input_paths(args: argparse.Namespace) -> None:
+    """--data (a regular file, or a directory of shards), --tokenizer and --init (regular files), checked
+    without opening them: one line naming the path and what it is."""
+    from anekit.inputs import LIMITS, check_input, stat_input
+
+    data = args.data
+    if data is not None:
+        st = stat_input(data, "[train] --data cannot read")
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            check_input(data, "[train] --data cannot read", expected="a text file or a directory of shards")
+    if args.tokenizer is not None:
+        check_input(
+            args.tokenizer, "[train] --tokenizer cannot read", LIMITS["tokenizer"], "a tokenizer file"
+        )
+    if args.init is not None:
+        check_input(args.init, "[train] --init cannot read", expected="a model file")
+
+
 def _run(args: argparse.Namespace) -> int:
     from anekit.llama import checkpoint
     from anekit.llama.params import Params
@@ -585,6 +603,7 @@ def _run(args: argparse.Namespace) -> int:
 
     out: Path = args.out
     ckpt_path = out / CHECKPOINT
+    _check_input_paths(args)  # a FIFO or a device never gets opened (it would block or never end)
     if out.exists() and not out.is_dir():
         raise AnekitError(f"[train] --out {out} is a file, not a directory")
     restarted = bool(args.restarted)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit import blob
+from anekit import blob, jsonio
 from anekit.errors import AnekitError, FormatError
 from anekit.inputs import check_input, shown, stat_input
 
@@ -648,11 +648,27 @@ def _summarize_bundle(src: Source, fmt: str, mil_path: Path | None) -> dict[str,
     for name in ("metadata.json", "Manifest.json"):
         if (root / name).is_file():
             try:
-                meta = json.loads((root / name).read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as e:
-                meta = {"error": f"not JSON: {e}"}
-            info[name] = _json_digest(meta)
+                meta = jsonio.loads((root / name).read_bytes(), f"{name}")
+            except (OSError, AnekitError) as e:
+                meta = {"error": str(e)}
+            info[name] = _json_digest(meta) if "error" not in meta else meta
+    if mil_path is None:  # an .mlpackage: read as the simulator and lint read it, and say what is wrong
+        info["problems"] = _package_problems(root)
     return info
+
+
+def _package_problems(root: Path) -> list[str]:
+    """What keeps the package from loading (a corrupt Manifest.json, a missing model or weight.bin), as
+    the package reader says it; [] when it loads."""
+    from anekit.coreml import load_mlpackage
+
+    try:
+        load_mlpackage(root)
+    except AnekitError as e:
+        return [str(e).splitlines()[0]]
+    except Exception as e:  # a reader bug must not hide the rest of the summary
+        return [f"{type(e).__name__}: {e}"]
+    return []
 
 
 def _json_digest(meta: Any) -> Any:
@@ -714,8 +730,8 @@ def _json_value(src: Source) -> Any:
     if not src.complete or src.head.lstrip()[:1] not in (b"{", b"["):
         return None
     try:
-        return json.loads(src.head.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        return jsonio.loads(src.head, "JSON")
+    except AnekitError:
         return None
 
 
@@ -750,8 +766,8 @@ def _sniff_kernel_dump(src: Source) -> bool:
     if not index.is_file():
         return False
     try:
-        value = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        value = jsonio.loads(index.read_bytes(), "kernels.json")
+    except (OSError, AnekitError):
         return False
     return isinstance(value, dict) and isinstance(value.get("kernels"), dict)
 
@@ -759,7 +775,7 @@ def _sniff_kernel_dump(src: Source) -> bool:
 def _summarize_kernel_dump(src: Source) -> dict[str, Any]:
     """kernels.json, and for each kernel folder its model.mil's summary and weight files."""
     root = src.path
-    index = json.loads((root / "kernels.json").read_text(encoding="utf-8"))
+    index = jsonio.loads((root / "kernels.json").read_bytes(), "kernels.json")
     kernels = []
     for name, entry in index["kernels"].items():
         folder = root / str(name)

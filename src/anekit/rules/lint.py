@@ -42,10 +42,11 @@ class LintResult:
     target: str
     findings: list[Finding] = field(default_factory=list)
     problem: str | None = None
+    missing_weights: list[str] = field(default_factory=list)  # BLOBFILEs whose file is not there
 
     @property
     def errors(self) -> int:
-        return sum(f.is_error for f in self.findings) + (self.problem is not None)
+        return sum(f.is_error for f in self.findings) + (self.problem is not None) + len(self.missing_weights)
 
     @property
     def warnings(self) -> int:
@@ -54,6 +55,8 @@ class LintResult:
     def lines(self) -> Iterator[str]:
         if self.problem is not None:
             yield f"{self.target}: mil.syntax error: {self.problem}"
+        for missing in self.missing_weights:
+            yield f"{self.target}: mil.weights error: {missing}"
         for f in self.findings:
             at = f":{f.line}" if f.line else ""
             yield f"{self.target}{at}: {f}"
@@ -62,6 +65,7 @@ class LintResult:
         return {
             "target": self.target,
             "problem": self.problem,
+            "missing_weights": list(self.missing_weights),
             "findings": [f.as_dict() for f in self.findings],
         }
 
@@ -77,9 +81,15 @@ def lint_program(
     """Check one program; BLOBFILE paths resolve through ``weights`` or against ``weights_dir`` (the
     ``@model_path`` folder). ``route``: "direct" (the in-memory route), "e5rt", or "coreml" for a
     package's program (its buffers are CoreML's)."""
+    missing: list[str] = []
     if weights is None and weights_dir is not None:
         weights = _weight_files(program, weights_dir)
-    return LintResult(target, check_program(program, chip, weights, route))
+        missing = [
+            f"const '{name}' reads {ref}, which is not in {weights_dir}"
+            for name, ref in _blob_refs(program)
+            if ref not in weights
+        ]
+    return LintResult(target, check_program(program, chip, weights, route), missing_weights=missing)
 
 
 def lint_paths(paths: list[Path], chip: str = "any", route: str | None = None) -> list[LintResult]:
@@ -168,6 +178,17 @@ def _lint_python(path: Path, chip: str, route: str) -> list[LintResult]:
     if not results:
         raise AnekitError(f"[lint] {path}: defines no module-level Program (or object with a .program)")
     return results
+
+
+def _blob_refs(program: Program) -> list[tuple[str, str]]:
+    """(const name, BLOBFILE path) of every weight the program reads from a file."""
+    refs = []
+    for fn in program.functions.values():
+        for op in fn.ops:
+            val = op.attributes.get("val")
+            if isinstance(val, Literal) and isinstance(val.value, BlobRef):
+                refs.append((op.outputs[0].name if op.outputs else op.name, val.value.path))
+    return refs
 
 
 def _weight_files(program: Program, folder: Path) -> dict[str, Path]:

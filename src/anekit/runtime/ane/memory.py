@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from anekit import jsonio
+from anekit.errors import AnekitError
 from anekit.fileio import user_cache_dir, write_bytes_atomic
 
 FILE_NAME = "trials.json"
@@ -84,10 +86,10 @@ class Memory:
             if self.path.stat().st_size > MAX_BYTES:
                 self.problem = f"{self.path}: larger than {MAX_BYTES} bytes, ignored"
                 return {}
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            doc = jsonio.loads(self.path.read_bytes(), str(self.path), max_bytes=MAX_BYTES)
         except FileNotFoundError:
             return {}
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+        except (OSError, AnekitError) as e:
             self.problem = f"{self.path}: unreadable ({type(e).__name__}), ignored"
             return {}
         try:
