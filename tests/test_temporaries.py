@@ -141,3 +141,22 @@ def test_a_sigterm_mid_export_removes_the_package_temporary(tmp_path, monkeypatc
     assert e.value.code == 128 + signal.SIGTERM
     assert "stopped by SIGTERM" in capsys.readouterr().err
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # no hidden temporary
+
+
+def test_a_killed_exports_temporaries_are_removed_by_the_next_export(tmp_path, capsys):
+    """SIGKILL cannot be caught: what a killed export (or package writer) left beside OUT is named by its
+    kind and pid, and the next export removes it once its writer is gone; a live writer's is kept."""
+    from anekit.cli.main import main
+    from tests.conftest import corpus_path
+
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    stale = [
+        tmp_path / f".m.mlpackage.export-{dead}.0123abcd.tmp",
+        tmp_path / f".m.mlpackage.package-{dead}.89abcdef.tmp",
+    ]
+    live = tmp_path / ".m.mlpackage.export-1.fedcba98.tmp"  # pid 1 is always running
+    for d in (*stale, live):
+        (d / "Data").mkdir(parents=True)
+    model = corpus_path("llama2c", "stories260K.bin")
+    assert main(["export", str(model), "--to", "mlpackage", str(tmp_path / "m.mlpackage")]) == 0
+    assert not any(d.exists() for d in stale) and live.is_dir()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from anekit.coreml.export import WEIGHT_PATH, Stage, WeightSink, build_program, 
 from anekit.coreml.quantize import Quantized, check_mode
 from anekit.coreml.shards import DEFAULT_SHARD_MB, MB, SHARDS_FILE, package_name, plan_shards, shards_manifest
 from anekit.errors import AnekitError
-from anekit.fileio import replace_path
+from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.llama.params import Params
 
 
@@ -91,9 +90,8 @@ def export_mlpackage(
         if all(seen.name != q.name for seen in report.quantized):
             report.quantized.append(q)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
-    tmp.mkdir()
+    remove_stale_temporaries(out.parent, "export")  # what a killed export left beside OUT
+    tmp = temporary_dir(out, "export")  # named by kind and pid: a later export removes it if stale
     try:
         if not report.sharded:
             report.weight_bytes.append(_write_stage(params, stages[0], out, tmp, quant, force, quantized))

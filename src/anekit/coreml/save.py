@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,7 +40,7 @@ from anekit.coreml.manifest import (
 from anekit.coreml.spec import program_to_model
 from anekit.coreml.values import literal_to_value, tensor_bytes
 from anekit.errors import AnekitError, CoreMLFormatError
-from anekit.fileio import replace_path
+from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.fp16 import bf16_bits_to_f32
 from anekit.mil import types as T
 from anekit.mil.builder import weight_file_dtypes
@@ -256,9 +255,8 @@ def save_mlpackage(
     program = verify(program)
     if default_function is None:
         default_function = "main" if "main" in program.functions else next(iter(program.functions))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    tmp.mkdir()
+    remove_stale_temporaries(path.parent, "package")  # what a killed writer left beside it
+    tmp = temporary_dir(path, "package")  # named by kind and pid: a later writer removes it if stale
     try:
         model_dir = tmp / DATA / MODEL_ENTRY.rsplit("/", 1)[0]
         weights_dir = tmp / DATA / WEIGHTS_ENTRY
