@@ -101,25 +101,26 @@ def checkpoint_naming(path: Path, tokenizer: Path) -> None:
     save_checkpoint(path, params, params.zeros_like(), params.zeros_like(), CheckpointMeta(), record)
 
 
-def test_a_checkpoint_samples_with_the_tokenizer_its_run_record_names(tmp_path, cache, capsys):
+def _trained_with_a_tokenizer(tmp_path: Path) -> tuple[Path, Path]:
+    """A tokenizer under data/ and a checkpoint under run/ whose run record names it."""
     trained_with = tmp_path / "data" / "tok.bin"
     trained_with.parent.mkdir()
     write_tokenizer_bin(trained_with, numbered_tokenizer(TINY.vocab_size, b"w"))
     ckpt = tmp_path / "run" / "ckpt.bin"
     ckpt.parent.mkdir()
     checkpoint_naming(ckpt, trained_with)
+    return trained_with, ckpt
+
+
+def test_a_checkpoint_samples_with_the_tokenizer_its_run_record_names(tmp_path, cache, capsys):
+    _, ckpt = _trained_with_a_tokenizer(tmp_path)
     rc, out, err = sample(capsys, str(ckpt), "--steps", "8", "--temperature", "0")
     assert rc == 0 and "warning" not in err, err
     assert len(ids_printed(out, "w")) >= 1
 
 
 def test_a_tokenizer_that_is_not_the_run_records_is_an_error_naming_the_right_one(tmp_path, cache, capsys):
-    trained_with = tmp_path / "data" / "tok.bin"
-    trained_with.parent.mkdir()
-    write_tokenizer_bin(trained_with, numbered_tokenizer(TINY.vocab_size, b"w"))
-    ckpt = tmp_path / "run" / "ckpt.bin"
-    ckpt.parent.mkdir()
-    checkpoint_naming(ckpt, trained_with)
+    trained_with, ckpt = _trained_with_a_tokenizer(tmp_path)
     other = numbered_tokenizer(TINY.vocab_size, b"x")  # the same size, other pieces
     write_tokenizer_bin(ckpt.parent / "tokenizer.bin", other)
     for argv in ([], ["--tokenizer", str(ckpt.parent / "tokenizer.bin")]):

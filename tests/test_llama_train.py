@@ -84,6 +84,23 @@ def test_dynamic_weights_train_within_a_tiny_compile_budget():
     assert np.mean(state.losses[-3:]) < 0.7 * state.losses[0]
 
 
+def _train_past_the_headroom(steps: int) -> tuple[TrainState, list[bool], TrainConfig]:
+    """A tiny model trained ``steps`` steps from a loss scale past the MAC headroom: the state, whether
+    each step was skipped, and the settings."""
+    _cfg, state = _tiny_state()
+    tc = TrainConfig(steps=steps, accum=1, loss_scale=2.0**22)
+    state = TrainState.fresh(state.params, tc)
+    skipped: list[bool] = []
+    train(
+        runtime.open("sim", compile_budget=10**6),
+        state,
+        _Repeat(),
+        tc,
+        on_step=lambda r: skipped.append(r.skipped),
+    )
+    return state, skipped, tc
+
+
 def test_a_loss_scale_past_the_mac_headroom_is_halved_before_it_overflows():
     """Scaled gradients are kept under half the MAC port's 2^15 ceiling (the engine's overflow forms, +inf
     and the +0 of inf - inf, come after it): a scale of 2^22 is halved step by step, no update applied
@@ -92,17 +109,7 @@ def test_a_loss_scale_past_the_mac_headroom_is_halved_before_it_overflows():
 
     assert GRADIENT_HEADROOM == 16384
     assert StepResult(1.0, True, 16384.0).overflowed and not StepResult(1.0, True, 16383.0).overflowed
-    _cfg, state = _tiny_state()
-    tc = TrainConfig(steps=30, accum=1, loss_scale=2.0**22)
-    state = TrainState.fresh(state.params, tc)
-    skipped = []
-    train(
-        runtime.open("sim", compile_budget=10**6),
-        state,
-        _Repeat(),
-        tc,
-        on_step=lambda r: skipped.append(r.skipped),
-    )
+    state, skipped, _ = _train_past_the_headroom(30)
     assert skipped[0] and state.loss_scale < 2.0**22 and not all(skipped)
     assert np.all(np.isfinite(state.losses))
 
@@ -149,17 +156,7 @@ def test_a_skipped_step_does_not_advance_the_adam_step_in_the_checkpoint_header(
     the run record's adam_t are the number of applied updates, so a resumed run's bias correction is right."""
     from anekit.cli.train_cmd import Run, Source, _save
 
-    _cfg, state = _tiny_state()
-    tc = TrainConfig(steps=8, accum=1, loss_scale=2.0**22)
-    state = TrainState.fresh(state.params, tc)
-    skipped: list[bool] = []
-    train(
-        runtime.open("sim", compile_budget=10**6),
-        state,
-        _Repeat(),
-        tc,
-        on_step=lambda r: skipped.append(r.skipped),
-    )
+    state, skipped, tc = _train_past_the_headroom(8)
     assert any(skipped) and not all(skipped)
     spec = Run(
         state.params.cfg, tc, Source(None, "0" * 64), Source(None, "0" * 64), "tokenizer.bin", None, []
