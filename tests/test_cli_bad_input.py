@@ -839,10 +839,11 @@ def test_ctrl_c_during_run_repeat_is_one_line_and_exit_130(ws: Path) -> None:
     import signal
     import time
 
-    proc = _anekit(
-        "run", str(ws / "prog.mil"), "--random", "1", "--repeat", "1000000", stdout=subprocess.PIPE
-    )
+    slow = ws / "slow.mil"  # 64K elements a run: a million runs take far longer than the wait below
+    slow.write_text(PROGRAM.format(s=16384))
+    proc = _anekit("run", str(slow), "--random", "1", "--repeat", "1000000", stdout=subprocess.PIPE)
     time.sleep(4)  # past the imports and the compile: inside the repeated runs
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=SECONDS)[1]
     assert proc.returncode == 130 and err == "anekit: interrupted\n", err
