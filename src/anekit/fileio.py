@@ -228,16 +228,52 @@ class DirLock:
 
     def __init__(self, directory: str | os.PathLike, what: str) -> None:
         self.path = Path(directory) / LOCK_FILE
+        self.target = Path(directory)  # what the lock guards, as the refusal names it
         self.what = what  # e.g. "anekit train": who holds it, in the holder's line
         self.fd: int | None = None
+        self.transient = False  # a lock file beside its target, removed on release (``beside``)
+
+    @classmethod
+    def beside(cls, target: str | os.PathLike, what: str) -> DirLock:
+        """The lock of a writer that replaces ``target`` whole (``export``, ``kernels dump``): the target
+        is renamed into place at the end, so the lock cannot live inside it. It is the file
+        ``.<name>.anekit.lock`` beside ``target``, removed when released; ``acquire`` checks that the
+        file it locked is still the one at that path (a releasing holder may have just removed it)."""
+        target = Path(target)
+        lock = cls(target.parent, what)
+        lock.path = target.parent / f".{target.name}{LOCK_FILE}"
+        lock.target = target
+        lock.transient = True
+        return lock
 
     def acquire(self) -> DirLock:
-        import fcntl
-
         adopted = self._adopt()
         if adopted is not None:
             self.fd = adopted
             return self
+        if self.transient:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):  # a transient lock file removed between open and flock: open the new one
+            fd = self._lock_once()
+            if not self.transient or _same_file(fd, self.path):
+                break
+            os.close(fd)
+        else:
+            raise AnekitError(f"[lock] {self.path} keeps being replaced; is another anekit removing it?")
+        self.fd = fd
+        line = (
+            f"{self.what}, pid {os.getpid()} on {socket.gethostname()}, since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime())}\n"
+        )
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, line.encode(), 0)
+        return self
+
+    def _lock_once(self) -> int:
+        """Open the lock file and take its flock, or refuse naming the holder."""
+        import fcntl
+
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -248,18 +284,10 @@ class DirLock:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)
             raise DirectoryBusy(
-                f"[lock] {self.path.parent} is being written by another process ({holder}); wait for it "
-                "to finish or use another output directory"
+                f"[lock] {self.target} is being written by another process ({holder}); wait for it "
+                "to finish or use another output path"
             ) from None
-        self.fd = fd
-        line = (
-            f"{self.what}, pid {os.getpid()} on {socket.gethostname()}, since "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime())}\n"
-        )
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, line.encode(), 0)
-        return self
+        return fd
 
     def _adopt(self) -> int | None:
         """The lock descriptor a re-executed parent left this process, when it is this file's."""
@@ -284,6 +312,9 @@ class DirLock:
 
     def release(self) -> None:
         if self.fd is not None:
+            if self.transient:  # removed while still held: a waiting writer's acquire sees it went
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
             os.close(self.fd)  # closing the only descriptor of the open description drops the flock
             self.fd = None
 
@@ -292,6 +323,15 @@ class DirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open ``fd`` is the file now at ``path``."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def replace_path(new: str | os.PathLike, out: str | os.PathLike) -> None:

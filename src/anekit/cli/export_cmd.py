@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from anekit.cli import flags
 from anekit.coreml.quantize import QUANT_MODES
 from anekit.errors import AnekitError
-from anekit.fileio import terminate_unwinds, write_bytes_atomic
+from anekit.fileio import DirLock, terminate_unwinds, write_bytes_atomic
 from anekit.kernels.config import preset
 from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         # the tokenizer.bin written beside the model must be the model's: the package path's check
         found = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
         tok = None if isinstance(found, str) else load_tokenizer(found[0])
-        with writing(args.out, "[export]"), terminate_unwinds("[export]"):
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
             written = export_llama2c(params, args.out, tok, force=args.force)
         for path in written:
             print(f"wrote {path}")
@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
-        with writing(args.out, "[export]"), terminate_unwinds("[export]"):  # a SIGTERM leaves no temporary
+        # a SIGTERM leaves no temporary; a second export to OUT is refused while this one writes
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
             report = export_mlpackage(
                 params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force
             )
@@ -158,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
             for line in check_residency(path):
                 print(line)
     return 0
+
+
+def _lock(out: Path) -> DirLock:
+    """One export to ``out`` at a time (built aside and renamed in, so the lock is beside it)."""
+    return DirLock.beside(out, "anekit export")
 
 
 def _read_model(args: argparse.Namespace) -> Params:

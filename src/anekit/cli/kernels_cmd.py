@@ -8,7 +8,13 @@ import shutil
 from pathlib import Path
 
 from anekit.cli import flags
-from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir, terminate_unwinds
+from anekit.fileio import (
+    DirLock,
+    remove_stale_temporaries,
+    replace_path,
+    temporary_dir,
+    terminate_unwinds,
+)
 from anekit.kernels import ModelConfig, catalog, preset
 from anekit.outputs import OutputError, check_dir, looks_like, writing
 
@@ -97,7 +103,11 @@ def run_dump(args: argparse.Namespace) -> int:
     weights = catalog.random_weights(cfg, args.seed)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
     # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
-    with writing(args.out, "[kernels] OUT_DIR"), terminate_unwinds("[kernels] dump"):
+    with (
+        writing(args.out, "[kernels] OUT_DIR"),
+        terminate_unwinds("[kernels] dump"),
+        DirLock.beside(args.out, "anekit kernels dump"),  # a second dump to OUT_DIR is refused
+    ):
         remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:
