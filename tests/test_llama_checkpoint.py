@@ -403,3 +403,24 @@ def test_process_killed_during_save_leaves_the_previous_checkpoint(tmp_path):
     leftovers = [x.name for x in tmp_path.iterdir() if x.name != "ckpt.bin"]
     assert all(n.startswith(".ckpt.bin.") and n.endswith(".tmp") for n in leftovers)
     assert len(leftovers) == 1  # the killed writer's partial temporary file; the checkpoint is untouched
+
+
+def test_a_checkpoint_file_far_larger_than_its_header_is_refused_before_it_is_read(tmp_path):
+    """A 3 GB sparse file behind a small model's header: the size is checked on a map of the file, so the
+    refusal allocates nothing near the file's size (the audit saw it read whole)."""
+    import tracemalloc
+
+    p, m, v = _state(MHA)
+    path = tmp_path / "big.bin"
+    save_checkpoint(path, p, m, v, META)
+    with open(path, "r+b") as f:
+        f.truncate(3 << 30)  # a hole: no disk blocks
+    for load in (load_checkpoint, load_checkpoint_file):
+        tracemalloc.start()
+        try:
+            with pytest.raises(FormatError, match="size"):
+                load(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 << 20, peak

@@ -594,14 +594,27 @@ def build_checkpoint(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _read_all(source: PathOrBytes) -> tuple[np.ndarray, str]:
-    """The file's bytes as a writable uint8 array (so loaded tensors can be trained in place)."""
+def _read_all(source: PathOrBytes, cfg: ModelConfig | None) -> tuple[np.ndarray, str]:
+    """The file's bytes as a writable uint8 array (so loaded tensors can be trained in place).
+
+    A file is first mapped and decoded (views only, nothing read but the header and the run record), so
+    a header that disagrees with the file's size, or a file far larger than its header says, is refused
+    before its bytes are copied into memory."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return np.frombuffer(source, np.uint8).copy(), "checkpoint"
+    name = Path(source).stem
     try:
-        return np.fromfile(os.fspath(source), dtype=np.uint8), Path(source).stem
+        os.stat(source)
     except OSError as e:
-        raise AnekitError(f"[{FORMAT}] cannot read checkpoint {source}: {e}") from e
+        raise AnekitError(f"[{FORMAT}] cannot read checkpoint {source}: {e.strerror}") from e
+    mapped = map_file(source, f"[{FORMAT}] checkpoint")
+    _decode(mapped, cfg, name)  # the structure checked against the size before any copy
+    try:
+        return np.array(mapped), name
+    except MemoryError as e:
+        raise AnekitError(
+            f"[{FORMAT}] checkpoint {source} ({mapped.size} bytes) does not fit in memory"
+        ) from (e)
 
 
 def _config_from_header(h: dict[str, Any], cfg: ModelConfig | None, name: str) -> ModelConfig:
@@ -855,7 +868,7 @@ def load_checkpoint(
     Without ``cfg`` the model config comes from the header with ``n_kv_heads = n_heads`` and the file's
     name; with ``cfg`` the header must agree with it (FormatError naming the field otherwise).
     """
-    buf, name = _read_all(path)
+    buf, name = _read_all(path, cfg)
     return parse_checkpoint(buf, cfg, name=name)
 
 
@@ -868,5 +881,5 @@ def read_run_record(path: PathOrBytes) -> dict[str, Any] | None:
 
 def load_checkpoint_file(path: PathOrBytes, cfg: ModelConfig | None = None) -> Checkpoint:
     """Read a BLZT checkpoint (a path, or its bytes) with its run record (``read_checkpoint``)."""
-    buf, name = _read_all(path)
+    buf, name = _read_all(path, cfg)
     return read_checkpoint(buf, cfg, name=name)
