@@ -614,7 +614,7 @@ def _read_all(source: PathOrBytes, cfg: ModelConfig | None) -> tuple[np.ndarray,
     except MemoryError as e:
         raise AnekitError(
             f"[{FORMAT}] checkpoint {source} ({mapped.size} bytes) does not fit in memory"
-        ) from (e)
+        ) from e
 
 
 def _config_from_header(h: dict[str, Any], cfg: ModelConfig | None, name: str) -> ModelConfig:
