@@ -52,6 +52,8 @@ def rope_tables(cfg: ModelConfig, channels: int) -> tuple[np.ndarray, np.ndarray
     hd = cfg.head_dim
     pair = np.arange(channels // 2)
     freq = cfg.rope_theta ** (-((2 * pair) % hd) / hd)  # (channels / 2,)
+    if cfg.rope_scaling is not None:  # Llama 3's frequency bands
+        freq = cfg.rope_scaling.apply(freq)
     angle = freq[:, None] * np.arange(cfg.seq_len)[None, :]  # (channels / 2, seq)
     shape = (1, channels // 2, 1, cfg.seq_len)
     return np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)

@@ -10,7 +10,10 @@ from the config, so they are applied where those kernels are made (``check_kerne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from anekit.errors import AnekitError
 
@@ -23,8 +26,55 @@ class ConfigError(AnekitError, ValueError):
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's RoPE frequency scaling ("rope_type": "llama3"), as transformers'
+    ``_compute_llama3_parameters``: with wavelength 2 pi / f, frequencies whose wavelength exceeds
+    ``original_max_position_embeddings / low_freq_factor`` are divided by ``factor``, those shorter than
+    ``original_max_position_embeddings / high_freq_factor`` are kept, and the band between is a smooth
+    interpolation of the two."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self) -> None:
+        if not (self.factor >= 1 and 0 < self.low_freq_factor < self.high_freq_factor):
+            raise ConfigError(
+                f"[config] llama3 rope scaling needs factor >= 1 and 0 < low_freq_factor < "
+                f"high_freq_factor, got {self.factor}, {self.low_freq_factor}, {self.high_freq_factor}"
+            )
+        if not (
+            isinstance(self.original_max_position_embeddings, int)
+            and self.original_max_position_embeddings > 0
+        ):
+            raise ConfigError(
+                "[config] llama3 rope scaling needs a positive original_max_position_embeddings, got "
+                f"{self.original_max_position_embeddings!r}"
+            )
+
+    def apply(self, inv_freq: np.ndarray) -> np.ndarray:
+        """The scaled frequencies, in ``inv_freq``'s dtype."""
+        f = inv_freq.astype(np.float64)
+        old = float(self.original_max_position_embeddings)
+        wavelen = 2 * math.pi / f
+        smooth = (old / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        out = np.where(wavelen > old / self.low_freq_factor, f / self.factor, f)
+        medium = (wavelen >= old / self.high_freq_factor) & (wavelen <= old / self.low_freq_factor)
+        out = np.where(medium, (1 - smooth) * f / self.factor + smooth * f, out)
+        return out.astype(inv_freq.dtype)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """Shape of a llama2.c transformer; every kernel is generated from one of these."""
+    """Shape of a llama2.c-style transformer (Llama, Mistral, Qwen 2 / 3 included); every kernel is
+    generated from one of these.
+
+    RoPE always turns adjacent channel pairs (2j, 2j + 1) of a head, as llama2.c's run.c and the kernels
+    do; checkpoints in Hugging Face's rotate-half layout have their q / k rows permuted on import
+    (anekit.hf). The fields after ``rope_theta`` describe Hugging Face models: ``attn_head_dim`` (Qwen 3
+    names its head size, and heads x head_dim need not equal dim), q / k / v biases (Qwen 2), a
+    per-head RMSNorm of q and k before RoPE (Qwen 3), Llama 3's rope scaling."""
 
     dim: int  # model width: channels of every [1, dim, 1, seq] activation
     hidden_dim: int  # FFN width (W1 / W3 output channels)
@@ -36,6 +86,10 @@ class ModelConfig:
     rope: bool = True  # rotary position embedding on Q and K (llama2.c always uses it)
     norm_eps: float = 1e-5  # RMSNorm epsilon, as llama2.c's run.c
     rope_theta: float = 10000.0
+    attn_head_dim: int = 0  # 0: dim // n_heads (llama2.c); else each head's size, named by the model
+    qkv_bias: bool = False  # q / k / v projections have biases (Qwen 2)
+    qk_norm: bool = False  # a per-head RMSNorm of q and k before RoPE, weights (head_dim,) (Qwen 3)
+    rope_scaling: RopeScaling | None = None  # Llama 3's frequency scaling; None: plain RoPE
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -43,7 +97,20 @@ class ModelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"[config {self.name}] {key} must be a positive integer, got {value!r}")
-        if self.dim % self.n_heads:
+        if not isinstance(self.attn_head_dim, int) or self.attn_head_dim < 0:
+            raise ConfigError(
+                f"[config {self.name}] attn_head_dim must be 0 (dim / n_heads) or positive, got "
+                f"{self.attn_head_dim!r}"
+            )
+        if not (
+            isinstance(self.rope_theta, (int, float))
+            and math.isfinite(self.rope_theta)
+            and self.rope_theta > 1
+        ):
+            raise ConfigError(
+                f"[config {self.name}] rope_theta must be a finite number > 1, got {self.rope_theta!r}"
+            )
+        if self.attn_head_dim == 0 and self.dim % self.n_heads:
             raise ConfigError(
                 f"[config {self.name}] dim {self.dim} is not divisible by n_heads {self.n_heads}"
             )
@@ -61,7 +128,22 @@ class ModelConfig:
 
     def check_kernels(self) -> ModelConfig:
         """This config, or ConfigError naming the rule: the surfaces of the fused training kernels
-        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields."""
+        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields, and the kernels
+        implement llama2.c's attention (no q / k / v biases, no q / k norm, heads x head_dim = dim)."""
+        missing = [
+            what
+            for what, present in (
+                ("q / k / v biases", self.qkv_bias),
+                ("a q / k norm", self.qk_norm),
+                (f"heads x head_dim = {self.q_dim} != dim {self.dim}", self.q_dim != self.dim),
+            )
+            if present
+        ]
+        if missing:
+            raise ConfigError(
+                f"[config {self.name}] the fused training kernels implement llama2.c's attention; this "
+                f"model has {', '.join(missing)} (it runs on the CPU paths: sample, export)"
+            )
         channels = {
             "dim": self.dim,
             "hidden_dim": self.hidden_dim,
@@ -87,7 +169,38 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.attn_head_dim or self.dim // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Channels of the queries (and of the attention's output): n_heads x head_dim."""
+        return self.n_heads * self.head_dim
+
+    def llama2c_problems(self) -> list[str]:
+        """What llama2.c's model file and run.c cannot represent of this model (empty: nothing). run.c
+        fixes rope_theta at 10000 and the RMSNorm epsilon at 1e-5, and has no place for biases, a q / k
+        norm, rope scaling or a head size of the model's own."""
+        problems = [
+            what
+            for what, present in (
+                (f"rope_theta {self.rope_theta:g} (run.c uses 10000)", self.rope_theta != 10000.0),
+                ("Llama 3 rope scaling", self.rope_scaling is not None),
+                (f"RMSNorm epsilon {self.norm_eps:g} (run.c uses 1e-05)", self.norm_eps != 1e-5),
+                ("q / k / v biases", self.qkv_bias),
+                ("a q / k norm", self.qk_norm),
+                (f"heads x head_dim = {self.q_dim} != dim {self.dim}", self.q_dim != self.dim),
+            )
+            if present
+        ]
+        return problems
+
+    def rope_frequencies(self, dtype: type = np.float64) -> np.ndarray:
+        """freq_j = 1 / theta^(2j / head_dim) for the head_dim / 2 pairs (computed in ``dtype``, as run.c
+        computes them in float32), Llama 3's scaling applied when the model has it."""
+        hd = self.head_dim
+        pair = np.arange(0, hd, 2, dtype=dtype)
+        freq = dtype(1.0) / np.power(dtype(self.rope_theta), pair / dtype(hd))
+        return freq if self.rope_scaling is None else self.rope_scaling.apply(freq)
 
     @property
     def kv_dim(self) -> int:

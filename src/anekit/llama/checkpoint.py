@@ -505,6 +505,9 @@ def _checked(params: Params, adam_m: Params, adam_v: Params) -> list[tuple[_Tens
     """Every tensor to write, in file order, after checking the three containers against the layout."""
     cfg = params.cfg
     untied = params.wcls is not None
+    beyond = [what for what in cfg.llama2c_problems() if not what.startswith(("rope_theta", "RMSNorm"))]
+    if beyond:  # BLZT holds llama2.c's tensors; the run record keeps rope_theta and the epsilon
+        raise AnekitError(f"[{FORMAT}] a BLZT checkpoint cannot hold {cfg.name}: it has {'; '.join(beyond)}")
     for name, c in (("adam_m", adam_m), ("adam_v", adam_v)):
         if len(c.layers) != cfg.n_layers:
             raise AnekitError(f"[{FORMAT}] {name} has {len(c.layers)} layers, the model {cfg.n_layers}")

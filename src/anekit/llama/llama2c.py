@@ -404,6 +404,9 @@ def read_llama2c(source: PathOrBytes, *, name: str | None = None) -> tuple[Model
 
 def _arrays_to_write(model: Llama2cModel) -> tuple[bytes, list[np.ndarray]]:
     p, cfg = model.params, model.params.cfg
+    problems = cfg.llama2c_problems()
+    if problems:
+        raise AnekitError(f"[{FORMAT}] llama2.c cannot represent {cfg.name}: it has {'; '.join(problems)}")
     shared = p.wcls is None
     if model.version == 0:
         vocab = cfg.vocab_size if shared else -cfg.vocab_size

@@ -5,6 +5,10 @@ Every matrix is float32 (out, in) as llama2.c stores it: wq (dim, dim), wk / wv 
 embed (vocab, dim); rms_final (dim,); wcls (vocab, dim) or None when the classifier is tied to embed.
 Gradients and Adam moments use the same container (``zeros_like``), so optimizer code walks one list.
 
+Models imported from Hugging Face may carry more per layer (``EXTRA_FIELDS``, present exactly when the
+config says so): q / k / v biases (Qwen 2) and the per-head q / k RMSNorm weights (Qwen 3). With an
+``attn_head_dim`` of its own, wq is (q_dim, dim) and wo (dim, q_dim), q_dim = n_heads x head_dim.
+
 The arrays may be read-only views of a model file mapped into memory (``map_file``): sampling, inspecting
 and exporting then read weights from the page cache as they use them, so a model larger than RAM works,
 and only training, which updates weights in place, needs writable copies.
@@ -24,6 +28,7 @@ from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 
 LAYER_FIELDS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
+EXTRA_FIELDS = ("bq", "bk", "bv", "q_norm", "k_norm")  # Hugging Face models only (see the docstring)
 
 
 def map_file(path: str | os.PathLike, what: str) -> np.ndarray:
@@ -59,17 +64,31 @@ class LayerParams:
     w1: np.ndarray  # (hidden, dim)
     w2: np.ndarray  # (dim, hidden)
     w3: np.ndarray  # (hidden, dim)
+    bq: np.ndarray | None = None  # (q_dim,) when cfg.qkv_bias
+    bk: np.ndarray | None = None  # (kv_dim,)
+    bv: np.ndarray | None = None  # (kv_dim,)
+    q_norm: np.ndarray | None = None  # (head_dim,) when cfg.qk_norm
+    k_norm: np.ndarray | None = None  # (head_dim,)
 
     def as_dict(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in LAYER_FIELDS}
+        """Every array of the layer: llama2.c's nine, then the extras it has."""
+        out = {k: getattr(self, k) for k in LAYER_FIELDS}
+        out.update({k: v for k in EXTRA_FIELDS if (v := getattr(self, k)) is not None})
+        return out
 
 
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    d, kv, h = cfg.dim, cfg.kv_dim, cfg.hidden_dim
-    return {
-        "rms_att": (d,), "wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
+    """The shape of every array of one layer of ``cfg`` (the extras it has included)."""
+    d, q, kv, h = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim
+    shapes = {
+        "rms_att": (d,), "wq": (q, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, q),
         "rms_ffn": (d,), "w1": (h, d), "w2": (d, h), "w3": (h, d),
     }  # fmt: skip
+    if cfg.qkv_bias:
+        shapes.update(bq=(q,), bk=(kv,), bv=(kv,))
+    if cfg.qk_norm:
+        shapes.update(q_norm=(cfg.head_dim,), k_norm=(cfg.head_dim,))
+    return shapes
 
 
 @dataclass
@@ -97,9 +116,10 @@ class Params:
     def tensors(self) -> Iterator[tuple[str, np.ndarray]]:
         """Every array with a stable name, in llama2.c's file order (embed, per-field layers, head)."""
         yield "embed", self.embed
-        for key in LAYER_FIELDS:
+        for key in LAYER_FIELDS + EXTRA_FIELDS:
             for i, layer in enumerate(self.layers):
-                yield f"layers.{i}.{key}", getattr(layer, key)
+                if (value := getattr(layer, key)) is not None:
+                    yield f"layers.{i}.{key}", value
         yield "rms_final", self.rms_final
         if self.wcls is not None:
             yield "wcls", self.wcls
@@ -133,8 +153,10 @@ class Params:
         for _ in range(cfg.n_layers):
             w = {}
             for key, shape in shapes.items():
-                if key.startswith("rms"):
+                if key.startswith("rms") or key.endswith("_norm"):
                     w[key] = np.ones(shape, np.float32)
+                elif key.startswith("b"):
+                    w[key] = np.zeros(shape, np.float32)
                 else:
                     w[key] = normal(shape, out_std if key in ("wo", "w2") else 0.02)
             layers.append(LayerParams(**w))

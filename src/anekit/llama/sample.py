@@ -42,9 +42,7 @@ def rope_tables(cfg: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
 
     Pair j of a head (channels 2j, 2j + 1) turns by pos * freq_j, freq_j = 1 / theta^(2j / head_dim).
     """
-    hd = cfg.head_dim
-    pair = np.arange(0, hd, 2, dtype=np.float32)  # (hd/2,): channel index 2j within the head
-    freq = np.float32(1.0) / np.power(np.float32(cfg.rope_theta), pair / np.float32(hd))  # (hd/2,)
+    freq = cfg.rope_frequencies(np.float32)  # (hd/2,), Llama 3's scaling applied where the model has it
     angle = freq[:, None] * np.arange(n_pos, dtype=np.float32)[None, :]  # (hd/2, n_pos), float32 like run.c
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
@@ -79,7 +77,16 @@ def causal_attention(
     probs = np.exp(scores)  # (kv heads, group, T, Tk)
     probs /= probs.sum(axis=-1, keepdims=True)
     out = probs @ vh  # (kv heads, group, T, hd)
-    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(cfg.dim, t)  # (dim, T)
+    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(cfg.q_dim, t)  # (q_dim, T)
+
+
+def head_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, head_dim: int) -> np.ndarray:
+    """Each head's channels of x (C, T) RMS-normalised on their own, scaled by w (head_dim,): Qwen 3's
+    q / k norm."""
+    c, t = x.shape
+    heads = x.reshape(c // head_dim, head_dim, t)
+    scale = np.float32(1.0) / np.sqrt((heads * heads).mean(axis=1, keepdims=True) + np.float32(eps))
+    return (heads * scale * w[None, :, None]).reshape(c, t).astype(np.float32, copy=False)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -148,10 +155,15 @@ class CpuDecoder:
         x = cpu_ops.embed_lookup(p.embed, tokens)  # (dim, T)
         for i, lp in enumerate(p.layers):
             xn = cpu_ops.rmsnorm(x, lp.rms_att, eps)  # (dim, T)
-            q = apply_rope(lp.wq @ xn, cos, sin, hd)  # (dim, T)
-            self.keys[i, pos:end] = apply_rope(lp.wk @ xn, cos, sin, hd).T  # (T, kv_dim)
-            self.values[i, pos:end] = (lp.wv @ xn).T  # (T, kv_dim)
-            att = causal_attention(q, self.keys[i, :end], self.values[i, :end], pos, cfg)  # (dim, T)
+            q, k, v = lp.wq @ xn, lp.wk @ xn, lp.wv @ xn  # (q_dim, T), (kv_dim, T) x 2
+            if lp.bq is not None:  # Qwen 2's projection biases
+                q, k, v = q + lp.bq[:, None], k + lp.bk[:, None], v + lp.bv[:, None]
+            if lp.q_norm is not None:  # Qwen 3: each head's q and k RMS-normalised before RoPE
+                q, k = head_rmsnorm(q, lp.q_norm, eps, hd), head_rmsnorm(k, lp.k_norm, eps, hd)
+            q = apply_rope(q, cos, sin, hd)  # (q_dim, T)
+            self.keys[i, pos:end] = apply_rope(k, cos, sin, hd).T  # (T, kv_dim)
+            self.values[i, pos:end] = v.T  # (T, kv_dim)
+            att = causal_attention(q, self.keys[i, :end], self.values[i, :end], pos, cfg)  # (q_dim, T)
             x = x + lp.wo @ att  # (dim, T) residual
             xn = cpu_ops.rmsnorm(x, lp.rms_ffn, eps)  # (dim, T)
             h = silu(lp.w1 @ xn) * (lp.w3 @ xn)  # (hidden, T) SwiGLU
@@ -338,13 +350,19 @@ class Sampler:
             )
         # A model whose vocabulary is padded past the tokenizer's never samples ids the tokenizer lacks.
         self.decodable = size if isinstance(size, int) and size < self.cfg.vocab_size else None
+        # A Hugging Face tokenizer names its end tokens (``eos_ids``): generation stops at any of them.
+        # llama2.c's stories end at BOS instead (run.c), which is what a tokenizer without them gets.
+        self.eos_ids = frozenset(int(i) for i in getattr(tokenizer, "eos_ids", ()))
         self.stats = GenerationStats()
 
-    def encode(self, prompt: str) -> list[int]:
-        ids = [int(i) for i in self.tokenizer.encode(prompt, True, False)]
+    def encode(self, prompt: str, bos: bool = True) -> list[int]:
+        """The prompt's ids, BOS first where the tokenizer has one and ``bos``."""
+        ids = [int(i) for i in self.tokenizer.encode(prompt, bos, False)]
         if not ids:
             raise AnekitError(
-                "[sample] the tokenizer returned no tokens for the prompt (expected at least BOS)"
+                "[sample] the prompt is no tokens (and the tokenizer adds no BOS): give a --prompt"
+                if self.bos_id < 0 or not bos
+                else "[sample] the tokenizer returned no tokens for the prompt (expected at least BOS)"
             )
         bad = [i for i in ids if not 0 <= i < self.cfg.vocab_size]
         if bad:
@@ -398,11 +416,15 @@ class Sampler:
         while True:
             if self.decodable is not None:
                 logits[self.decodable :] = -np.inf
-            if stats.generated_tokens == 0 and logits.shape[0] > 1 and 0 <= self.bos_id < logits.shape[0]:
+            first = stats.generated_tokens == 0 and not self.eos_ids  # llama2.c's stories only
+            if first and logits.shape[0] > 1 and 0 <= self.bos_id < logits.shape[0]:
                 logits[self.bos_id] = -np.inf  # BOS first would end the story before it starts
             token = sample_next(logits, temperature, top_p, rng)
             stats.seconds += clock() - t0
-            if token == self.bos_id:
+            if token in self.eos_ids:
+                stats.stop = "eos"
+                return
+            if token == self.bos_id and not self.eos_ids:
                 stats.stop = "bos"
                 return
             stats.generated_tokens += 1
@@ -423,9 +445,11 @@ class Sampler:
         top_p: float = 0.9,
         seed: int | None = None,
         echo_prompt: bool = True,
+        bos: bool = True,
     ) -> Iterator[str]:
-        """Text pieces as they are generated; the prompt's text comes first when echo_prompt (as run.c)."""
-        ids = self.encode(prompt)
+        """Text pieces as they are generated; the prompt's text comes first when echo_prompt (as run.c).
+        ``bos`` False: the prompt holds its own (a chat template's rendering)."""
+        ids = self.encode(prompt, bos)
         stream = TextStream(self.tokenizer.decode)
         if ids[0] != self.bos_id:  # a tokenizer without BOS: the first prompt token is text too
             piece = stream.push(ids[0])
