@@ -34,3 +34,8 @@ def test_hostile_documents_get_one_error_naming_them(text, says):
 def test_the_size_is_checked_before_parsing():
     with pytest.raises(jsonio.JsonError, match="more than the 10 allowed"):
         jsonio.loads(json.dumps(list(range(100))), "[t] doc", max_bytes=10)
+
+
+def test_an_integer_past_pythons_digit_limit_is_a_json_error_not_a_value_error():
+    with pytest.raises(jsonio.JsonError, match="not JSON"):
+        jsonio.loads('{"n": ' + "9" * 5000 + "}", "[test] doc")

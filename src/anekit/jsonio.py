@@ -58,5 +58,5 @@ def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH, max_bytes
         raise JsonError(f"{what}: JSON nested {found} deep, more than the {max_depth} allowed")
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, or an integer of 4300+ digits
         raise JsonError(f"{what}: not JSON ({e})") from None
