@@ -1,9 +1,13 @@
-"""``anekit export MODEL --to mlpackage|llama2c OUT``: a model as CoreML package(s) or llama2.c files.
+"""``anekit export MODEL --to mlpackage|llama2c|safetensors OUT``: a model as CoreML package(s), llama2.c
+files or a Hugging Face model directory.
 
-``--to mlpackage`` writes the ``prefill`` / ``decode`` program with KV-cache states
-(``anekit.coreml.export``), optionally int8 (``--quantize``) and sharded (``--shard-mb``); ``--to llama2c``
-writes run.c's model file and ``tokenizer.bin`` beside it. ``--check-residency`` (macOS) then checks with
-MLComputePlan that every conv prefers the Neural Engine (law 6).
+MODEL is an anekit checkpoint, a llama2.c model or a Hugging Face model directory. ``--to mlpackage``
+writes the ``prefill`` / ``decode`` program with KV-cache states (``anekit.coreml.export``), optionally
+int8 (``--quantize``) and sharded (``--shard-mb``); ``--to llama2c`` writes run.c's model file and
+``tokenizer.bin`` beside it (refusing, in one line, what run.c cannot represent); ``--to safetensors``
+writes a Hugging Face directory (config.json, model.safetensors or shards with an index, the tokenizer
+files) that transformers loads. ``--check-residency`` (macOS) then checks with MLComputePlan that every
+conv prefers the Neural Engine (law 6).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from anekit.outputs import OutputError, check_dir, check_file, looks_like, writi
 if TYPE_CHECKING:
     from anekit.llama.params import Params
 
-TARGETS = ("mlpackage", "llama2c")
+TARGETS = ("mlpackage", "llama2c", "safetensors")
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # a tokenizer beside MODEL goes with a llama2c export
 EXPORT_MARKERS = ("Manifest.json", "shards.json")  # what makes a directory a previous export
+HF_MARKERS = ("model.safetensors", "model.safetensors.index.json")  # ... a previous safetensors export
+HF_DTYPES = ("float32", "float16", "bfloat16")
 SAMPLE_TAG = "[sample] "  # how the model reader shared with `anekit sample` tags its errors
 
 
@@ -35,13 +41,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export", help="export a model as a CoreML package (prefill / decode) or llama2.c files"
     )
-    p.add_argument("model", type=Path, metavar="MODEL", help="anekit BLZT checkpoint or llama2.c model .bin")
+    p.add_argument(
+        "model",
+        type=Path,
+        metavar="MODEL",
+        help="anekit BLZT checkpoint, llama2.c model .bin, or Hugging Face model directory",
+    )
     p.add_argument("--to", choices=TARGETS, required=True, help="what to write")
     p.add_argument(
         "out",
         type=Path,
         metavar="OUT",
-        help="OUT.mlpackage, a shard directory, or OUT.bin (its parent directory must exist)",
+        help="OUT.mlpackage, a shard directory, OUT.bin, or a directory for safetensors (its parent "
+        "directory must exist)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=HF_DTYPES,
+        default=None,
+        help="--to safetensors: every tensor's dtype (default: the source checkpoint's own, float32 for "
+        "anekit and llama2.c models)",
     )
     p.add_argument(
         "--quantize",
@@ -81,6 +100,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_out(args: argparse.Namespace) -> None:
     """Refuse, before the model is read, an OUT that cannot be written or must not be replaced."""
     what = "[export] OUT"
+    if args.to == "safetensors":
+        if args.out.is_dir():
+            check_dir(args.out, what)
+        else:
+            check_file(args.out, what)
+        if args.force and args.out.exists() and not looks_like(args.out, *HF_MARKERS):
+            raise OutputError(
+                f"{what} {args.out}: not a previous safetensors export (no {' or '.join(HF_MARKERS)} in "
+                "it); --force replaces only those: remove it yourself or choose another OUT"
+            )
+        return
     if args.to == "llama2c":
         check_file(args.out, what)
         if args.tokenizer is not None or any((args.model.parent / n).is_file() for n in TOKENIZER_FILES):
@@ -108,12 +138,18 @@ def run(args: argparse.Namespace) -> int:
     shard_mb = args.shard_mb
     if args.to == "llama2c" and (args.quantize != "none" or shard_mb is not None):
         raise AnekitError("[export] --quantize and --shard-mb apply to --to mlpackage only")
+    if args.to == "safetensors" and args.quantize != "none":
+        raise AnekitError("[export] --quantize applies to --to mlpackage only")
+    if args.dtype is not None and args.to != "safetensors":
+        raise AnekitError("[export] --dtype applies to --to safetensors only")
     if args.check_residency and sys.platform != "darwin":  # refused before anything is written
         raise AnekitError(
             f"[export] --check-residency needs CoreML's MLComputePlan, which only macOS has (this is "
             f"{sys.platform}); export without it here and check on a Mac"
         )
     check_out(args)
+    if args.to == "safetensors":
+        return _export_safetensors(args, shard_mb)
     params = check_finite(_read_model(args), args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
@@ -128,6 +164,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         if isinstance(found, str) and _tokenizer_file(args) is not None:
             print(found)
+        elif isinstance(found, str) and (args.model / "tokenizer.json").is_file():
+            print(
+                "no tokenizer.bin: the model's tokenizer.json (byte-level BPE) has no llama2.c form; run.c "
+                "reads sentencepiece-style vocabularies (a tokenizer.model converts)"
+            )
         return 0
     from anekit.coreml.model_export import export_mlpackage
 
@@ -161,6 +202,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int:
+    """``--to safetensors``: a Hugging Face directory; an imported model keeps its config, dtypes and
+    tokenizer files, another gets a LlamaForCausalLM config and its sentencepiece tokenizer.model."""
+    from anekit.cli.sample_cmd import check_finite
+    from anekit.hf.config import is_model_dir
+    from anekit.hf.model import load_model, write_model
+
+    source, extra = None, {}
+    if is_model_dir(args.model):
+        if args.tokenizer is not None or args.config is not None:
+            flag = "--tokenizer" if args.tokenizer is not None else "--config"
+            raise AnekitError(f"[export] {flag} does not apply to a Hugging Face directory: it names its own")
+        source = load_model(args.model)
+        params = source.params
+    else:
+        params = _read_model(args)
+        tok = _tokenizer_file(args)
+        if tok is not None and tok.suffix == ".model":  # transformers reads sentencepiece models
+            found = _tokenizer_to_copy(args, params.cfg.vocab_size)
+            if not isinstance(found, str):
+                extra["tokenizer.model"] = found[0]
+    check_finite(params, args.model, "export")
+    shard = None if shard_mb is None else int(shard_mb * 1e6)
+    with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
+        written = write_model(
+            params, args.out, source=source, dtype=args.dtype, max_shard_bytes=shard, extra_files=extra
+        )
+    for path in written:
+        print(f"wrote {path}")
+    if source is None and not extra:
+        print("no sentencepiece tokenizer.model beside MODEL: the directory has no tokenizer")
+    return 0
+
+
 def _lock(out: Path) -> DirLock:
     """One export to ``out`` at a time (built aside and renamed in, so the lock is beside it)."""
     return DirLock.beside(out, "anekit export")
@@ -183,7 +258,8 @@ def _tokenizer_file(args: argparse.Namespace) -> Path | None:
     """The tokenizer file that goes with the export: --tokenizer, else one beside MODEL."""
     if args.tokenizer is not None:
         return args.tokenizer
-    return next((args.model.parent / n for n in TOKENIZER_FILES if (args.model.parent / n).is_file()), None)
+    folder = args.model if args.model.is_dir() else args.model.parent  # a model directory holds its own
+    return next((folder / n for n in TOKENIZER_FILES if (folder / n).is_file()), None)
 
 
 def _tokenizer_to_copy(args: argparse.Namespace, vocab_size: int) -> tuple[Path, bytes] | str:

@@ -1,4 +1,11 @@
-"""``anekit sample MODEL``: generate text on the CPU from an anekit checkpoint or a llama2.c model .bin.
+"""``anekit sample MODEL``: generate text on the CPU from an anekit checkpoint, a llama2.c model .bin, an
+``anekit export`` package, or a Hugging Face model directory.
+
+A Hugging Face directory (config.json + safetensors) is read by ``anekit.hf`` with its own tokenizer
+(tokenizer.json or tokenizer.model in the directory); ``--chat`` renders the prompt as one user message
+through the tokenizer's chat template. Generation stops at the tokenizer's end tokens. The sampling
+settings are the command line's: generation_config.json's sampling defaults never override them (a
+``--temperature 0`` is greedy whatever the model's file suggests).
 
 MODEL is recognised by its first four bytes (little-endian int32): the BLZT magic is an anekit
 checkpoint; anything else (llama2.c's "ak42" versioned formats, or the legacy 7-int header) goes to the
@@ -41,6 +48,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="anekit BLZT checkpoint, llama2.c model .bin, or an `anekit export` package / shard directory",
     )
     p.add_argument("--prompt", default="", help="text to start from (default: none, a story from BOS)")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="a Hugging Face model: send --prompt as a user message through the tokenizer's chat template",
+    )
     p.add_argument(
         "--steps",
         type=flags.int_range(1, STEPS_MAX),
@@ -103,10 +115,17 @@ def _magic(path: Path) -> int:
 
 def open_model(path: Path, config: str | None = None) -> tuple[Params, dict[str, Any] | None]:
     """MODEL's parameters, dispatched on its magic, as read-only views of a map of the file (a model
-    larger than RAM works), and the run record of an anekit checkpoint (None otherwise).
+    larger than RAM works), and the run record of an anekit checkpoint (None otherwise). A Hugging Face
+    model directory is read by ``anekit.hf`` (its weights widened to float32).
 
     ``config`` names the preset of a BLZT checkpoint without a run record (its header has no n_kv_heads).
     """
+    from anekit.hf.config import is_model_dir
+
+    if is_model_dir(path):
+        from anekit.hf.model import load_model as load_hf
+
+        return load_hf(path).params, None
     if _magic(path) == BLZT_MAGIC:
         from anekit.llama.checkpoint import open_checkpoint
 
@@ -265,6 +284,14 @@ def run(args: argparse.Namespace) -> int:
     except UnicodeEncodeError as e:
         raise AnekitError(f"[sample] --prompt is not UTF-8 text (at character {e.start})") from None
     stat_input(args.model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
+    from anekit.hf.config import is_model_dir
+
+    if is_model_dir(args.model):
+        return _run_hf(args)
+    if args.chat:
+        raise AnekitError(
+            "[sample] --chat needs a Hugging Face model directory (its tokenizer's chat template)"
+        )
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder
 
@@ -274,8 +301,38 @@ def run(args: argparse.Namespace) -> int:
         params, record = open_model(args.model, args.config)
         check_finite(params, args.model, "sample")
         sampler = Sampler(params, load_tokenizer(args, params.cfg, record))
+    return _generate(args, sampler, args.prompt)
+
+
+def _run_hf(args: argparse.Namespace) -> int:
+    """``sample`` of a Hugging Face model directory, with its own tokenizer (and chat template)."""
+    from anekit.hf.model import load_model as load_hf
+    from anekit.hf.tokenizer import load_hf_tokenizer
+    from anekit.llama.sample import Sampler
+
+    if args.tokenizer is not None or args.config is not None:
+        flag = "--tokenizer" if args.tokenizer is not None else "--config"
+        raise AnekitError(f"[sample] {flag} does not apply to a Hugging Face directory: it names its own")
+    model = load_hf(args.model)
+    for note in model.config.notes:
+        print(f"anekit: note: {note}", file=sys.stderr)
+    check_finite(model.params, args.model, "sample")
+    tok = load_hf_tokenizer(args.model)
+    sampler = Sampler(model.params, tok)
+    if not args.chat:
+        return _generate(args, sampler, args.prompt)
+    text = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
+    return _generate(args, sampler, text, chat=True)
+
+
+def _generate(args: argparse.Namespace, sampler: Any, prompt: str, chat: bool = False) -> int:
+    """Print the text generated from ``prompt`` (a chat's rendered template is not echoed), then the
+    speed line on stderr."""
     out = sys.stdout
-    for piece in sampler.generate(args.prompt, args.steps, args.temperature, args.top_p, args.seed):
+    pieces = sampler.generate(
+        prompt, args.steps, args.temperature, args.top_p, args.seed, echo_prompt=not chat, bos=not chat
+    )
+    for piece in pieces:
         out.write(piece)
         out.flush()
     out.write("\n")
@@ -293,6 +350,8 @@ def _why_stopped(stats: Any, steps: int, seq_len: int) -> str:
     """What ended the generation, in words (``GenerationStats.stop``)."""
     if stats.stop == "bos":
         return "stopped at a BOS token, the end of a story"
+    if stats.stop == "eos":
+        return "stopped at an end token of the tokenizer"
     if stats.stop == "context":
         return f"stopped at the model's context of {seq_len} positions"
     if stats.stop == "prompt":

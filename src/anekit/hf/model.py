@@ -1,0 +1,295 @@
+"""A Hugging Face model directory in and out: config.json + safetensors weights <-> anekit's ``Params``.
+
+Hugging Face's Llama / Qwen attention rotates the two halves of each head (``rotate_half``: channel j
+pairs with j + head_dim / 2); anekit's kernels and llama2.c's run.c rotate adjacent pairs (2j, 2j + 1).
+Import therefore permutes the rows of q_proj and k_proj within each head, and with them the q / k biases
+(Qwen 2) and the q / k norm weights (Qwen 3), so that interleaved pair j holds the channels the
+checkpoint pairs; export applies the inverse. Both pair j's at frequency theta^(-2j / head_dim), so the
+model computes the same function (llama2.c's export.py permutes the other way, for the same reason).
+
+Names (transformers' modeling code): ``model.embed_tokens.weight`` -> embed; per layer
+``input_layernorm`` -> rms_att, ``self_attn.{q,k,v,o}_proj`` -> wq / wk / wv / wo (+ ``.bias`` -> bq / bk
+/ bv), ``self_attn.{q,k}_norm`` -> q_norm / k_norm, ``post_attention_layernorm`` -> rms_ffn,
+``mlp.gate_proj`` / ``up_proj`` / ``down_proj`` -> w1 / w3 / w2; ``model.norm.weight`` -> rms_final;
+``lm_head.weight`` -> wcls, absent when the embeddings are tied (an export of a tied model adds none).
+A tensor the config does not call for, a missing one, or a shape that disagrees is one error naming it.
+
+Weights become float32 (bf16 and fp16 widen exactly); export writes each tensor back in the checkpoint's
+own dtype, so an unchanged bf16 weight keeps its bits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError
+from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
+from anekit.hf.config import CONFIG_FILE, HFConfig, read_config
+from anekit.hf.safetensors_io import TensorRef, float32_to_bf16_bits, open_checkpoint, write_checkpoint
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import EXTRA_FIELDS, LAYER_FIELDS, LayerParams, Params, layer_shapes
+
+# anekit's layer field -> the Hugging Face name after "model.layers.{i}."
+LAYER_NAMES = {
+    "rms_att": "input_layernorm.weight",
+    "wq": "self_attn.q_proj.weight",
+    "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight",
+    "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias",
+    "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
+    "rms_ffn": "post_attention_layernorm.weight",
+    "w1": "mlp.gate_proj.weight",
+    "w3": "mlp.up_proj.weight",
+    "w2": "mlp.down_proj.weight",
+}
+EMBED, FINAL_NORM, LM_HEAD = "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
+# Buffers some older checkpoints saved beside the weights; they are recomputed, never read.
+IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+# Fields whose rows (or entries) are in rotate-half order per head in the checkpoint.
+ROTATED = ("wq", "wk", "bq", "bk", "q_norm", "k_norm")
+# Tokenizer and generation files an export copies beside the weights.
+SIDE_FILES = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+)
+DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+@dataclass
+class HFModel:
+    """A model read from a Hugging Face directory: its parameters and what export needs to write it back."""
+
+    params: Params
+    config: HFConfig
+    directory: Path
+    dtypes: dict[str, str] = field(default_factory=dict)  # Hugging Face name -> safetensors dtype read
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.params.cfg
+
+
+def interleave_permutation(head_dim: int) -> np.ndarray:
+    """Row order taking one head from rotate-half to adjacent pairs: new row 2j is old row j, new row
+    2j + 1 is old row j + head_dim / 2."""
+    half = head_dim // 2
+    perm = np.empty(head_dim, np.intp)
+    perm[0::2] = np.arange(half)
+    perm[1::2] = np.arange(half) + half
+    return perm
+
+
+def _per_head(a: np.ndarray, head_dim: int, order: np.ndarray) -> np.ndarray:
+    """``a`` with the rows of each head (head_dim consecutive rows of axis 0) taken in ``order``."""
+    rows = a.shape[0]
+    heads = a.reshape(rows // head_dim, head_dim, *a.shape[1:])
+    return np.ascontiguousarray(heads[:, order]).reshape(a.shape)
+
+
+def to_interleaved(a: np.ndarray, head_dim: int) -> np.ndarray:
+    return _per_head(a, head_dim, interleave_permutation(head_dim))
+
+
+def to_rotate_half(a: np.ndarray, head_dim: int) -> np.ndarray:
+    return _per_head(a, head_dim, np.argsort(interleave_permutation(head_dim)))
+
+
+def hf_names(cfg: ModelConfig, tied: bool) -> Iterator[tuple[str, str, int | None]]:
+    """(Hugging Face name, anekit field, layer or None) of every tensor a checkpoint of ``cfg`` holds."""
+    yield EMBED, "embed", None
+    for i in range(cfg.n_layers):
+        for key in layer_shapes(cfg):
+            yield f"model.layers.{i}.{LAYER_NAMES[key]}", key, i
+    yield FINAL_NORM, "rms_final", None
+    if not tied:
+        yield LM_HEAD, "wcls", None
+
+
+def _shape(cfg: ModelConfig, key: str) -> tuple[int, ...]:
+    if key in ("embed", "wcls"):
+        return (cfg.vocab_size, cfg.dim)
+    if key == "rms_final":
+        return (cfg.dim,)
+    return layer_shapes(cfg)[key]
+
+
+def _check_names(refs: dict[str, TensorRef], hc: HFConfig) -> None:
+    """Every tensor the config calls for is there, nothing else is (a tied model's lm_head aside)."""
+    wanted = {name for name, _, _ in hf_names(hc.cfg, hc.tied)}
+    missing = sorted(wanted - set(refs), key=_natural)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise AnekitError(f"[hf] the checkpoint lacks {missing[0]}{more}, which {hc.architecture} needs")
+    extra = sorted((n for n in refs if n not in wanted and not IGNORED.match(n)), key=_natural)
+    if hc.tied and LM_HEAD in extra:
+        extra.remove(LM_HEAD)  # checked against the embedding once read
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise AnekitError(
+            f"[hf] the checkpoint holds {extra[0]}{more}, which {hc.architecture} with this config.json "
+            "does not have"
+        )
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def _read(ref: TensorRef, shape: tuple[int, ...]) -> np.ndarray:
+    if tuple(ref.shape) != shape:
+        raise AnekitError(f"[hf] {ref.name}: shape {list(ref.shape)}, the config says {list(shape)}")
+    if ref.dtype not in DTYPES.values():
+        raise AnekitError(
+            f"[hf] {ref.name}: dtype {ref.dtype} is not a float weight anekit reads (F32, F16 or BF16)"
+        )
+    return ref.to_float32()
+
+
+def load_model(directory: str | Path, *, seq_len: int | None = None) -> HFModel:
+    """The model in a Hugging Face directory (config.json and safetensors weights)."""
+    directory = Path(directory)
+    hc = read_config(directory, seq_len=seq_len)
+    cfg = hc.cfg
+    refs = open_checkpoint(directory)
+    _check_names(refs, hc)
+    hd = cfg.head_dim
+    arrays: dict[tuple[str, int | None], np.ndarray] = {}
+    for name, key, layer in hf_names(cfg, hc.tied):
+        a = _read(refs[name], _shape(cfg, key))
+        arrays[key, layer] = to_interleaved(a, hd) if key in ROTATED else a
+    if hc.tied and LM_HEAD in refs:
+        head = _read(refs[LM_HEAD], (cfg.vocab_size, cfg.dim))
+        if not np.array_equal(head, arrays["embed", None]):
+            raise AnekitError(
+                f"[hf] {CONFIG_FILE} says tie_word_embeddings but {LM_HEAD} differs from {EMBED}"
+            )
+    layers = [
+        LayerParams(**{k: arrays[k, i] for k in LAYER_FIELDS + EXTRA_FIELDS if (k, i) in arrays})
+        for i in range(cfg.n_layers)
+    ]
+    wcls = None if hc.tied else arrays["wcls", None]
+    params = Params(cfg, arrays["embed", None], layers, arrays["rms_final", None], wcls)
+    return HFModel(params, hc, directory, {name: ref.dtype for name, ref in refs.items()})
+
+
+# -- export ---------------------------------------------------------------------------------------------
+
+
+def config_json(params: Params, base: dict[str, Any] | None = None, dtype: str = "float32") -> dict[str, Any]:
+    """The config.json of ``params``: ``base`` (the imported model's own) with the shape fields set from
+    the model, or, for a model that came from elsewhere (llama2.c), a LlamaForCausalLM config."""
+    cfg = params.cfg
+    out: dict[str, Any] = (
+        dict(base)
+        if base is not None
+        else {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "initializer_range": 0.02,
+        }
+    )
+    if base is None:
+        if cfg.qkv_bias or cfg.qk_norm:
+            raise AnekitError("[hf] a model with biases or a q / k norm needs its own config.json to export")
+        out["max_position_embeddings"] = cfg.seq_len
+        out["rope_theta"] = cfg.rope_theta
+        if cfg.attn_head_dim:
+            out["head_dim"] = cfg.head_dim
+    out.update(
+        hidden_size=cfg.dim,
+        intermediate_size=cfg.hidden_dim,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads,
+        vocab_size=cfg.vocab_size,
+        rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=params.wcls is None,
+        torch_dtype=dtype,
+    )
+    return out
+
+
+def _tensors_to_write(
+    params: Params, dtypes: dict[str, str], default: str
+) -> dict[str, tuple[str, np.ndarray]]:
+    """Every tensor in Hugging Face's naming and layout, each in its own dtype's storage."""
+    cfg = params.cfg
+    hd = cfg.head_dim
+    out = {}
+    for name, key, layer in hf_names(cfg, params.wcls is None):
+        if layer is None:
+            a = params.embed if key == "embed" else params.rms_final if key == "rms_final" else params.wcls
+        else:
+            a = getattr(params.layers[layer], key)
+        a = np.asarray(a, np.float32)
+        if key in ROTATED:
+            a = to_rotate_half(a, hd)
+        dtype = dtypes.get(name, default)
+        if dtype == "BF16":
+            stored = float32_to_bf16_bits(a)
+        elif dtype == "F16":
+            stored = a.astype(np.float16)
+        else:
+            dtype, stored = "F32", a
+        out[name] = (dtype, np.ascontiguousarray(stored))
+    return out
+
+
+def write_model(
+    params: Params,
+    out: str | Path,
+    *,
+    source: HFModel | None = None,
+    dtype: str | None = None,
+    max_shard_bytes: int | None = None,
+    extra_files: dict[str, Path] | None = None,
+) -> list[Path]:
+    """Write ``params`` as a Hugging Face model directory ``out`` (built aside, renamed into place).
+
+    ``source`` is the model it was imported from: its config.json is kept (shape fields updated), its
+    tensors keep their dtypes and its tokenizer and generation files are copied. ``dtype`` ("float32",
+    "float16", "bfloat16") overrides every tensor's. ``extra_files`` maps a file name to a file to copy in
+    (a tokenizer for a model with no source). Returns the files written, in ``out``."""
+    out = Path(out)
+    if dtype is not None and dtype not in DTYPES:
+        raise AnekitError(f"[hf] dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    base_dtype = dtype or (source.config.dtype if source is not None else "float32")
+    dtypes = {} if source is None or dtype is not None else source.dtypes
+    tensors = _tensors_to_write(params, dtypes, DTYPES[base_dtype])
+    config = config_json(params, source.config.raw if source is not None else None, base_dtype)
+    copies = {} if source is None else {n: source.directory / n for n in SIDE_FILES}
+    copies.update(extra_files or {})
+    remove_stale_temporaries(out.parent, "hf")
+    tmp = temporary_dir(out, "hf")
+    try:
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_checkpoint(tmp, tensors, max_shard_bytes=max_shard_bytes)
+        for name, path in copies.items():
+            if path.is_file():
+                shutil.copyfile(path, tmp / name)
+        written = sorted(p.name for p in tmp.iterdir())
+        replace_path(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [out / name for name in written]
