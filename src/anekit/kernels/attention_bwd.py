@@ -2,10 +2,11 @@
 
 Three kernels carry the gradient of o_out back to the normalised input xnorm:
 
-- ``sdpa_bwd1``: da = Wo^T do, the attention probabilities recomputed from q and k, dV = P^T da and
-  dP = da V^T;
+- ``sdpa_bwd1``: da = Wo^T do (q_dim = n_heads x head_dim channels), the attention probabilities
+  recomputed from q and k, dV = P^T da and dP = da V^T;
 - ``sdpa_bwd2``: the softmax backward dS = P * (dP - rowsum(P * dP)), then dQ = dS K / sqrt(hd) and
-  dK = dS^T Q / sqrt(hd), rotated back through RoPE (when enabled) to the pre-RoPE projections;
+  dK = dS^T Q / sqrt(hd), rotated back through RoPE (when enabled) to the pre-RoPE values (the
+  projections, or the outputs of Qwen 3's q / k norm, whose backward the host computes);
 - ``qkv_bwd``: dx = Wq^T dq + Wk^T dk + Wv^T dv (three convs and two adds).
 
 Under grouped-query attention the query heads of a group are stacked along rows (``group_queries``):
@@ -28,47 +29,53 @@ from anekit.kernels.spec import KernelSpec, Layout
 Weights = Mapping[str, np.ndarray] | None
 
 
-def sdpa_bwd1_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
-    """Input and output layouts of the first SDPA backward kernel."""
-    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
+def sdpa_bwd1_layouts(cfg: ModelConfig, da_input: bool = False) -> tuple[Layout, Layout]:
+    """Input and output layouts of the first SDPA backward kernel (``da_input``: its last input part is
+    da (q_dim) rather than do (dim))."""
+    q, kv, s = cfg.q_dim, cfg.kv_dim, cfg.seq_len
     scores = cfg.n_heads * s
+    last = ("da", q) if da_input else ("do", cfg.dim)
     return (
-        Layout.of([("q", d), ("k", kv), ("v", kv), ("do", d)], s),
+        Layout.of([("q", q), ("k", kv), ("v", kv), last], s),
         Layout.of([("dv", kv), ("probs", scores), ("dp", scores)], s),
     )
 
 
 def sdpa_bwd2_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
     """Input and output layouts of the second SDPA backward kernel."""
-    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
+    q, kv, s = cfg.q_dim, cfg.kv_dim, cfg.seq_len
     scores = cfg.n_heads * s
     return (
-        Layout.of([("probs", scores), ("dp", scores), ("q", d), ("k", kv)], s),
-        Layout.of([("dq", d), ("dk", kv)], s),
+        Layout.of([("probs", scores), ("dp", scores), ("q", q), ("k", kv)], s),
+        Layout.of([("dq", q), ("dk", kv)], s),
     )
 
 
 def qkv_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
     """Input and output layouts of the QKV backward kernel."""
-    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
-    return Layout.of([("dq", d), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", d)], s)
+    q, kv, s = cfg.q_dim, cfg.kv_dim, cfg.seq_len
+    return Layout.of([("dq", q), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", cfg.dim)], s)
 
 
-def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None, *, da_input: bool = False) -> KernelSpec:
     """Gradient of o_out back to v, and the two score-sized operands of the softmax backward.
 
-    Input: concat(q (dim), k (kv_dim), v (kv_dim), do (dim)): q and k after RoPE (the forward taps), do
-    the gradient of o_out. Baked: Wo^T and the causal mask. Output: concat(dv (kv_dim), probs (H*S),
-    dp (H*S)); probs and dp are [1, H, S, S] score tensors flattened to [1, H*S, 1, S] (channel
-    h*S + i holds query i of head h, spatial j is key j).
+    Input: concat(q (q_dim), k (kv_dim), v (kv_dim), do (dim)): q and k after RoPE (the forward taps),
+    do the gradient of o_out. Baked: Wo^T (q_dim, dim) and the causal mask. ``da_input``: the last part
+    is da = Wo^T do (q_dim) itself, computed elsewhere (the dynamic pipeline's matmul), and no Wo is
+    baked. Output: concat(dv (kv_dim), probs (H*S), dp (H*S)); probs and dp are [1, H, S, S] score
+    tensors flattened to [1, H*S, 1, S] (channel h*S + i holds query i of head h, spatial j is key j).
     """
-    inputs, outputs = sdpa_bwd1_layouts(cfg)
+    inputs, outputs = sdpa_bwd1_layouts(cfg, da_input)
     kb = KernelBuilder("sdpa_bwd1", cfg, inputs, weights)
-    d, h, kvh = cfg.dim, cfg.n_heads, cfg.n_kv_heads
+    d, qd, h, kvh = cfg.dim, cfg.q_dim, cfg.n_heads, cfg.n_kv_heads
     qh = kb.heads(kb.part("q"), h, "qh")  # (1, H, S, hd)
     kh = kb.heads(kb.part("k"), kvh, "kh")  # (1, KVH, S, hd)
     vh = kb.heads(kb.part("v"), kvh, "vh")  # (1, KVH, S, hd)
-    da = kb.conv(kb.part("do"), kb.matrix("wot", "wo", d, d, transpose=True), "da")  # (1, dim, 1, S)
+    if da_input:
+        da = kb.part("da")  # (1, q_dim, 1, S)
+    else:
+        da = kb.conv(kb.part("do"), kb.matrix("wot", "wo", qd, d, transpose=True), "da")  # (1, q_dim, 1, S)
     dag = kb.group_queries(kb.heads(da, h, "dah"), "dag")  # (1, KVH, G*S, hd)
     probs = kb.attention_probs(qh, kh, "att")  # (1, H, S, S)
     pg = kb.group_queries(probs, "pg")  # (1, KVH, G*S, S)
@@ -88,15 +95,16 @@ def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
 
-    Input: concat(probs (H*S), dp (H*S), q (dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
-    them, q and k after RoPE. Output: concat(dq (dim), dk (kv_dim)), the gradients w.r.t. the
-    projections Wq xnorm and Wk xnorm (before RoPE when it is enabled: the transposed rotation, baked
-    cos / sin tables, is the kernel's only weight data). ``weights`` is unused (the kernel bakes no
+    Input: concat(probs (H*S), dp (H*S), q (q_dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
+    them, q and k after RoPE. Output: concat(dq (q_dim), dk (kv_dim)), the gradients w.r.t. q and k
+    before RoPE when it is enabled (the transposed rotation, baked cos / sin tables, is the kernel's only
+    weight data): the projections Wq xnorm (+ bq) and Wk xnorm (+ bk), or, with a q / k norm, that
+    norm's outputs (the host carries them back through the norm). ``weights`` is unused (the kernel bakes no
     model weight) and accepted for a uniform generator signature.
     """
     inputs, outputs = sdpa_bwd2_layouts(cfg)
     kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights)
-    d, kv, h, kvh = cfg.dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
+    qd, kv, h, kvh = cfg.q_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     probs = kb.score_heads(kb.part("probs"), "probs")  # (1, H, S, S)
     dp = kb.score_heads(kb.part("dp"), "dp")  # (1, H, S, S)
     qg = kb.group_queries(kb.heads(kb.part("q"), h, "qh"), "qg")  # (1, KVH, G*S, hd)
@@ -108,11 +116,11 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     ds = kb.f.mul(x=ds, y=1.0 / math.sqrt(cfg.head_dim), name="ds")  # (1, H, S, S): of the raw q.k
     dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
     dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
-    dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, dim, 1, S)
+    dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, q_dim, 1, S)
     dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
     dk = kb.merge_heads(dk, kvh, "dk")  # (1, kv_dim, 1, S)
     if cfg.rope:
-        dq = kb.rope(dq, d, "dq_rope", inverse=True)  # (1, dim, 1, S)
+        dq = kb.rope(dq, qd, "dq_rope", inverse=True)  # (1, q_dim, 1, S)
         dk = kb.rope(dk, kv, "dk_rope", inverse=True)  # (1, kv_dim, 1, S)
     return kb.finish(outputs, {"dq": dq, "dk": dk})
 
@@ -120,16 +128,17 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 def qkv_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     """Gradient w.r.t. xnorm through the three projections: dx = Wq^T dq + Wk^T dk + Wv^T dv.
 
-    Input: concat(dq (dim), dk (kv_dim), dv (kv_dim)), the gradients of the pre-RoPE projections.
-    Output: dx (dim). Three 1x1 convs with the baked Wq^T (dim, dim), Wk^T and Wv^T (dim, kv_dim) on
-    the three slices of the input, then two adds, as maderix/ANE training/stories_mil.h builds its
-    QKV backward: one conv over the whole stack would read dim + 2 kv_dim channels (2304 for
-    stories110M), more than any conv seen working on the engine (2048).
+    Input: concat(dq (q_dim), dk (kv_dim), dv (kv_dim)), the gradients of the projections (biases
+    included, before any q / k norm). Output: dx (dim). Three 1x1 convs with the baked Wq^T (dim,
+    q_dim), Wk^T and Wv^T (dim, kv_dim) on the three slices of the input, then two adds, as
+    maderix/ANE training/stories_mil.h builds its QKV backward: one conv over the whole stack would
+    read q_dim + 2 kv_dim channels (2304 for stories110M), more than any conv seen working on the
+    engine (2048).
     """
     inputs, outputs = qkv_bwd_layouts(cfg)
     kb = KernelBuilder("qkv_bwd", cfg, inputs, weights)
-    d, kv = cfg.dim, cfg.kv_dim
-    dxq = kb.conv(kb.part("dq"), kb.matrix("wqt", "wq", d, d, transpose=True), "dx_q")  # (1, dim, 1, S)
+    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
+    dxq = kb.conv(kb.part("dq"), kb.matrix("wqt", "wq", d, qd, transpose=True), "dx_q")  # (1, dim, 1, S)
     dxk = kb.conv(kb.part("dk"), kb.matrix("wkt", "wk", d, kv, transpose=True), "dx_k")  # (1, dim, 1, S)
     dxv = kb.conv(kb.part("dv"), kb.matrix("wvt", "wv", d, kv, transpose=True), "dx_v")  # (1, dim, 1, S)
     dxqk = kb.f.add(x=dxq, y=dxk, name="dx_qk")  # (1, dim, 1, S)

@@ -174,9 +174,10 @@ class KernelBuilder:
             return x
         return self.f.reshape(x=x, shape=shape, name=name)
 
-    def rms_inverse(self, x: Var, tag: str) -> Var:
+    def rms_inverse(self, x: Var, tag: str, axis: int = 1) -> Var:
         """(mean over channels of x^2 + eps)^-1/2: [1, C, 1, S] -> [1, 1, 1, S], finite and accurate over
-        the whole fp16 range of x.
+        the whole fp16 range of x. ``axis`` 2 reduces over the third axis instead ([1, H, hd, S] ->
+        [1, H, 1, S]: each head's own RMS, ``head_rmsnorm``).
 
         The squares are taken of y = x / m, m = max over channels of |x| (per position, at least 2^-14):
         |y| <= 1 with one |y| = 1, so the sum of squares lies in [1, C] — no square overflows (x * x does
@@ -194,12 +195,12 @@ class KernelBuilder:
         reduce_sum + pow(-0.5) tail is maderix/ANE training/stories_mil.h's, which ran on hardware.
         """
         f = self.f
-        channels = x.type.shape[1]  # type: ignore[union-attr]
-        peak = f.reduce_max(x=f.abs(x=x, name=f"{tag}_abs"), axes=[1], keep_dims=True, name=f"{tag}_peak")
+        channels = x.type.shape[axis]  # type: ignore[union-attr]
+        peak = f.reduce_max(x=f.abs(x=x, name=f"{tag}_abs"), axes=[axis], keep_dims=True, name=f"{tag}_peak")
         m = f.maximum(x=peak, y=2.0**-14, name=f"{tag}_m")  # (1, 1, 1, S)
         y = f.real_div(x=x, y=m, name=f"{tag}_y")  # (1, C, 1, S), |y| <= 1
         sq = f.mul(x=y, y=y, name=f"{tag}_sq")  # (1, C, 1, S)
-        ss = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ss")  # (1, 1, 1, S), in [1, C]
+        ss = f.reduce_sum(x=sq, axes=[axis], keep_dims=True, name=f"{tag}_ss")  # (1, 1, 1, S), in [1, C]
         ms = f.mul(x=ss, y=1.0 / channels, name=f"{tag}_ms")  # (1, 1, 1, S): mean of y^2
         em = f.real_div(x=math.sqrt(self.cfg.norm_eps), y=m, name=f"{tag}_em")  # (1, 1, 1, S)
         e = f.add(x=ms, y=f.mul(x=em, y=em, name=f"{tag}_em2"), name=f"{tag}_eps")  # (1, 1, 1, S)
@@ -210,6 +211,29 @@ class KernelBuilder:
         """x * rsqrt(mean(x^2) + eps) * scale, over channels."""
         r = self.rms_inverse(x, tag)
         return self.f.mul(x=self.f.mul(x=x, y=r, name=f"{tag}_xr"), y=scale, name=f"{tag}_out")
+
+    def head_rmsnorm(self, x: Var, n_heads: int, scale: Var, tag: str) -> Var:
+        """Each head's channels of x [1, n*hd, 1, S] RMS-normalised on their own, times ``scale`` (the
+        (hd,) weight tiled over the heads: [1, n*hd, 1, 1] baked or [1, n*hd, 1, S] from a dynamic
+        input): Qwen 3's q / k norm. The heads view [1, n, hd, S] puts each head's hd channels on one
+        axis, which ``rms_inverse`` reduces with the same overflow-safe numerics as the channel RMSNorm.
+        """
+        hd, seq = self.cfg.head_dim, self.cfg.seq_len
+        x4 = self.reshape(x, [1, n_heads, hd, seq], f"{tag}_4d")  # (1, n, hd, S)
+        r = self.rms_inverse(x4, tag, axis=2)  # (1, n, 1, S): 1 / rms of each head
+        y4 = self.f.mul(x=x4, y=r, name=f"{tag}_xr")  # (1, n, hd, S)
+        y = self.reshape(y4, [1, n_heads * hd, 1, seq], f"{tag}_flat")  # (1, n*hd, 1, S)
+        return self.f.mul(x=y, y=scale, name=f"{tag}_out")  # (1, n*hd, 1, S)
+
+    def head_vector(self, name: str, key: str, n_heads: int) -> Var:
+        """A per-head weight ``key`` (head_dim,) tiled over ``n_heads`` heads: [1, n*hd, 1, 1]."""
+        hd = self.cfg.head_dim
+        a = self.value(key)
+        if a is not None:
+            if a.shape != (hd,):
+                raise LayoutError(f"[{self.name}] weight '{key}' has shape {list(a.shape)}, expected [{hd}]")
+            a = np.tile(a, n_heads)  # (n*hd,)
+        return self.weight(name, (1, n_heads * hd, 1, 1), a)
 
     def swiglu_grads(self, dgate: Var, h1: Var, h3: Var) -> tuple[Var, Var]:
         """Gradients of gate = silu(h1) * h3 w.r.t. h1 and h3, given dgate; all (1, hidden, 1, S).

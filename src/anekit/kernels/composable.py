@@ -43,8 +43,9 @@ class Segment:
 
     ``sources`` says which weights fill the block, stacked along rows, as ``(key, rows, transposed)``:
     the (rows, columns) block is weight ``key`` as given (llama2.c's (out, in) layout) or its transpose.
-    A 1-d weight (an RMSNorm scale) fills every column of its block (the same vector repeated). No
-    sources: the block holds activations.
+    A 1-d weight (an RMSNorm scale, a bias) fills every column of its rows (the same vector repeated);
+    one shorter than its rows (a per-head (head_dim,) scale) is first tiled down them. No sources: the
+    block holds activations.
     Channels from ``rows`` to C are zero padding.
     """
 
@@ -203,8 +204,9 @@ class SpatialLayout:
                 if key not in weights:
                     raise LayoutError(f"[layout] weight '{key}' was not given (given: {', '.join(weights)})")
                 a = np.asarray(weights[key])
-                if len(s.sources) == 1 and a.shape == (rows,):  # a vector, repeated along the columns
-                    yield s, offset, row, np.broadcast_to(a.reshape(rows, 1), (rows, s.columns))
+                if a.ndim == 1 and a.shape[0] and rows % a.shape[0] == 0:  # a vector along the columns
+                    col = a if a.shape[0] == rows else np.tile(a, rows // a.shape[0])  # (rows,)
+                    yield s, offset, row, np.broadcast_to(col.reshape(rows, 1), (rows, s.columns))
                     row += rows
                     continue
                 want = (s.columns, rows) if transposed else (rows, s.columns)

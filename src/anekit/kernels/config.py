@@ -128,31 +128,22 @@ class ModelConfig:
 
     def check_kernels(self) -> ModelConfig:
         """This config, or ConfigError naming the rule: the surfaces of the fused training kernels
-        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields, and the kernels
-        implement llama2.c's attention (no q / k / v biases, no q / k norm, heads x head_dim = dim)."""
-        missing = [
-            what
-            for what, present in (
-                ("q / k / v biases", self.qkv_bias),
-                ("a q / k norm", self.qk_norm),
-                (f"heads x head_dim = {self.q_dim} != dim {self.dim}", self.q_dim != self.dim),
-            )
-            if present
-        ]
-        if missing:
-            raise ConfigError(
-                f"[config {self.name}] the fused training kernels implement llama2.c's attention; this "
-                f"model has {', '.join(missing)} (it runs on the CPU paths: sample, export)"
-            )
+        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields.
+
+        The kernels implement llama2.c's attention and the Hugging Face variants this config describes:
+        q / k / v biases (Qwen 2), the per-head q / k RMSNorm before RoPE (Qwen 3), heads x head_dim !=
+        dim (queries and the attention output have q_dim channels) and Llama 3's rope scaling (in the
+        baked RoPE tables)."""
+        q, kv, d, scores = self.q_dim, self.kv_dim, self.dim, self.n_heads * self.seq_len
+        taps = 2 * d + 2 * q + 2 * kv + (q + kv if self.qk_norm else 0)
         channels = {
-            "dim": self.dim,
+            "dim": d,
             "hidden_dim": self.hidden_dim,
             "vocab_size": self.vocab_size,
-            "attention score channels n_heads * seq_len": self.n_heads * self.seq_len,
-            "SDPA forward taps 4 * dim + 2 * kv_dim": 4 * self.dim + 2 * self.kv_dim,
-            "FFN forward taps 2 * dim + 3 * hidden_dim": 2 * self.dim + 3 * self.hidden_dim,
-            "SDPA backward 1 output kv_dim * 2 + 2 * n_heads * seq_len": 2 * self.kv_dim
-            + 2 * self.n_heads * self.seq_len,
+            "attention score channels n_heads * seq_len": scores,
+            "SDPA forward taps 2 * dim + 2 * q_dim + 2 * kv_dim (+ q_dim + kv_dim with a q / k norm)": taps,
+            "FFN forward taps 2 * dim + 3 * hidden_dim": 2 * d + 3 * self.hidden_dim,
+            "SDPA backward 1 output kv_dim * 2 + 2 * n_heads * seq_len": 2 * kv + 2 * scores,
         }
         for what, n in channels.items():
             if n > MAX_CHANNELS:

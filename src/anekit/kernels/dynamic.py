@@ -18,26 +18,31 @@ are given in llama2.c's layout ((out, in) matrices, (dim,) scales) and ``spec.pa
 
 Widths: every segment starts at a multiple of ``COLUMN_ALIGN`` = 64 columns and the surface is a
 multiple of 64 wide, the gaps being zeros (rustane: widths not a multiple of 16 corrupt silently;
-maderix's dynamic pipeline only uses multiples of 256). Every input is dense: every segment fills
-all C rows, so the only zeros are the alignment padding (where a model's widths are not multiples of
-64). An RMSNorm scale is carried as a full segment, the vector repeated over the S positions, and
-multiplied elementwise: never a one-column slice (the pattern an M3 Ultra refused to compile,
-ncdrone/rustane pull request #9), and its values (about 1) are far under the 4094 a width-offset slice
-keeps on M1 / M2 (anekit.engine.numerics 'slice.width-offset-gain'). The other width-offset slices
-hold weights, and in ffn_bwd_w13t_dynamic the forward pre-activations h1 / h3 (dgate, scaled by the
-loss scale, comes first, at offset 0); the sanitizer reports any of them over 4094. Outputs are
+maderix's dynamic pipeline only uses multiples of 256). Every input of a llama2.c model is dense:
+every segment fills all C rows, so the only zeros are the alignment padding (where a model's widths are
+not multiples of 64). Hugging Face attention leaves some rows empty in sdpa_fwd_dynamic: the kv_dim
+rows of bk / bv / k_norm and, where q_dim > dim, the dim rows of x, Wq^T, Wk^T, Wv^T and rms_att.
+Biases and the q / k norm scales travel as the RMSNorm scale does. An RMSNorm scale is carried as a
+full segment, the vector repeated over the S positions, and multiplied elementwise: never a one-column
+slice (the pattern an M3 Ultra refused to compile, ncdrone/rustane pull request #9), and its values
+(about 1) are far under the 4094 a width-offset slice keeps on M1 / M2 (anekit.engine.numerics
+'slice.width-offset-gain'). The other width-offset slices hold weights (biases included), and in
+ffn_bwd_w13t_dynamic the forward pre-activations h1 / h3 (dgate, scaled by the loss scale, comes first,
+at offset 0); the sanitizer reports any of them over 4094. Outputs are
 [1, C, 1, S], S = seq_len: a multiple of 64 in every preset and in ``anekit train``'s default model,
 not padded here. Every input width is checked against the engine's 15-bit spatial limit (ConfigError
 naming the rule).
 
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
-sdpa_fwd_dynamic      dim       act dim x S, wq_t dim x dim, wk_t dim x kv, wv_t dim x kv,
-                                wo_t dim x dim, rms_att dim x S
+sdpa_fwd_dynamic      max(dim,  act dim x S, wq_t dim x q_dim, wk_t dim x kv, wv_t dim x kv,
+                      q_dim)    wo_t q_dim x dim, rms_att dim x S; with biases bq q_dim x S,
+                                bk / bv kv x S; with a q / k norm q_norm q_dim x S, k_norm kv x S
 ffn_fwd_dynamic       dim       act dim x S, w1_t dim x hidden, w3_t dim x hidden, w2 dim x hidden
                                 (W2 itself), rms_ffn dim x S
 ffn_bwd_w2t_dynamic   dim       act (dffn) dim x S, w2 dim x hidden (= (W2^T)^T)
 ffn_bwd_w13t_dynamic  hidden    dgate, h1, h3 hidden x S each, w1 hidden x dim, w3 hidden x dim
-qkv_bwd_dynamic       dim+2 kv  act (dq; dk; dv) (dim + 2 kv) x S, wqkv (dim + 2 kv) x dim (Wq; Wk; Wv)
+qkv_bwd_dynamic       q_dim     act (dq; dk; dv) (q_dim + 2 kv) x S, wqkv (q_dim + 2 kv) x dim
+                      + 2 kv    (Wq; Wk; Wv)
 
 The FFN backward is two kernels, split as maderix's ffnBwdW2t / ffnBwdW13t (train.m): one fused
 kernel would need dim + 2 hidden channels with the weight segments filling only some rows (16.6 MiB
@@ -81,46 +86,65 @@ def _act_parts(kb: KernelBuilder, columns: SpatialLayout, activations: Layout) -
 
 
 def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
-    """Columns of the dynamic SDPA forward input: x, then Wq^T, Wk^T, Wv^T, Wo^T and rms_att."""
-    d, kv = cfg.dim, cfg.kv_dim
-    return SpatialLayout.of(
-        d,
-        [
-            Segment("act", d, cfg.seq_len),
-            Segment("wq_t", d, d, (("wq", d, True),)),
-            Segment("wk_t", d, kv, (("wk", d, True),)),
-            Segment("wv_t", d, kv, (("wv", d, True),)),
-            Segment("wo_t", d, d, (("wo", d, True),)),
-            Segment("rms_att", d, cfg.seq_len, (("rms_att", d, False),)),
-        ],
-        align=COLUMN_ALIGN,
-    )
+    """Columns of the dynamic SDPA forward input: x, then Wq^T, Wk^T, Wv^T, Wo^T and rms_att; with
+    ``cfg.qkv_bias`` then bq, bk, bv and with ``cfg.qk_norm`` q_norm, k_norm, each vector repeated over
+    S columns (the per-head norm scales tiled over the heads first).
+
+    The surface has max(dim, q_dim) channels: Wo^T has q_dim rows (= dim for llama2.c models, whose
+    layout this leaves as it was)."""
+    d, q, kv, s = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.seq_len
+    segments = [
+        Segment("act", d, s),
+        Segment("wq_t", d, q, (("wq", d, True),)),
+        Segment("wk_t", d, kv, (("wk", d, True),)),
+        Segment("wv_t", d, kv, (("wv", d, True),)),
+        Segment("wo_t", q, d, (("wo", q, True),)),
+        Segment("rms_att", d, s, (("rms_att", d, False),)),
+    ]
+    if cfg.qkv_bias:
+        segments += [Segment(b, n, s, ((b, n, False),)) for b, n in (("bq", q), ("bk", kv), ("bv", kv))]
+    if cfg.qk_norm:
+        segments += [Segment(w, n, s, ((w, n, False),)) for w, n in (("q_norm", q), ("k_norm", kv))]
+    return SpatialLayout.of(max(d, q), segments, align=COLUMN_ALIGN)
 
 
 def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """``forward.sdpa_fwd`` with its weights in the input: [1, dim, 1, W] (``sdpa_fwd_dynamic_columns``).
+    """``forward.sdpa_fwd`` with its weights in the input: [1, max(dim, q_dim), 1, W]
+    (``sdpa_fwd_dynamic_columns``).
 
-    Activation part x (dim, S). Output taps as sdpa_fwd: o_out, q, k (after RoPE), v, attn_out, xnorm.
-    Q, K and V are three matmuls sharing one transposed xnorm, as maderix's sdpaFwd (mil_dynamic.h).
+    Activation part x (dim, S). Output taps as sdpa_fwd (``forward.sdpa_fwd_layout``): o_out, q, k (after
+    the q / k norm and RoPE), v, attn_out, xnorm, and with a q / k norm q_pre, k_pre (the projections
+    before it). Q, K and V are three matmuls sharing one transposed xnorm, as maderix's sdpaFwd
+    (mil_dynamic.h); the biases are added and the norm scales multiplied as full [1, C, 1, S] segments,
+    as the RMSNorm scale is.
     """
     columns = sdpa_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns)
-    d, kv = cfg.dim, cfg.kv_dim
+    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
     activations = Layout.of([("x", d)], cfg.seq_len)
     x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
     scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, S): the scale repeated per position
     xn = kb.rmsnorm(x, scale, "att_norm")  # (1, dim, 1, S)
     xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
-    q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, dim, 1, S)
+    q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, q_dim, 1, S)
     k = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wk_t"), "k", at=xnt)  # (1, kv_dim, 1, S)
     v = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wv_t"), "v", at=xnt)  # (1, kv_dim, 1, S)
+    if cfg.qkv_bias:  # Qwen 2
+        q = kb.f.add(x=q, y=dynamic_slice(kb, columns, "bq"), name="q_bias")  # (1, q_dim, 1, S)
+        k = kb.f.add(x=k, y=dynamic_slice(kb, columns, "bk"), name="k_bias")  # (1, kv_dim, 1, S)
+        v = kb.f.add(x=v, y=dynamic_slice(kb, columns, "bv"), name="v_bias")  # (1, kv_dim, 1, S)
+    taps = {}
+    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
+        taps = {"q_pre": q, "k_pre": k}
+        q = kb.head_rmsnorm(q, cfg.n_heads, dynamic_slice(kb, columns, "q_norm"), "qn")  # (1, q_dim, 1, S)
+        k = kb.head_rmsnorm(k, cfg.n_kv_heads, dynamic_slice(kb, columns, "k_norm"), "kn")  # (1, kv, 1, S)
     if cfg.rope:
-        q = kb.rope(q, d, "q_rope")
-        k = kb.rope(k, kv, "k_rope")
+        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
+        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
     probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
     att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
     o = dynamic_linear(kb, att, dynamic_slice(kb, columns, "wo_t"), "o")  # (1, dim, 1, S)
-    taps = {"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn}
+    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
     return finish_dynamic(kb, activations, columns, sdpa_fwd_layout(cfg), taps)
 
 
@@ -259,36 +283,37 @@ def ffn_bwd_w13t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
 
 def qkv_bwd_dynamic_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
     """Activation parts and output of the dynamic QKV backward kernel."""
-    d, kv, s = cfg.dim, cfg.kv_dim, cfg.seq_len
-    return Layout.of([("dq", d), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", d)], s)
+    q, kv, s = cfg.q_dim, cfg.kv_dim, cfg.seq_len
+    return Layout.of([("dq", q), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", cfg.dim)], s)
 
 
 def qkv_bwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
     """Columns of the dynamic QKV backward input: concat(dq, dk, dv), then Wq over Wk over Wv."""
-    d, kv = cfg.dim, cfg.kv_dim
-    c = d + 2 * kv
+    d, q, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
+    c = q + 2 * kv
     return SpatialLayout.of(
         c,
         [
             Segment("act", c, cfg.seq_len),
-            Segment("wqkv", c, d, (("wq", d, False), ("wk", kv, False), ("wv", kv, False))),
+            Segment("wqkv", c, d, (("wq", q, False), ("wk", kv, False), ("wv", kv, False))),
         ],
         align=COLUMN_ALIGN,
     )
 
 
 def qkv_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
-    """dx = Wq^T dq + Wk^T dk + Wv^T dv with the weights in the input: [1, dim + 2 kv, 1, W].
+    """dx = Wq^T dq + Wk^T dk + Wv^T dv with the weights in the input: [1, q_dim + 2 kv, 1, W].
 
-    Activation parts dq (dim), dk, dv (kv_dim): the gradients of the pre-RoPE projections. Output: dx
-    (dim). The activations already are the stack [dq; dk; dv], whose rows line up with the segment
-    ``wqkv`` = [Wq; Wk; Wv] ((dim + 2 kv) x dim, = M^T for M = [Wq; Wk; Wv]^T): dx is ONE matmul of the
+    Activation parts dq (q_dim), dk, dv (kv_dim): the gradients of the projections (biases included,
+    before any q / k norm). Output: dx (dim). The activations already are the stack [dq; dk; dv], whose
+    rows line up with the segment ``wqkv`` = [Wq; Wk; Wv] ((q_dim + 2 kv) x dim, = M^T for
+    M = [Wq; Wk; Wv]^T): dx is ONE matmul of the
     transposed stack with wqkv, all rows used. (maderix's Qwen3 pipeline runs it as two kernels, qBwd
     and kvBwd; one kernel here has a dense input too, so it stays one.)
     """
     columns = qkv_bwd_dynamic_columns(cfg)
     kb = dynamic_builder("qkv_bwd_dynamic", cfg, columns)
     activations, outputs = qkv_bwd_dynamic_layouts(cfg)
-    dqkv = dynamic_slice(kb, columns, "act")  # (1, dim + 2 kv, 1, S)
+    dqkv = dynamic_slice(kb, columns, "act")  # (1, q_dim + 2 kv, 1, S)
     dx = dynamic_linear(kb, dqkv, dynamic_slice(kb, columns, "wqkv"), "dx", name="out")  # (1, dim, 1, S)
     return finish_dynamic(kb, activations, columns, outputs, {"dx": dx})

@@ -1,8 +1,10 @@
 """Forward kernels of one transformer layer and of the head (final norm, classifier, softmax).
 
-Weights are given as llama2.c lays them out: matrices (out, in) — wq (dim, dim), wk / wv (kv_dim, dim),
-wo (dim, dim), w1 / w3 (hidden, dim), w2 (dim, hidden) — and vectors rms_att / rms_ffn / rms_final
-(dim,), embed (vocab, dim). ``weights=None`` generates the program from shapes only.
+Weights are given as llama2.c lays them out: matrices (out, in) — wq (q_dim, dim), wk / wv (kv_dim,
+dim), wo (dim, q_dim) (q_dim = n_heads x head_dim, = dim for llama2.c models), w1 / w3 (hidden, dim),
+w2 (dim, hidden) — and vectors rms_att / rms_ffn / rms_final (dim,), embed (vocab, dim); Hugging Face
+models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so.
+``weights=None`` generates the program from shapes only.
 """
 
 from __future__ import annotations
@@ -19,33 +21,52 @@ Weights = Mapping[str, np.ndarray] | None
 
 
 def sdpa_fwd_layout(cfg: ModelConfig) -> Layout:
-    """Taps of the SDPA forward kernel, in order."""
-    d, kv = cfg.dim, cfg.kv_dim
-    return Layout.of(
-        [("o_out", d), ("q", d), ("k", kv), ("v", kv), ("attn_out", d), ("xnorm", d)], cfg.seq_len
-    )
+    """Taps of the SDPA forward kernel, in order: o_out (dim), q (q_dim), k, v (kv_dim), attn_out (q_dim),
+    xnorm (dim), then, with a q / k norm only, q_pre (q_dim) and k_pre (kv_dim). New taps go at the end,
+    so the offsets of the others never move."""
+    d, q, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
+    taps = [("o_out", d), ("q", q), ("k", kv), ("v", kv), ("attn_out", q), ("xnorm", d)]
+    if cfg.qk_norm:
+        taps += [("q_pre", q), ("k_pre", kv)]
+    return Layout.of(taps, cfg.seq_len)
 
 
 def sdpa_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
-    """RMSNorm, Q/K/V projections, RoPE (when enabled), causal attention, Wo.
+    """RMSNorm, Q/K/V projections (plus biases), the per-head q / k RMSNorm, RoPE (when enabled), causal
+    attention, Wo.
 
-    Input x: [1, dim, 1, S]. Output taps: o_out (Wo @ attention), q and k (after RoPE), v, attn_out
-    (attention before Wo), xnorm (the normalised input).
+    Weights: rms_att (dim,), wq (q_dim, dim), wk / wv (kv_dim, dim), wo (dim, q_dim); with
+    ``cfg.qkv_bias`` also bq (q_dim,), bk / bv (kv_dim,), added after the projections; with
+    ``cfg.qk_norm`` also q_norm / k_norm (head_dim,), the scales of Qwen 3's per-head RMSNorm of q and
+    k (epsilon cfg.norm_eps), applied before RoPE. Input x: [1, dim, 1, S]. Output taps
+    (``sdpa_fwd_layout``): o_out (Wo @ attention), q and k (after the norm and RoPE), v, attn_out
+    (attention before Wo), xnorm (the normalised input); with a q / k norm also q_pre and k_pre, the
+    projections (biases included) before the norm, which the host needs for the norm's backward.
     """
     kb = KernelBuilder("sdpa_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
-    d, kv = cfg.dim, cfg.kv_dim
+    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
     x = kb.part("x")  # (1, dim, 1, S)
     xn = kb.rmsnorm(x, kb.vector("rms_att", "rms_att", d), "att_norm")
-    q = kb.conv(xn, kb.matrix("wq", "wq", d, d), "q")  # (1, dim, 1, S)
+    q = kb.conv(xn, kb.matrix("wq", "wq", qd, d), "q")  # (1, q_dim, 1, S)
     k = kb.conv(xn, kb.matrix("wk", "wk", kv, d), "k")  # (1, kv_dim, 1, S)
     v = kb.conv(xn, kb.matrix("wv", "wv", kv, d), "v")
+    if cfg.qkv_bias:  # Qwen 2
+        q = kb.f.add(x=q, y=kb.vector("bq", "bq", qd), name="q_bias")  # (1, q_dim, 1, S)
+        k = kb.f.add(x=k, y=kb.vector("bk", "bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
+        v = kb.f.add(x=v, y=kb.vector("bv", "bv", kv), name="v_bias")  # (1, kv_dim, 1, S)
+    taps = {}
+    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
+        taps = {"q_pre": q, "k_pre": k}
+        q = kb.head_rmsnorm(q, cfg.n_heads, kb.head_vector("q_norm", "q_norm", cfg.n_heads), "qn")
+        k = kb.head_rmsnorm(k, cfg.n_kv_heads, kb.head_vector("k_norm", "k_norm", cfg.n_kv_heads), "kn")
     if cfg.rope:
-        q = kb.rope(q, d, "q_rope")
-        k = kb.rope(k, kv, "k_rope")
+        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
+        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
     probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
     att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = kb.conv(att, kb.matrix("wo", "wo", d, d), "o")
-    return kb.finish(sdpa_fwd_layout(cfg), {"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
+    o = kb.conv(att, kb.matrix("wo", "wo", d, qd), "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
+    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
+    return kb.finish(sdpa_fwd_layout(cfg), taps)
 
 
 def ffn_fwd_layout(cfg: ModelConfig) -> Layout:

@@ -25,11 +25,14 @@ def rmsnorm(x: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope(x: np.ndarray, cfg: ModelConfig, inverse: bool = False) -> np.ndarray:
-    """Rotate pairs (i, i+1) of x (C, S) by pos * theta^(-(i % head_dim) / head_dim), as run.c does."""
+    """Rotate pairs (i, i+1) of x (C, S) by pos * theta^(-(i % head_dim) / head_dim), as run.c does (the
+    frequency scaled as Llama 3 does when the config has ``rope_scaling``)."""
     out = x.copy()
     hd = cfg.head_dim
     for i in range(0, x.shape[0], 2):
         freq = 1.0 / cfg.rope_theta ** ((i % hd) / hd)
+        if cfg.rope_scaling is not None:
+            freq = float(cfg.rope_scaling.apply(np.array([freq]))[0])
         angle = freq * np.arange(x.shape[1])
         c, s = np.cos(angle), np.sin(angle)
         if inverse:
@@ -49,12 +52,12 @@ def causal_softmax(scores: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Causal multi-head attention of q (dim, S), k / v (kv_dim, S); head h reads kv head h // group.
+    """Causal multi-head attention of q (q_dim, S), k / v (kv_dim, S); head h reads kv head h // group.
 
-    Returns the attention output (dim, S) and the probabilities (n_heads, S, S).
+    Returns the attention output (q_dim, S) and the probabilities (n_heads, S, S).
     """
     hd, seq = cfg.head_dim, cfg.seq_len
-    out = np.zeros((cfg.dim, seq))
+    out = np.zeros((cfg.q_dim, seq))
     probs = np.zeros((cfg.n_heads, seq, seq))
     for h in range(cfg.n_heads):
         g = h // cfg.kv_group
@@ -67,16 +70,44 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, cfg: ModelConfig) -> 
     return out, probs
 
 
+def head_rmsnorm(x: np.ndarray, scale: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """Each head_dim-channel head of x (C, S) normalised on its own, times scale (head_dim,): Qwen 3's
+    q / k norm."""
+    hd = cfg.head_dim
+    out = np.empty_like(x)
+    for h in range(0, x.shape[0], hd):
+        out[h : h + hd] = rmsnorm(x[h : h + hd], scale, cfg.norm_eps)
+    return out
+
+
+def head_rmsnorm_bwd(
+    dy: np.ndarray, x: np.ndarray, scale: np.ndarray, cfg: ModelConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of y = head_rmsnorm(x, scale): dx (C, S) and dscale (head_dim,), one head at a time."""
+    hd = cfg.head_dim
+    dx, dscale = np.empty(x.shape), np.zeros(hd)
+    for h in range(0, x.shape[0], hd):
+        dx[h : h + hd], ds = rmsnorm_bwd(dy[h : h + hd], x[h : h + hd], scale, cfg.norm_eps)
+        dscale += ds
+    return dx, dscale
+
+
 def sdpa_fwd(cfg: ModelConfig, x: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
-    """The SDPA forward taps for x (dim, S)."""
+    """The SDPA forward taps for x (dim, S) (q_pre / k_pre with a q / k norm)."""
     w = _f64(weights)
     x = np.asarray(x, dtype=np.float64)
     xn = rmsnorm(x, w["rms_att"], cfg.norm_eps)
     q, k, v = w["wq"] @ xn, w["wk"] @ xn, w["wv"] @ xn
+    if cfg.qkv_bias:
+        q, k, v = q + w["bq"][:, None], k + w["bk"][:, None], v + w["bv"][:, None]
+    taps = {}
+    if cfg.qk_norm:
+        taps = {"q_pre": q, "k_pre": k}
+        q, k = head_rmsnorm(q, w["q_norm"], cfg), head_rmsnorm(k, w["k_norm"], cfg)
     if cfg.rope:
         q, k = rope(q, cfg), rope(k, cfg)
     att, _ = attention(q, k, v, cfg)
-    return {"o_out": w["wo"] @ att, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn}
+    return {"o_out": w["wo"] @ att, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn, **taps}
 
 
 def silu(x: np.ndarray) -> np.ndarray:

@@ -25,10 +25,11 @@ def _f64(a: np.ndarray) -> np.ndarray:
 def sdpa_bwd1(
     cfg: ModelConfig, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, weights: Weights
 ) -> dict[str, np.ndarray]:
-    """dv (kv_dim, S), probs (H*S, S), dp (H*S, S) from q, k (after RoPE), v and do = dL/d o_out."""
+    """dv (kv_dim, S), probs (H*S, S), dp (H*S, S) from q (q_dim, S) and k after RoPE, v and
+    do = dL/d o_out."""
     q, k, v, do = _f64(q), _f64(k), _f64(v), _f64(do)
     hd, seq, n = cfg.head_dim, cfg.seq_len, cfg.n_heads
-    da = _f64(weights["wo"]).T @ do  # (dim, S): dL/d attn_out
+    da = _f64(weights["wo"]).T @ do  # (q_dim, S): dL/d attn_out
     dv = np.zeros((cfg.kv_dim, seq))
     probs = np.zeros((n, seq, seq))
     dp = np.zeros((n, seq, seq))
@@ -47,7 +48,8 @@ def sdpa_bwd1(
 def sdpa_bwd2(
     cfg: ModelConfig, probs: np.ndarray, dp: np.ndarray, q: np.ndarray, k: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """dq (dim, S), dk (kv_dim, S): gradients w.r.t. the pre-RoPE projections (post-RoPE without RoPE).
+    """dq (q_dim, S), dk (kv_dim, S): gradients w.r.t. q and k before RoPE (the projections, or the q / k
+    norm's outputs; post-RoPE without RoPE).
 
     probs / dp are (H*S, S) as ``sdpa_bwd1`` returns them; q and k are after RoPE.
     """
@@ -55,7 +57,7 @@ def sdpa_bwd2(
     hd, seq, n = cfg.head_dim, cfg.seq_len, cfg.n_heads
     probs = _f64(probs).reshape(n, seq, seq)
     dp = _f64(dp).reshape(n, seq, seq)
-    dq = np.zeros((cfg.dim, seq))
+    dq = np.zeros((cfg.q_dim, seq))
     dk = np.zeros((cfg.kv_dim, seq))
     for h in range(n):
         g = h // cfg.kv_group

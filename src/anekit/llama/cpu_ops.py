@@ -67,6 +67,37 @@ def rmsnorm_bwd(dy: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> tup
     return dx.astype(np.float32, copy=False), dw
 
 
+def head_rmsnorm_bwd(
+    dy: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float, head_dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients (dx (C, S), dw (head_dim,)) of Qwen 3's per-head q / k norm given dy (C, S): each head's
+    ``head_dim`` channels of x (C, S) RMS-normalised on their own and scaled by w (head_dim,)
+    (``anekit.llama.sample.head_rmsnorm``).
+
+    :func:`rmsnorm_bwd` per head: with r = 1 / sqrt(mean over the head's channels of x^2 + eps) and
+    g = w * dy, dx = r * g - x * r^3 * mean over the head's channels of (g * x); dw sums dy * x * r over
+    the heads and the positions. dw is returned, not accumulated.
+    """
+    c = x.shape[0] if x.ndim == 2 else 0
+    _check(
+        "head_rmsnorm_bwd",
+        x.ndim == 2 and dy.shape == x.shape and w.shape == (head_dim,) and c % head_dim == 0,
+        f"dy and x (C, S) with C a multiple of head_dim {head_dim}, w ({head_dim},), got {dy.shape}, "
+        f"{x.shape}, {w.shape}",
+    )
+    t = x.shape[1]
+    xh = x.reshape(c // head_dim, head_dim, t)  # (heads, hd, S)
+    dyh = dy.reshape(c // head_dim, head_dim, t)  # (heads, hd, S)
+    r = 1.0 / np.sqrt(
+        np.mean(xh * xh, axis=1, keepdims=True, dtype=np.float32) + np.float32(eps)
+    )  # (heads, 1, S)
+    g = dyh * w[None, :, None]  # (heads, hd, S)
+    dot = np.mean(g * xh, axis=1, keepdims=True, dtype=np.float32)  # (heads, 1, S)
+    dx = r * g - xh * (r * r * r * dot)  # (heads, hd, S)
+    dw = np.sum(dyh * xh * r, axis=(0, 2), dtype=np.float32)  # (hd,)
+    return dx.reshape(c, t).astype(np.float32, copy=False), dw
+
+
 # -- loss -----------------------------------------------------------------------------------------------
 
 

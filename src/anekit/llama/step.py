@@ -6,7 +6,10 @@ Where the time goes, per micro-step of T tokens and L layers:
   the FFN backward, SDPA backward 1 and 2 and QKV backward kernels (activation gradients only);
 * CPU: embedding lookup / scatter-add, RMSNorm backward (dw stays on the host, as in the training
   reference), final RMSNorm, the tied classifier (a vocab x dim sgemm each way), cross-entropy, and
-  every weight gradient as an outer-product sgemm (dW = dY @ X^T) from the kernels' taps.
+  every weight gradient as an outer-product sgemm (dW = dY @ X^T) from the kernels' taps; for Hugging
+  Face attention also the backward of Qwen 3's per-head q / k norm (from the taps q_pre / k_pre, before
+  the weight gradients and QKV backward, which take the projections' gradients) and the q / k / v bias
+  gradients (row sums).
 
 Two weight modes (DESIGN.md): baked — weights are BLOBFILE consts (``Kernels``), so the kernels of a
 layer are compiled again whenever its weights change (once per accumulation batch); dynamic — weights
@@ -147,11 +150,19 @@ class DynamicKernels(Kernels):
             "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
             "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
             "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
-            "wo_t": composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len),
-            "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}),
+            "wo_t": composable.dynamic_matmul(cfg.dim, cfg.q_dim, cfg.seq_len),  # da = Wo^T do: (q_dim, T)
+            "sdpa_bwd1": self._sdpa_bwd1(cfg),
         }
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
+
+    @staticmethod
+    def _sdpa_bwd1(cfg: ModelConfig) -> KernelSpec:
+        """SDPA backward 1 without trained weights: baked with Wo = I where Wo is square (llama2.c), else
+        taking da = Wo^T do (q_dim) as its input."""
+        if cfg.q_dim == cfg.dim:
+            return attention_bwd.sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)})
+        return attention_bwd.sdpa_bwd1(cfg, None, da_input=True)
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         if name == "sdpa_bwd2":
@@ -160,9 +171,10 @@ class DynamicKernels(Kernels):
         w = self.params.kernel_weights(layer)
         if name == "sdpa_bwd1":
             spec, kernel = self.dynamic["wo_t"]
-            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (dim, T) = Wo^T @ do
+            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (q_dim, T) = Wo^T @ do
             spec, kernel = self.dynamic["sdpa_bwd1"]
-            return spec.run(kernel, **{**parts, "do": da})
+            last = spec.inputs.names[-1]  # "do" (Wo = I baked) or "da"
+            return spec.run(kernel, q=parts["q"], k=parts["k"], v=parts["v"], **{last: da})
         if name == "ffn_bwd":
             spec, kernel = self.dynamic["ffn_bwd_w2t"]
             dgate = spec.run(kernel, w, dffn=parts["dffn"])["dgate"]  # type: ignore[call-arg]  # (hidden, T)
@@ -225,7 +237,7 @@ def train_step(
     saved = []
     for i in range(cfg.n_layers):
         with timer.phase("kernels"):
-            att = kernels.run(i, "sdpa_fwd", x=x)  # taps o_out, q, k, v, attn_out, xnorm: (C, T)
+            att = kernels.run(i, "sdpa_fwd", x=x)  # taps o_out, q, k, v, attn_out, xnorm (q_pre, k_pre)
         x2 = x + att["o_out"]  # (dim, T) residual
         with timer.phase("kernels"):
             ffn = kernels.run(i, "ffn_fwd", x=x2)  # taps ffn_out, h1, h3, silu_out, x2norm
@@ -268,20 +280,33 @@ def train_step(
             dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, w.rms_ffn, eps)
             g.rms_ffn += drms
             dx2 = dx + dnorm  # (dim, T): the residual and the FFN branch
-            g.wo += dx2 @ att["attn_out"].T  # (dim, dim)
+            g.wo += dx2 @ att["attn_out"].T  # (dim, q_dim)
         with timer.phase("kernels"):
             b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=dx2)  # dv, probs, dp
             b2 = kernels.run(i, "sdpa_bwd2", probs=b1["probs"], dp=b1["dp"], q=att["q"], k=att["k"])  # dq, dk
-            dxn = kernels.run(i, "qkv_bwd", dq=b2["dq"], dk=b2["dk"], dv=b1["dv"])["dx"]  # (dim, T)
+        with timer.phase("cpu"):
+            dq, dk, dv = b2["dq"], b2["dk"], b1["dv"]  # (q_dim, T), (kv_dim, T) x 2: before RoPE
+            if cfg.qk_norm:  # back through Qwen 3's per-head norm to the projections
+                dq, dqn = cpu_ops.head_rmsnorm_bwd(dq, att["q_pre"], w.q_norm, eps, cfg.head_dim)
+                dk, dkn = cpu_ops.head_rmsnorm_bwd(dk, att["k_pre"], w.k_norm, eps, cfg.head_dim)
+                g.q_norm += dqn  # (head_dim,)
+                g.k_norm += dkn
+            if cfg.qkv_bias:  # a bias's gradient: its projection's, summed over positions
+                g.bq += dq.sum(axis=1, dtype=np.float32)  # (q_dim,)
+                g.bk += dk.sum(axis=1, dtype=np.float32)  # (kv_dim,)
+                g.bv += dv.sum(axis=1, dtype=np.float32)
+        with timer.phase("kernels"):
+            dxn = kernels.run(i, "qkv_bwd", dq=dq, dk=dk, dv=dv)["dx"]  # (dim, T)
         with timer.phase("cpu"):
             xn = att["xnorm"]
-            g.wq += b2["dq"] @ xn.T  # (dim, dim)
-            g.wk += b2["dk"] @ xn.T  # (kv_dim, dim)
-            g.wv += b1["dv"] @ xn.T
+            g.wq += dq @ xn.T  # (q_dim, dim)
+            g.wk += dk @ xn.T  # (kv_dim, dim)
+            g.wv += dv @ xn.T
             dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, w.rms_att, eps)
             g.rms_att += drms
             dx = dx2 + dnorm  # (dim, T)
-            peak = max(peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], b1["dv"], b2["dq"], b2["dk"], dxn))
+            normed = (dq, dk) if cfg.qk_norm else ()  # the gradients entering qkv_bwd, when they differ
+            peak = max(peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], dv, b2["dq"], b2["dk"], *normed, dxn))
 
     with timer.phase("cpu"):
         cpu_ops.embed_backward(grads.embed, dx, tokens)
