@@ -154,7 +154,9 @@ def test_weight_decay_shrinks_the_matrices_and_never_the_rmsnorm_scales():
 def test_a_skipped_step_does_not_advance_the_adam_step_in_the_checkpoint_header(tmp_path):
     """An overflowed step (skipped: no update) counts as a step but not as an Adam step: the header's and
     the run record's adam_t are the number of applied updates, so a resumed run's bias correction is right."""
-    from anekit.cli.train_cmd import Run, Source, _save
+    from anekit.llama.run import RunRecord as Run
+    from anekit.llama.run import Source
+    from anekit.llama.run import save_run as _save
 
     state, skipped, tc = _train_past_the_headroom(8)
     assert any(skipped) and not all(skipped)

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from anekit.cli import train_cmd
 from anekit.cli.main import build_parser, main
+from anekit.llama import run as train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -180,7 +180,7 @@ def test_every_anekit_span_is_an_example_a_synopsis_or_a_mention() -> None:
 
 
 def _shortened_training(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(train_cmd, "DEFAULT_STEPS", {"default": STEPS})
+    monkeypatch.setattr(train_run, "DEFAULT_STEPS", {"default": STEPS})
 
 
 def _interrupting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -346,8 +346,8 @@ def test_only_regular_files_are_hashed_a_fifo_is_refused_without_opening_it(tmp_
     """Opening a FIFO with no writer would block forever: the stat comes first and refuses it."""
     import os
 
-    from anekit.cli.train_cmd import _sha256_file
     from anekit.errors import AnekitError
+    from anekit.llama.run import sha256_file as _sha256_file
 
     fifo = tmp_path / "tok.fifo"
     os.mkfifo(fifo)

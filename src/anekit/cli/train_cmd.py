@@ -18,55 +18,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import hashlib
 import math
 import os
 import shlex
 import signal
-import stat
 import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from anekit import runtime
 from anekit.cli import flags
-from anekit.errors import AnekitError
-from anekit.fileio import DirLock, remove_stale_temporaries, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
-from anekit.llama.checkpoint import RUN_FORMAT
-from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+from anekit.llama.run import (
+    AUTO_CHECKPOINT_SECONDS,
+    AUTO_CHECKPOINT_STEPS,
+    BUILT_IN_VOCAB_MAX,
+    CHECKPOINT,
+    DEFAULT_ACCUM,
+    DEFAULT_LR,
+    DEFAULT_STEPS,
+    GENERIC_LR,
+    GENERIC_STEPS,
+    INT32_MAX,
+    Run,
+    TrainOptions,
+)
 
-CHECKPOINT = "ckpt.bin"
-LEGACY_STATE = "train_state.json"  # the run state's separate file before the run record; removed on a new run
-INT32_MAX = 2**31 - 1
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
-
-# The default run: a model small enough to train in about a minute on two CPU cores in the simulator.
-# 400 steps at a peak learning rate of 6e-3 bring its loss to about 1.3 (dynamic weights, 4 x 64 tokens
-# a step); at the generic 3e-3 the same steps end near 1.9.
-DEFAULT_STEPS = {"default": 400}
-DEFAULT_LR = {"default": 6e-3}
-GENERIC_STEPS = 200
-GENERIC_LR = 3e-3
-DEFAULT_ACCUM = 4
-DEFAULT_WEIGHTS = "dynamic"
-# Checkpoints when no --checkpoint-every is given: every 50 steps, and at least once a minute, so a kill
-# never loses more than about a minute of work whatever the model's step time.
-AUTO_CHECKPOINT_STEPS = 50
-AUTO_CHECKPOINT_SECONDS = 60.0
-# The built-in tokenizer is a BPE trained on the embedded corpus, whose text holds only about 2000 pieces
-# (sentencepiece refuses more: "Vocabulary size too high (32000) ... <= 2007"): enough for the 512-token
-# presets; llama2.c's 32000-token presets need llama2.c's tokenizer.
-BUILT_IN_VOCAB_MAX = 2000
-# The fields a llama2.c --init model must share with the model trained (its seq_len is only the length it
-# was trained at); a BLZT checkpoint's header fields must all agree (its reader checks them).
-INIT_SHAPE = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -219,151 +199,6 @@ def _config(name: str) -> ModelConfig:
 
 
 # --------------------------------------------------------------------------------------------------------
-# the run record: everything a resumed run needs besides the tensors
-# --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    """Identity of an input: where it was read from (absolute, or None for the built-in one) and a
-    sha256 of what was read, which is what a resumed run checks."""
-
-    path: str | None
-    sha256: str
-
-    def short(self) -> str:
-        return f"{self.path or 'the built-in corpus'} (sha256 {self.sha256[:12]})"
-
-
-HASH_MAX_BYTES = 1 << 40  # 1 TiB: above any --init model; a bound on what is hashed
-TOKENIZER_MAX_BYTES = 1 << 30  # 1 GiB: llama2.c's tokenizer.bin is 0.4 MB, sentencepiece models a few MB
-
-
-def _sha256_file(path: Path, max_bytes: int = HASH_MAX_BYTES) -> str:
-    """sha256 of a regular file of at most ``max_bytes``: anything else (a FIFO, a device such as
-    /dev/zero, a directory) is refused after a stat, never opened, so hashing always ends."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
-    if not stat.S_ISREG(st.st_mode):
-        raise AnekitError(f"[train] {path} is not a regular file")
-    if st.st_size > max_bytes:
-        raise AnekitError(f"[train] {path} holds {st.st_size} bytes, more than the {max_bytes} anekit reads")
-    h = hashlib.sha256()
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between the stat and the open
-                raise AnekitError(f"[train] {path} is not a regular file")
-            left = st.st_size + 1  # read at most one byte past the size the stat gave
-            while block := f.read(min(1 << 20, left)):
-                h.update(block)
-                left -= len(block)
-                if left <= 0:
-                    raise AnekitError(f"[train] {path} grew while it was read")
-    except OSError as e:
-        raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
-    return h.hexdigest()
-
-
-def _sha256_tokens(dataset: Any) -> str:
-    """sha256 of the dataset's token streams (their lengths and uint16 values, not their file names), so
-    the same tokens moved elsewhere are the same data, and the same text with another tokenizer is not."""
-    h = hashlib.sha256()
-    for _, part in dataset.parts:
-        a = np.ascontiguousarray(part, dtype="<u2")  # (n,) a view for shards already little-endian
-        h.update(len(a).to_bytes(8, "little"))
-        h.update(memoryview(a).cast("B"))
-    return h.hexdigest()
-
-
-def _abs(path: Path | None) -> str | None:
-    return None if path is None else str(path.resolve())
-
-
-@dataclass
-class Run:
-    """A run's settings and identities, as stored in the checkpoint's run record."""
-
-    cfg: ModelConfig
-    tc: Any  # TrainConfig
-    data: Source
-    tokenizer: Source
-    tokenizer_file: str  # name of the tokenizer's copy in the output directory
-    init: Source | None
-    marks: list[tuple[int, str]]  # (step, "budget" | "resume"): where the run restarted
-
-    def record(self, state: Any) -> dict[str, Any]:
-        return {
-            "format": RUN_FORMAT,
-            "version": RUN_VERSION,
-            "config": asdict(self.cfg),
-            "train": asdict(self.tc),
-            "data": asdict(self.data),
-            "tokenizer": {**asdict(self.tokenizer), "file": self.tokenizer_file},
-            "init": None if self.init is None else asdict(self.init),
-            "marks": [list(m) for m in self.marks],
-            "state": {
-                "step": state.step,
-                "adam_t": state.adam_t,
-                "loss_scale": state.loss_scale,
-                "losses": state.losses,
-                "seconds": state.seconds,
-            },
-        }
-
-    @staticmethod
-    def from_record(rec: dict[str, Any], where: Path) -> Run:
-        from anekit.llama.trainer import TrainConfig
-
-        if rec.get("format") != RUN_FORMAT or rec.get("version") != RUN_VERSION:
-            raise AnekitError(
-                f"[train] --resume: {where} holds a run record of another kind "
-                f"({rec.get('format')!r} version {rec.get('version')!r}); anekit reads '{RUN_FORMAT}' "
-                f"version {RUN_VERSION}"
-            )
-        try:
-            known = {f.name for f in fields(TrainConfig)}
-            tc = TrainConfig(**{k: v for k, v in rec["train"].items() if k in known})
-            cfg = ModelConfig(**rec["config"])
-            tok = rec["tokenizer"]
-            init = rec.get("init")
-            return Run(
-                cfg=cfg,
-                tc=tc,
-                data=Source(**rec["data"]),
-                tokenizer=Source(tok["path"], tok["sha256"]),
-                tokenizer_file=tok["file"],
-                init=None if init is None else Source(**init),
-                marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
-            )
-        except (KeyError, TypeError, ValueError, AnekitError) as e:
-            raise AnekitError(f"[train] --resume: the run record of {where} is incomplete: {e}") from e
-
-
-def _state_from(ck: Any, rec: dict[str, Any]) -> Any:
-    from anekit.llama.trainer import TrainState
-
-    st = rec["state"]
-    if st["step"] != ck.meta.step or st["adam_t"] != ck.meta.adam_t:
-        raise AnekitError(
-            f"[train] --resume: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
-            f"header {ck.meta.step} / {ck.meta.adam_t}"
-        )
-    return TrainState(
-        ck.params,
-        ck.adam_m,
-        ck.adam_v,
-        step=int(st["step"]),
-        adam_t=int(st["adam_t"]),
-        loss_scale=float(st["loss_scale"]),
-        losses=[float(x) for x in st["losses"]],
-        seconds={k: float(v) for k, v in st.get("seconds", {}).items()},
-    )
-
-
-# --------------------------------------------------------------------------------------------------------
 # stopping: signals and a closed stdout
 # --------------------------------------------------------------------------------------------------------
 
@@ -453,311 +288,43 @@ def run(args: argparse.Namespace) -> int:
             _err("interrupted before the first checkpoint; nothing was saved")
         return 128 + signal.SIGINT
     finally:
-        lock = getattr(args, "lock", None)
-        if lock is not None:
-            lock.release()
+        session = getattr(args, "lock", None)
+        if session is not None:
+            session.close()
 
 
-def _identity(path: Path) -> tuple[int, int, int, int] | None:
-    """What tells one version of a file from the next (an atomic write renames a new inode in); None when
-    it does not exist."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _remove_new_out(out: Path) -> None:
-    """Remove the output directory this run created, when a refusal comes before any step: only the lock
-    file and temporaries may be in it, so a failed start leaves nothing behind."""
-    from anekit.fileio import LOCK_FILE
-
-    with contextlib.suppress(OSError):
-        (out / LOCK_FILE).unlink(missing_ok=True)
-        remove_stale_temporaries(out)
-        out.rmdir()
-
-
-def _check_finite(params: Any, init: Path | None) -> None:
-    """Refuse initial weights holding NaN or infinity (a damaged --init model) before anything is written."""
-    for name, a in params.tensors():
-        if not np.isfinite(a).all():
-            where = f"--init {init}" if init is not None else "the initial weights"
-            raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
-
-
-def _check_flags(args: argparse.Namespace, stored: Run | None, where: Path) -> None:
-    """On --resume: refuse every given flag that contradicts the stored run."""
-    if stored is None:
-        return
-    given = {
-        "--config": (args.config, stored.cfg.name),
-        "--steps": (args.steps, stored.tc.steps),
-        "--accum": (args.accum, stored.tc.accum),
-        "--lr": (args.lr, stored.tc.lr),
-        "--seed": (args.seed, stored.tc.seed),
-        "--weights": (args.weights, stored.tc.weights),
-    }
-    for flag, (value, kept) in given.items():
-        if value is not None and value != kept:
-            raise AnekitError(
-                f"[train] --resume: {flag} {value} contradicts the run in {where} ({flag} {kept}); drop "
-                "the flag to continue that run, or start a new one with --force"
-            )
-
-
-def _open_tokenizer(path: Path) -> Any:
-    from anekit.llama import tokenizer
-
-    if path.is_dir():
-        raise AnekitError(f"[train] --tokenizer {path} is a directory, not a tokenizer file")
-    return tokenizer.load_tokenizer(path)
-
-
-def _dataset(data: Path | None, tok: Any, seed: int) -> Any:
-    from anekit.llama import data as data_mod
-
-    if data is None:
-        return data_mod.default_dataset(tok, seed=seed)
-    if data.is_dir():
-        return data_mod.ShardDataset(data)
-    return data_mod.TextDataset(data, tok)
-
-
-def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
-    """The weights of --init (a llama2.c model or an anekit checkpoint), checked against the model
-    (``named``: --config was given; else ``cfg`` is the default preset)."""
-    from anekit.llama import checkpoint
-    from anekit.llama.llama2c import read_llama2c
-
-    try:
-        with path.open("rb") as f:
-            head = f.read(checkpoint.HEADER_SIZE)
-    except OSError as e:
-        raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
-    if int.from_bytes(head[:4], "little") == checkpoint.MAGIC:
-        if len(head) == checkpoint.HEADER_SIZE:  # shorter: the checkpoint reader says what is wrong
-            _check_init_shape(path, _blzt_shape(path, head), cfg, named)
-        params = checkpoint.load_checkpoint_file(path, cfg).params
-    else:
-        init_cfg, params = read_llama2c(path)
-        _check_init_shape(path, {k: getattr(init_cfg, k) for k in INIT_SHAPE}, cfg, named)
-    params.cfg = cfg
-    return params, Source(_abs(path), _sha256_file(path))
-
-
-def _blzt_shape(path: Path, head: bytes) -> dict[str, int]:
-    """The model shape a BLZT header gives, with n_kv_heads when the run record holds it (the header
-    does not)."""
-    from anekit.llama import checkpoint
-
-    header = checkpoint.HEADER.parse(head)
-    shape = {k: header[k] for k in checkpoint.SHAPE_FIELDS}
-    run = checkpoint.read_run_record(path)
-    stored = run.get("config") if run is not None else None
-    if isinstance(stored, dict) and isinstance(stored.get("n_kv_heads"), int):
-        shape["n_kv_heads"] = stored["n_kv_heads"]
-    return shape
-
-
-def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named: bool) -> None:
-    """One line when the --init model's shape (``found``) is not the model's: the fields that differ, and
-    the preset to pass with --config when one has the file's shape."""
-    order = [k for k in (*INIT_SHAPE, "seq_len") if k in found]
-    differ = [f"{k} {found[k]} (not {getattr(cfg, k)})" for k in order if found[k] != getattr(cfg, k)]
-    if not differ:
-        return
-    fits = [name for name, p in PRESETS.items() if all(getattr(p, k) == v for k, v in found.items())]
-    model = f"--config {cfg.name}" if named else f"the {cfg.name} preset (no --config)"
-    hint = (
-        f"pass --config {fits[0]}"
-        if fits
-        else f"no preset has its shape (presets: {', '.join(PRESETS)}), so anekit train cannot start from it"
+def _options(args: argparse.Namespace) -> TrainOptions:
+    """The library's options from the command line's flags."""
+    return TrainOptions(
+        out=args.out,
+        config=args.config,
+        data=args.data,
+        tokenizer=args.tokenizer,
+        steps=args.steps,
+        accum=args.accum,
+        lr=args.lr,
+        seed=args.seed,
+        weights=args.weights,
+        backend=args.backend,
+        init=args.init,
+        resume=args.resume,
+        force=args.force,
+        checkpoint_every=args.checkpoint_every,
+        compile_budget=args.compile_budget,
+        numerics=flags.numerics_options(args),  # an unknown chip, or --sanitize on the engine: refused
+        restarted=bool(args.restarted),
     )
-    raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
-
-
-def _check_input_paths(args: argparse.Namespace) -> None:
-    """--data (a regular file, or a directory of shards), --tokenizer and --init (regular files), checked
-    without opening them: one line naming the path and what it is."""
-    from anekit.inputs import LIMITS, check_input, stat_input
-
-    data = args.data
-    if data is not None:
-        st = stat_input(data, "[train] --data cannot read")
-        if st is not None and not stat.S_ISDIR(st.st_mode):
-            check_input(data, "[train] --data cannot read", expected="a text file or a directory of shards")
-    if args.tokenizer is not None:
-        check_input(
-            args.tokenizer, "[train] --tokenizer cannot read", LIMITS["tokenizer"], "a tokenizer file"
-        )
-    if args.init is not None:
-        check_input(args.init, "[train] --init cannot read", expected="a model file")
 
 
 def _run(args: argparse.Namespace) -> int:
-    from anekit.llama import checkpoint
-    from anekit.llama.params import Params
-    from anekit.llama.trainer import TrainConfig, TrainState, check_budget, train
-
     out: Path = args.out
-    ckpt_path = out / CHECKPOINT
-    _check_input_paths(args)  # a FIFO or a device never gets opened (it would block or never end)
-    if out.exists() and not out.is_dir():
-        raise AnekitError(f"[train] --out {out} is a file, not a directory")
-    restarted = bool(args.restarted)
-    numerics = flags.numerics_options(args)  # an unknown chip, or --sanitize on the engine: before any write
-    runtime.check_numerics_options(args.backend, numerics)
-
-    # 1. what to run: the stored run (--resume) or the flags; nothing is written before this is settled
-    if args.resume:
-        if args.force or args.init is not None:
-            flag = "--force" if args.force else "--init"
-            raise AnekitError(f"[train] --resume continues the run in {out}; {flag} starts a new one")
-        if not ckpt_path.is_file():
-            raise AnekitError(f"[train] --resume: no checkpoint {ckpt_path} (start the run without --resume)")
-        if checkpoint.read_run_record(ckpt_path) is None:
-            raise AnekitError(
-                f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
-                "older anekit); start a new run from its weights with --init"
-            )
-        seen = _identity(ckpt_path)
-        ck = checkpoint.load_checkpoint_file(ckpt_path)
-        assert ck.run is not None
-        spec = Run.from_record(ck.run, ckpt_path)
-        _check_flags(args, spec, out)
-        state = _state_from(ck, ck.run)
-        cfg, tc = spec.cfg, spec.tc
-        tok_path = args.tokenizer
-        if tok_path is None:
-            tok_path = out / spec.tokenizer_file
-            if not tok_path.is_file() and spec.tokenizer.path is not None:
-                tok_path = Path(spec.tokenizer.path)
-        tok_id = _sha256_file(tok_path, TOKENIZER_MAX_BYTES)
-        if tok_id != spec.tokenizer.sha256:
-            raise AnekitError(
-                f"[train] --resume: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
-                f"{spec.tokenizer.short()}"
-            )
-        tok = _open_tokenizer(tok_path)
-        data_path = args.data if args.data is not None else (spec.data.path and Path(spec.data.path))
-        dataset = _dataset(data_path, tok, tc.seed)
-        data_id = _sha256_tokens(dataset)
-        if data_id != spec.data.sha256:
-            where = data_path or "the built-in corpus"
-            raise AnekitError(
-                f"[train] --resume: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
-                f"{spec.data.short()}"
-            )
-        if state.step < tc.steps:
-            spec.marks.append((state.step, "budget" if restarted else "resume"))
-    else:
-        seen = _identity(ckpt_path)
-        if seen is not None and not args.force:
-            raise AnekitError(
-                f"[train] {out} holds a run ({ckpt_path}): --resume to continue it, --force to start over"
-            )
-        name = args.config or "default"
-        cfg = _config(name)
-        if args.tokenizer is None and cfg.vocab_size > BUILT_IN_VOCAB_MAX:
-            raise AnekitError(
-                f"[train] --config {name} needs a {cfg.vocab_size}-token tokenizer: pass it with --tokenizer "
-                "(llama2.c's tokenizer.bin or tokenizer.model for its stories models); the built-in one, "
-                f"trained on anekit's small story corpus, has at most {BUILT_IN_VOCAB_MAX} tokens"
-            )
-        tc = TrainConfig(
-            steps=args.steps or DEFAULT_STEPS.get(name, GENERIC_STEPS),
-            accum=args.accum or DEFAULT_ACCUM,
-            lr=args.lr or DEFAULT_LR.get(name, GENERIC_LR),
-            seed=args.seed or 0,
-            weights=args.weights or DEFAULT_WEIGHTS,
-        )
-        if tc.steps * tc.accum > INT32_MAX:
-            raise AnekitError(
-                f"[train] --steps x --accum = {tc.steps * tc.accum} sequences do not fit the checkpoint's "
-                f"int32 counter (at most {INT32_MAX})"
-            )
-        if args.tokenizer is not None:
-            tok_path = args.tokenizer
-            tok = _open_tokenizer(tok_path)
-        else:
-            from anekit.llama import tokenizer
-
-            tok = tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
-            tok_path = tokenizer.default_tokenizer_path(cfg.vocab_size)
-        if getattr(tok, "vocab_size", cfg.vocab_size) > cfg.vocab_size:
-            raise AnekitError(
-                f"[train] the tokenizer has {tok.vocab_size} tokens, the model {cfg.vocab_size}"
-            )
-        dataset = _dataset(args.data, tok, tc.seed)
-        if args.init is not None:
-            params, init = _read_init(args.init, cfg, named=args.config is not None)
-        else:
-            params, init = Params.init(cfg, seed=tc.seed), None
-        state = TrainState.fresh(params, tc)
-        spec = Run(
-            cfg=cfg,
-            tc=tc,
-            data=Source(_abs(args.data), _sha256_tokens(dataset)),
-            tokenizer=Source(_abs(tok_path), _sha256_file(tok_path, TOKENIZER_MAX_BYTES)),
-            tokenizer_file="tokenizer.model" if tok_path.suffix == ".model" else "tokenizer.bin",
-            init=init,
-            marks=[],
-        )
-    if hasattr(dataset, "vocab_check"):
-        dataset.vocab_check(cfg.vocab_size)
-    if hasattr(dataset, "check_windows"):  # empty or tiny data: refused before anything is written
-        dataset.check_windows(cfg.seq_len)
-    if not args.resume:
-        _check_finite(state.params, args.init)
-    options: dict[str, Any] = dict(numerics)
-    if args.compile_budget is not None:
-        options["compile_budget"] = args.compile_budget
-    backend = runtime.open(args.backend, **options)
-    check_budget(backend.compile_budget, cfg, tc.weights)  # a budget below one step would restart forever
-    if ckpt_path.exists() and not ckpt_path.is_file():
-        raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
-    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
-        raise AnekitError(f"[train] the output directory {out} is not writable")
-    tok_bytes = b""
-    if not args.resume:
-        try:
-            tok_bytes = tok_path.read_bytes()
-        except OSError as e:
-            raise AnekitError(f"[train] cannot read the tokenizer {tok_path}: {e.strerror}") from e
-
-    # 2. the output directory, locked for the run (one writer): leftovers of dead writers go
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise AnekitError(f"[train] cannot create the output directory {out}: {e.strerror}") from e
-    try:
-        args.lock = DirLock(out, "anekit train").acquire()
-    except AnekitError:
-        if created:
-            _remove_new_out(out)
-        raise
-    if _identity(ckpt_path) != seen:  # another writer finished in between: what was checked is stale
-        raise AnekitError(
-            f"[train] {ckpt_path} changed while this run started (another anekit train wrote it); run again"
-        )
-    remove_stale_temporaries(out)
-    sanitizer = getattr(backend, "sanitizer", None)
+    session = Run(_options(args))  # everything read and checked; nothing written yet
+    args.lock = session  # released by run()'s finally, whatever happens
+    session.open()  # the directory locked before anything is printed: a second writer says nothing else
+    cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
     console = Console()
     stopper = Stopper()
-    wall0 = time.perf_counter() - (ck.meta.cum_wall / 1e3 if args.resume else 0.0)  # cumulative over restarts
-
-    def save(st: TrainState) -> None:
-        _save(ckpt_path, st, spec, time.perf_counter() - wall0)
-        if sanitizer is not None and sanitizer.events:  # what departed from the ideal since the last one
-            console.print(
-                ("\n" if console.tty else "") + f"sanitizer, steps up to {st.step}: {sanitizer.summary()}"
-            )
-            sanitizer.clear()
-
-    if not restarted:
+    if not args.restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
             f"{cfg.n_layers} layers, "
@@ -777,45 +344,17 @@ def _run(args: argparse.Namespace) -> int:
         elif r.step % 10 == 0 or r.step == tc.steps or r.step == 1:
             console.print(line)
 
-    every = args.checkpoint_every or AUTO_CHECKPOINT_STEPS
-    seconds = None if args.checkpoint_every else AUTO_CHECKPOINT_SECONDS
+    def log(line: str) -> None:
+        console.print(("\n" if console.tty else "") + line)
+
     with stopper.installed():
-        reason = "done"
-        first_saved = False
-        try:
-            if not args.resume:
-                save(state)  # step 0: from now on a kill at any instant leaves a run that --resume continues
-                first_saved = True
-                try:
-                    write_bytes_atomic(out / spec.tokenizer_file, tok_bytes)
-                except OSError as e:
-                    raise AnekitError(
-                        f"[train] cannot copy the tokenizer {tok_path} into {out}: {e.strerror}"
-                    ) from e
-                (out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead `sample`
-            if state.step < tc.steps:
-                reason = train(
-                    backend,
-                    state,
-                    dataset,
-                    tc,
-                    on_step=on_step,
-                    on_checkpoint=save,
-                    checkpoint_every=every,
-                    checkpoint_seconds=seconds,
-                    should_stop=lambda: stopper.signum is not None or console.closed,
-                )
-        except AnekitError:
-            if not args.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
-                if first_saved:
-                    ckpt_path.unlink(missing_ok=True)
-                if created:
-                    _remove_new_out(out)
-            raise
+        result = session.train(
+            on_step=on_step, should_stop=lambda: stopper.signum is not None or console.closed, log=log
+        )
         if console.tty:
             console.print()
-        save(state)
-        no_png = _write_curves(out, state.losses, spec, draw=reason != "budget")
+    ckpt_path = session.checkpoint
+    reason = result.reason
     if reason == "budget" and not console.closed and stopper.signum is None:
         console.print(
             f"compile budget of {backend.compile_budget} reached at step {state.step}: checkpointed; "
@@ -856,22 +395,23 @@ def _run(args: argparse.Namespace) -> int:
         if args.sanitize:
             argv.append("--sanitize")
         sys.stdout.flush()
-        args.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
+        assert session.lock is not None
+        session.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
-    pictures = f", {out / 'loss.png'}" if no_png is None else ""
+    pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
     console.print(
         f"trained {state.step} steps: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
         f"wrote {ckpt_path}, {out / 'loss.csv'}{pictures}"
     )
-    if no_png is not None:
-        console.print(no_png)
+    if result.no_png is not None:
+        console.print(result.no_png)
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(state.seconds.items()))
     console.print(f"time per phase: {phases}")
     if args.sample_steps > 0 and not console.closed:
         from anekit.llama.sample import Sampler
 
         console.print("sample:")
-        for piece in Sampler(state.params, tok).generate(
+        for piece in Sampler(state.params, session.tokenizer).generate(
             "Once upon a time", args.sample_steps, temperature=0.8, top_p=0.9, seed=tc.seed
         ):
             console.print(piece, end="")
@@ -886,43 +426,3 @@ def _numerics_of(backend: Any) -> str:
     """ " (chip any, engine numerics)" for the simulator; "" for the engine itself."""
     numerics = getattr(backend, "numerics", None)
     return "" if numerics is None else f" (chip {backend.chip}, {numerics} numerics)"
-
-
-def _save(path: Path, state: Any, spec: Run, wall: float) -> None:
-    """The checkpoint and its run record, in one atomic write."""
-    from anekit.llama import checkpoint
-
-    tc = spec.tc
-    meta = checkpoint.CheckpointMeta(
-        step=state.step,
-        total_steps=tc.steps,
-        lr=float(tc.lr_at(max(0, state.step - 1))),
-        loss=float(state.losses[-1]) if state.losses else 0.0,
-        cum_compile=1e3 * state.seconds.get("compile", 0.0),
-        cum_train=1e3 * sum(v for k, v in state.seconds.items() if k != "compile"),
-        cum_wall=1e3 * wall,
-        cum_steps=state.step * tc.accum,
-        cum_batches=state.step,
-        adam_t=state.adam_t,
-    )
-    checkpoint.save_checkpoint(path, state.params, state.adam_m, state.adam_v, meta, run=spec.record(state))
-
-
-def _write_curves(out: Path, losses: list[float], spec: Run, draw: bool = True) -> str | None:
-    """loss.csv always; loss.png when ``draw``. Returns the one line saying why there is no picture, or
-    None when it was drawn (or not asked for)."""
-    from anekit.llama.plot import PlotUnavailable, write_loss_png
-
-    rows = "".join(f"{i + 1},{loss:.6f}\n" for i, loss in enumerate(losses))
-    write_bytes_atomic(out / "loss.csv", ("step,loss\n" + rows).encode())
-    if not draw or not losses:
-        return None
-    title = (
-        f"anekit train run '{out.resolve().name}': {spec.cfg.name} model, {len(losses)}/{spec.tc.steps} "
-        f"steps, {spec.tc.weights} weights, lr {spec.tc.lr:g}, seed {spec.tc.seed}"
-    )
-    try:
-        write_loss_png(out / "loss.png", losses, title, spec.marks)
-    except PlotUnavailable as e:
-        return str(e).removeprefix("[plot] ")
-    return None

@@ -1,0 +1,722 @@
+"""Training runs from Python: ``Run`` (and ``anekit.train``) do what ``anekit train`` does.
+
+A run lives in an output directory. Its checkpoint (``OUT/ckpt.bin``) is the run: a BLZT file whose run
+record (``anekit.llama.checkpoint``) holds the model and training configs, the loss history, the
+restarts and the identities (sha256) of the data and the tokenizer, written in one atomic rename.
+``resume=True`` continues from it alone and refuses options that contradict it.
+
+The order of work is the command's promise: ``Run(options)`` reads and checks everything and writes
+nothing (a refused input leaves no directory behind); ``Run.train`` creates and locks the directory
+(one writer: ``fileio.DirLock``), saves step 0, copies the tokenizer, trains, and saves at the end, and
+if it fails before its first step removes what it wrote. Stopping is the caller's: ``should_stop`` is
+asked between two steps (the command answers from its signal handler and its stdout), and a run whose
+backend's compile budget ran out returns ``"budget"`` (the command then re-executes itself with
+``resume=True``).
+
+    import anekit
+
+    result = anekit.train("out", steps=50, accum=2)   # the default model on the built-in corpus
+    print(result.losses[-1], result.checkpoint)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anekit import runtime
+from anekit.errors import AnekitError
+from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, write_bytes_atomic
+from anekit.kernels import PRESETS, ModelConfig, preset
+from anekit.llama import checkpoint
+from anekit.llama.checkpoint import RUN_FORMAT
+from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+
+if TYPE_CHECKING:  # the training loop's modules load when a run is made, not when the CLI starts
+    from anekit.llama.trainer import StepReport, TrainConfig, TrainState
+
+CHECKPOINT = "ckpt.bin"
+LEGACY_STATE = "train_state.json"  # the run state's separate file before the run record; removed on a new run
+INT32_MAX = 2**31 - 1
+
+# The default run: a model small enough to train in about a minute on two CPU cores in the simulator.
+# 400 steps at a peak learning rate of 6e-3 bring its loss to about 1.3 (dynamic weights, 4 x 64 tokens
+# a step); at the generic 3e-3 the same steps end near 1.9.
+DEFAULT_STEPS = {"default": 400}
+DEFAULT_LR = {"default": 6e-3}
+GENERIC_STEPS = 200
+GENERIC_LR = 3e-3
+DEFAULT_ACCUM = 4
+DEFAULT_WEIGHTS = "dynamic"
+# Checkpoints when no checkpoint_every is given: every 50 steps, and at least once a minute, so a kill
+# never loses more than about a minute of work whatever the model's step time.
+AUTO_CHECKPOINT_STEPS = 50
+AUTO_CHECKPOINT_SECONDS = 60.0
+# The built-in tokenizer is a BPE trained on the embedded corpus, whose text holds only about 2000 pieces
+# (sentencepiece refuses more: "Vocabulary size too high (32000) ... <= 2007"): enough for the 512-token
+# presets; llama2.c's 32000-token presets need llama2.c's tokenizer.
+BUILT_IN_VOCAB_MAX = 2000
+# The fields a llama2.c --init model must share with the model trained (its seq_len is only the length it
+# was trained at); a BLZT checkpoint's header fields must all agree (its reader checks them).
+INIT_SHAPE = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size")
+HASH_MAX_BYTES = 1 << 40  # 1 TiB: above any --init model; a bound on what is hashed
+TOKENIZER_MAX_BYTES = 1 << 30  # 1 GiB: llama2.c's tokenizer.bin is 0.4 MB, sentencepiece models a few MB
+
+
+@dataclass
+class TrainOptions:
+    """What a run is asked to do: ``anekit train``'s flags (None: the default, or the stored run's)."""
+
+    out: Path = Path("out")
+    config: str | None = None  # a preset name (default: "default")
+    data: Path | None = None  # a directory of uint16 shards or a text file (default: the built-in corpus)
+    tokenizer: Path | None = None  # sentencepiece .model or llama2.c tokenizer.bin (default: built in)
+    steps: int | None = None
+    accum: int | None = None
+    lr: float | None = None
+    seed: int | None = None
+    weights: str | None = None  # "dynamic" (default) or "baked"
+    backend: str | None = None  # default: the best available
+    init: Path | None = None  # start from a llama2.c model or an anekit checkpoint
+    resume: bool = False
+    force: bool = False
+    checkpoint_every: int | None = None
+    compile_budget: int | None = None
+    numerics: dict[str, Any] = field(default_factory=dict)  # the simulator's chip / numerics / sanitize
+    restarted: bool = False  # a re-executed process continuing after a compile-budget restart
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: ``reason`` "done", "budget" (continue with resume) or "stopped" (should_stop)."""
+
+    reason: str
+    step: int
+    steps: int
+    losses: list[float]
+    checkpoint: Path
+    seconds: dict[str, float]
+    no_png: str | None = None  # why loss.png was not drawn (matplotlib missing), when it was not
+
+
+# --------------------------------------------------------------------------------------------------------
+# identities and the run record
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """Identity of an input: where it was read from (absolute, or None for the built-in one) and a
+    sha256 of what was read, which is what a resumed run checks."""
+
+    path: str | None
+    sha256: str
+
+    def short(self) -> str:
+        return f"{self.path or 'the built-in corpus'} (sha256 {self.sha256[:12]})"
+
+
+def sha256_file(path: Path, max_bytes: int = HASH_MAX_BYTES) -> str:
+    """sha256 of a regular file of at most ``max_bytes``: anything else (a FIFO, a device such as
+    /dev/zero, a directory) is refused after a stat, never opened, so hashing always ends."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise AnekitError(f"[train] {path} is not a regular file")
+    if st.st_size > max_bytes:
+        raise AnekitError(f"[train] {path} holds {st.st_size} bytes, more than the {max_bytes} anekit reads")
+    h = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between the stat and the open
+                raise AnekitError(f"[train] {path} is not a regular file")
+            left = st.st_size + 1  # read at most one byte past the size the stat gave
+            while block := f.read(min(1 << 20, left)):
+                h.update(block)
+                left -= len(block)
+                if left <= 0:
+                    raise AnekitError(f"[train] {path} grew while it was read")
+    except OSError as e:
+        raise AnekitError(f"[train] cannot read {path}: {e.strerror}") from e
+    return h.hexdigest()
+
+
+def sha256_tokens(dataset: Any) -> str:
+    """sha256 of the dataset's token streams (their lengths and uint16 values, not their file names), so
+    the same tokens moved elsewhere are the same data, and the same text with another tokenizer is not."""
+    h = hashlib.sha256()
+    for _, part in dataset.parts:
+        a = np.ascontiguousarray(part, dtype="<u2")  # (n,) a view for shards already little-endian
+        h.update(len(a).to_bytes(8, "little"))
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def _abs(path: Path | None) -> str | None:
+    return None if path is None else str(path.resolve())
+
+
+@dataclass
+class RunRecord:
+    """A run's settings and identities, as stored in the checkpoint's run record."""
+
+    cfg: ModelConfig
+    tc: TrainConfig
+    data: Source
+    tokenizer: Source
+    tokenizer_file: str  # name of the tokenizer's copy in the output directory
+    init: Source | None
+    marks: list[tuple[int, str]]  # (step, "budget" | "resume"): where the run restarted
+
+    def record(self, state: Any) -> dict[str, Any]:
+        return {
+            "format": RUN_FORMAT,
+            "version": RUN_VERSION,
+            "config": asdict(self.cfg),
+            "train": asdict(self.tc),
+            "data": asdict(self.data),
+            "tokenizer": {**asdict(self.tokenizer), "file": self.tokenizer_file},
+            "init": None if self.init is None else asdict(self.init),
+            "marks": [list(m) for m in self.marks],
+            "state": {
+                "step": state.step,
+                "adam_t": state.adam_t,
+                "loss_scale": state.loss_scale,
+                "losses": state.losses,
+                "seconds": state.seconds,
+            },
+        }
+
+    @staticmethod
+    def from_record(rec: dict[str, Any], where: Path) -> RunRecord:
+        from anekit.llama.trainer import TrainConfig
+
+        if rec.get("format") != RUN_FORMAT or rec.get("version") != RUN_VERSION:
+            raise AnekitError(
+                f"[train] --resume: {where} holds a run record of another kind "
+                f"({rec.get('format')!r} version {rec.get('version')!r}); anekit reads '{RUN_FORMAT}' "
+                f"version {RUN_VERSION}"
+            )
+        try:
+            known = {f.name for f in fields(TrainConfig)}
+            tc = TrainConfig(**{k: v for k, v in rec["train"].items() if k in known})
+            cfg = ModelConfig(**rec["config"])
+            tok = rec["tokenizer"]
+            init = rec.get("init")
+            return RunRecord(
+                cfg=cfg,
+                tc=tc,
+                data=Source(**rec["data"]),
+                tokenizer=Source(tok["path"], tok["sha256"]),
+                tokenizer_file=tok["file"],
+                init=None if init is None else Source(**init),
+                marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
+            )
+        except (KeyError, TypeError, ValueError, AnekitError) as e:
+            raise AnekitError(f"[train] --resume: the run record of {where} is incomplete: {e}") from e
+
+
+def _state_from(ck: Any, rec: dict[str, Any]) -> TrainState:
+    from anekit.llama.trainer import TrainState
+
+    st = rec["state"]
+    if st["step"] != ck.meta.step or st["adam_t"] != ck.meta.adam_t:
+        raise AnekitError(
+            f"[train] --resume: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
+            f"header {ck.meta.step} / {ck.meta.adam_t}"
+        )
+    return TrainState(
+        ck.params,
+        ck.adam_m,
+        ck.adam_v,
+        step=int(st["step"]),
+        adam_t=int(st["adam_t"]),
+        loss_scale=float(st["loss_scale"]),
+        losses=[float(x) for x in st["losses"]],
+        seconds={k: float(v) for k, v in st.get("seconds", {}).items()},
+    )
+
+
+def save_run(path: Path, state: TrainState, spec: RunRecord, wall: float) -> None:
+    """The checkpoint and its run record, in one atomic write."""
+    tc = spec.tc
+    meta = checkpoint.CheckpointMeta(
+        step=state.step,
+        total_steps=tc.steps,
+        lr=float(tc.lr_at(max(0, state.step - 1))),
+        loss=float(state.losses[-1]) if state.losses else 0.0,
+        cum_compile=1e3 * state.seconds.get("compile", 0.0),
+        cum_train=1e3 * sum(v for k, v in state.seconds.items() if k != "compile"),
+        cum_wall=1e3 * wall,
+        cum_steps=state.step * tc.accum,
+        cum_batches=state.step,
+        adam_t=state.adam_t,
+    )
+    checkpoint.save_checkpoint(path, state.params, state.adam_m, state.adam_v, meta, run=spec.record(state))
+
+
+def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
+                 val_losses: dict[int, float] | None = None) -> str | None:  # fmt: skip
+    """loss.csv always (with a ``val_loss`` column, empty where not evaluated, when ``val_losses`` is
+    given); loss.png when ``draw``. Returns the one line saying why there is no picture, or None when it
+    was drawn (or not asked for)."""
+    from anekit.llama.plot import PlotUnavailable, write_loss_png
+
+    if val_losses is None:
+        rows = "".join(f"{i + 1},{loss:.6f}\n" for i, loss in enumerate(losses))
+        text = "step,loss\n" + rows
+    else:
+        at = {int(k): v for k, v in val_losses.items()}
+        rows = "".join(
+            f"{i},{'' if i == 0 else f'{losses[i - 1]:.6f}'},{f'{at[i]:.6f}' if i in at else ''}\n"
+            for i in range(len(losses) + 1)
+            if i > 0 or 0 in at
+        )
+        text = "step,loss,val_loss\n" + rows
+    write_bytes_atomic(out / "loss.csv", text.encode())
+    if not draw or not losses:
+        return None
+    try:
+        write_loss_png(out / "loss.png", losses, title, marks)
+    except PlotUnavailable as e:
+        return str(e).removeprefix("[plot] ")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------------------
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells one version of a file from the next (an atomic write renames a new inode in); None when
+    it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_finite(params: Any, init: Path | None) -> None:
+    """Refuse initial weights holding NaN or infinity (a damaged --init model) before anything is written."""
+    for name, a in params.tensors():
+        if not np.isfinite(a).all():
+            where = f"--init {init}" if init is not None else "the initial weights"
+            raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
+
+
+def _check_options(options: TrainOptions, stored: RunRecord, where: Path) -> None:
+    """On resume: refuse every given option that contradicts the stored run."""
+    given = {
+        "--config": (options.config, stored.cfg.name),
+        "--steps": (options.steps, stored.tc.steps),
+        "--accum": (options.accum, stored.tc.accum),
+        "--lr": (options.lr, stored.tc.lr),
+        "--seed": (options.seed, stored.tc.seed),
+        "--weights": (options.weights, stored.tc.weights),
+    }
+    for flag, (value, kept) in given.items():
+        if value is not None and value != kept:
+            raise AnekitError(
+                f"[train] --resume: {flag} {value} contradicts the run in {where} ({flag} {kept}); drop "
+                "the flag to continue that run, or start a new one with --force"
+            )
+
+
+def _open_tokenizer(path: Path) -> Any:
+    from anekit.llama import tokenizer
+
+    if path.is_dir():
+        raise AnekitError(f"[train] --tokenizer {path} is a directory, not a tokenizer file")
+    return tokenizer.load_tokenizer(path)
+
+
+def _dataset(data: Path | None, tok: Any, seed: int) -> Any:
+    from anekit.llama import data as data_mod
+
+    if data is None:
+        return data_mod.default_dataset(tok, seed=seed)
+    if data.is_dir():
+        return data_mod.ShardDataset(data)
+    return data_mod.TextDataset(data, tok)
+
+
+def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
+    """The weights of --init (a llama2.c model or an anekit checkpoint), checked against the model
+    (``named``: --config was given; else ``cfg`` is the default preset)."""
+    from anekit.llama.llama2c import read_llama2c
+
+    try:
+        with path.open("rb") as f:
+            head = f.read(checkpoint.HEADER_SIZE)
+    except OSError as e:
+        raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
+    if int.from_bytes(head[:4], "little") == checkpoint.MAGIC:
+        if len(head) == checkpoint.HEADER_SIZE:  # shorter: the checkpoint reader says what is wrong
+            _check_init_shape(path, _blzt_shape(path, head), cfg, named)
+        params = checkpoint.load_checkpoint_file(path, cfg).params
+    else:
+        init_cfg, params = read_llama2c(path)
+        _check_init_shape(path, {k: getattr(init_cfg, k) for k in INIT_SHAPE}, cfg, named)
+    params.cfg = cfg
+    return params, Source(_abs(path), sha256_file(path))
+
+
+def _blzt_shape(path: Path, head: bytes) -> dict[str, int]:
+    """The model shape a BLZT header gives, with n_kv_heads when the run record holds it (the header
+    does not)."""
+    header = checkpoint.HEADER.parse(head)
+    shape = {k: header[k] for k in checkpoint.SHAPE_FIELDS}
+    run = checkpoint.read_run_record(path)
+    stored = run.get("config") if run is not None else None
+    if isinstance(stored, dict) and isinstance(stored.get("n_kv_heads"), int):
+        shape["n_kv_heads"] = stored["n_kv_heads"]
+    return shape
+
+
+def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named: bool) -> None:
+    """One line when the --init model's shape (``found``) is not the model's: the fields that differ, and
+    the preset to pass with --config when one has the file's shape."""
+    order = [k for k in (*INIT_SHAPE, "seq_len") if k in found]
+    differ = [f"{k} {found[k]} (not {getattr(cfg, k)})" for k in order if found[k] != getattr(cfg, k)]
+    if not differ:
+        return
+    fits = [name for name, p in PRESETS.items() if all(getattr(p, k) == v for k, v in found.items())]
+    model = f"--config {cfg.name}" if named else f"the {cfg.name} preset (no --config)"
+    hint = (
+        f"pass --config {fits[0]}"
+        if fits
+        else f"no preset has its shape (presets: {', '.join(PRESETS)}), so anekit train cannot start from it"
+    )
+    raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
+
+
+def check_input_paths(options: TrainOptions) -> None:
+    """--data (a regular file, or a directory of shards), --tokenizer and --init (regular files), checked
+    without opening them: one line naming the path and what it is."""
+    from anekit.inputs import LIMITS, check_input, stat_input
+
+    data = options.data
+    if data is not None:
+        st = stat_input(data, "[train] --data cannot read")
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            check_input(data, "[train] --data cannot read", expected="a text file or a directory of shards")
+    if options.tokenizer is not None:
+        check_input(
+            options.tokenizer, "[train] --tokenizer cannot read", LIMITS["tokenizer"], "a tokenizer file"
+        )
+    if options.init is not None:
+        check_input(options.init, "[train] --init cannot read", expected="a model file")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------------------
+
+
+class Run:
+    """One training run in ``options.out``: everything is read and checked when it is made, nothing is
+    written until ``train``."""
+
+    def __init__(self, options: TrainOptions) -> None:
+        self.options = options
+        self.out = Path(options.out)
+        self.checkpoint = self.out / CHECKPOINT
+        self.lock: DirLock | None = None
+        self._wall0 = 0.0
+        self._prepare()
+
+    # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
+
+    def _prepare(self) -> None:
+        from anekit.llama.trainer import check_budget
+
+        o, out, ckpt_path = self.options, self.out, self.checkpoint
+        check_input_paths(o)  # a FIFO or a device never gets opened (it would block or never end)
+        if out.exists() and not out.is_dir():
+            raise AnekitError(f"[train] --out {out} is a file, not a directory")
+        runtime.check_numerics_options(o.backend, o.numerics)  # before any write
+        self.resumed_wall = 0.0
+        if o.resume:
+            self._prepare_resume()
+        else:
+            self._prepare_new()
+        cfg, tc, dataset = self.cfg, self.tc, self.dataset
+        if hasattr(dataset, "vocab_check"):
+            dataset.vocab_check(cfg.vocab_size)
+        if hasattr(dataset, "check_windows"):  # empty or tiny data: refused before anything is written
+            dataset.check_windows(cfg.seq_len)
+        if not o.resume:
+            _check_finite(self.state.params, o.init)
+        backend_options: dict[str, Any] = dict(o.numerics)
+        if o.compile_budget is not None:
+            backend_options["compile_budget"] = o.compile_budget
+        self.backend = runtime.open(o.backend, **backend_options)
+        check_budget(self.backend.compile_budget, cfg, tc.weights)  # a budget below one step: forever
+        if ckpt_path.exists() and not ckpt_path.is_file():
+            raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
+        if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+            raise AnekitError(f"[train] the output directory {out} is not writable")
+        self.tok_bytes = b""
+        if not o.resume:
+            try:
+                self.tok_bytes = self.tok_path.read_bytes()
+            except OSError as e:
+                raise AnekitError(f"[train] cannot read the tokenizer {self.tok_path}: {e.strerror}") from e
+
+    def _prepare_resume(self) -> None:
+        o, out, ckpt_path = self.options, self.out, self.checkpoint
+        if o.force or o.init is not None:
+            flag = "--force" if o.force else "--init"
+            raise AnekitError(f"[train] --resume continues the run in {out}; {flag} starts a new one")
+        if not ckpt_path.is_file():
+            raise AnekitError(f"[train] --resume: no checkpoint {ckpt_path} (start the run without --resume)")
+        if checkpoint.read_run_record(ckpt_path) is None:
+            raise AnekitError(
+                f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
+                "older anekit); start a new run from its weights with --init"
+            )
+        self.seen = _identity(ckpt_path)
+        ck = checkpoint.load_checkpoint_file(ckpt_path)
+        assert ck.run is not None
+        spec = RunRecord.from_record(ck.run, ckpt_path)
+        _check_options(o, spec, out)
+        self.state = _state_from(ck, ck.run)
+        self.resumed_wall = ck.meta.cum_wall / 1e3
+        self.cfg, self.tc, self.spec = spec.cfg, spec.tc, spec
+        tok_path = o.tokenizer
+        if tok_path is None:
+            tok_path = out / spec.tokenizer_file
+            if not tok_path.is_file() and spec.tokenizer.path is not None:
+                tok_path = Path(spec.tokenizer.path)
+        tok_id = sha256_file(tok_path, TOKENIZER_MAX_BYTES)
+        if tok_id != spec.tokenizer.sha256:
+            raise AnekitError(
+                f"[train] --resume: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
+                f"{spec.tokenizer.short()}"
+            )
+        self.tok_path = tok_path
+        self.tokenizer = _open_tokenizer(tok_path)
+        data_path = o.data if o.data is not None else (spec.data.path and Path(spec.data.path))
+        self.dataset = _dataset(data_path, self.tokenizer, self.tc.seed)
+        data_id = sha256_tokens(self.dataset)
+        if data_id != spec.data.sha256:
+            where = data_path or "the built-in corpus"
+            raise AnekitError(
+                f"[train] --resume: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
+                f"{spec.data.short()}"
+            )
+        if self.state.step < self.tc.steps:
+            spec.marks.append((self.state.step, "budget" if o.restarted else "resume"))
+
+    def _prepare_new(self) -> None:
+        from anekit.llama.params import Params
+        from anekit.llama.trainer import TrainConfig, TrainState
+
+        o, out, ckpt_path = self.options, self.out, self.checkpoint
+        self.seen = _identity(ckpt_path)
+        if self.seen is not None and not o.force:
+            raise AnekitError(
+                f"[train] {out} holds a run ({ckpt_path}): --resume to continue it, --force to start over"
+            )
+        name = o.config or "default"
+        cfg = preset(name)
+        if o.tokenizer is None and cfg.vocab_size > BUILT_IN_VOCAB_MAX:
+            raise AnekitError(
+                f"[train] --config {name} needs a {cfg.vocab_size}-token tokenizer: pass it with --tokenizer "
+                "(llama2.c's tokenizer.bin or tokenizer.model for its stories models); the built-in one, "
+                f"trained on anekit's small story corpus, has at most {BUILT_IN_VOCAB_MAX} tokens"
+            )
+        tc = TrainConfig(
+            steps=o.steps or DEFAULT_STEPS.get(name, GENERIC_STEPS),
+            accum=o.accum or DEFAULT_ACCUM,
+            lr=o.lr or DEFAULT_LR.get(name, GENERIC_LR),
+            seed=o.seed or 0,
+            weights=o.weights or DEFAULT_WEIGHTS,
+        )
+        if tc.steps * tc.accum > INT32_MAX:
+            raise AnekitError(
+                f"[train] --steps x --accum = {tc.steps * tc.accum} sequences do not fit the checkpoint's "
+                f"int32 counter (at most {INT32_MAX})"
+            )
+        if o.tokenizer is not None:
+            tok_path = o.tokenizer
+            tok = _open_tokenizer(tok_path)
+        else:
+            from anekit.llama import tokenizer
+
+            tok = tokenizer.default_tokenizer(vocab_size=cfg.vocab_size)
+            tok_path = tokenizer.default_tokenizer_path(cfg.vocab_size)
+        if getattr(tok, "vocab_size", cfg.vocab_size) > cfg.vocab_size:
+            raise AnekitError(
+                f"[train] the tokenizer has {tok.vocab_size} tokens, the model {cfg.vocab_size}"
+            )
+        dataset = _dataset(o.data, tok, tc.seed)
+        if o.init is not None:
+            params, init = _read_init(o.init, cfg, named=o.config is not None)
+        else:
+            params, init = Params.init(cfg, seed=tc.seed), None
+        self.state = TrainState.fresh(params, tc)
+        self.cfg, self.tc, self.tokenizer, self.tok_path, self.dataset = cfg, tc, tok, tok_path, dataset
+        self.spec = RunRecord(
+            cfg=cfg,
+            tc=tc,
+            data=Source(_abs(o.data), sha256_tokens(dataset)),
+            tokenizer=Source(_abs(tok_path), sha256_file(tok_path, TOKENIZER_MAX_BYTES)),
+            tokenizer_file="tokenizer.model" if tok_path.suffix == ".model" else "tokenizer.bin",
+            init=init,
+            marks=[],
+        )
+
+    # -- 2. the output directory, locked for the run ----------------------------------------------------
+
+    def open(self) -> None:
+        """Create (if need be) and lock the output directory, removing what dead writers left in it
+        (``train`` does it when it was not done)."""
+        if self.lock is None:
+            self.created = self._open()
+
+    def _open(self) -> bool:
+        """``open``'s work; True when this run created the directory."""
+        out = self.out
+        created = not out.exists()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AnekitError(f"[train] cannot create the output directory {out}: {e.strerror}") from e
+        try:
+            self.lock = DirLock(out, "anekit train").acquire()
+        except AnekitError:
+            if created:
+                self._remove_new_out()
+            raise
+        if _identity(self.checkpoint) != self.seen:  # another writer finished in between: stale checks
+            raise AnekitError(
+                f"[train] {self.checkpoint} changed while this run started (another anekit train wrote it); "
+                "run again"
+            )
+        remove_stale_temporaries(out)
+        return created
+
+    def _remove_new_out(self) -> None:
+        """Remove the output directory this run created, when a refusal comes before any step: only the
+        lock file and temporaries may be in it, so a failed start leaves nothing behind."""
+        with contextlib.suppress(OSError):
+            (self.out / LOCK_FILE).unlink(missing_ok=True)
+            remove_stale_temporaries(self.out)
+            self.out.rmdir()
+
+    def close(self) -> None:
+        """Release the output directory's lock (a no-op when it is not held)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    # -- 3. training ----------------------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Checkpoint the run as it stands (weights, Adam state, run record), atomically."""
+        save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
+
+    def title(self) -> str:
+        spec = self.spec
+        return (
+            f"anekit train run '{self.out.resolve().name}': {spec.cfg.name} model, {len(self.state.losses)}/"
+            f"{spec.tc.steps} steps, {spec.tc.weights} weights, lr {spec.tc.lr:g}, seed {spec.tc.seed}"
+        )
+
+    def train(
+        self,
+        on_step: Callable[[StepReport], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Create and lock the output directory, then train until the steps are done, the compile budget
+        runs out ("budget") or ``should_stop()`` says so between two steps ("stopped"); the run is saved
+        either way. ``log`` receives the lines a run has to say (the sanitizer's summaries)."""
+        from anekit.llama.trainer import train
+
+        o, state, tc = self.options, self.state, self.tc
+        self.open()
+        created = self.created
+        sanitizer = getattr(self.backend, "sanitizer", None)
+        self._wall0 = time.perf_counter() - self.resumed_wall  # cumulative over restarts
+
+        def save(st: TrainState) -> None:
+            self.save()
+            if sanitizer is not None and sanitizer.events:  # what departed from the ideal since the last one
+                if log is not None:
+                    log(f"sanitizer, steps up to {st.step}: {sanitizer.summary()}")
+                sanitizer.clear()
+
+        every = o.checkpoint_every or AUTO_CHECKPOINT_STEPS
+        seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
+        reason, first_saved = "done", False
+        try:
+            if not o.resume:
+                save(state)  # step 0: from now on a kill at any instant leaves a run that resume continues
+                first_saved = True
+                try:
+                    write_bytes_atomic(self.out / self.spec.tokenizer_file, self.tok_bytes)
+                except OSError as e:
+                    raise AnekitError(
+                        f"[train] cannot copy the tokenizer {self.tok_path} into {self.out}: {e.strerror}"
+                    ) from e
+                (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
+            if state.step < tc.steps:
+                reason = train(
+                    self.backend,
+                    state,
+                    self.dataset,
+                    tc,
+                    on_step=on_step,
+                    on_checkpoint=save,
+                    checkpoint_every=every,
+                    checkpoint_seconds=seconds,
+                    should_stop=should_stop,
+                )
+        except AnekitError:
+            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
+                if first_saved:
+                    self.checkpoint.unlink(missing_ok=True)
+                if created:
+                    self._remove_new_out()
+            raise
+        save(state)
+        no_png = write_curves(self.out, state.losses, self.title(), self.spec.marks, draw=reason != "budget")
+        return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
+                         dict(state.seconds), no_png)  # fmt: skip
+
+
+def train(out: str | os.PathLike[str] = "out", **options: Any) -> RunResult:
+    """Train as ``anekit train --out OUT`` does, the options named as its flags (``config``, ``data``,
+    ``tokenizer``, ``steps``, ``accum``, ``lr``, ``seed``, ``weights``, ``backend``, ``init``, ``resume``,
+    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``). Returns how the run ended; a
+    run whose compile budget ran out ends with reason "budget": call again with ``resume=True``."""
+    known = {f.name for f in fields(TrainOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise AnekitError(
+            f"[train] unknown option {unknown[0]!r} (known: {', '.join(sorted(known - {'out'}))})"
+        )
+    for key in ("data", "tokenizer", "init"):
+        if options.get(key) is not None:
+            options[key] = Path(options[key])
+    run = Run(TrainOptions(out=Path(out), **options))
+    try:
+        return run.train()
+    finally:
+        run.close()
