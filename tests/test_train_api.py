@@ -1,0 +1,53 @@
+"""Training from Python: ``anekit.train`` / ``anekit.Run`` do what ``anekit train`` does, with the same
+checkpoint bytes, the same refusals and the same resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import anekit
+from anekit.cli.main import main
+from anekit.llama.checkpoint import load_checkpoint_file
+
+
+def _weights(path):
+    return dict(load_checkpoint_file(path).params.tensors())
+
+
+def test_train_from_python_writes_the_checkpoint_the_command_writes(tmp_path, capsys):
+    result = anekit.train(tmp_path / "api", steps=3, accum=1, seed=4)
+    assert result.reason == "done" and result.step == 3 and len(result.losses) == 3
+    assert result.checkpoint == tmp_path / "api" / "ckpt.bin"
+    code = main(["train", "--out", str(tmp_path / "cli"), "--steps", "3", "--accum", "1", "--seed", "4",
+                 "--sample-steps", "0"])  # fmt: skip
+    assert code == 0
+    capsys.readouterr()
+    api, cli = _weights(result.checkpoint), _weights(tmp_path / "cli" / "ckpt.bin")
+    for name in api:
+        np.testing.assert_array_equal(api[name], cli[name], err_msg=name)
+    assert (tmp_path / "api" / "loss.csv").read_text() == (tmp_path / "cli" / "loss.csv").read_text()
+
+
+def test_a_run_stopped_from_python_resumes_to_the_uninterrupted_weights(tmp_path):
+    whole = anekit.train(tmp_path / "whole", steps=4, accum=1)
+    run = anekit.Run(anekit.TrainOptions(out=tmp_path / "part", steps=4, accum=1))
+    try:
+        stopped = run.train(should_stop=lambda: run.state.step >= 2)
+    finally:
+        run.close()
+    assert stopped.reason == "stopped" and stopped.step == 2
+    resumed = anekit.train(tmp_path / "part", resume=True)
+    assert resumed.reason == "done" and resumed.losses == whole.losses
+    a, b = _weights(whole.checkpoint), _weights(resumed.checkpoint)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_the_library_refuses_what_the_command_refuses_before_writing(tmp_path):
+    with pytest.raises(anekit.AnekitError, match="unknown option 'stepz'"):
+        anekit.train(tmp_path / "x", stepz=3)
+    with pytest.raises(anekit.AnekitError, match="--resume: no checkpoint"):
+        anekit.train(tmp_path / "y", resume=True)
+    with pytest.raises(anekit.AnekitError, match="unknown preset"):
+        anekit.train(tmp_path / "z", config="nope")
+    assert not any((tmp_path / d).exists() for d in ("x", "y", "z"))
