@@ -10,6 +10,11 @@ What the program follows (the empirical-laws reference, ../shared/reference/ane-
   direct route (the rule book's ``routes``); they would fire on any decode step anyway (T = 1).
 * Law 2, ops: every projection (wq, wk, wv, wo, w1, w2, w3, the classifier, the RoPE pair swap) is a
   1x1 ``conv`` with a constant weight ``[C_out, C_in, 1, 1]``; the functions are ``<ios18>``.
+* Hugging Face variants (``ModelConfig``'s fields after ``rope_theta``): queries and the attention output
+  have ``q_dim`` = n_heads x head_dim channels (dim in llama2.c, not in Qwen 3); q / k / v biases are added
+  after the projections (Qwen 2); each head of q and k is RMS-normalised before RoPE (Qwen 3); the RoPE
+  tables are ``llama.sample.rope_tables``', so rope_theta and Llama 3's rope scaling are in them. Biases and
+  norm scales are vectors, stored fp16 as the RMSNorm scales are, under any ``quant``.
 * Law 3, int8: ``quantize="int8"`` stores each projection as int8 with one fp16 scale
   (``constexpr_blockwise_shift_scale``, see ``anekit.coreml.quantize``).
 * Law 8, KV cache: keys and values live in states ``k_cache_<i>`` / ``v_cache_<i>``
@@ -195,6 +200,28 @@ class _Graph:
         gv = self.fp16(key, lambda: g.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
         return f.mul(x=f.mul(x=x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_out")  # (1, C, T, 1)
 
+    def bias(self, x: Var, key: str, b: np.ndarray, tag: str) -> Var:
+        """x + b, b (C,) a const [1, C, 1, 1] in fp16 (a vector, like the RMSNorm scales: never quantized)."""
+        c = int(b.shape[0])
+        bv = self.fp16(key, lambda: b.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
+        return self.f.add(x=x, y=bv, name=tag)  # (1, C, T, 1)
+
+    def head_rmsnorm(self, x: Var, channels: int, key: str, g: np.ndarray, tag: str) -> Var:
+        """Each head's head_dim channels of x [1, C, T, 1] RMS-normalised on their own, scaled by g
+        (head_dim,): ``llama.sample.head_rmsnorm``. The same engine-safe form as ``rmsnorm`` (x scaled by
+        1/sqrt(head_dim) before squaring, pow(-0.5)), over heads laid out as [1, heads, head_dim, T]."""
+        f, hd, t = self.f, self.cfg.head_dim, self.t
+        heads = f.reshape(x=x, shape=[1, channels // hd, hd, t], name=f"{tag}_heads")  # (1, H, hd, T)
+        xs = f.mul(x=heads, y=1.0 / math.sqrt(hd), name=f"{tag}_xs")  # (1, H, hd, T)
+        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, H, hd, T): x^2 / hd
+        ms = f.reduce_sum(x=sq, axes=[2], keep_dims=True, name=f"{tag}_ms")  # (1, H, 1, T)
+        r = f.pow(
+            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
+        )  # (1, H, 1, T)
+        gv = self.fp16(key, lambda: g.reshape(1, 1, hd, 1), (1, 1, hd, 1))  # (1, 1, hd, 1)
+        out = f.mul(x=f.mul(x=heads, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_scaled")  # (1, H, hd, T)
+        return f.reshape(x=out, shape=[1, channels, t, 1], name=tag)  # (1, C, T, 1)
+
     def rope_tables(self, channels: int, pos: Var | None) -> tuple[Var, Var]:
         """cos / sin [1, channels, T, 1] at this call's positions: the whole table in prefill (positions
         0 .. T-1), the row at ``pos`` in decode. Angles in float32 as run.c (``llama.sample.rope_tables``)."""
@@ -274,14 +301,25 @@ class _Graph:
         f, cfg, t, s = self.f, self.cfg, self.t, self.cfg.seq_len
         lp, tag = self.params.layers[i], f"l{i}"
         hd, g, m = cfg.head_dim, cfg.n_kv_heads, cfg.kv_group
+        qd, kvd = (
+            cfg.q_dim,
+            cfg.kv_dim,
+        )  # q_dim = n_heads x head_dim: dim in llama2.c, not always in HF models
         xn = self.rmsnorm(x, f"layers.{i}.rms_att", lp.rms_att, f"{tag}_att_norm")  # (1, dim, T, 1)
-        q = self.conv(xn, self.sink.projection(f, f"layers.{i}.wq", lp.wq), f"{tag}_q")  # (1, dim, T, 1)
+        q = self.conv(xn, self.sink.projection(f, f"layers.{i}.wq", lp.wq), f"{tag}_q")  # (1, q_dim, T, 1)
         k = self.conv(xn, self.sink.projection(f, f"layers.{i}.wk", lp.wk), f"{tag}_k")  # (1, kv, T, 1)
         v = self.conv(xn, self.sink.projection(f, f"layers.{i}.wv", lp.wv), f"{tag}_v")  # (1, kv, T, 1)
-        cos_q, sin_q = self.rope_tables(cfg.dim, pos)
-        cos_k, sin_k = self.rope_tables(cfg.kv_dim, pos) if cfg.kv_dim != cfg.dim else (cos_q, sin_q)
-        q = self.rope(q, cfg.dim, cos_q, sin_q, f"{tag}_q_rope")  # (1, dim, T, 1)
-        k = self.rope(k, cfg.kv_dim, cos_k, sin_k, f"{tag}_k_rope")  # (1, kv, T, 1)
+        if lp.bq is not None:  # Qwen 2: biases after the projections
+            q = self.bias(q, f"layers.{i}.bq", lp.bq, f"{tag}_q_bias")  # (1, q_dim, T, 1)
+            k = self.bias(k, f"layers.{i}.bk", lp.bk, f"{tag}_k_bias")  # (1, kv, T, 1)
+            v = self.bias(v, f"layers.{i}.bv", lp.bv, f"{tag}_v_bias")  # (1, kv, T, 1)
+        if lp.q_norm is not None:  # Qwen 3: each head of q and k RMS-normalised before RoPE
+            q = self.head_rmsnorm(q, qd, f"layers.{i}.q_norm", lp.q_norm, f"{tag}_q_norm")  # (1, q_dim, T, 1)
+            k = self.head_rmsnorm(k, kvd, f"layers.{i}.k_norm", lp.k_norm, f"{tag}_k_norm")  # (1, kv, T, 1)
+        cos_q, sin_q = self.rope_tables(qd, pos)
+        cos_k, sin_k = self.rope_tables(kvd, pos) if kvd != qd else (cos_q, sin_q)
+        q = self.rope(q, qd, cos_q, sin_q, f"{tag}_q_rope")  # (1, q_dim, T, 1)
+        k = self.rope(k, kvd, cos_k, sin_k, f"{tag}_k_rope")  # (1, kv, T, 1)
         if pos is None:  # prefill: this call's keys are the whole cache (positions 0 .. S-1)
             keys = f.coreml_update_state(state=k_state, value=k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
             values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
@@ -303,7 +341,7 @@ class _Graph:
         masked = f.add(x=scaled, y=mask, name=f"{tag}_masked")  # (kv heads, group, T, S)
         probs = f.softmax(x=masked, axis=-1, name=f"{tag}_probs")  # (kv heads, group, T, S)
         att = f.matmul(x=vh, y=probs, transpose_y=True, name=f"{tag}_att")  # (kv heads, group, hd, T)
-        att = f.reshape(x=att, shape=[1, cfg.dim, t, 1], name=f"{tag}_att_x")  # (1, dim, T, 1)
+        att = f.reshape(x=att, shape=[1, qd, t, 1], name=f"{tag}_att_x")  # (1, q_dim, T, 1)
         o = self.conv(att, self.sink.projection(f, f"layers.{i}.wo", lp.wo), f"{tag}_o")  # (1, dim, T, 1)
         x = f.add(x=x, y=o, name=f"{tag}_res1")  # (1, dim, T, 1) residual
         xn = self.rmsnorm(x, f"layers.{i}.rms_ffn", lp.rms_ffn, f"{tag}_ffn_norm")  # (1, dim, T, 1)
@@ -366,19 +404,25 @@ def build_program(params: Params, stage: Stage, sink: WeightSink) -> Program:
 
 
 def stage_weight_bytes(cfg: ModelConfig, stage: Stage, quant: str = "none", tied: bool = True) -> int:
-    """Bytes of weights one stage writes (projection element size 2, int8 1, int4 0.5; tables fp16).
+    """Bytes of weights one stage writes (projection element size 2, int8 1, int4 0.5; vectors and tables
+    fp16): wq / wo sized by q_dim, the biases and q / k norm scales of a Hugging Face model included.
 
     A tied embedding is the classifier's weight (quantized with it); a stage holding both stores it once."""
     proj = {"none": 2.0, "int8": 1.0, "int4-block": 0.5 + 2 / INT4_BLOCK}[quant]  # int4: + its scales
     d, kv, h, s, v = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.seq_len, cfg.vocab_size
+    q = cfg.q_dim
     total = 0.0
     if stage.embed:
         total += (proj if tied else 2) * v * d
     if stage.layers:
-        per_layer = proj * (2 * d * d + 2 * kv * d + 3 * h * d) + 2 * 2 * d
+        per_layer = proj * (2 * q * d + 2 * kv * d + 3 * h * d) + 2 * 2 * d  # projections, RMSNorm scales
+        if cfg.qkv_bias:
+            per_layer += 2 * (q + 2 * kv)  # bq, bk, bv in fp16
+        if cfg.qk_norm:
+            per_layer += 2 * 2 * cfg.head_dim  # q_norm, k_norm in fp16
         total += len(stage.layers) * per_layer
-        tables = 2 * (d * d + 2 * d * s) + 2 * s * s + 4 * s  # RoPE swap and tables, causal mask, ramp
-        if kv != d:
+        tables = 2 * (q * q + 2 * q * s) + 2 * s * s + 4 * s  # RoPE swap and tables, causal mask, ramp
+        if kv != q:
             tables += 2 * (kv * kv + 2 * kv * s)
         total += tables
     if stage.head:

@@ -32,7 +32,7 @@ from typing import Any
 from anekit import jsonio
 from anekit.coreml.export import Stage, stage_weight_bytes
 from anekit.errors import AnekitError
-from anekit.kernels.config import ModelConfig
+from anekit.kernels.config import ModelConfig, RopeScaling
 
 SHARDS_FILE = "shards.json"
 FORMAT = "anekit-shards"
@@ -155,6 +155,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def model_config(manifest: dict[str, Any]) -> ModelConfig:
     try:
-        return ModelConfig(**manifest["model"], name="shards")
+        model = dict(manifest["model"])
+        if isinstance(model.get("rope_scaling"), dict):  # Llama 3's rope scaling, written by asdict
+            model["rope_scaling"] = RopeScaling(**model["rope_scaling"])
+        return ModelConfig(**model, name="shards")
     except (KeyError, TypeError) as e:
         raise AnekitError(f"[{FORMAT}] field 'model' is not a model configuration: {e}") from e
