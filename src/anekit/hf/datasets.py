@@ -66,6 +66,7 @@ from anekit.errors import AnekitError
 from anekit.hf.tokenizer import HFTokenizer
 from anekit.inputs import kind_of, read_text, shown, stat_input
 from anekit.jsonio import loads
+from anekit.llama.cpu_ops import weighted_cross_entropy  # the step's loss, named here for the data's users
 
 FMT = "hf.datasets"  # the bracketed name every message starts with
 READ = f"[{FMT}] cannot read"
@@ -395,41 +396,15 @@ def validation_windows(examples: Sequence[Example], seq_len: int, pad_id: int = 
             yield window(example, seq_len, pad_id)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The loss over a window.
-
-
-def weighted_cross_entropy(
-    logits: np.ndarray, targets: np.ndarray, weights: np.ndarray
-) -> tuple[float, np.ndarray]:
-    """Weighted mean cross-entropy of logits (vocab, S) against targets (S,): sum(w_i ce_i) / sum(w), and
-    dlogits (vocab, S) float32 = w_i (softmax_i - onehot_i) / sum(w) per column. All-zero weights: loss 0,
-    dlogits 0. Each column's max is subtracted first; the loss is summed in float64."""
-    logits = np.asarray(logits, dtype=np.float32)
-    if logits.ndim != 2:
-        raise DataError(f"[{FMT}] weighted_cross_entropy: logits must be (vocab, seq), got {logits.shape}")
-    vocab, seq = logits.shape
-    targets = np.asarray(targets)
-    weights = np.asarray(weights, dtype=np.float32)
-    if targets.shape != (seq,) or weights.shape != (seq,):
-        raise DataError(
-            f"[{FMT}] weighted_cross_entropy: targets and weights must be ({seq},), "
-            f"got {targets.shape} and {weights.shape}"
-        )
-    if targets.dtype.kind not in "iu" or (seq and (targets.min() < 0 or targets.max() >= vocab)):
-        raise DataError(f"[{FMT}] weighted_cross_entropy: targets must be integer ids in 0 .. {vocab - 1}")
-    if not (np.all(np.isfinite(weights)) and np.all(weights >= 0)):
-        raise DataError(f"[{FMT}] weighted_cross_entropy: weights must be finite and >= 0")
-    total_weight = float(weights.sum(dtype=np.float64))
-    if total_weight == 0.0:
-        return 0.0, np.zeros_like(logits)
-    cols = np.arange(seq)
-    z = logits - logits.max(axis=0, keepdims=True)  # (vocab, S), column max 0
-    e = np.exp(z)  # (vocab, S)
-    total = e.sum(axis=0, dtype=np.float32)  # (S,)
-    ce = np.log(total.astype(np.float64)) - z[targets, cols].astype(np.float64)  # (S,)
-    loss = float(np.dot(weights.astype(np.float64), ce) / total_weight)
-    scale = (weights / np.float32(total_weight)).astype(np.float32)  # (S,)
-    dlogits = e * (scale / total)[None, :]  # (vocab, S): w softmax / sum(w)
-    dlogits[targets, cols] -= scale
-    return loss, dlogits.astype(np.float32, copy=False)
+__all__ = [
+    "Example",
+    "Splits",
+    "Window",
+    "batches",
+    "load_dir",
+    "load_split",
+    "trainable",
+    "validation_windows",
+    "weighted_cross_entropy",
+    "window",
+]

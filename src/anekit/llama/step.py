@@ -218,22 +218,49 @@ class StepResult:
         return not self.finite or not self.peak < GRADIENT_HEADROOM
 
 
-def train_step(
-    kernels: Kernels,
-    params: Params,
-    grads: Params,
-    tokens: np.ndarray,  # (T,) input token ids
-    targets: np.ndarray,  # (T,) next-token ids
-    timer: Timer,
-    loss_scale: float = 1.0,
-) -> StepResult:
-    """Forward, loss and backward for one sequence; adds this sequence's gradients into ``grads``."""
+class Gradients:
+    """Where a step's parameter gradients go: every weight's gradient into a ``Params`` of the model's
+    shapes (full training). LoRA (``anekit.llama.lora``) overrides it to keep only its adapters'
+    gradients, computed from the same (dy, x) pairs, so a frozen weight's gradient is never formed."""
+
+    def __init__(self, grads: Params, kernels: Kernels | None = None) -> None:
+        self.grads = grads
+        self.kernels = kernels  # the owner of the step's reusable buffers
+
+    def matrix(self, layer: int, key: str, dy: np.ndarray, x: np.ndarray) -> None:
+        """dW += dy x^T for weight ``key`` of ``layer`` (dy (out, T), x (in, T))."""
+        g = getattr(self.grads.layers[layer], key)
+        g += dy @ x.T
+
+    def vector(self, layer: int | None, key: str, g: np.ndarray) -> None:
+        """A vector's gradient (a norm scale, a bias); ``layer`` None for rms_final."""
+        target = self.grads if layer is None else self.grads.layers[layer]
+        value = getattr(target, key)
+        value += g
+
+    def classifier(self, params: Params, dlogits: np.ndarray, xf: np.ndarray) -> None:
+        """The classifier's gradient dlogits xf^T, into wcls or (tied) the embedding."""
+        shape = params.classifier.shape
+        out = None if self.kernels is None else self.kernels.buffer("dclassifier", shape)
+        dclassifier = np.matmul(dlogits, xf.T, out=out)
+        if params.wcls is None:
+            self.grads.embed += dclassifier
+        else:
+            assert self.grads.wcls is not None
+            self.grads.wcls += dclassifier
+
+    def embedding(self, dx: np.ndarray, tokens: np.ndarray) -> None:
+        cpu_ops.embed_backward(self.grads.embed, dx, tokens)
+
+
+def forward_layers(
+    kernels: Kernels, params: Params, tokens: np.ndarray, timer: Timer
+) -> tuple[np.ndarray, list[tuple[np.ndarray, dict, np.ndarray, dict]]]:
+    """The layers' forward for one sequence: the last residual stream (dim, T) and, per layer, what the
+    backward needs (x, the SDPA taps, x2, the FFN taps)."""
     cfg = kernels.cfg
-    eps = cfg.norm_eps
     with timer.phase("cpu"):
         x = cpu_ops.embed_lookup(params.embed, tokens)  # (dim, T)
-
-    # -- forward through the layers --------------------------------------------------------------
     saved = []
     for i in range(cfg.n_layers):
         with timer.phase("kernels"):
@@ -243,6 +270,53 @@ def train_step(
             ffn = kernels.run(i, "ffn_fwd", x=x2)  # taps ffn_out, h1, h3, silu_out, x2norm
         saved.append((x, att, x2, ffn))
         x = x2 + ffn["ffn_out"]  # (dim, T)
+    return x, saved
+
+
+def _loss(
+    kernels: Kernels, logits: np.ndarray, targets: np.ndarray, weights: np.ndarray | None
+) -> tuple[float, np.ndarray]:
+    """(loss, dlogits) of one sequence: the mean over its positions, or over those ``weights`` trains."""
+    if weights is None:
+        return cpu_ops.cross_entropy(logits, targets, out=logits)  # dlogits in place of the logits
+    return cpu_ops.weighted_cross_entropy(logits, targets, weights)
+
+
+def eval_loss(
+    kernels: Kernels,
+    params: Params,
+    tokens: np.ndarray,
+    targets: np.ndarray,
+    weights: np.ndarray | None,
+    timer: Timer,
+) -> tuple[float, float]:
+    """The forward alone (validation): (sum of the weighted per-position losses, sum of the weights)."""
+    x, _ = forward_layers(kernels, params, tokens, timer)
+    with timer.phase("cpu"):
+        xf = cpu_ops.rmsnorm(x, params.rms_final, kernels.cfg.norm_eps)  # (dim, T)
+        logits = params.classifier @ xf  # (vocab, T)
+        w = np.ones(tokens.shape[0], np.float32) if weights is None else weights
+        loss, _ = cpu_ops.weighted_cross_entropy(logits, targets, w)
+        total = float(w.sum(dtype=np.float64))
+    return loss * total, total
+
+
+def train_step(
+    kernels: Kernels,
+    params: Params,
+    grads: Params | Gradients,
+    tokens: np.ndarray,  # (T,) input token ids
+    targets: np.ndarray,  # (T,) next-token ids
+    timer: Timer,
+    loss_scale: float = 1.0,
+    weights: np.ndarray | None = None,  # (T,) which positions the loss counts (None: all, equally)
+) -> StepResult:
+    """Forward, loss and backward for one sequence; adds this sequence's gradients into ``grads`` (a
+    ``Params``, or a ``Gradients`` that decides what it keeps)."""
+    cfg = kernels.cfg
+    eps = cfg.norm_eps
+    sink = grads if isinstance(grads, Gradients) else Gradients(grads, kernels)
+    x, saved = forward_layers(kernels, params, tokens, timer)
 
     # -- head on the CPU: final RMSNorm, tied classifier, cross-entropy ------------------------------
     with timer.phase("cpu"):
@@ -251,36 +325,30 @@ def train_step(
         # The vocab-sized arrays live in buffers kept across steps: fresh ones (tens of MB, beyond the
         # heap's mmap threshold) would be mapped and faulted in again every step. Same products.
         logits = np.matmul(classifier, xf, out=kernels.buffer("logits", (classifier.shape[0], xf.shape[1])))
-        loss, dlogits = cpu_ops.cross_entropy(logits, targets, out=logits)  # dlogits (vocab, T), in place
+        loss, dlogits = _loss(kernels, logits, targets, weights)  # dlogits (vocab, T)
         dlogits *= np.float32(loss_scale)  # in place: no second (vocab, T) array
-        dclassifier = np.matmul(dlogits, xf.T, out=kernels.buffer("dclassifier", classifier.shape))
-        if params.wcls is None:
-            grads.embed += dclassifier
-        else:
-            assert grads.wcls is not None
-            grads.wcls += dclassifier
+        sink.classifier(params, dlogits, xf)
         # The classifier's input gradient contracts over the vocabulary: a float32 sgemm here, as
         # maderix/ANE training/train_large.m does it (no hardware-run kernel reads vocab channels).
         dxf = classifier.T @ dlogits  # (dim, T), float32
         dx, drms = cpu_ops.rmsnorm_bwd(dxf, x, params.rms_final, eps)
-        grads.rms_final += drms
+        sink.vector(None, "rms_final", drms)
 
     # -- backward through the layers -------------------------------------------------------------
     peak = 0.0  # the largest |scaled gradient| into or out of a backward kernel
     for i in reversed(range(cfg.n_layers)):
         x, att, x2, ffn = saved[i]
-        g = grads.layers[i]
         w = params.layers[i]
         with timer.phase("kernels"):
             fb = kernels.run(i, "ffn_bwd", dffn=dx, h1=ffn["h1"], h3=ffn["h3"])  # dx (wrt x2norm), dh1, dh3
         with timer.phase("cpu"):
-            g.w2 += dx @ ffn["silu_out"].T  # (dim, hidden)
-            g.w1 += fb["dh1"] @ ffn["x2norm"].T  # (hidden, dim)
-            g.w3 += fb["dh3"] @ ffn["x2norm"].T
+            sink.matrix(i, "w2", dx, ffn["silu_out"])  # (dim, hidden)
+            sink.matrix(i, "w1", fb["dh1"], ffn["x2norm"])  # (hidden, dim)
+            sink.matrix(i, "w3", fb["dh3"], ffn["x2norm"])
             dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, w.rms_ffn, eps)
-            g.rms_ffn += drms
+            sink.vector(i, "rms_ffn", drms)
             dx2 = dx + dnorm  # (dim, T): the residual and the FFN branch
-            g.wo += dx2 @ att["attn_out"].T  # (dim, q_dim)
+            sink.matrix(i, "wo", dx2, att["attn_out"])  # (dim, q_dim)
         with timer.phase("kernels"):
             b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=dx2)  # dv, probs, dp
             b2 = kernels.run(i, "sdpa_bwd2", probs=b1["probs"], dp=b1["dp"], q=att["q"], k=att["k"])  # dq, dk
@@ -289,27 +357,27 @@ def train_step(
             if cfg.qk_norm:  # back through Qwen 3's per-head norm to the projections
                 dq, dqn = cpu_ops.head_rmsnorm_bwd(dq, att["q_pre"], w.q_norm, eps, cfg.head_dim)
                 dk, dkn = cpu_ops.head_rmsnorm_bwd(dk, att["k_pre"], w.k_norm, eps, cfg.head_dim)
-                g.q_norm += dqn  # (head_dim,)
-                g.k_norm += dkn
+                sink.vector(i, "q_norm", dqn)  # (head_dim,)
+                sink.vector(i, "k_norm", dkn)
             if cfg.qkv_bias:  # a bias's gradient: its projection's, summed over positions
-                g.bq += dq.sum(axis=1, dtype=np.float32)  # (q_dim,)
-                g.bk += dk.sum(axis=1, dtype=np.float32)  # (kv_dim,)
-                g.bv += dv.sum(axis=1, dtype=np.float32)
+                sink.vector(i, "bq", dq.sum(axis=1, dtype=np.float32))  # (q_dim,)
+                sink.vector(i, "bk", dk.sum(axis=1, dtype=np.float32))  # (kv_dim,)
+                sink.vector(i, "bv", dv.sum(axis=1, dtype=np.float32))
         with timer.phase("kernels"):
             dxn = kernels.run(i, "qkv_bwd", dq=dq, dk=dk, dv=dv)["dx"]  # (dim, T)
         with timer.phase("cpu"):
             xn = att["xnorm"]
-            g.wq += dq @ xn.T  # (q_dim, dim)
-            g.wk += dk @ xn.T  # (kv_dim, dim)
-            g.wv += dv @ xn.T
+            sink.matrix(i, "wq", dq, xn)  # (q_dim, dim)
+            sink.matrix(i, "wk", dk, xn)  # (kv_dim, dim)
+            sink.matrix(i, "wv", dv, xn)
             dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, w.rms_att, eps)
-            g.rms_att += drms
+            sink.vector(i, "rms_att", drms)
             dx = dx2 + dnorm  # (dim, T)
             normed = (dq, dk) if cfg.qk_norm else ()  # the gradients entering qkv_bwd, when they differ
             peak = max(peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], dv, b2["dq"], b2["dk"], *normed, dxn))
 
     with timer.phase("cpu"):
-        cpu_ops.embed_backward(grads.embed, dx, tokens)
+        sink.embedding(dx, tokens)
         finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
     return StepResult(float(loss), finite, peak)
 
