@@ -15,19 +15,37 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from anekit.errors import AnekitError
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
-from anekit.llama.step import Timer, make_kernels, train_step, unscale
+from anekit.llama.step import Timer, make_kernels, train_step
 from anekit.runtime.base import Backend
 
 
 class Dataset(Protocol):
-    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray]: ...
+    """Windows to train on: (tokens, targets), or (tokens, targets, weights) where a loss mask applies."""
+
+    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, ...]: ...
+
+
+class Trainable(Protocol):
+    """What an optimizer step changes: ``params`` (what the kernels and the CPU head read), the step's
+    gradient container (``sink``), and the update (``apply``). Full training
+    (``anekit.llama.lora.FullTrainable``) trains every weight, LoRA (``LoraTrainable``) its adapters."""
+
+    params: Params
+
+    def zero(self) -> None: ...
+
+    def sink(self, kernels: Any) -> Any: ...
+
+    def unscale(self, factor: float) -> bool: ...
+
+    def apply(self, state: TrainState, tc: TrainConfig) -> None: ...
 
 
 class TrainingDiverged(AnekitError):
@@ -59,16 +77,18 @@ class TrainConfig:
 
 @dataclass
 class TrainState:
-    """Everything a resumed run needs: weights, Adam moments, counters, the loss history."""
+    """Everything a resumed run needs: weights, Adam moments, counters, the loss history. (A LoRA run's
+    moments are its adapters', kept by its ``LoraTrainable``: ``adam_m`` / ``adam_v`` are then None.)"""
 
     params: Params
-    adam_m: Params
-    adam_v: Params
+    adam_m: Params | None
+    adam_v: Params | None
     step: int = 0  # optimizer steps done
     adam_t: int = 0  # Adam's timestep (steps actually applied)
     loss_scale: float = 1024.0
     losses: list[float] = field(default_factory=list)  # mean loss of each optimizer step
     seconds: dict[str, float] = field(default_factory=dict)  # cumulative per phase
+    val_losses: dict[int, float] = field(default_factory=dict)  # step -> validation loss, where evaluated
 
     @staticmethod
     def fresh(params: Params, tc: TrainConfig) -> TrainState:
@@ -83,6 +103,7 @@ class StepReport:
     tokens: int
     seconds: float
     skipped: bool  # a gradient overflowed: no update, the loss scale was halved
+    val_loss: float | None = None  # the validation loss after this step, when it was evaluated
 
 
 StopReason = str  # "done", "budget" (checkpoint, then re-execute to continue) or "stopped" (should_stop)
@@ -120,6 +141,9 @@ def train(
     checkpoint_every: int = 50,
     checkpoint_seconds: float | None = None,
     should_stop: Callable[[], bool] | None = None,
+    trainable: Trainable | None = None,
+    validate: Callable[[Any, Timer], float] | None = None,
+    val_every: int = 0,
 ) -> StopReason:
     """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
     backend's compile budget (then the caller checkpoints and restarts the process), or until
@@ -128,13 +152,25 @@ def train(
     ``on_checkpoint`` is called after every ``checkpoint_every``-th step, and also when
     ``checkpoint_seconds`` have passed since the last checkpoint (when given), never after the last
     step (the caller saves the finished run itself). A step is never interrupted half-applied: every
-    stop happens between steps, so the state handed back is always a whole step's."""
+    stop happens between steps, so the state handed back is always a whole step's.
+
+    ``trainable`` says what the steps train (default: every weight of ``state.params``). ``validate``
+    (kernels, timer) -> loss is called before the first step, every ``val_every`` steps and after the
+    last, into ``state.val_losses``; it reads the kernels as the last step left them, so a validated run
+    uses dynamic weights."""
+    if validate is not None and tc.weights != "dynamic":
+        raise AnekitError(
+            "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
+        )
+    from anekit.llama.lora import FullTrainable
+
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
     check_budget(backend.compile_budget - backend.compile_count, cfg, tc.weights)
     kernels = make_kernels(backend, cfg, tc.weights)
-    grads = state.params.zeros_like()
+    trainable = FullTrainable(state) if trainable is None else trainable
+    params = trainable.params
     last_save = time.monotonic()
     first = state.step
     try:
@@ -149,16 +185,20 @@ def train(
                     )
                 return "budget"
             t0 = time.perf_counter()
-            kernels.compile(state.params, timer)
-            for _, g in grads.tensors():
-                g.fill(0.0)
+            kernels.compile(params, timer)
+            if validate is not None and state.step == 0 and 0 not in state.val_losses:
+                state.val_losses[0] = validate(kernels, timer)  # where the curve starts
+            trainable.zero()
+            grads = trainable.sink(kernels)
             losses = []
             headroom_left = True  # every micro-step's gradients stayed under the MAC port's headroom
             for micro in range(tc.accum):
                 rng = np.random.default_rng([tc.seed, state.step, micro])
                 with timer.phase("io"):
-                    tokens, targets = data.batch(rng, cfg.seq_len)
-                result = train_step(kernels, state.params, grads, tokens, targets, timer, state.loss_scale)
+                    tokens, targets, *weights = data.batch(rng, cfg.seq_len)
+                result = train_step(
+                    kernels, params, grads, tokens, targets, timer, state.loss_scale, *weights
+                )
                 if not math.isfinite(result.loss):
                     raise TrainingDiverged(
                         f"[train] the loss is {result.loss} at step {state.step} (micro-step {micro}, "
@@ -167,21 +207,24 @@ def train(
                 losses.append(result.loss)
                 headroom_left = headroom_left and not result.overflowed
             with timer.phase("cpu"):
-                finite = unscale(grads, 1.0 / (state.loss_scale * tc.accum))
+                finite = trainable.unscale(1.0 / (state.loss_scale * tc.accum))
                 skipped = not finite or not headroom_left
                 if skipped:
                     state.loss_scale /= 2  # overflow, or about to: the next batch with a smaller scale
                 else:
-                    apply_adamw(state, grads, tc)
+                    trainable.apply(state, tc)
             lr = tc.lr_at(state.step)
             state.losses.append(float(np.mean(losses)))
             state.step += 1
+            seconds = time.perf_counter() - t0
+            val = None
+            if validate is not None and val_every and (state.step % val_every == 0 or state.step == tc.steps):
+                # dynamic kernels read the updated weights as they are (validated runs are dynamic)
+                val = state.val_losses[state.step] = validate(kernels, timer)
             state.seconds = dict(timer.seconds)
             if on_step is not None:
-                on_step(
-                    StepReport(state.step, state.losses[-1], lr, tc.accum * cfg.seq_len,
-                               time.perf_counter() - t0, skipped)
-                )  # fmt: skip
+                tokens_done = tc.accum * cfg.seq_len
+                on_step(StepReport(state.step, state.losses[-1], lr, tokens_done, seconds, skipped, val))
             due = state.step % checkpoint_every == 0 or (
                 checkpoint_seconds is not None and time.monotonic() - last_save >= checkpoint_seconds
             )
