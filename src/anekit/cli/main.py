@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         demo,
         doctor_cmd,
         export_cmd,
+        fuse_cmd,
         inspect_cmd,
         kernels_cmd,
         lint_cmd,
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     kernels_cmd.add_parser(sub)
     lint_cmd.add_parser(sub)
     export_cmd.add_parser(sub)
+    fuse_cmd.add_parser(sub)
     cost_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)

@@ -29,6 +29,7 @@ from typing import Any
 
 from anekit import runtime
 from anekit.cli import flags
+from anekit.errors import AnekitError
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama.run import (
     AUTO_CHECKPOINT_SECONDS,
@@ -180,6 +181,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="programs the backend may compile before the run checkpoints and continues in a fresh "
         "process (default: the backend's, 100 as on the engine)",
     )
+    hf = p.add_argument_group(
+        "Hugging Face models (--init HF_DIR)",
+        "fine-tune a model directory (config.json + safetensors): LoRA with --lora RANK, else every weight; "
+        "--data is a directory with train.jsonl / valid.jsonl (mlx-lm's formats) or one .jsonl file",
+    )
+    hf.add_argument("--lora", type=_int_in(1, 4096), metavar="RANK", help="train LoRA adapters of this rank")
+    hf.add_argument(
+        "--lora-alpha",
+        type=_float_in(0.0, 1e6),
+        metavar="A",
+        help="LoRA alpha: the adapters' scale is alpha / rank (default: 2 x rank)",
+    )
+    hf.add_argument(
+        "--lora-targets",
+        metavar="LIST",
+        help="comma-separated matrices to adapt: q, k, v, o, gate, up, down (default: q,v)",
+    )
+    hf.add_argument(
+        "--seq",
+        type=_int_in(16, 32767),
+        metavar="N",
+        help="tokens per training window, at most the model's context (default: 256)",
+    )
+    hf.add_argument(
+        "--val-every",
+        type=_int_in(0, INT32_MAX),
+        metavar="N",
+        help="validation loss every N steps, before the first and after the last (0: never; default: 25)",
+    )
+    hf.add_argument(
+        "--val-batches",
+        type=_int_in(-1, INT32_MAX),
+        metavar="N",
+        help="validation examples evaluated, -1 for all (default: 25)",
+    )
     flags.add_numerics(p, "(one summary line per checkpoint when any departure was seen)")
     # Set on the re-executed process after a compile-budget restart: it continues the same screen quietly.
     p.add_argument("--restarted", action="store_true", help=argparse.SUPPRESS)
@@ -316,9 +352,38 @@ def _options(args: argparse.Namespace) -> TrainOptions:
     )
 
 
+def _session(args: argparse.Namespace) -> Run:
+    """The run the flags ask for: a Hugging Face fine-tuning run (--init HF_DIR, or --resume of one), or
+    anekit's own; everything read and checked, nothing written yet."""
+    from anekit.hf.config import is_model_dir
+
+    given = (
+        ("--lora", args.lora),
+        ("--lora-alpha", args.lora_alpha),
+        ("--lora-targets", args.lora_targets),
+        ("--seq", args.seq),
+        ("--val-every", args.val_every),
+        ("--val-batches", args.val_batches),
+    )
+    hf_flags = [flag for flag, value in given if value is not None]
+    resuming_hf = args.resume and (args.out / "state.safetensors").is_file()
+    if (args.init is not None and is_model_dir(args.init)) or resuming_hf:
+        from anekit.hf.adapters import parse_targets
+        from anekit.hf.training import HFOptions, HFRun
+
+        targets = parse_targets(args.lora_targets) if args.lora_targets is not None else None
+        if args.lora is None and (args.lora_alpha is not None or targets is not None):
+            raise AnekitError("[train] --lora-alpha and --lora-targets need --lora RANK")
+        hf = HFOptions(args.lora, args.lora_alpha, targets, args.seq, args.val_every, args.val_batches)
+        return HFRun(_options(args), hf)
+    if hf_flags:
+        raise AnekitError(f"[train] {hf_flags[0]} applies to a Hugging Face model (--init HF_DIR)")
+    return Run(_options(args))
+
+
 def _run(args: argparse.Namespace) -> int:
     out: Path = args.out
-    session = Run(_options(args))  # everything read and checked; nothing written yet
+    session = _session(args)  # everything read and checked; nothing written yet
     args.lock = session  # released by run()'s finally, whatever happens
     session.open()  # the directory locked before anything is printed: a second writer says nothing else
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
@@ -341,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         if console.tty:
             console.print("\r" + line, end="")
-        elif r.step % 10 == 0 or r.step == tc.steps or r.step == 1:
+        elif r.step % 10 == 0 or r.step == tc.steps or r.step == 1 or r.val_loss is not None:
             console.print(line)
 
     def log(line: str) -> None:
@@ -399,9 +464,11 @@ def _run(args: argparse.Namespace) -> int:
         session.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
     pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
+    product = getattr(session, "mode", None)
+    made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
     console.print(
         f"trained {state.step} steps: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
-        f"wrote {ckpt_path}, {out / 'loss.csv'}{pictures}"
+        f"wrote {ckpt_path}{made}, {out / 'loss.csv'}{pictures}"
     )
     if result.no_png is not None:
         console.print(result.no_png)
@@ -411,7 +478,8 @@ def _run(args: argparse.Namespace) -> int:
         from anekit.llama.sample import Sampler
 
         console.print("sample:")
-        for piece in Sampler(state.params, session.tokenizer).generate(
+        weights = session.sample_params() if hasattr(session, "sample_params") else state.params
+        for piece in Sampler(weights, session.tokenizer).generate(
             "Once upon a time", args.sample_steps, temperature=0.8, top_p=0.9, seed=tc.seed
         ):
             console.print(piece, end="")

@@ -1,0 +1,535 @@
+"""Fine-tuning a Hugging Face model with the training kernels: LoRA (``lora`` rank given) or full.
+
+``HFRun`` is ``anekit.llama.run.Run`` for a model read from a Hugging Face directory (``init``): the same
+promises (everything checked before anything is written, one writer per output directory, a run that a
+kill at any instant leaves resumable, stopping between steps), with what such a model needs:
+
+* data in mlx-lm's formats (``anekit.hf.datasets``: a directory with train.jsonl and valid.jsonl, or one
+  .jsonl file), the loss only where the format says (a completion, the last assistant message); without
+  ``data``, the built-in story corpus as text examples (its last 5% for validation);
+* windows of ``seq`` tokens (default ``DEFAULT_SEQ``, at most the model's context), one example each,
+  drawn uniformly from the trainable examples by a generator seeded with (seed, step, micro-step), so a
+  resumed run draws what the uninterrupted one would have (mlx-lm shuffles epochs instead);
+* the validation loss (token-weighted over the first ``val_batches`` validation examples) before the
+  first step, every ``val_every`` steps and after the last; loss.csv gets a ``val_loss`` column;
+* the run's state in ``OUT/state.safetensors``: the trained tensors and their Adam moments (F32) with the
+  run record (JSON) in the file's metadata under ``anekit.run``, written in one atomic rename;
+* the result: LoRA adapters in PEFT's format in ``OUT/adapters`` (rewritten at every checkpoint), or,
+  for full fine-tuning, the model as a Hugging Face directory ``OUT/model`` (written at the end and when
+  the run stops), with the tokenizer files copied beside it.
+
+Validated runs use dynamic weights (the kernels read the updated weights without recompiling).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit import runtime
+from anekit.errors import AnekitError
+from anekit.fileio import write_bytes_atomic
+from anekit.jsonio import loads
+from anekit.llama.run import (
+    AUTO_CHECKPOINT_SECONDS,
+    AUTO_CHECKPOINT_STEPS,
+    INT32_MAX,
+    Run,
+    RunResult,
+    TrainOptions,
+    sha256_file,
+    write_curves,
+)
+
+STATE_FILE = "state.safetensors"
+RUN_KEY = "anekit.run"  # the run record's key in the state file's metadata
+HF_RUN_FORMAT = "anekit.hf-run"
+HF_RUN_VERSION = 1
+DEFAULT_SEQ = 256
+DEFAULT_STEPS = 100
+DEFAULT_ACCUM = 4
+DEFAULT_LR = {"lora": 1e-4, "full": 2e-5}
+DEFAULT_VAL_EVERY = 25
+DEFAULT_VAL_BATCHES = 25  # validation examples evaluated (mlx-lm's --val-batches default); -1: all
+DEFAULT_TARGETS = ("q", "v")  # PEFT's default LoRA targets for Llama-family models
+VALID_SHARE = 0.05  # of the built-in corpus's stories, held out for validation
+MODEL_FILES_HASHED = ("config.json", "model.safetensors.index.json")  # with every *.safetensors
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """What ``anekit train --init HF_DIR`` adds to ``TrainOptions``."""
+
+    lora: int | None = None  # LoRA rank; None: full fine-tuning
+    lora_alpha: float | None = None  # default 2 x rank (scale 2)
+    lora_targets: tuple[str, ...] | None = None  # default q, v
+    seq: int | None = None  # window length (the kernels' spatial size), default DEFAULT_SEQ
+    val_every: int | None = None
+    val_batches: int | None = None
+
+
+def hash_model(directory: Path) -> str:
+    """sha256 over a model directory's config.json, index and safetensors files (names and bytes)."""
+    h = hashlib.sha256()
+    names = [n for n in MODEL_FILES_HASHED if (directory / n).is_file()]
+    names += sorted(p.name for p in directory.glob("*.safetensors"))
+    for name in names:
+        h.update(name.encode() + b"\0")
+        h.update(bytes.fromhex(sha256_file(directory / name)))
+    return h.hexdigest()
+
+
+def hash_tokenizer(directory: Path) -> str:
+    from anekit.hf.model import SIDE_FILES
+
+    h = hashlib.sha256()
+    for name in SIDE_FILES:
+        if (directory / name).is_file():
+            h.update(name.encode() + b"\0")
+            h.update(bytes.fromhex(sha256_file(directory / name)))
+    return h.hexdigest()
+
+
+class ExampleData:
+    """Windows of ``seq`` tokens for the training loop: one trainable example each, drawn uniformly."""
+
+    def __init__(self, examples: list[Any], seq: int, pad_id: int) -> None:
+        from anekit.hf.datasets import trainable
+
+        self.examples = [e for e in examples if trainable(e, seq)]
+        self.skipped = len(examples) - len(self.examples)
+        self.seq, self.pad_id = seq, pad_id
+        if not self.examples:
+            raise AnekitError(
+                f"[train] no training example has a trained token within {seq} tokens (--seq {seq})"
+            )
+
+    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from anekit.hf.datasets import window
+
+        w = window(self.examples[int(rng.integers(len(self.examples)))], seq_len, self.pad_id)
+        return w.inputs, w.targets, w.weights
+
+
+def tokens_digest(examples: list[Any]) -> str:
+    """sha256 of the examples' tokens and masks: the data's identity for a resumed run."""
+    h = hashlib.sha256()
+    for e in examples:
+        a = np.ascontiguousarray(e.tokens, dtype="<i4")
+        h.update(len(a).to_bytes(8, "little") + int(e.loss_from).to_bytes(8, "little"))
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+class HFRun(Run):
+    """A fine-tuning run of a Hugging Face model (see the module docstring)."""
+
+    def __init__(self, options: TrainOptions, hf: HFOptions) -> None:
+        self.hf = hf
+        super().__init__(options)
+
+    # -- preparing: nothing written -----------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        from anekit.llama.run import _identity, check_input_paths
+
+        o = self.options
+        self.checkpoint = self.out / STATE_FILE
+        if o.tokenizer is not None or o.config is not None:
+            flag = "--tokenizer" if o.tokenizer is not None else "--config"
+            raise AnekitError(f"[train] {flag} does not apply to a Hugging Face model: it names its own")
+        if o.weights not in (None, "dynamic"):
+            raise AnekitError(
+                "[train] a Hugging Face model trains with dynamic weights (it validates as it goes)"
+            )
+        check_input_paths(TrainOptions(data=o.data))  # a FIFO or a device never gets opened
+        if self.out.exists() and not self.out.is_dir():
+            raise AnekitError(f"[train] --out {self.out} is a file, not a directory")
+        runtime.check_numerics_options(o.backend, o.numerics)
+        self.seen = _identity(self.checkpoint)
+        self.resumed_wall = 0.0
+        stored = self._stored() if o.resume else None
+        self._setup(stored)
+        backend_options: dict[str, Any] = dict(o.numerics)
+        if o.compile_budget is not None:
+            backend_options["compile_budget"] = o.compile_budget
+        self.backend = runtime.open(o.backend, **backend_options)
+        from anekit.llama.trainer import check_budget
+
+        check_budget(self.backend.compile_budget, self.cfg, "dynamic")
+
+    def _stored(self) -> dict[str, Any]:
+        """The run record of ``OUT/state.safetensors`` (resume)."""
+        o = self.options
+        if o.force:
+            raise AnekitError(f"[train] --resume continues the run in {self.out}; --force starts a new one")
+        if not self.checkpoint.is_file():
+            raise AnekitError(f"[train] --resume: no {self.checkpoint} (start the run without --resume)")
+        from anekit.hf.safetensors_io import read_header
+
+        refs, metadata = read_header(self.checkpoint)
+        self._refs = refs
+        if RUN_KEY not in metadata:
+            raise AnekitError(f"[train] --resume: {self.checkpoint} holds no anekit run record")
+        rec = loads(metadata[RUN_KEY], f"[train] the run record of {self.checkpoint}")
+        if (
+            not isinstance(rec, dict)
+            or rec.get("format") != HF_RUN_FORMAT
+            or rec.get("version") != HF_RUN_VERSION
+        ):
+            raise AnekitError(
+                f"[train] --resume: {self.checkpoint} holds a run record of another kind; anekit reads "
+                f"'{HF_RUN_FORMAT}' version {HF_RUN_VERSION}"
+            )
+        return rec
+
+    def _setup(self, stored: dict[str, Any] | None) -> None:
+        from anekit.hf.adapters import Adapters, LoraSpec, parse_targets
+        from anekit.hf.model import load_model
+        from anekit.hf.tokenizer import load_hf_tokenizer
+        from anekit.llama.trainer import TrainConfig, TrainState
+
+        o, hf = self.options, self.hf
+        try:
+            init = o.init if o.init is not None else Path(stored["base"]["path"]) if stored else None
+            if init is None:
+                raise AnekitError("[train] --init HF_DIR names the model to fine-tune")
+            seq = hf.seq or (stored["seq"] if stored else DEFAULT_SEQ)
+            lora = hf.lora if not stored else (stored["lora"] or {}).get("rank")
+        except (KeyError, TypeError) as e:
+            raise AnekitError(
+                f"[train] --resume: the run record of {self.checkpoint} is incomplete: {e}"
+            ) from e
+        if stored is None and self.seen is not None and not o.force:
+            raise AnekitError(
+                f"[train] {self.out} holds a run ({self.checkpoint}): --resume to continue it, --force to "
+                "start over"
+            )
+        model = load_model(init, seq_len=seq)
+        self.model = model
+        self.base_id = hash_model(Path(init))
+        self.tok_id = hash_tokenizer(Path(init))
+        if stored is not None:
+            if self.base_id != stored["base"]["sha256"]:
+                raise AnekitError(f"[train] --resume: the model {init} is not the run's (its files changed)")
+            if self.tok_id != stored["tokenizer"]["sha256"]:
+                raise AnekitError(f"[train] --resume: the tokenizer files of {init} are not the run's")
+        self.tokenizer = load_hf_tokenizer(init)
+        if self.tokenizer.vocab_size > model.cfg.vocab_size:
+            raise AnekitError(
+                f"[train] the tokenizer has {self.tokenizer.vocab_size} tokens, the model "
+                f"{model.cfg.vocab_size}"
+            )
+        mode = "lora" if lora else "full"
+        known = {f.name for f in fields(TrainConfig)}
+        if stored is not None:
+            tc = TrainConfig(**{k: v for k, v in stored["train"].items() if k in known})
+            self._check_same(stored, tc)
+        else:
+            tc = TrainConfig(
+                steps=o.steps or DEFAULT_STEPS,
+                accum=o.accum or DEFAULT_ACCUM,
+                lr=o.lr or DEFAULT_LR[mode],
+                min_lr=(o.lr or DEFAULT_LR[mode]) / 10,
+                warmup=min(10, max(1, (o.steps or DEFAULT_STEPS) // 10)),
+                weight_decay=0.0 if mode == "lora" else 0.1,
+                seed=o.seed or 0,
+                weights="dynamic",
+            )
+        if tc.steps * tc.accum > INT32_MAX:
+            raise AnekitError(f"[train] --steps x --accum = {tc.steps * tc.accum} is too many sequences")
+        self.cfg, self.tc, self.mode = model.cfg, tc, mode
+
+        def kept(given: Any, key: str, default: Any) -> Any:
+            """A flag's value, else the stored run's, else the default."""
+            return given if given is not None else stored[key] if stored else default
+
+        self.val_every = kept(hf.val_every, "val_every", DEFAULT_VAL_EVERY)
+        self.val_batches = kept(hf.val_batches, "val_batches", DEFAULT_VAL_BATCHES)
+        stored_data = stored["data"]["path"] if stored else None
+        data_path = o.data if o.data is not None else (Path(stored_data) if stored_data else None)
+        self.data_path = data_path
+        self._load_data(data_path, seq)
+        if stored is not None and self.data_id != stored["data"]["sha256"]:
+            raise AnekitError(f"[train] --resume: the data {data_path or 'built-in corpus'} is not the run's")
+        self.cfg.check_kernels()
+        if mode == "lora":
+            from anekit.llama.lora import LoraTrainable, frozen_base
+
+            base = frozen_base(model.params)
+            if stored is not None:
+                rec = stored["lora"]
+                spec = LoraSpec(int(rec["rank"]), float(rec["alpha"]), tuple(rec["targets"]))
+                adapters, moments = self._read_lora(spec)
+            else:
+                rank = int(lora)
+                targets = hf.lora_targets or DEFAULT_TARGETS
+                if isinstance(targets, str):
+                    targets = parse_targets(targets)
+                spec = LoraSpec(rank, float(hf.lora_alpha or 2 * rank), tuple(targets))
+                adapters = Adapters.init(spec, self.cfg, np.random.default_rng([tc.seed, 7]))
+                moments = None
+            self.spec_lora = spec
+            self.trainable = LoraTrainable(base, adapters, moments)
+            self.state = TrainState(base, None, None, loss_scale=tc.loss_scale)
+        else:
+            from anekit.llama.lora import FullTrainable
+
+            params = model.params.copy()  # the float32 master weights (the map's views are read-only)
+            m, v = params.zeros_like(), params.zeros_like()
+            if stored is not None:
+                self._read_full(params, m, v)
+            self.spec_lora = None
+            self.state = TrainState(params, m, v, loss_scale=tc.loss_scale)
+            self.trainable = FullTrainable(self.state)
+        self.marks: list[tuple[int, str]] = []
+        if stored is not None:
+            st = stored["state"]
+            s = self.state
+            s.step, s.adam_t, s.loss_scale = int(st["step"]), int(st["adam_t"]), float(st["loss_scale"])
+            s.losses = [float(x) for x in st["losses"]]
+            s.val_losses = {int(k): float(x) for k, x in st["val_losses"].items()}
+            s.seconds = {k: float(x) for k, x in st["seconds"].items()}
+            self.marks = [(int(a), str(b)) for a, b in stored.get("marks", [])]
+            self.resumed_wall = float(st.get("wall", 0.0))
+            if s.step < tc.steps:
+                self.marks.append((s.step, "budget" if o.restarted else "resume"))
+
+    def _check_same(self, stored: dict[str, Any], tc: Any) -> None:
+        o, hf = self.options, self.hf
+        lora = stored.get("lora") or {}
+        given = {
+            "--steps": (o.steps, tc.steps),
+            "--accum": (o.accum, tc.accum),
+            "--lr": (o.lr, tc.lr),
+            "--seed": (o.seed, tc.seed),
+            "--seq": (hf.seq, stored.get("seq")),
+            "--lora": (hf.lora, lora.get("rank")),
+            "--lora-alpha": (hf.lora_alpha, lora.get("alpha")),
+        }
+        for flag, (value, kept) in given.items():
+            if value is not None and value != kept:
+                raise AnekitError(
+                    f"[train] --resume: {flag} {value} contradicts the run in {self.out} ({flag} {kept}); "
+                    "drop the flag to continue that run, or start a new one with --force"
+                )
+
+    def _load_data(self, path: Path | None, seq: int) -> None:
+        from anekit.hf.datasets import Example, load_dir
+
+        tok = self.tokenizer
+        if path is None:
+            from anekit.llama.corpus import generate_corpus
+            from anekit.llama.data import split_stories
+
+            stories = split_stories(generate_corpus())
+            examples = []
+            for i, story in enumerate(stories):
+                ids = tok.encode(story, bos=True)
+                if tok.eos_id >= 0:
+                    ids.append(tok.eos_id)
+                examples.append(Example(np.asarray(ids, np.int32), 0, f"corpus:{i + 1}"))
+            cut = max(1, int(len(examples) * (1 - VALID_SHARE)))
+            train, valid = examples[:cut], examples[cut:]
+        else:
+            splits = load_dir(path, tok)
+            train, valid = splits.train, splits.valid or []
+        pad = max(tok.eos_id, 0)
+        self.dataset = ExampleData(train, seq, pad)
+        self.valid = valid if self.val_batches < 0 else valid[: self.val_batches]
+        self.data_id = tokens_digest(train + valid)
+
+    # -- the state file -------------------------------------------------------------------------------
+
+    def _read_lora(self, spec: Any) -> tuple[Any, tuple[dict, dict]]:
+        from anekit.hf.adapters import Adapters
+        from anekit.llama.lora import adapter_tensors
+
+        template = Adapters.init(spec, self.cfg, np.random.default_rng(0))
+        names = [n for n, _ in adapter_tensors(template)]
+        table = {n: a for n, a in adapter_tensors(template)}
+        m, v = {}, {}
+        for name in names:
+            for prefix, into in (("", table), ("m.", m), ("v.", v)):
+                ref = self._refs.get(prefix + name)
+                if ref is None or ref.shape != table[name].shape:
+                    raise AnekitError(
+                        f"[train] --resume: {self.checkpoint} lacks {prefix + name} (or its shape differs)"
+                    )
+                value = ref.to_float32()
+                if prefix:
+                    into[name] = value
+                else:
+                    table[name][...] = value
+        return template, (m, v)
+
+    def _read_full(self, params: Any, m: Any, v: Any) -> None:
+        for prefix, container in (("p.", params), ("m.", m), ("v.", v)):
+            for name, a in container.tensors():
+                ref = self._refs.get(prefix + name)
+                if ref is None or tuple(ref.shape) != a.shape:
+                    raise AnekitError(
+                        f"[train] --resume: {self.checkpoint} lacks {prefix + name} (or its shape differs)"
+                    )
+                a[...] = ref.to_float32()
+
+    def record(self) -> dict[str, Any]:
+        s, o = self.state, self.options
+        lora = None
+        if self.spec_lora is not None:
+            sp = self.spec_lora
+            lora = {"rank": sp.rank, "alpha": sp.alpha, "targets": list(sp.targets)}
+        return {
+            "format": HF_RUN_FORMAT,
+            "version": HF_RUN_VERSION,
+            "base": {"path": str(Path(self.model.directory).resolve()), "sha256": self.base_id},
+            "tokenizer": {"path": str(Path(self.model.directory).resolve()), "sha256": self.tok_id},
+            "data": {
+                "path": None if self.data_path is None else str(Path(self.data_path).resolve()),
+                "sha256": self.data_id,
+            },
+            "config": {k: v for k, v in asdict(self.cfg).items() if k != "rope_scaling"},
+            "train": asdict(self.tc),
+            "lora": lora,
+            "seq": self.cfg.seq_len,
+            "val_every": self.val_every,
+            "val_batches": self.val_batches,
+            "marks": [list(x) for x in self.marks],
+            "state": {
+                "step": s.step,
+                "adam_t": s.adam_t,
+                "loss_scale": s.loss_scale,
+                "losses": s.losses,
+                "val_losses": {str(k): x for k, x in s.val_losses.items()},
+                "seconds": s.seconds,
+                "wall": time.perf_counter() - self._wall0,
+            },
+            "resumed_by": o.restarted,
+        }
+
+    def save(self) -> None:
+        """The state file (trained tensors, moments, run record) in one atomic write; LoRA adapters too."""
+        from anekit.hf.safetensors_io import write_safetensors
+
+        tensors: dict[str, tuple[str, np.ndarray]] = {}
+        if self.mode == "lora":
+            from anekit.llama.lora import adapter_tensors
+
+            t = self.trainable
+            for name, a in adapter_tensors(t.adapters):
+                tensors[name] = ("F32", np.ascontiguousarray(a))
+                tensors["m." + name] = ("F32", np.ascontiguousarray(t.adam_m[name]))
+                tensors["v." + name] = ("F32", np.ascontiguousarray(t.adam_v[name]))
+        else:
+            for prefix, container in (("p.", self.state.params), ("m.", self.state.adam_m),
+                                      ("v.", self.state.adam_v)):  # fmt: skip
+                for name, a in container.tensors():
+                    tensors[prefix + name] = ("F32", np.ascontiguousarray(a, np.float32))
+        write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
+        if self.mode == "lora":
+            self.write_result()
+
+    def write_result(self) -> list[Path]:
+        """The run's product: OUT/adapters (LoRA, PEFT's format) or OUT/model (a Hugging Face directory)."""
+        if self.mode == "lora":
+            from anekit.hf.adapters import write_adapters
+
+            return write_adapters(self.out / "adapters", self.trainable.adapters, self.cfg,
+                                  str(self.model.directory), force=True)  # fmt: skip
+        from anekit.hf.model import write_model
+
+        return write_model(self.state.params, self.out / "model", source=self.model)  # built aside, renamed
+
+    def sample_params(self) -> Any:
+        """The weights to sample from after training: the fused model (LoRA) or the trained one."""
+        if self.mode == "lora":
+            from anekit.hf.adapters import fuse
+
+            return fuse(self.model.params, self.trainable.adapters)
+        return self.state.params
+
+    # -- training ---------------------------------------------------------------------------------------
+
+    def _validate(self, log: Callable[[str], None] | None) -> Callable[[Any, Any], float]:
+        from anekit.hf.datasets import validation_windows
+        from anekit.llama.step import eval_loss
+
+        def validate(kernels: Any, timer: Any) -> float:
+            total = weight = 0.0
+            for w in validation_windows(self.valid, self.cfg.seq_len, self.dataset.pad_id):
+                loss, n = eval_loss(kernels, self.trainable.params, w.inputs, w.targets, w.weights, timer)
+                total, weight = total + loss, weight + n
+            value = total / weight if weight else math.nan
+            if log is not None:
+                log(f"val loss {value:.3f} at step {self.state.step}")
+            return value
+
+        return validate
+
+    def title(self) -> str:
+        what = f"LoRA rank {self.spec_lora.rank}" if self.spec_lora is not None else "full fine-tuning"
+        return f"anekit train run '{self.out.resolve().name}': {self.cfg.name}, {what}, lr {self.tc.lr:g}"
+
+    def train(
+        self,
+        on_step: Callable[[Any], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        from anekit.hf.model import SIDE_FILES
+        from anekit.llama.trainer import train
+
+        o, state, tc = self.options, self.state, self.tc
+        self.open()
+        created = self.created
+        self._wall0 = time.perf_counter() - self.resumed_wall
+        validate = self._validate(log) if self.valid and self.val_every > 0 else None
+        first_saved = False
+        try:
+            if not o.resume:
+                self.save()
+                first_saved = True
+                for name in SIDE_FILES:  # the tokenizer beside the run, as `anekit sample` looks for it
+                    source = Path(self.model.directory) / name
+                    if source.is_file():
+                        write_bytes_atomic(self.out / name, source.read_bytes())
+            reason = "done"
+            if state.step < tc.steps:
+                reason = train(
+                    self.backend,
+                    state,
+                    self.dataset,
+                    tc,
+                    on_step=on_step,
+                    on_checkpoint=lambda _: self.save(),
+                    checkpoint_every=o.checkpoint_every or AUTO_CHECKPOINT_STEPS,
+                    checkpoint_seconds=None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS,
+                    should_stop=should_stop,
+                    trainable=self.trainable,
+                    validate=validate,
+                    val_every=self.val_every,
+                )
+        except AnekitError:
+            if not o.resume and state.step == 0:
+                if first_saved:
+                    self.checkpoint.unlink(missing_ok=True)
+                if created:
+                    import shutil
+
+                    shutil.rmtree(self.out, ignore_errors=True)
+            raise
+        self.save()
+        if self.mode == "full" and reason != "budget":
+            self.write_result()
+        no_png = write_curves(self.out, state.losses, self.title(), self.marks, draw=reason != "budget",
+                              val_losses=state.val_losses if self.valid else None)  # fmt: skip
+        return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
+                         dict(state.seconds), no_png)  # fmt: skip

@@ -1,0 +1,157 @@
+"""Fine-tuning Hugging Face models with the training kernels (``anekit train --init HF_DIR``): LoRA with the
+validation loss falling and written to loss.csv, adapters that PEFT's layout holds and that fuse to the
+trained model, exact resume, full fine-tuning, and the refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anekit.cli.main import main
+from anekit.errors import AnekitError
+from anekit.hf.adapters import read_adapters
+from anekit.hf.model import load_model
+from anekit.hf.training import HFOptions, HFRun
+from anekit.llama.run import TrainOptions
+from anekit.llama.sample import forward_logits
+from tests.hf_fixtures import make_checkpoint, make_tokenizer, small
+
+pytest.importorskip("tokenizers")
+
+# Qwen 3's structure (own head size, q/k norm) at a size the simulator trains in seconds.
+QWEN = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            num_hidden_layers=2, vocab_size=512)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("hf_train")
+    model = root / "qwen"
+    info = make_tokenizer(model, 512, "qwen")
+    config = small("qwen3", **QWEN, bos_token_id=info.eos_id, eos_token_id=info.eos_id)
+    make_checkpoint(model, config, dtype="bfloat16", seed=2, std=0.05)
+    data = root / "data"
+    data.mkdir()
+    rows = [
+        {"prompt": f"what is {a} plus {b}?", "completion": str(a + b)} for a in range(9) for b in range(9)
+    ]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:70]))
+    (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[70:]))
+    return model, data
+
+
+def _lora_args(model: Path, data: Path, out: Path, steps: int = 12) -> list[str]:
+    return ["train", "--init", str(model), "--lora", "4", "--data", str(data), "--out", str(out), "--steps",
+            str(steps), "--seq", "32", "--lr", "5e-3", "--val-every", "4", "--sample-steps", "0"]  # fmt: skip
+
+
+def _val_column(out: Path) -> dict[int, float]:
+    with (out / "loss.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["step", "loss", "val_loss"]
+    return {int(r["step"]): float(r["val_loss"]) for r in rows if r["val_loss"]}
+
+
+def test_lora_fine_tuning_lowers_the_validation_loss_and_writes_peft_adapters(workspace, tmp_path, capsys):
+    model, data = workspace
+    out = tmp_path / "run"
+    assert main(_lora_args(model, data, out)) == 0
+    printed = capsys.readouterr().out
+    assert "val loss" in printed and f"wrote {out / 'state.safetensors'}, {out / 'adapters'}" in printed
+    val = _val_column(out)
+    assert sorted(val) == [0, 4, 8, 12]  # before the first step, every --val-every, after the last
+    assert val[12] < val[0] - 0.5, val
+    base = load_model(model)
+    adapters = read_adapters(out / "adapters", base.cfg)  # PEFT's layout, read back into anekit's
+    assert adapters.spec.rank == 4 and adapters.spec.targets == ("q", "v")
+    assert all(np.abs(b).max() > 0 for b in adapters.b.values())  # trained: B left zero
+
+
+def test_fused_adapters_give_the_trained_models_logits(workspace, tmp_path, capsys):
+    from anekit.hf.adapters import fuse
+    from anekit.hf.training import HFRun
+
+    model, data = workspace
+    out = tmp_path / "run"
+    assert main(_lora_args(model, data, out, steps=3)) == 0
+    assert (
+        main(["fuse", str(model), str(out / "adapters"), str(tmp_path / "fused"), "--dtype", "float32"]) == 0
+    )
+    capsys.readouterr()
+    run = HFRun(TrainOptions(out=out, resume=True), HFOptions())  # the trained adapters, from the state
+    tokens = np.array([5, 40, 300, 7, 99])
+    want = forward_logits(fuse(load_model(model).params, run.trainable.adapters), tokens)
+    got = forward_logits(load_model(tmp_path / "fused").params, tokens)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stopped_lora_run_resumes_to_the_uninterrupted_adapters(workspace, tmp_path, capsys):
+    model, data = workspace
+    assert main(_lora_args(model, data, tmp_path / "whole", steps=6)) == 0
+    options = TrainOptions(out=tmp_path / "part", init=model, data=data, steps=6, lr=5e-3)
+    run = HFRun(options, HFOptions(lora=4, seq=32, val_every=4))
+    try:
+        assert run.train(should_stop=lambda: run.state.step >= 2).reason == "stopped"
+    finally:
+        run.close()
+    assert main(["train", "--out", str(tmp_path / "part"), "--resume", "--sample-steps", "0"]) == 0
+    capsys.readouterr()
+    base = load_model(model).cfg
+    a, b = (
+        read_adapters(tmp_path / "whole" / "adapters", base),
+        read_adapters(tmp_path / "part" / "adapters", base),
+    )
+    for key in a.a:
+        assert np.array_equal(a.a[key], b.a[key]) and np.array_equal(a.b[key], b.b[key]), key
+    assert _val_column(tmp_path / "whole") == _val_column(tmp_path / "part")
+
+
+def test_full_fine_tuning_writes_a_model_directory_that_imports(workspace, tmp_path, capsys):
+    model, data = workspace
+    out = tmp_path / "full"
+    args = ["train", "--init", str(model), "--data", str(data), "--out", str(out), "--steps", "4", "--seq",
+            "32", "--lr", "1e-3", "--val-every", "2", "--sample-steps", "0"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    trained = load_model(out / "model").params
+    original = load_model(model).params
+    moved = [n for (n, a), (_, b) in zip(trained.tensors(), original.tensors()) if not np.array_equal(a, b)]
+    assert "layers.0.wq" in moved and "layers.1.q_norm" in moved  # every weight trains, Qwen 3's norms too
+    assert (out / "tokenizer.json").is_file() and (out / "model" / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--lora-targets", "q,x"], "unknown target 'x'"),
+        (["--weights", "baked"], "trains with dynamic weights"),
+        (["--tokenizer", "t.model"], "--tokenizer does not apply"),
+        (["--data", "/nonexistent/data"], "cannot read /nonexistent/data"),
+    ],
+)
+def test_hf_training_refusals_are_one_line_and_write_nothing(workspace, tmp_path, capsys, extra, says):
+    model, data = workspace
+    out = tmp_path / "run"
+    code = main([*_lora_args(model, data, out), *extra])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and says in err, err
+    assert not out.exists()
+
+
+def test_lora_flags_need_a_hugging_face_model(tmp_path, capsys):
+    assert main(["train", "--lora", "4", "--out", str(tmp_path / "o"), "--steps", "1"]) == 1
+    assert "--lora applies to a Hugging Face model" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_resume_refuses_a_contradicting_rank(workspace, tmp_path, capsys):
+    model, data = workspace
+    out = tmp_path / "run"
+    assert main(_lora_args(model, data, out, steps=1)) == 0
+    capsys.readouterr()
+    with pytest.raises(AnekitError, match="--lora 8 contradicts"):
+        HFRun(TrainOptions(out=out, resume=True), HFOptions(lora=8))
