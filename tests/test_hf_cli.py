@@ -137,3 +137,35 @@ def test_hf_flags_that_do_not_apply_are_refused(tmp_path, capsys):
     assert "--chat needs a Hugging Face model directory" in capsys.readouterr().err
     assert main(["export", str(directory), "--to", "llama2c", "--dtype", "float16", str(tmp_path / "m")]) == 1
     assert "--dtype applies to --to safetensors only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", ["smollm2", "qwen3"])
+def test_kernels_of_a_hugging_face_model_dump_and_lint_without_errors(tmp_path, capsys, shape):
+    """The kernels a fine-tuning run of the model executes (dynamic weights; its real head counts and
+    sizes, one layer), dumped with its own weights: the rule book finds no error on any chip."""
+    directory = tmp_path / shape
+    make_checkpoint(directory, small(shape, num_hidden_layers=1, vocab_size=512), dtype="bfloat16", seed=1)
+    assert main(["kernels", "dump", "--config", str(directory), str(tmp_path / "k")]) == 0
+    assert "wrote 8 kernels" in capsys.readouterr().out
+    assert main(["lint", str(tmp_path / "k")]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("8 programs: 0 errors"), summary
+    assert main(["cost", "--config", str(directory), "--weights", "dynamic"]) == 0
+    assert "step, engine part" in capsys.readouterr().out
+
+
+def test_export_a_hugging_face_model_to_sharded_packages_coremltools_loads(tmp_path, capsys):
+    pytest.importorskip("coremltools")
+    from tests.test_coreml_export_coremltools import _assert_coremltools_loads
+
+    directory = tmp_path / "qwen3"
+    config = small(
+        "qwen3", num_hidden_layers=3, intermediate_size=512, vocab_size=512, max_position_embeddings=256
+    )
+    make_checkpoint(directory, config, dtype="bfloat16", seed=1)
+    out = tmp_path / "shards"
+    assert main(["export", str(directory), "--to", "mlpackage", "--shard-mb", "32", str(out)]) == 0
+    capsys.readouterr()
+    packages = sorted(out.glob("*.mlpackage"))
+    assert len(packages) >= 3 and (out / "shards.json").is_file()
+    _assert_coremltools_loads(packages)

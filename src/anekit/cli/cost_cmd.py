@@ -54,9 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
     p.add_argument(
         "--config",
-        type=flags.preset,
+        type=flags.model,
         metavar="NAME",
-        help=flags.preset_help("every kernel one training step of this model runs"),
+        help=flags.preset_help("every kernel one training step of this model runs", hf=True),
     )
     p.add_argument(
         "--chip",
@@ -267,7 +267,7 @@ def run_cost(args: argparse.Namespace) -> int:
     if (args.target is None) == (args.config is None):
         raise AnekitError("[cost] name one of --config NAME or FILE.mil / DUMP_DIR (or --calibration)")
     if args.config is not None:
-        cfg = preset(args.config)
+        cfg = flags.model_config(args.config)
         kernels, what = step_kernels(cfg, args.weights), f"{cfg.name} training step, {args.weights} weights"
     else:
         kernels, what = _program_works(args.target), str(args.target)

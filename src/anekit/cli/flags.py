@@ -18,6 +18,7 @@ from anekit.engine.chips import check_generation
 from anekit.engine.chips import device as find_device
 from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
+from anekit.kernels.config import ModelConfig
 from anekit.kernels.config import preset as find_preset
 
 WHERE = re.compile(r"^\[[^\]]*\] ")  # the "[layer] " an anekit message starts with
@@ -79,16 +80,41 @@ def table_name(lookup: Callable[[str], object], what: str) -> Callable[[str], st
 
 
 preset = table_name(find_preset, "preset")  # --config: a model preset
+HF_SEQ = 256  # the window a Hugging Face model's kernels are generated for (anekit train --seq's default)
+
+
+def model(text: str) -> str:
+    """--config of the commands that build kernels: a preset, or a Hugging Face model directory."""
+    from anekit.hf.config import is_model_dir
+
+    if is_model_dir(text):
+        return text
+    return preset(text)
+
+
+def model_config(value: str, seq: int | None = None) -> ModelConfig:
+    """The ModelConfig a ``model`` flag names: the preset's, or the Hugging Face model's with windows of
+    ``seq`` tokens (default ``HF_SEQ``, at most its context)."""
+    from anekit.hf.config import is_model_dir, read_config
+
+    if is_model_dir(value):
+        hc = read_config(value)
+        return hc.cfg.with_(seq_len=min(seq or HF_SEQ, hc.max_position_embeddings))
+    return find_preset(value)
+
+
 chip = table_name(check_generation, "chip")  # --chip: any, or a generation m1 .. m5
 device = table_name(find_device, "device")  # --chip: a device of the chip table (m1 ... m5-max)
 route = table_name(check_route, "route")  # --route: direct, e5rt or coreml
 
 
-def preset_help(what: str) -> str:
-    """Help text of a ``--config`` flag: what it is for and the presets' names."""
+def preset_help(what: str, hf: bool = False) -> str:
+    """Help text of a ``--config`` flag: what it is for and the presets' names (``hf``: or a Hugging
+    Face model directory)."""
     from anekit.kernels.config import PRESETS
 
-    return f"{what}: one of {', '.join(PRESETS)}"
+    more = f", or a Hugging Face model directory (windows of {HF_SEQ} tokens)" if hf else ""
+    return f"{what}: one of {', '.join(PRESETS)}{more}"
 
 
 def add_numerics(p: argparse.ArgumentParser, what: str) -> None:

@@ -15,7 +15,7 @@ from anekit.fileio import (
     temporary_dir,
     terminate_unwinds,
 )
-from anekit.kernels import ModelConfig, catalog, preset
+from anekit.kernels import ModelConfig, catalog
 from anekit.outputs import OutputError, check_dir, looks_like, writing
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
@@ -28,7 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ksub.required = True
     dump = ksub.add_parser("dump", help="write every kernel of one layer and the head as .mil + weights/")
     dump.add_argument(
-        "--config", type=flags.preset, required=True, metavar="NAME", help=flags.preset_help("the model")
+        "--config",
+        type=flags.model,
+        required=True,
+        metavar="NAME",
+        help=flags.preset_help("the model (a model directory's own weights of layer 0)", hf=True),
     )
     dump.add_argument(
         "out",
@@ -95,12 +99,18 @@ def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dic
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    cfg = preset(args.config)
+    cfg = flags.model_config(args.config)
     check_out(args.out, args.force)
-    names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
-    if args.dynamic:
-        names += list(catalog.DYNAMIC_KERNELS)
-    weights = catalog.random_weights(cfg, args.seed)
+    if cfg.name == args.config:  # a preset: every kernel, random llama2.c-style weights
+        names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
+        if args.dynamic:
+            names += list(catalog.DYNAMIC_KERNELS)
+        weights = catalog.random_weights(cfg, args.seed)
+    else:  # a Hugging Face model: what its training runs (dynamic weights; the head is the CPU's)
+        from anekit.hf.model import load_model
+
+        names = [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS, "sdpa_bwd2"]
+        weights = load_model(args.config, seq_len=cfg.seq_len).params.kernel_weights(0)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
     # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
     with (

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from anekit.cost.work import Work, count
-from anekit.kernels import attention_bwd, backward, composable, dynamic, forward
+from anekit.kernels import attention_bwd, backward, dynamic, forward
 from anekit.kernels.config import ModelConfig
 
 WEIGHT_MODES = ("baked", "dynamic")
@@ -47,7 +45,6 @@ def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
     if weights not in WEIGHT_MODES:
         raise ValueError(f"weights must be one of {WEIGHT_MODES}, not {weights!r}")
     n = cfg.n_layers
-    eye = {"wo": np.eye(cfg.dim, dtype=np.float32)}
     if weights == "baked":
         specs = [
             ("sdpa_fwd", forward.sdpa_fwd(cfg, None), "attention", "forward"),
@@ -61,8 +58,8 @@ def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
             ("ffn_fwd_dynamic", dynamic.ffn_fwd_dynamic(cfg), "ffn", "forward"),
             ("ffn_bwd_w2t_dynamic", dynamic.ffn_bwd_w2t_dynamic(cfg), "ffn", "backward"),
             ("ffn_bwd_w13t_dynamic", dynamic.ffn_bwd_w13t_dynamic(cfg), "ffn", "backward"),
-            ("wo_t", composable.dynamic_matmul(cfg.dim, cfg.dim, cfg.seq_len), "attention", "backward"),
-            ("sdpa_bwd1", attention_bwd.sdpa_bwd1(cfg, eye), "attention", "backward"),
+            ("wo_t", dynamic.wo_t_dynamic(cfg), "attention", "backward"),
+            ("sdpa_bwd1", attention_bwd.sdpa_bwd1_weightless(cfg), "attention", "backward"),
         ]
     specs.append(("sdpa_bwd2", attention_bwd.sdpa_bwd2(cfg), "attention", "backward"))
     if weights == "baked":
@@ -77,5 +74,6 @@ def host_flops(cfg: ModelConfig) -> float:
     every weight gradient dW = dY @ X^T (untimed by this model)."""
     d, kv, h, t = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.seq_len
     classifier = 3 * 2.0 * cfg.vocab_size * d * t
-    per_layer = 2.0 * t * (d * d + 2 * kv * d + d * d + 3 * h * d)  # wq, wk, wv, wo, w1, w2, w3
+    q = cfg.q_dim
+    per_layer = 2.0 * t * (q * d + 2 * kv * d + d * q + 3 * h * d)  # wq, wk, wv, wo, w1, w2, w3
     return classifier + cfg.n_layers * per_layer

@@ -92,6 +92,14 @@ def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None, *, da_input: bool = Fal
     )
 
 
+def sdpa_bwd1_weightless(cfg: ModelConfig) -> KernelSpec:
+    """SDPA backward 1 without trained weights (the dynamic pipeline's, fed da = Wo^T do by a dynamic
+    matmul): baked with Wo = I where Wo is square (llama2.c), else taking da (q_dim) as its input."""
+    if cfg.q_dim == cfg.dim:
+        return sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)})
+    return sdpa_bwd1(cfg, None, da_input=True)
+
+
 def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
 

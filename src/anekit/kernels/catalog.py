@@ -36,13 +36,19 @@ DYNAMIC_KERNELS = {
     "ffn_bwd_w13t_dynamic": ("anekit.kernels.dynamic", "ffn_bwd_w13t_dynamic"),
     "qkv_bwd_dynamic": ("anekit.kernels.dynamic", "qkv_bwd_dynamic"),
 }
+# The dynamic step's two weightless helpers (anekit.llama.step.DynamicKernels): da = Wo^T do as a dynamic
+# matmul, and SDPA backward 1 without Wo.
+DYNAMIC_HELPERS = {
+    "wo_t_dynamic": ("anekit.kernels.dynamic", "wo_t_dynamic"),
+    "sdpa_bwd1_weightless": ("anekit.kernels.attention_bwd", "sdpa_bwd1_weightless"),
+}
 # Which RMSNorm scale each rmsnorm_bwd instance bakes.
 RMSNORM_SCALE = {"rmsnorm_att_bwd": "rms_att", "rmsnorm_ffn_bwd": "rms_ffn", "rmsnorm_final_bwd": "rms_final"}
 
 
 def generator(name: str) -> Callable[..., KernelSpec]:
     """The generator function of a cataloged kernel."""
-    table = {**LAYER_KERNELS, **HEAD_KERNELS, **DYNAMIC_KERNELS}
+    table = {**LAYER_KERNELS, **HEAD_KERNELS, **DYNAMIC_KERNELS, **DYNAMIC_HELPERS}
     if name not in table:
         raise KeyError(f"no kernel '{name}' (known: {', '.join(table)})")
     module, func = table[name]
@@ -52,7 +58,7 @@ def generator(name: str) -> Callable[..., KernelSpec]:
 def build(name: str, cfg: ModelConfig, weights: dict[str, np.ndarray] | None) -> KernelSpec:
     """Generate a cataloged kernel for ``cfg`` (dynamic kernels take no baked weights)."""
     gen = generator(name)
-    if name in DYNAMIC_KERNELS:
+    if name in DYNAMIC_KERNELS or name in DYNAMIC_HELPERS:
         return gen(cfg)
     if name in RMSNORM_SCALE:
         scale = None if weights is None else weights[RMSNORM_SCALE[name]]

@@ -60,6 +60,7 @@ from anekit.kernels.composable import (
     SpatialLayout,
     dynamic_builder,
     dynamic_linear,
+    dynamic_matmul,
     dynamic_slice,
     finish_dynamic,
     rows_product,
@@ -317,3 +318,9 @@ def qkv_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     dqkv = dynamic_slice(kb, columns, "act")  # (1, q_dim + 2 kv, 1, S)
     dx = dynamic_linear(kb, dqkv, dynamic_slice(kb, columns, "wqkv"), "dx", name="out")  # (1, dim, 1, S)
     return finish_dynamic(kb, activations, columns, outputs, {"dx": dx})
+
+
+def wo_t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
+    """da = Wo^T do (q_dim, S) of the dynamic pipeline's attention backward: a dynamic matmul whose
+    weight input is Wo^T (dim -> q_dim)."""
+    return dynamic_matmul(cfg.dim, cfg.q_dim, cfg.seq_len)

@@ -31,7 +31,7 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.numerics import behaviour
-from anekit.kernels import ModelConfig, attention_bwd, backward, composable, dynamic, forward
+from anekit.kernels import ModelConfig, attention_bwd, backward, dynamic, forward
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
@@ -150,19 +150,11 @@ class DynamicKernels(Kernels):
             "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
             "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
             "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
-            "wo_t": composable.dynamic_matmul(cfg.dim, cfg.q_dim, cfg.seq_len),  # da = Wo^T do: (q_dim, T)
-            "sdpa_bwd1": self._sdpa_bwd1(cfg),
+            "wo_t": dynamic.wo_t_dynamic(cfg),  # da = Wo^T do: (q_dim, T)
+            "sdpa_bwd1": attention_bwd.sdpa_bwd1_weightless(cfg),
         }
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
-
-    @staticmethod
-    def _sdpa_bwd1(cfg: ModelConfig) -> KernelSpec:
-        """SDPA backward 1 without trained weights: baked with Wo = I where Wo is square (llama2.c), else
-        taking da = Wo^T do (q_dim) as its input."""
-        if cfg.q_dim == cfg.dim:
-            return attention_bwd.sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)})
-        return attention_bwd.sdpa_bwd1(cfg, None, da_input=True)
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         if name == "sdpa_bwd2":
