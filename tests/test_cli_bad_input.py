@@ -500,13 +500,50 @@ BAD_PATHS = [
       says="file name too long"),
 ]  # fmt: skip
 
+HF = [
+    c("fuse-no-args", "fuse", status=2, says="the following arguments are required"),
+    c("fuse-not-a-model", "fuse", "{ws}/tiny.bin", "{ws}/hf", "{out}/f", status=1,
+      says="is not a Hugging Face model directory"),
+    c("fuse-missing-adapters", "fuse", "{ws}/hf", "{ws}/nope", "{out}/f", status=1, says="nope"),
+    c("fuse-adapters-without-config", "fuse", "{ws}/hf", "{ws}/fifodir", "{out}/f", status=1,
+      says="adapter_config.json"),
+    c("fuse-fifo-adapter-weights", "fuse", "{ws}/hf", "{ws}/fifoadapter", "{out}/f", status=1,
+      says="a fifo (named pipe)", sub=True),
+    c("fuse-out-foreign-dir", "fuse", "{ws}/hf", "{ws}/hf", "{out}/d", status=1, says="is not a model",
+      setup="dir"),
+    c("fuse-out-long-path", "fuse", "{ws}/hf", "{ws}/hf", "{out}/" + "f" * 300, status=1,
+      says="file name too long"),
+    c("sample-hf-bad-config", "sample", "{ws}/hfbad", status=1, says="hfbad/config.json: not json"),
+    c("sample-hf-tokenizer-flag", "sample", "{ws}/hf", "--tokenizer", "{ws}/bad.model", status=1,
+      says="--tokenizer does not apply to a Hugging Face directory"),
+    c("sample-chat-not-hf", *S, "--chat", status=1, says="--chat needs a Hugging Face model directory"),
+    c("export-dtype-not-safetensors", "export", "{ws}/hf", "--to", "llama2c", "--dtype", "float16",
+      "{out}/m.bin", status=1, says="--dtype applies to --to safetensors only"),
+    c("export-safetensors-exists", "export", "{ws}/hf", "--to", "safetensors", "{out}/d", status=1,
+      says="exists (use --force", setup="dir"),
+    c("export-safetensors-foreign-dir", "export", "{ws}/hf", "--to", "safetensors", "--force", "{out}/d",
+      status=1, says="not a previous safetensors export", setup="dir"),
+    c("train-lora-without-hf", "train", "--lora", "4", "--out", "{out}/t", status=1,
+      says="--lora applies to a Hugging Face model (--init HF_DIR)"),
+    c("train-lora-alpha-without-rank", "train", "--init", "{ws}/hf", "--lora-alpha", "8", "--out", "{out}/t",
+      status=1, says="--lora-alpha and --lora-targets need --lora RANK"),
+    c("train-lora-bad-target", "train", "--init", "{ws}/hf", "--lora", "4", "--lora-targets", "q,zz",
+      "--out", "{out}/t", status=1, says="unknown target 'zz'"),
+    c("train-hf-baked", "train", "--init", "{ws}/hf", "--weights", "baked", "--out", "{out}/t", status=1,
+      says="trains with dynamic weights"),
+    c("train-lora-rank-zero", "train", "--init", "{ws}/hf", "--lora", "0", "--out", "{out}/t", status=2,
+      says="--lora: must be in 1 .. 4096"),
+    c("train-hf-data-fifo", "train", "--init", "{ws}/hf", "--lora", "2", "--data", "{ws}/fifo.mil", "--out",
+      "{out}/t", status=1, says="a fifo (named pipe)", sub=True),
+]  # fmt: skip
+
 TOP = [
     c("no-command", status=2, says="required", sub=True),
     c("unknown-command", "fly", status=2, says="invalid choice"),
     c("unknown-top-flag", "--fast", "demo", status=2, says="unrecognized arguments"),
 ]  # fmt: skip
 
-CASES = RUN + SAMPLE + KERNELS + EXPORT + DOCTOR + DEMO + COST + MIL + LINT + INSPECT + TRAIN_TODAY + TOP
+CASES = RUN + SAMPLE + KERNELS + EXPORT + DOCTOR + DEMO + COST + MIL + LINT + INSPECT + TRAIN_TODAY + HF + TOP
 CASES += BAD_PATHS
 IN_PROCESS = [k for k in CASES if not k.sub]
 SUBPROCESS = [k for k in CASES if k.sub]
@@ -607,7 +644,23 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     np.save(ws / "bool.npy", x.astype(bool))
     np.save(ws / "struct.npy", np.zeros(x.shape, [("a", "<f4"), ("b", "<f4")]))
     default_tokenizer(TINY.vocab_size, cache_dir=ws / "cache")
+    _hf_inputs(ws)
     return ws
+
+
+def _hf_inputs(ws: Path) -> None:
+    """A small Hugging Face model directory with its tokenizer, a broken one, and a FIFO adapter."""
+    from tests.hf_fixtures import make_checkpoint, make_tokenizer, small
+
+    make_tokenizer(ws / "hf", 512, "llama3")
+    make_checkpoint(ws / "hf", small("tiny_llama2c", num_hidden_layers=1), dtype="float32", seed=1)
+    (ws / "hfbad").mkdir()
+    (ws / "hfbad" / "config.json").write_text("{not json")
+    (ws / "fifoadapter").mkdir()
+    (ws / "fifoadapter" / "adapter_config.json").write_text(
+        '{"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]}'
+    )
+    os.mkfifo(ws / "fifoadapter" / "adapter_model.safetensors")
 
 
 def _npy_header(path: Path, shape: tuple[int, ...], data: bytes) -> None:

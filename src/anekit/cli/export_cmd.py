@@ -101,10 +101,9 @@ def check_out(args: argparse.Namespace) -> None:
     """Refuse, before the model is read, an OUT that cannot be written or must not be replaced."""
     what = "[export] OUT"
     if args.to == "safetensors":
-        if args.out.is_dir():
-            check_dir(args.out, what)
-        else:
-            check_file(args.out, what)
+        check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
+        if args.out.exists() and not args.force:
+            raise OutputError(f"{what} {args.out}: exists (use --force to replace a previous export)")
         if args.force and args.out.exists() and not looks_like(args.out, *HF_MARKERS):
             raise OutputError(
                 f"{what} {args.out}: not a previous safetensors export (no {' or '.join(HF_MARKERS)} in "

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from anekit.errors import AnekitError
-from anekit.outputs import check_dir, check_file, looks_like, writing
+from anekit.outputs import check_dir, looks_like, writing
 
 HF_MARKERS = ("model.safetensors", "model.safetensors.index.json")  # what makes OUT a previous fuse
 
@@ -47,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
     what = "[fuse] OUT"
     if not is_model_dir(args.model):
         raise AnekitError(f"[fuse] MODEL {args.model} is not a Hugging Face model directory (no config.json)")
-    if args.out.is_dir():
-        check_dir(args.out, what)
-    else:
-        check_file(args.out, what)
+    check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
     if args.out.exists() and not (args.force and looks_like(args.out, *HF_MARKERS)):
         raise AnekitError(
             f"{what} {args.out} exists"
