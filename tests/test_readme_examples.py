@@ -66,6 +66,7 @@ MENTIONS = {  # inline spans that name a command or a flag, not a whole command 
     "anekit run --no-strict",
     "anekit run --chip m1 --route e5rt",
     "anekit export --check-residency",
+    "anekit fuse",
 }
 STATUS = {"anekit train | head -1": 141}  # the README says so: a closed stdout stops the run, exit 141
 

@@ -213,6 +213,10 @@ class HFRun(Run):
                 f"[train] {self.out} holds a run ({self.checkpoint}): --resume to continue it, --force to "
                 "start over"
             )
+        if not hf.seq and not stored:  # the default window, at most the model's context
+            from anekit.hf.config import read_config
+
+            seq = min(DEFAULT_SEQ, read_config(init).max_position_embeddings)
         model = load_model(init, seq_len=seq)
         self.model = model
         self.base_id = hash_model(Path(init))
