@@ -160,8 +160,16 @@ def _read(ref: TensorRef, shape: tuple[int, ...]) -> np.ndarray:
     return ref.to_float32()
 
 
-def load_model(directory: str | Path, *, seq_len: int | None = None) -> HFModel:
-    """The model in a Hugging Face directory (config.json and safetensors weights)."""
+MATRIX_FIELDS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+
+
+def load_model(
+    directory: str | Path, *, seq_len: int | None = None, matrix_dtype: type = np.float32
+) -> HFModel:
+    """The model in a Hugging Face directory (config.json and safetensors weights). Every array is a new
+    one of its own (the file's map is not kept): float32, except the layers' matrices when
+    ``matrix_dtype`` is float16 (a LoRA run's frozen base), converted one tensor at a time so the model
+    is never held in float32 whole."""
     directory = Path(directory)
     hc = read_config(directory, seq_len=seq_len)
     cfg = hc.cfg
@@ -171,7 +179,8 @@ def load_model(directory: str | Path, *, seq_len: int | None = None) -> HFModel:
     arrays: dict[tuple[str, int | None], np.ndarray] = {}
     for name, key, layer in hf_names(cfg, hc.tied):
         a = _read(refs[name], _shape(cfg, key))
-        arrays[key, layer] = to_interleaved(a, hd) if key in ROTATED else a
+        a = to_interleaved(a, hd) if key in ROTATED else a
+        arrays[key, layer] = a.astype(matrix_dtype) if key in MATRIX_FIELDS else a
     if hc.tied and LM_HEAD in refs:
         head = _read(refs[LM_HEAD], (cfg.vocab_size, cfg.dim))
         if not np.array_equal(head, arrays["embed", None]):

@@ -217,7 +217,9 @@ class HFRun(Run):
             from anekit.hf.config import read_config
 
             seq = min(DEFAULT_SEQ, read_config(init).max_position_embeddings)
-        model = load_model(init, seq_len=seq)
+        mode = "lora" if lora else "full"
+        # LoRA: the frozen matrices as float16 from the start (the kernels read fp16; half the memory)
+        model = load_model(init, seq_len=seq, matrix_dtype=np.float16 if mode == "lora" else np.float32)
         self.model = model
         self.base_id = hash_model(Path(init))
         self.tok_id = hash_tokenizer(Path(init))
@@ -232,7 +234,6 @@ class HFRun(Run):
                 f"[train] the tokenizer has {self.tokenizer.vocab_size} tokens, the model "
                 f"{model.cfg.vocab_size}"
             )
-        mode = "lora" if lora else "full"
         known = {f.name for f in fields(TrainConfig)}
         if stored is not None:
             tc = TrainConfig(**{k: v for k, v in stored["train"].items() if k in known})
@@ -268,7 +269,7 @@ class HFRun(Run):
         if mode == "lora":
             from anekit.llama.lora import LoraTrainable, frozen_base
 
-            base = frozen_base(model.params)
+            base = frozen_base(model.params)  # already float16: the same arrays
             if stored is not None:
                 rec = stored["lora"]
                 spec = LoraSpec(int(rec["rank"]), float(rec["alpha"]), tuple(rec["targets"]))
@@ -287,7 +288,7 @@ class HFRun(Run):
         else:
             from anekit.llama.lora import FullTrainable
 
-            params = model.params.copy()  # the float32 master weights (the map's views are read-only)
+            params = model.params  # the float32 master weights: arrays of their own, trained in place
             m, v = params.zeros_like(), params.zeros_like()
             if stored is not None:
                 self._read_full(params, m, v)
@@ -457,7 +458,7 @@ class HFRun(Run):
         if self.mode == "lora":
             from anekit.hf.adapters import fuse
 
-            return fuse(self.model.params, self.trainable.adapters)
+            return fuse(self.state.params, self.trainable.adapters)  # float16 base + float32 deltas
         return self.state.params
 
     # -- training ---------------------------------------------------------------------------------------

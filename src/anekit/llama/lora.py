@@ -42,7 +42,7 @@ def frozen_base(params: Params) -> Params:
     layers = []
     for lp in params.layers:
         d = lp.as_dict()
-        frozen = {k: (v.astype(np.float16) if k in MATRICES else v) for k, v in d.items()}
+        frozen = {k: (np.asarray(v, np.float16) if k in MATRICES else v) for k, v in d.items()}
         layers.append(LayerParams(**frozen))
     return Params(params.cfg, params.embed, layers, params.rms_final, params.wcls)
 
