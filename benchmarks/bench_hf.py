@@ -163,7 +163,8 @@ def main() -> None:
         print(
             f"{name}: {sampled['params'] / 1e6:.1f} M parameters; import {sampled['import_s']:.1f} s, "
             f"greedy sampling {sampled['sample_tokens_per_s']:.1f} tokens/s (peak RSS "
-            f"{sampled['rss_sample_mb']:.0f} MB); LoRA step (rank 8 on q, v: {lora['lora_trained_params'] / 1e6:.2f} M trained; 1 x "
+            f"{sampled['rss_sample_mb']:.0f} MB); LoRA step (rank 8 on q, v: "
+            f"{lora['lora_trained_params'] / 1e6:.2f} M trained; 1 x "
             f"{args.seq} tokens) {lora['lora_step_s']:.2f} s, peak RSS {lora['rss_lora_mb']:.0f} MB = "
             f"{lora['rss_bytes_per_param']:.1f} bytes per parameter"
         )
