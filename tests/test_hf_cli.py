@@ -154,13 +154,14 @@ def test_kernels_of_a_hugging_face_model_dump_and_lint_without_errors(tmp_path, 
     assert "step, engine part" in capsys.readouterr().out
 
 
-def test_export_a_hugging_face_model_to_sharded_packages_coremltools_loads(tmp_path, capsys):
+@pytest.mark.parametrize("shape", ["qwen3", "smollm2"])
+def test_export_a_hugging_face_model_to_sharded_packages_coremltools_loads(tmp_path, capsys, shape):
     pytest.importorskip("coremltools")
     from tests.test_coreml_export_coremltools import _assert_coremltools_loads
 
-    directory = tmp_path / "qwen3"
+    directory = tmp_path / shape
     config = small(
-        "qwen3", num_hidden_layers=3, intermediate_size=512, vocab_size=512, max_position_embeddings=256
+        shape, num_hidden_layers=3, intermediate_size=512, vocab_size=512, max_position_embeddings=256
     )
     make_checkpoint(directory, config, dtype="bfloat16", seed=1)
     out = tmp_path / "shards"

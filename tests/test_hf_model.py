@@ -196,3 +196,37 @@ def test_the_working_context_is_capped_and_the_cap_is_said(tmp_path):
     assert model.cfg.seq_len == 4096 and model.config.max_position_embeddings == 131072
     assert "capped at 4096" in model.config.notes[0]
     assert load_model(directory, seq_len=256).cfg.seq_len == 256
+
+
+def test_qwen3_with_its_real_vocabulary_samples_like_the_float64_forward(tmp_path):
+    directory = tmp_path / "qwen3"
+    make_checkpoint(directory, small("qwen3", num_hidden_layers=1), dtype="bfloat16", seed=6, std=0.05)
+    model = load_model(directory)
+    assert (model.cfg.vocab_size, model.cfg.n_heads, model.cfg.head_dim) == (151936, 16, 128)
+    config, tensors = hf_reference.load(directory)
+    want = hf_reference.greedy(config, tensors, PROMPT, 4)
+    got = list(Sampler(model.params, _Ids(151936)).generate_ids(PROMPT, len(PROMPT) + 3, 0.0))
+    assert got[len(PROMPT) - 1 :] == want
+
+
+def test_transformers_5_rope_parameters_read_as_rope_scaling(tmp_path):
+    directory, _ = _checkpoint(tmp_path, "llama3", dtype="float32")
+    config = json.loads((directory / "config.json").read_text())
+    before = load_model(directory).cfg
+    config["rope_parameters"] = {"rope_theta": config.pop("rope_theta"), **config.pop("rope_scaling")}
+    (directory / "config.json").write_text(json.dumps(config))
+    after = load_model(directory).cfg
+    assert after.rope_scaling == before.rope_scaling and after.rope_theta == before.rope_theta == 500000.0
+    assert after.rope_scaling is not None and after.rope_scaling.factor == 32.0
+
+
+def test_a_mistral_directory_imports_as_the_llama_it_is(tmp_path):
+    directory, _ = _checkpoint(tmp_path, "tiny_llama2c", dtype="float32")
+    llama = load_model(directory).params
+    config = json.loads((directory / "config.json").read_text())
+    config.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=None)
+    (directory / "config.json").write_text(json.dumps(config))
+    mistral = load_model(directory)
+    assert mistral.config.model_type == "mistral"
+    ids = np.array(PROMPT) % 512
+    np.testing.assert_array_equal(forward_logits(mistral.params, ids), forward_logits(llama, ids))

@@ -265,7 +265,7 @@ class HFRun(Run):
         self._load_data(data_path, seq)
         if stored is not None and self.data_id != stored["data"]["sha256"]:
             raise AnekitError(f"[train] --resume: the data {data_path or 'built-in corpus'} is not the run's")
-        self.cfg.check_kernels()
+        self.cfg.check_kernels(vocab=False)  # the head (classifier) runs on the CPU
         if mode == "lora":
             from anekit.llama.lora import LoraTrainable, frozen_base
 

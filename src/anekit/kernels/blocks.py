@@ -84,7 +84,8 @@ class KernelBuilder:
         self, name: str, cfg: ModelConfig, inputs: Layout, weights: Mapping[str, np.ndarray] | None
     ) -> None:
         self.name = name
-        self.cfg = cfg.check_kernels()  # the engine's channel / spatial limits for kernels of this model
+        # the engine's channel / spatial limits for kernels of this model (the vocabulary: the head's own)
+        self.cfg = cfg.check_kernels(vocab=False)
         self.inputs = inputs
         self.values = weights
         self.pack = WeightPack()

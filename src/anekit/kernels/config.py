@@ -126,9 +126,11 @@ class ModelConfig:
         if not self.norm_eps > 0:
             raise ConfigError(f"[config {self.name}] norm_eps must be > 0, got {self.norm_eps}")
 
-    def check_kernels(self) -> ModelConfig:
+    def check_kernels(self, vocab: bool = True) -> ModelConfig:
         """This config, or ConfigError naming the rule: the surfaces of the fused training kernels
-        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields.
+        generated from it must fit the engine's 17-bit channel and 15-bit spatial fields. ``vocab`` False
+        leaves out the vocabulary, which only the head's kernels (classifier, softmax) put in channels:
+        the training step runs its head on the CPU, so a 151936-token Qwen trains.
 
         The kernels implement llama2.c's attention and the Hugging Face variants this config describes:
         q / k / v biases (Qwen 2), the per-head q / k RMSNorm before RoPE (Qwen 3), heads x head_dim !=
@@ -139,7 +141,7 @@ class ModelConfig:
         channels = {
             "dim": d,
             "hidden_dim": self.hidden_dim,
-            "vocab_size": self.vocab_size,
+            **({"vocab_size": self.vocab_size} if vocab else {}),
             "attention score channels n_heads * seq_len": scores,
             "SDPA forward taps 2 * dim + 2 * q_dim + 2 * kv_dim (+ q_dim + kv_dim with a q / k norm)": taps,
             "FFN forward taps 2 * dim + 3 * hidden_dim": 2 * d + 3 * self.hidden_dim,

@@ -112,6 +112,7 @@ def classifier_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 
     Input x: [1, dim, 1, S] (the final RMSNorm's output). Output: logits [1, vocab, 1, S].
     """
+    cfg.check_kernels()  # the vocabulary is this kernel's channels
     kb = KernelBuilder("classifier_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
     x = kb.part("x")  # (1, dim, 1, S)
     logits = kb.conv(x, kb.matrix("embed", "embed", cfg.vocab_size, cfg.dim), "logits")  # (1, vocab, 1, S)
@@ -123,6 +124,7 @@ def softmax_vocab(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 
     Input logits: [1, vocab, 1, S]. Output: probs [1, vocab, 1, S].
     """
+    cfg.check_kernels()  # the vocabulary is this kernel's channels
     layout = Layout.of([("logits", cfg.vocab_size)], cfg.seq_len)
     kb = KernelBuilder("softmax_vocab", cfg, layout, weights)
     logits = kb.part("logits")  # (1, vocab, 1, S)
