@@ -186,7 +186,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "fine-tune a model directory (config.json + safetensors): LoRA with --lora RANK, else every weight; "
         "--data is a directory with train.jsonl / valid.jsonl (mlx-lm's formats) or one .jsonl file",
     )
-    hf.add_argument("--lora", type=_int_in(1, 4096), metavar="RANK", help="train LoRA adapters of this rank")
+    hf.add_argument(
+        "--lora",
+        type=_int_in(1, 4096),
+        metavar="RANK",
+        help="train LoRA adapters of this rank, 1 .. 4096 (default: none: every weight trains)",
+    )
     hf.add_argument(
         "--lora-alpha",
         type=_float_in(0.0, 1e6),
@@ -215,6 +220,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_int_in(-1, INT32_MAX),
         metavar="N",
         help="validation examples evaluated, -1 for all (default: 25)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_int_in(1, 1024),
+        default=None,
+        metavar="N",
+        help="sequences of a batch run at once on worker threads (the same result for any N; default: "
+        "every core with the simulator's dynamic kernels, else 1)",
     )
     flags.add_numerics(p, "(one summary line per checkpoint when any departure was seen)")
     # Set on the re-executed process after a compile-budget restart: it continues the same screen quietly.
@@ -349,6 +362,7 @@ def _options(args: argparse.Namespace) -> TrainOptions:
         compile_budget=args.compile_budget,
         numerics=flags.numerics_options(args),  # an unknown chip, or --sanitize on the engine: refused
         restarted=bool(args.restarted),
+        threads=args.threads,
     )
 
 
@@ -452,6 +466,7 @@ def _run(args: argparse.Namespace) -> int:
             ("--numerics", args.numerics),
             ("--compile-budget", args.compile_budget),
             ("--checkpoint-every", args.checkpoint_every),
+            ("--threads", args.threads),
             ("--data", args.data),
             ("--tokenizer", args.tokenizer),
         ):

@@ -521,6 +521,7 @@ class HFRun(Run):
                     trainable=self.trainable,
                     validate=validate,
                     val_every=self.val_every,
+                    threads=self.threads,
                 )
         except AnekitError:
             if not o.resume and state.step == 0:

@@ -14,13 +14,14 @@ Adam steps (``LoraTrainable``; weight decay 0 by default, as LoRA runs usually h
 
 Memory: the frozen matrices are kept as float16 (what the engine's kernels read anyway: a weight input
 is rounded to fp16 on its surface), the embedding and norm scales float32 (the CPU head's sgemm), and
-merged weights exist for one layer at a time (recomputed as the kernels walk the layers: twice per
-sequence, once forward, once backward), so a model costs about 2 bytes per frozen parameter plus the
+merged weights exist for one layer at a time per thread (recomputed as the kernels walk the layers:
+twice per sequence, once forward, once backward), so a model costs about 2 bytes per frozen parameter plus the
 adapters' 16 bytes (weights, gradients, two moments) per trained one.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,12 +56,12 @@ class MergedParams(Params):
         super().__init__(base.cfg, base.embed, base.layers, base.rms_final, base.wcls)
         self.base = base
         self.adapters = adapters
-        self._layer: int | None = None
-        self._weights: dict[str, np.ndarray] = {}
+        self._version = 0  # bumped by refresh: every thread's merged layer is then stale
+        self._local = threading.local()  # each worker thread merges the layer it is at
 
     def refresh(self) -> None:
-        """Forget the merged layer: the adapters changed."""
-        self._layer, self._weights = None, {}
+        """Forget the merged layers: the adapters changed."""
+        self._version += 1
 
     def merged(self, layer: int, name: str) -> np.ndarray:
         """W0 + scale * B A of one matrix (float32), or W0 when it has no adapter."""
@@ -70,21 +71,23 @@ class MergedParams(Params):
         return w0.astype(np.float32) + self.adapters.delta(layer, name)  # (out, in)
 
     def kernel_weights(self, layer: int) -> dict[str, np.ndarray]:
-        if self._layer != layer:
+        cached = getattr(self._local, "merged", None)  # (version, layer, weights) of this thread
+        if cached is None or cached[:2] != (self._version, layer):
             w = self.base.layers[layer].as_dict()
             for name in MATRICES:
                 w[name] = self.merged(layer, name)
             w["embed"] = self.base.classifier
             w["rms_final"] = self.base.rms_final
-            self._layer, self._weights = layer, w
-        return self._weights
+            cached = self._local.merged = (self._version, layer, w)
+        return cached[2]
 
 
 class LoraGradients(Gradients):
     """The adapters' gradients from each adapted matrix's (dy, x); everything frozen is skipped."""
 
-    def __init__(self, adapters: Adapters) -> None:
+    def __init__(self, adapters: Adapters, accumulate: bool = True) -> None:
         self.adapters = adapters
+        self.accumulate = accumulate  # False: a worker's buffer of one sequence (``Gradients``)
         self.da = {k: np.zeros_like(a) for k, a in adapters.a.items()}  # (r, in) each
         self.db = {k: np.zeros_like(b) for k, b in adapters.b.items()}  # (out, r) each
 
@@ -95,8 +98,20 @@ class LoraGradients(Gradients):
         a, b = self.adapters.a[k], self.adapters.b[k]
         s = np.float32(self.adapters.spec.scale)
         ax = a @ x  # (r, T)
-        self.db[k] += s * (dy @ ax.T)  # (out, r)
-        self.da[k] += s * ((b.T @ dy) @ x.T)  # (r, in)
+        db = s * (dy @ ax.T)  # (out, r)
+        da = s * ((b.T @ dy) @ x.T)  # (r, in)
+        if self.accumulate:
+            self.db[k] += db
+            self.da[k] += da
+        else:
+            self.db[k][...] = db
+            self.da[k][...] = da
+
+    def add_to(self, total: LoraGradients) -> None:
+        """A worker's sequence gradient added to the batch's total (``Gradients.add_to``)."""
+        for k in self.da:
+            total.da[k] += self.da[k]
+            total.db[k] += self.db[k]
 
     def vector(self, layer: int | None, key: str, g: np.ndarray) -> None:
         return None  # norm scales and biases are frozen
@@ -145,6 +160,13 @@ class LoraTrainable:
     def sink(self, kernels: object) -> Gradients:
         return self.grads
 
+    def worker_sink(self, kernels: object) -> LoraGradients:
+        """A worker thread's buffer of one sequence's adapter gradients."""
+        return LoraGradients(self.adapters, accumulate=False)
+
+    def add(self, sink: LoraGradients) -> None:
+        sink.add_to(self.grads)
+
     def unscale(self, factor: float) -> bool:
         ok = True
         for _, g in self.grads.tensors():
@@ -181,6 +203,13 @@ class FullTrainable:
 
     def sink(self, kernels: object) -> Params:
         return self.grads
+
+    def worker_sink(self, kernels: object) -> Gradients:
+        """A worker thread's buffer of one sequence's gradients (``Gradients``, accumulate False)."""
+        return Gradients(self.params.zeros_like(), kernels, accumulate=False)  # type: ignore[arg-type]
+
+    def add(self, sink: Gradients) -> None:
+        sink.add_to(self.grads)
 
     def unscale(self, factor: float) -> bool:
         return unscale(self.grads, factor)

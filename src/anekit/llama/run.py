@@ -93,6 +93,7 @@ class TrainOptions:
     compile_budget: int | None = None
     numerics: dict[str, Any] = field(default_factory=dict)  # the simulator's chip / numerics / sanitize
     restarted: bool = False  # a re-executed process continuing after a compile-budget restart
+    threads: int | None = None  # sequences run at once (default: every core, simulator and dynamic weights)
 
 
 @dataclass(frozen=True)
@@ -627,6 +628,15 @@ class Run:
 
     # -- 3. training ----------------------------------------------------------------------------------
 
+    @property
+    def threads(self) -> int:
+        """Sequences of a batch run at once (``anekit.llama.accumulate``); the result never depends on it."""
+        from anekit.llama.accumulate import default_threads
+
+        if self.options.threads is not None:
+            return self.options.threads
+        return default_threads(self.backend.name, self.tc.weights, self.tc.accum)
+
     def save(self) -> None:
         """Checkpoint the run as it stands (weights, Adam state, run record), atomically."""
         save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
@@ -687,6 +697,7 @@ class Run:
                     checkpoint_every=every,
                     checkpoint_seconds=seconds,
                     should_stop=should_stop,
+                    threads=self.threads,
                 )
         except AnekitError:
             if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind

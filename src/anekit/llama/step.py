@@ -213,36 +213,86 @@ class StepResult:
 class Gradients:
     """Where a step's parameter gradients go: every weight's gradient into a ``Params`` of the model's
     shapes (full training). LoRA (``anekit.llama.lora``) overrides it to keep only its adapters'
-    gradients, computed from the same (dy, x) pairs, so a frozen weight's gradient is never formed."""
+    gradients, computed from the same (dy, x) pairs, so a frozen weight's gradient is never formed.
 
-    def __init__(self, grads: Params, kernels: Kernels | None = None) -> None:
+    One order of summation, whatever the number of threads: a batch's gradient is each sequence's own
+    gradient added to the total in sequence order. Every tensor but the embedding receives one product per
+    sequence, so adding it in place (``accumulate``, one thread) gives the same bits as forming it alone
+    and adding it later (a worker's buffer, ``accumulate=False``, reduced by ``add_to`` in order). The
+    embedding receives several (the tied classifier's product, then one row per token), so its
+    per-sequence gradient is always formed on its own first and then added."""
+
+    def __init__(self, grads: Params, kernels: Kernels | None = None, accumulate: bool = True) -> None:
         self.grads = grads
         self.kernels = kernels  # the owner of the step's reusable buffers
+        self.accumulate = accumulate  # True: add into ``grads`` (the total); False: ``grads`` is a buffer
+        self._embed: np.ndarray | None = None  # the tied classifier's product, the embedding's start
+        self._rows: tuple[np.ndarray, np.ndarray] | None = None  # untied: (token ids, their rows)
 
     def matrix(self, layer: int, key: str, dy: np.ndarray, x: np.ndarray) -> None:
         """dW += dy x^T for weight ``key`` of ``layer`` (dy (out, T), x (in, T))."""
         g = getattr(self.grads.layers[layer], key)
-        g += dy @ x.T
+        if self.accumulate:
+            g += dy @ x.T
+        else:
+            np.matmul(dy, x.T, out=g)
 
     def vector(self, layer: int | None, key: str, g: np.ndarray) -> None:
         """A vector's gradient (a norm scale, a bias); ``layer`` None for rms_final."""
         target = self.grads if layer is None else self.grads.layers[layer]
         value = getattr(target, key)
-        value += g
+        if self.accumulate:
+            value += g
+        else:
+            value[...] = g
 
     def classifier(self, params: Params, dlogits: np.ndarray, xf: np.ndarray) -> None:
-        """The classifier's gradient dlogits xf^T, into wcls or (tied) the embedding."""
-        shape = params.classifier.shape
-        out = None if self.kernels is None else self.kernels.buffer("dclassifier", shape)
-        dclassifier = np.matmul(dlogits, xf.T, out=out)
+        """The classifier's gradient dlogits xf^T, into wcls, or (tied) the start of the embedding's."""
         if params.wcls is None:
-            self.grads.embed += dclassifier
+            out = (
+                self.grads.embed
+                if not self.accumulate
+                else None
+                if self.kernels is None
+                else self.kernels.buffer("dclassifier", params.classifier.shape)
+            )
+            self._embed = np.matmul(dlogits, xf.T, out=out)
         else:
             assert self.grads.wcls is not None
-            self.grads.wcls += dclassifier
+            if self.accumulate:
+                self.grads.wcls += np.matmul(dlogits, xf.T, out=self._buffer(params.classifier.shape))
+            else:
+                np.matmul(dlogits, xf.T, out=self.grads.wcls)
+
+    def _buffer(self, shape: tuple[int, ...]) -> np.ndarray | None:
+        return None if self.kernels is None else self.kernels.buffer("dclassifier", shape)
 
     def embedding(self, dx: np.ndarray, tokens: np.ndarray) -> None:
-        cpu_ops.embed_backward(self.grads.embed, dx, tokens)
+        """The embedding's rows of this sequence; then its whole gradient goes to the total (one thread)."""
+        if self._embed is not None:  # tied: the rows go onto the classifier's product
+            cpu_ops.embed_backward(self._embed, dx, tokens)
+        else:
+            ids, inverse = np.unique(np.asarray(tokens), return_inverse=True)
+            rows = np.zeros((ids.shape[0], dx.shape[0]), np.float32)  # (distinct tokens, dim)
+            np.add.at(rows, inverse, dx.T)
+            self._rows = (ids, rows)
+        if self.accumulate:
+            self._add_embedding(self.grads)
+
+    def _add_embedding(self, total: Params) -> None:
+        if self._embed is not None:
+            total.embed += self._embed
+        elif self._rows is not None:
+            ids, rows = self._rows
+            total.embed[ids] += rows
+        self._embed = self._rows = None
+
+    def add_to(self, total: Params) -> None:
+        """A worker's sequence gradient (``accumulate=False``) added to the batch's total."""
+        for (name, g), (_, t) in zip(self.grads.tensors(), total.tensors()):
+            if name != "embed":
+                t += g
+        self._add_embedding(total)
 
 
 def forward_layers(

@@ -22,7 +22,7 @@ import numpy as np
 from anekit.errors import AnekitError
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
-from anekit.llama.step import Timer, make_kernels, train_step
+from anekit.llama.step import Timer, make_kernels
 from anekit.runtime.base import Backend
 
 
@@ -144,6 +144,7 @@ def train(
     trainable: Trainable | None = None,
     validate: Callable[[Any, Timer], float] | None = None,
     val_every: int = 0,
+    threads: int = 1,
 ) -> StopReason:
     """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
     backend's compile budget (then the caller checkpoints and restarts the process), or until
@@ -157,11 +158,13 @@ def train(
     ``trainable`` says what the steps train (default: every weight of ``state.params``). ``validate``
     (kernels, timer) -> loss is called before the first step, every ``val_every`` steps and after the
     last, into ``state.val_losses``; it reads the kernels as the last step left them, so a validated run
-    uses dynamic weights."""
+    uses dynamic weights. ``threads`` > 1 runs the sequences of a batch at once on worker threads
+    (``anekit.llama.accumulate``: dynamic weights; the same result as one thread, bit for bit)."""
     if validate is not None and tc.weights != "dynamic":
         raise AnekitError(
             "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
         )
+    from anekit.llama.accumulate import Accumulator
     from anekit.llama.lora import FullTrainable
 
     cfg = state.params.cfg
@@ -169,6 +172,7 @@ def train(
     timer.seconds.update(state.seconds)
     check_budget(backend.compile_budget - backend.compile_count, cfg, tc.weights)
     kernels = make_kernels(backend, cfg, tc.weights)
+    workers = Accumulator(backend, cfg, tc.weights, kernels, threads)
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     last_save = time.monotonic()
@@ -177,28 +181,27 @@ def train(
         while state.step < tc.steps:
             if should_stop is not None and should_stop():
                 return "stopped"
-            if backend.compile_count + kernels.compiles_needed() > backend.compile_budget:
+            if backend.compile_count + workers.compiles_needed() > backend.compile_budget:
                 if state.step == first:  # a restart would stop here again: never loop without progress
                     raise BudgetTooSmall(
                         f"[train] the compile budget {backend.compile_budget} cannot hold one step "
-                        f"({backend.compile_count} compiled, {kernels.compiles_needed()} more needed)"
+                        f"({backend.compile_count} compiled, {workers.compiles_needed()} more needed)"
                     )
                 return "budget"
             t0 = time.perf_counter()
-            kernels.compile(params, timer)
+            workers.compile(params, timer)
             if validate is not None and state.step == 0 and 0 not in state.val_losses:
                 state.val_losses[0] = validate(kernels, timer)  # where the curve starts
             trainable.zero()
-            grads = trainable.sink(kernels)
+            step = state.step
+
+            def batch(micro: int, step: int = step) -> tuple[np.ndarray, ...]:
+                return data.batch(np.random.default_rng([tc.seed, step, micro]), cfg.seq_len)
+
+            results = workers.run(trainable, batch, tc.accum, state.loss_scale, timer)
             losses = []
             headroom_left = True  # every micro-step's gradients stayed under the MAC port's headroom
-            for micro in range(tc.accum):
-                rng = np.random.default_rng([tc.seed, state.step, micro])
-                with timer.phase("io"):
-                    tokens, targets, *weights = data.batch(rng, cfg.seq_len)
-                result = train_step(
-                    kernels, params, grads, tokens, targets, timer, state.loss_scale, *weights
-                )
+            for micro, result in enumerate(results):
                 if not math.isfinite(result.loss):
                     raise TrainingDiverged(
                         f"[train] the loss is {result.loss} at step {state.step} (micro-step {micro}, "
@@ -233,7 +236,7 @@ def train(
                 last_save = time.monotonic()
         return "done"
     finally:
-        kernels.close()
+        workers.close()
         state.seconds = dict(timer.seconds)
 
 

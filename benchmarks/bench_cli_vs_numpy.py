@@ -1,0 +1,157 @@
+"""Benchmark: what users run. ``anekit train`` (the default dynamic-weight path, the real loop, start-up
+included) against a plain numpy float32 loop of the same steps, interleaved in one run; the dynamic step
+next to the baked one; and the scaling of a batch's sequences over threads.
+
+Run: OPENBLAS_NUM_THREADS=2 python benchmarks/bench_cli_vs_numpy.py [--config stories15M] [--steps 10]
+     [--repeat 3] [--tokenizer TOK]
+
+1. ``anekit train --config C --steps N --accum 1 --sample-steps 0`` as a subprocess: wall time from launch to
+   exit, and start-up = launch to the run's first line (everything before the first step: imports, the
+   tokenizer, the data, the weights, the kernels' compile, the step-0 checkpoint). The numpy loop is
+   ``bench_step_vs_numpy.NumpyLlama`` (the model written directly in numpy) doing the same N steps of one
+   sequence, also a subprocess, its import included. Interleaved, ``--repeat`` times; medians and the ratio.
+2. One training step (one sequence) with dynamic weights and with baked weights, in this process: medians.
+3. ``anekit train --config default --accum 4`` with ``--threads 1`` and ``--threads 2``: tokens/s (median
+   of the steps' own times), and whether the two checkpoints are the same bytes.
+
+stories15M needs llama2.c's 32000-token tokenizer: ``--tokenizer`` (default: the corpus copy beside the
+project, ../shared/corpus/llama2c/tokenizer.model, when there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS_TOKENIZER = ROOT.parent / "shared" / "corpus" / "llama2c" / "tokenizer.model"
+
+NUMPY_LOOP = """
+import sys, time
+sys.path.insert(0, {bench!r})
+import numpy as np
+from bench_step_vs_numpy import NumpyLlama
+from anekit.kernels import preset
+from anekit.llama import Params
+cfg = preset({config!r})
+model = NumpyLlama(cfg, Params.init(cfg, seed=0))
+rng = np.random.default_rng(0)
+for _ in range({steps}):
+    w = rng.integers(0, cfg.vocab_size, cfg.seq_len + 1)
+    model.step(w[:-1], w[1:])
+"""
+
+
+def anekit_train(args: list[str], out: Path) -> tuple[float, float, list[float]]:
+    """(wall s, start-up s, the steps' ms) of one ``anekit train`` process."""
+    cmd = [sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), "--force", *args]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    startup = None
+    steps = []
+    for line in proc.stdout:
+        if startup is None and line.startswith("anekit train:"):
+            startup = time.perf_counter() - t0
+        m = re.search(r"(\d+) ms/step", line)
+        if m:
+            steps.append(float(m.group(1)))
+    code = proc.wait()
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise SystemExit(f"anekit train failed: {proc.stderr.read() if proc.stderr else ''}")
+    return wall, startup or float("nan"), steps
+
+
+def numpy_loop(config: str, steps: int) -> float:
+    code = NUMPY_LOOP.format(bench=str(ROOT / "benchmarks"), config=config, steps=steps)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return time.perf_counter() - t0
+
+
+def step_ms(config: str, weights: str, repeat: int) -> float:
+    import numpy as np
+
+    from anekit import runtime
+    from anekit.kernels import preset
+    from anekit.llama import Params
+    from anekit.llama.step import Timer, make_kernels, train_step
+
+    cfg = preset(config)
+    params = Params.init(cfg, seed=0)
+    kernels = make_kernels(runtime.open("sim", compile_budget=10**9), cfg, weights)
+    kernels.compile(params, Timer())
+    grads = params.zeros_like()
+    w = np.random.default_rng(0).integers(0, cfg.vocab_size, cfg.seq_len + 1)
+    times = []
+    for _ in range(repeat + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
+        train_step(kernels, params, grads, w[:-1], w[1:], Timer(), 1024.0)
+        times.append(1e3 * (time.perf_counter() - t0))
+    kernels.close()
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="stories15M")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--tokenizer", type=Path, default=CORPUS_TOKENIZER if CORPUS_TOKENIZER.is_file() else None
+    )
+    args = ap.parse_args()
+    tok = ["--tokenizer", str(args.tokenizer)] if args.tokenizer is not None else []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cli = [
+            *tok,
+            "--config",
+            args.config,
+            "--steps",
+            str(args.steps),
+            "--accum",
+            "1",
+            "--sample-steps",
+            "0",
+        ]
+        walls, startups, numpys = [], [], []
+        for _ in range(args.repeat):  # interleaved: load on the machine hits both alike
+            wall, startup, _ = anekit_train(cli, out)
+            walls.append(wall)
+            startups.append(startup)
+            numpys.append(numpy_loop(args.config, args.steps))
+        a, n = statistics.median(walls), statistics.median(numpys)
+        print(
+            f"1. anekit train --config {args.config} --steps {args.steps} --accum 1: {a:.2f} s (start-up "
+            f"{statistics.median(startups):.2f} s); plain numpy loop {n:.2f} s; ratio {a / n:.2f} "
+            f"(medians of {args.repeat}: anekit {[round(x, 2) for x in walls]}, numpy "
+            f"{[round(x, 2) for x in numpys]})"
+        )
+        dyn, baked = step_ms(args.config, "dynamic", args.repeat), step_ms(args.config, "baked", args.repeat)
+        print(
+            f"2. one {args.config} step: dynamic {dyn:.0f} ms, baked {baked:.0f} ms, ratio {dyn / baked:.2f}"
+        )
+        rates, files = {}, {}
+        for threads in (1, 2):
+            run_out = Path(tmp) / f"threads{threads}"
+            _, _, steps = anekit_train(["--steps", "12", "--accum", "4", "--sample-steps", "0", "--threads",
+                                        str(threads)], run_out)  # fmt: skip
+            rates[threads] = 4 * 64 / (statistics.median(steps[1:]) / 1e3)
+            files[threads] = (run_out / "ckpt.bin").read_bytes()
+        same = "the same bytes" if files[1] == files[2] else "DIFFERENT bytes"
+        print(
+            f"3. default model, 4 sequences a step: 1 thread {rates[1]:.0f} tokens/s, 2 threads "
+            f"{rates[2]:.0f} tokens/s: {rates[2] / rates[1]:.2f}x; checkpoints {same}"
+        )
+
+
+if __name__ == "__main__":
+    main()

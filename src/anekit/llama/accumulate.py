@@ -1,0 +1,144 @@
+"""One accumulation batch: its sequences forward and backward, on one thread or on several at once.
+
+The sequences of a batch are independent until their gradients are summed, so with ``threads`` > 1 each
+worker thread runs its own kernel set (``make_kernels``: the simulator's kernels hold their surfaces, so
+they are not shared) on sequences t, t + threads, ... of the batch. numpy's BLAS calls, the simulator's
+array work and anekit's compiled loops (``nogil``) release the GIL, so the threads run on separate cores;
+while they run, BLAS gets cores / threads threads of its own (threadpoolctl), so the two kinds of
+parallelism do not fight over the cores.
+
+The result does not depend on the number of threads: each sequence's gradient goes into its worker's
+buffer and is added to the batch's total in sequence order (``Gradients``: the one-thread path adds in
+place, which gives the same bits), the losses and overflow flags are combined in sequence order, and
+every sequence's window is drawn by a generator seeded with (seed, step, sequence). The phase times of the
+workers are summed (CPU seconds, not wall seconds, when threads overlap).
+
+The engine runs one program at a time, so threads serve the simulator; dynamic weights only (baked
+kernels would be compiled once per worker per step).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from anekit.llama.step import Kernels, StepResult, Timer, make_kernels, train_step
+
+
+def default_threads(backend_name: str, weights: str, accum: int) -> int:
+    """Threads a run uses when not told: every core for the simulator's dynamic kernels (at most one per
+    sequence of the batch), one otherwise."""
+    if backend_name != "sim" or weights != "dynamic":
+        return 1
+    return max(1, min(os.cpu_count() or 1, accum))
+
+
+@contextmanager
+def blas_threads(n: int) -> Iterator[None]:
+    """BLAS limited to ``n`` threads meanwhile (threadpoolctl; nothing when it is not installed)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
+
+
+class Accumulator:
+    """Runs the sequences of one batch: ``kernels`` on this thread, or ``threads`` workers."""
+
+    def __init__(self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1) -> None:
+        self.cfg = cfg
+        self.threads = max(1, threads if weights == "dynamic" else 1)
+        self.kernels = [kernels] + [make_kernels(backend, cfg, weights) for _ in range(self.threads - 1)]
+        self.timers = [Timer() for _ in self.kernels]
+        self.sinks: list[Any] = []
+
+    def compiles_needed(self) -> int:
+        return sum(k.compiles_needed() for k in self.kernels)
+
+    def compile(self, params: Any, timer: Timer) -> None:
+        for k in self.kernels:
+            k.compile(params, timer)
+
+    def run(
+        self,
+        trainable: Any,
+        batch: Callable[[int], tuple[np.ndarray, ...]],
+        accum: int,
+        loss_scale: float,
+        timer: Timer,
+    ) -> list[StepResult]:
+        """Every sequence's result, in order; its gradients added to ``trainable``'s total in order.
+        ``batch(i)`` gives sequence i's (tokens, targets[, weights])."""
+        n = min(self.threads, accum)
+        if n == 1:
+            sink = trainable.sink(self.kernels[0])
+            results = []
+            for i in range(accum):
+                with timer.phase("io"):
+                    tokens, targets, *weights = batch(i)
+                results.append(
+                    train_step(self.kernels[0], trainable.params, sink, tokens, targets, timer, loss_scale,
+                               *weights)
+                )  # fmt: skip
+            return results
+        while len(self.sinks) < n:
+            self.sinks.append(trainable.worker_sink(self.kernels[len(self.sinks)]))
+        return self._threaded(trainable, batch, accum, loss_scale, timer, n)
+
+    def _threaded(
+        self, trainable: Any, batch: Callable[[int], tuple[np.ndarray, ...]], accum: int, loss_scale: float,
+        timer: Timer, n: int,
+    ) -> list[StepResult]:  # fmt: skip
+        results: list[StepResult | None] = [None] * accum
+        turn = threading.Condition()
+        added = [0]  # sequences whose gradients are in the total
+        errors: list[BaseException] = []
+
+        def work(t: int) -> None:
+            kernels, sink, wtimer = self.kernels[t], self.sinks[t], self.timers[t]
+            try:
+                for i in range(t, accum, n):
+                    with wtimer.phase("io"):
+                        tokens, targets, *weights = batch(i)
+                    result = train_step(kernels, trainable.params, sink, tokens, targets, wtimer, loss_scale,
+                                        *weights)  # fmt: skip
+                    with turn:
+                        while added[0] != i and not errors:
+                            turn.wait()
+                        if errors:
+                            return
+                        with wtimer.phase("cpu"):
+                            trainable.add(sink)  # in sequence order: the same sum as one thread's
+                        results[i] = result
+                        added[0] += 1
+                        turn.notify_all()
+            except BaseException as e:
+                with turn:
+                    errors.append(e)
+                    turn.notify_all()
+
+        workers = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(n)]
+        with blas_threads(max(1, (os.cpu_count() or 1) // n)):
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        for wtimer in self.timers:
+            for phase, seconds in wtimer.seconds.items():
+                timer.seconds[phase] += seconds
+            wtimer.seconds.clear()
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        for k in self.kernels:
+            k.close()

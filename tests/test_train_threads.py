@@ -1,0 +1,77 @@
+"""The sequences of a batch on several threads (``anekit.llama.accumulate``): the same checkpoint, bit for
+bit, as one thread, for full training (tied and untied classifiers) and for LoRA; a worker's error
+reaches the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit import runtime
+from anekit.errors import AnekitError
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import Params
+from anekit.llama.trainer import TrainConfig, TrainState, train
+
+CFG = ModelConfig(64, 176, 2, 4, 2, 512, 64, name="tiny")
+
+
+class Windows:
+    """Random windows (repeated tokens included, so an embedding row gets several columns)."""
+
+    def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        w = rng.integers(0, 40, seq_len + 1)
+        return w[:-1], w[1:]
+
+
+def _run(threads: int, tied: bool, steps: int = 3) -> TrainState:
+    state = TrainState.fresh(Params.init(CFG, seed=3, tied=tied), TrainConfig())
+    tc = TrainConfig(steps=steps, accum=4, lr=3e-3, weights="dynamic")
+    train(runtime.open("sim"), state, Windows(), tc, threads=threads)
+    return state
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_two_and_three_threads_train_the_same_bits_as_one(tied):
+    one = _run(1, tied)
+    for threads in (2, 3):
+        many = _run(threads, tied)
+        assert many.losses == one.losses
+        for (name, a), (_, b) in zip(one.params.tensors(), many.params.tensors()):
+            assert np.array_equal(a, b), (threads, name)
+        for (name, a), (_, b) in zip(one.adam_v.tensors(), many.adam_v.tensors()):
+            assert np.array_equal(a, b), (threads, name)
+
+
+def test_lora_on_threads_trains_the_same_adapters_as_one_thread():
+    from anekit.hf.adapters import Adapters, LoraSpec
+    from anekit.llama.lora import LoraTrainable, frozen_base
+
+    results = []
+    for threads in (1, 2):
+        base = frozen_base(Params.init(CFG, seed=1))
+        adapters = Adapters.init(LoraSpec(4, 8.0, ("q", "v", "down")), CFG, np.random.default_rng(2))
+        trainable = LoraTrainable(base, adapters)
+        state = TrainState(base, None, None)
+        tc = TrainConfig(steps=3, accum=4, lr=1e-2, weights="dynamic", weight_decay=0.0)
+        train(runtime.open("sim"), state, Windows(), tc, trainable=trainable, threads=threads)
+        results.append((state.losses, adapters))
+    (l1, a1), (l2, a2) = results
+    assert l1 == l2
+    assert all(np.array_equal(a1.a[k], a2.a[k]) and np.array_equal(a1.b[k], a2.b[k]) for k in a1.a)
+    assert any(np.abs(b).max() > 0 for b in a1.b.values())
+
+
+def test_an_error_in_a_worker_thread_reaches_the_caller():
+    class Broken(Windows):
+        def batch(self, rng, seq_len):
+            tokens, targets = super().batch(rng, seq_len)
+            targets[0] = 10**6  # outside the vocabulary: the loss refuses it
+            return tokens, targets
+
+    state = TrainState.fresh(Params.init(CFG, seed=3), TrainConfig())
+    with pytest.raises(AnekitError, match="must lie in"):
+        train(
+            runtime.open("sim"), state, Broken(), TrainConfig(steps=1, accum=4, weights="dynamic"), threads=2
+        )
+    assert state.step == 0
