@@ -75,3 +75,13 @@ def test_an_error_in_a_worker_thread_reaches_the_caller():
             runtime.open("sim"), state, Broken(), TrainConfig(steps=1, accum=4, weights="dynamic"), threads=2
         )
     assert state.step == 0
+
+
+def test_the_optimizer_in_chunks_on_threads_updates_the_same_bits(monkeypatch):
+    from anekit.llama import trainer
+
+    one = _run(1, tied=True, steps=2)
+    monkeypatch.setattr(trainer, "ADAM_CHUNK", 1000)  # every matrix split over the threads
+    many = _run(2, tied=True, steps=2)
+    for (name, a), (_, b) in zip(one.params.tensors(), many.params.tensors()):
+        assert np.array_equal(a, b), name

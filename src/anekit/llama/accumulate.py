@@ -54,18 +54,39 @@ class Accumulator:
     """Runs the sequences of one batch: ``kernels`` on this thread, or ``threads`` workers."""
 
     def __init__(self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1) -> None:
-        self.cfg = cfg
+        self.backend, self.cfg, self.weights = backend, cfg, weights
         self.threads = max(1, threads if weights == "dynamic" else 1)
-        self.kernels = [kernels] + [make_kernels(backend, cfg, weights) for _ in range(self.threads - 1)]
+        # Worker t > 0 makes and compiles its kernels in its own thread on its first sequence, while the
+        # others compute: the start of a run does not wait for every worker's compiles.
+        self.kernels: list[Kernels | None] = [kernels] + [None] * (self.threads - 1)
         self.timers = [Timer() for _ in self.kernels]
         self.sinks: list[Any] = []
+        self.params: Any = None
+        self._compiling = threading.Lock()  # one compile at a time: the backend counts them
 
     def compiles_needed(self) -> int:
-        return sum(k.compiles_needed() for k in self.kernels)
+        """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
+        from anekit.llama.trainer import first_step_compiles
+
+        made = [k for k in self.kernels if k is not None]
+        fresh = first_step_compiles(self.cfg, self.weights) * (len(self.kernels) - len(made))
+        return sum(k.compiles_needed() for k in made) + fresh
 
     def compile(self, params: Any, timer: Timer) -> None:
+        self.params = params
         for k in self.kernels:
-            k.compile(params, timer)
+            if k is not None:
+                k.compile(params, timer)
+
+    def _kernels(self, t: int, timer: Timer) -> Kernels:
+        """Worker t's kernels, made and compiled on its first use (in its own thread)."""
+        kernels = self.kernels[t]
+        if kernels is None:
+            with self._compiling:
+                kernels = make_kernels(self.backend, self.cfg, self.weights)
+                kernels.compile(self.params, timer)
+            self.kernels[t] = kernels
+        return kernels
 
     def run(
         self,
@@ -78,19 +99,20 @@ class Accumulator:
         """Every sequence's result, in order; its gradients added to ``trainable``'s total in order.
         ``batch(i)`` gives sequence i's (tokens, targets[, weights])."""
         n = min(self.threads, accum)
+        first = self.kernels[0]
+        assert first is not None
         if n == 1:
-            sink = trainable.sink(self.kernels[0])
+            sink = trainable.sink(first)
             results = []
             for i in range(accum):
                 with timer.phase("io"):
                     tokens, targets, *weights = batch(i)
                 results.append(
-                    train_step(self.kernels[0], trainable.params, sink, tokens, targets, timer, loss_scale,
-                               *weights)
-                )  # fmt: skip
+                    train_step(first, trainable.params, sink, tokens, targets, timer, loss_scale, *weights)
+                )
             return results
         while len(self.sinks) < n:
-            self.sinks.append(trainable.worker_sink(self.kernels[len(self.sinks)]))
+            self.sinks.append(trainable.worker_sink(first))
         return self._threaded(trainable, batch, accum, loss_scale, timer, n)
 
     def _threaded(
@@ -103,8 +125,9 @@ class Accumulator:
         errors: list[BaseException] = []
 
         def work(t: int) -> None:
-            kernels, sink, wtimer = self.kernels[t], self.sinks[t], self.timers[t]
+            sink, wtimer = self.sinks[t], self.timers[t]
             try:
+                kernels = self._kernels(t, wtimer)
                 for i in range(t, accum, n):
                     with wtimer.phase("io"):
                         tokens, targets, *weights = batch(i)
@@ -141,4 +164,5 @@ class Accumulator:
 
     def close(self) -> None:
         for k in self.kernels:
-            k.close()
+            if k is not None:
+                k.close()

@@ -174,8 +174,9 @@ class LoraTrainable:
             ok = ok and bool(np.isfinite(g).all())
         return ok
 
-    def apply(self, state: TrainState, tc: TrainConfig) -> None:
-        """Clip the adapters' global gradient norm, take one Adam(W) step, and merge anew."""
+    def apply(self, state: TrainState, tc: TrainConfig, threads: int = 1) -> None:
+        """Clip the adapters' global gradient norm, take one Adam(W) step, and merge anew (the adapters
+        are small: one thread)."""
         grads = self.grads.tensors()
         scale = cpu_ops.clip_scale(cpu_ops.grad_norm([g for _, g in grads]), tc.grad_clip)
         state.adam_t += 1
@@ -214,7 +215,7 @@ class FullTrainable:
     def unscale(self, factor: float) -> bool:
         return unscale(self.grads, factor)
 
-    def apply(self, state: TrainState, tc: TrainConfig) -> None:
+    def apply(self, state: TrainState, tc: TrainConfig, threads: int = 1) -> None:
         from anekit.llama.trainer import apply_adamw
 
-        apply_adamw(state, self.grads, tc)
+        apply_adamw(state, self.grads, tc, threads)
