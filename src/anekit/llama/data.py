@@ -21,6 +21,8 @@ llama2.c's pretokenizer does, once, when the dataset is made.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -176,10 +178,37 @@ def tokenize_stories(text: str, tokenizer: Tokenizer, name: str = "<text>") -> n
 
 def default_dataset(
     tokenizer: Tokenizer, seed: int = corpus.DEFAULT_SEED, n_stories: int = corpus.DEFAULT_STORIES
-) -> TextDataset:
-    """The embedded corpus (``corpus.generate_corpus(n_stories, seed)``) tokenized with ``tokenizer``."""
-    text = corpus.generate_corpus(n_stories, seed)
-    return TextDataset(f"<embedded corpus, {n_stories} stories, seed {seed}>", tokenizer, text=text)
+) -> TokenDataset:
+    """The embedded corpus (``corpus.generate_corpus(n_stories, seed)``) tokenized with ``tokenizer``.
+
+    Generating and tokenizing it takes about 0.4 s, so the tokens are kept in the user cache
+    (``corpus_cache_path``), keyed on the corpus's version and settings and on the sha256 of the
+    tokenizer's model: a second run starts from them in a few milliseconds (a tokenizer without a
+    ``sha256``, or a cache that cannot be written, is simply not cached)."""
+    name = f"<embedded corpus, {n_stories} stories, seed {seed}>"
+    path = corpus_cache_path(tokenizer, seed, n_stories)
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError):
+            tokens = np.fromfile(path, dtype=SHARD_DTYPE)
+            if tokens.size:
+                return TokenDataset(name, [(name, tokens)])
+    dataset = TextDataset(name, tokenizer, text=corpus.generate_corpus(n_stories, seed))
+    if path is not None:
+        with contextlib.suppress(OSError, AnekitError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_shard(path, dataset.parts[0][1])
+    return dataset
+
+
+def corpus_cache_path(tokenizer: Tokenizer, seed: int, n_stories: int) -> Path | None:
+    """Where ``default_dataset`` keeps the corpus's tokens for ``tokenizer`` (None: it has no identity)."""
+    digest = getattr(tokenizer, "sha256", None)
+    if not isinstance(digest, str):
+        return None
+    from anekit.fileio import user_cache_dir
+
+    key = hashlib.sha256(f"{corpus.CORPUS_VERSION}/{n_stories}/{seed}/{digest}".encode()).hexdigest()[:16]
+    return user_cache_dir() / "corpus" / f"corpus{corpus.CORPUS_VERSION}-{key}.tokens"
 
 
 def write_shard(path: str | os.PathLike[str], tokens: np.ndarray) -> None:

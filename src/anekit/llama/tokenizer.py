@@ -102,6 +102,7 @@ class SentencePieceTokenizer:
     def _init(self, data: bytes, name: str) -> None:
         spm = _sentencepiece()
         self.name = name
+        self.sha256 = hashlib.sha256(data).hexdigest()  # the model's identity (what the data cache keys on)
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.LoadFromSerializedProto(data)
