@@ -39,11 +39,8 @@ from anekit.errors import AnekitError
 from anekit.fileio import write_bytes_atomic
 from anekit.jsonio import loads
 from anekit.llama.run import (
-    AUTO_CHECKPOINT_SECONDS,
-    AUTO_CHECKPOINT_STEPS,
     INT32_MAX,
     Run,
-    RunResult,
     TrainOptions,
     sha256_file,
     write_curves,
@@ -483,59 +480,29 @@ class HFRun(Run):
         what = f"LoRA rank {self.spec_lora.rank}" if self.spec_lora is not None else "full fine-tuning"
         return f"anekit train run '{self.out.resolve().name}': {self.cfg.name}, {what}, lr {self.tc.lr:g}"
 
-    def train(
-        self,
-        on_step: Callable[[Any], None] | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        log: Callable[[str], None] | None = None,
-    ) -> RunResult:
+    def _start_files(self) -> None:
+        """The tokenizer's files beside the run, where ``anekit sample`` looks for them."""
         from anekit.hf.model import SIDE_FILES
-        from anekit.llama.trainer import train
 
-        o, state, tc = self.options, self.state, self.tc
-        self.open()
-        created = self.created
-        self._wall0 = time.perf_counter() - self.resumed_wall
+        for name in SIDE_FILES:
+            source = Path(self.model.directory) / name
+            if source.is_file():
+                write_bytes_atomic(self.out / name, source.read_bytes())
+
+    def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         validate = self._validate(log) if self.valid and self.val_every > 0 else None
-        first_saved = False
-        try:
-            if not o.resume:
-                self.save()
-                first_saved = True
-                for name in SIDE_FILES:  # the tokenizer beside the run, as `anekit sample` looks for it
-                    source = Path(self.model.directory) / name
-                    if source.is_file():
-                        write_bytes_atomic(self.out / name, source.read_bytes())
-            reason = "done"
-            if state.step < tc.steps:
-                reason = train(
-                    self.backend,
-                    state,
-                    self.dataset,
-                    tc,
-                    on_step=on_step,
-                    on_checkpoint=lambda _: self.save(),
-                    checkpoint_every=o.checkpoint_every or AUTO_CHECKPOINT_STEPS,
-                    checkpoint_seconds=None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS,
-                    should_stop=should_stop,
-                    trainable=self.trainable,
-                    validate=validate,
-                    val_every=self.val_every,
-                    threads=self.threads,
-                )
-        except AnekitError:
-            if not o.resume and state.step == 0:
-                if first_saved:
-                    self.checkpoint.unlink(missing_ok=True)
-                if created:
-                    import shutil
+        return {"trainable": self.trainable, "validate": validate, "val_every": self.val_every}
 
-                    shutil.rmtree(self.out, ignore_errors=True)
-            raise
-        self.save()
+    def _finish(self, reason: str) -> None:
         if self.mode == "full" and reason != "budget":
             self.write_result()
-        no_png = write_curves(self.out, state.losses, self.title(), self.marks, draw=reason != "budget",
-                              val_losses=state.val_losses if self.valid else None)  # fmt: skip
-        return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
-                         dict(state.seconds), no_png)  # fmt: skip
+
+    def _curves(self, draw: bool) -> str | None:
+        val = self.state.val_losses if self.valid else None
+        return write_curves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val)
+
+    def _remove_new_out(self) -> None:
+        """A refused start removes the directory it made, with the tokenizer files it copied there."""
+        import shutil
+
+        shutil.rmtree(self.out, ignore_errors=True)

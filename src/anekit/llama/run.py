@@ -679,13 +679,7 @@ class Run:
             if not o.resume:
                 save(state)  # step 0: from now on a kill at any instant leaves a run that resume continues
                 first_saved = True
-                try:
-                    write_bytes_atomic(self.out / self.spec.tokenizer_file, self.tok_bytes)
-                except OSError as e:
-                    raise AnekitError(
-                        f"[train] cannot copy the tokenizer {self.tok_path} into {self.out}: {e.strerror}"
-                    ) from e
-                (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
+                self._start_files()
             if state.step < tc.steps:
                 reason = train(
                     self.backend,
@@ -698,6 +692,7 @@ class Run:
                     checkpoint_seconds=seconds,
                     should_stop=should_stop,
                     threads=self.threads,
+                    **self._loop_options(log),
                 )
         except AnekitError:
             if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
@@ -707,9 +702,32 @@ class Run:
                     self._remove_new_out()
             raise
         save(state)
-        no_png = write_curves(self.out, state.losses, self.title(), self.spec.marks, draw=reason != "budget")
+        self._finish(reason)
+        no_png = self._curves(draw=reason != "budget")
         return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
                          dict(state.seconds), no_png)  # fmt: skip
+
+    # -- what a kind of run adds (``anekit.hf.training.HFRun`` overrides these) ------------------------
+
+    def _start_files(self) -> None:
+        """Beside the step-0 checkpoint: the tokenizer's copy (a previous run's state file goes)."""
+        try:
+            write_bytes_atomic(self.out / self.spec.tokenizer_file, self.tok_bytes)
+        except OSError as e:
+            raise AnekitError(
+                f"[train] cannot copy the tokenizer {self.tok_path} into {self.out}: {e.strerror}"
+            ) from e
+        (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
+
+    def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
+        """More arguments of ``trainer.train`` (what is trained, validation)."""
+        return {}
+
+    def _finish(self, reason: str) -> None:
+        """After the last save (a product to write)."""
+
+    def _curves(self, draw: bool) -> str | None:
+        return write_curves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw)
 
 
 def train(out: str | os.PathLike[str] = "out", **options: Any) -> RunResult:
