@@ -290,64 +290,12 @@ class DynamicKernelSpec(KernelSpec):
             out[row : row + block.shape[0], start : start + s.columns] = block
         return out.reshape(1, columns.channels, 1, columns.columns)
 
-    @cached_property
-    def zero_blocks(self) -> tuple[tuple[slice, slice], ...]:
-        """The (rows, columns) blocks of the input that ``pack`` leaves zero: the padding columns, and the
-        channels under every segment's rows. With the activation parts and the weight sources they cover
-        every element of the input once."""
-        assert self.columns is not None
-        columns = self.columns
-        blocks = [(slice(None), slice(o, o + n)) for o, n in columns.padding()]
-        for s, o in zip(columns.segments, columns.offsets):
-            if s.rows < columns.channels:
-                blocks.append((slice(s.rows, None), slice(o, o + s.columns)))
-        return tuple(blocks)
-
-    def pack_into(self, out: np.ndarray, weights: Mapping[str, Any], **parts: Any) -> None:
-        """Write ``pack(weights, **parts)`` into ``out``, a (C, W) array of a float dtype (an input
-        surface's buffer), without the float32 input: each block goes straight to its place, converted to
-        float32 first (as ``pack`` stores it) and then to ``out``'s dtype (as a surface stores a float32
-        input: fp16 rounds to nearest even, past the range to inf). Every element is written once, the
-        zeros included, so ``out`` may hold anything before."""
-        assert self.activations is not None and self.columns is not None
-        columns, spatial = self.columns, self.activations.spatial
-        if out.shape != (columns.channels, columns.columns):
-            raise LayoutError(
-                f"[{self.name}] pack_into: expected a ({columns.channels}, {columns.columns}) array, "
-                f"got {list(out.shape)}"
-            )
-        f32 = np.float32
-        with np.errstate(over="ignore"):  # values past the fp16 range become inf
-            acts = columns.activation_segments
-            if len(acts) == 1:  # the parts stacked along channels in the one activation segment
-                start = columns.offsets[columns.segments.index(acts[0])]
-                for _, row, c, rows in self.activations.part_rows(parts):
-                    out[row : row + c, start : start + spatial] = np.asarray(rows, f32)
-            else:  # each part in the segment named after it
-                starts = {s.name: o for s, o in zip(columns.segments, columns.offsets)}
-                for name, _, c, rows in self.activations.part_rows(parts):
-                    out[:c, starts[name] : starts[name] + spatial] = np.asarray(rows, f32)
-            for s, start, row, block in columns.weight_sources(weights):
-                out[row : row + block.shape[0], start : start + s.columns] = np.asarray(block, f32)
-            for rows, cols in self.zero_blocks:
-                out[rows, cols] = 0
-
     def run(  # type: ignore[override]
         self, kernel_or_backend: Kernel | Backend, weights: Mapping[str, Any] | None = None, **parts: Any
     ) -> dict[str, np.ndarray]:
-        """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``.
-
-        On a kernel that takes inputs written in place (``Kernel.writes_in_place``: the simulator) the
-        input is packed straight into its surface (``pack_into``): the surface holds what writing
-        ``pack(...)`` would leave there, and the kernel computes the same outputs, bit for bit."""
+        """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""
         if weights is None:
             return super().run(kernel_or_backend, **parts)
-        if isinstance(kernel_or_backend, Kernel) and kernel_or_backend.writes_in_place:
-            kernel = kernel_or_backend
-            (surface,) = kernel.inputs
-            with surface.view() as buf:
-                self.pack_into(buf.reshape(surface.channels, surface.spatial), weights, **parts)
-            return self.outputs.split(kernel.call_surfaces()["out"])
         return self.run_packed(kernel_or_backend, self.pack(weights, **parts))  # no second copy of the input
 
 

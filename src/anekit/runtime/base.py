@@ -244,18 +244,6 @@ class Kernel:
                     f"[{self.name}] input '{name}' has shape {list(a.shape)}, expected {list(surface.shape)}"
                 )
             self._write_input(surface, a)
-        return self._run_and_read()
-
-    # True where ``call_surfaces`` may be used: the inputs written in place through ``Surface.view`` are
-    # exactly what ``__call__`` would write (the simulator). Other backends keep writing whole inputs.
-    writes_in_place = False
-
-    def call_surfaces(self) -> dict[str, np.ndarray]:
-        """``__call__`` on what the input surfaces hold now, written in place by the caller (through
-        ``Surface.view``, in the surface dtype): run, and return every output as ``__call__`` does."""
-        return self._run_and_read()
-
-    def _run_and_read(self) -> dict[str, np.ndarray]:
         if not self._loaded:
             self.load()
         self.run()

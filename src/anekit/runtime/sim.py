@@ -701,22 +701,10 @@ class SimKernel(Kernel):
             return "fp32"
         return dtype.name
 
-    # Inputs written in place are read as any fp16 surface is: the plan's input store widens the halves.
-    writes_in_place = True
-
     def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
         self._in_call = True
         try:
             return super().__call__(**arrays)
-        finally:
-            self._in_call = False
-            self._written.clear()
-            self._results.clear()
-
-    def call_surfaces(self) -> dict[str, np.ndarray]:
-        self._in_call = True
-        try:
-            return super().call_surfaces()
         finally:
             self._in_call = False
             self._written.clear()
