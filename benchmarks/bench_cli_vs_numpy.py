@@ -11,8 +11,8 @@ Run: OPENBLAS_NUM_THREADS=2 python benchmarks/bench_cli_vs_numpy.py [--config st
    ``bench_step_vs_numpy.NumpyLlama`` (the model written directly in numpy) doing the same N steps of one
    sequence, also a subprocess, its import included. Interleaved, ``--repeat`` times; medians and the ratio.
 2. One training step (one sequence) with dynamic weights and with baked weights, in this process: medians.
-3. ``anekit train --config default --accum 4`` with ``--threads 1`` and ``--threads 2``: tokens/s (median
-   of the steps' own times), and whether the two checkpoints are the same bytes.
+3. ``anekit train --config C --accum 4`` with ``--threads 1`` and ``--threads 2``: tokens/s (median of the
+   steps' own times, the first left out), and whether the two checkpoints are the same bytes.
 
 stories15M needs llama2.c's 32000-token tokenizer: ``--tokenizer`` (default: the corpus copy beside the
 project, ../shared/corpus/llama2c/tokenizer.model, when there is one).
@@ -139,16 +139,19 @@ def main() -> None:
         print(
             f"2. one {args.config} step: dynamic {dyn:.0f} ms, baked {baked:.0f} ms, ratio {dyn / baked:.2f}"
         )
+        from anekit.kernels import preset
+
+        seq = preset(args.config).seq_len
         rates, files = {}, {}
         for threads in (1, 2):
             run_out = Path(tmp) / f"threads{threads}"
-            _, _, steps = anekit_train(["--steps", "12", "--accum", "4", "--sample-steps", "0", "--threads",
-                                        str(threads)], run_out)  # fmt: skip
-            rates[threads] = 4 * 64 / (statistics.median(steps[1:]) / 1e3)
+            flags = [*tok, "--config", args.config, "--steps", "4", "--accum", "4", "--sample-steps", "0"]
+            _, _, steps = anekit_train([*flags, "--threads", str(threads)], run_out)
+            rates[threads] = 4 * seq / (statistics.median(steps[1:]) / 1e3)  # the first step: warm-up
             files[threads] = (run_out / "ckpt.bin").read_bytes()
         same = "the same bytes" if files[1] == files[2] else "DIFFERENT bytes"
         print(
-            f"3. default model, 4 sequences a step: 1 thread {rates[1]:.0f} tokens/s, 2 threads "
+            f"3. {args.config}, 4 sequences a step: 1 thread {rates[1]:.0f} tokens/s, 2 threads "
             f"{rates[2]:.0f} tokens/s: {rates[2] / rates[1]:.2f}x; checkpoints {same}"
         )
 

@@ -29,11 +29,24 @@ import numpy as np
 
 from anekit.llama.step import Kernels, StepResult, Timer, make_kernels, train_step
 
+# A sequence's work below which threads cost more than they give: measured on 2 cores, the default
+# model (about 0.1 GFLOP a sequence) ran 0.7x as fast on two threads, stories15M (about 20 GFLOP) 1.8x.
+THREADS_MIN_FLOPS = 1e9
 
-def default_threads(backend_name: str, weights: str, accum: int) -> int:
-    """Threads a run uses when not told: every core for the simulator's dynamic kernels (at most one per
-    sequence of the batch), one otherwise."""
-    if backend_name != "sim" or weights != "dynamic":
+
+def sequence_flops(cfg: Any) -> float:
+    """Roughly the FLOPs of one sequence's forward and backward: 6 per weight and token, the classifier
+    included."""
+    from anekit.llama.params import layer_shapes
+
+    weights = sum(int(np.prod(s)) for s in layer_shapes(cfg).values()) * cfg.n_layers
+    return 6.0 * cfg.seq_len * (weights + cfg.vocab_size * cfg.dim)
+
+
+def default_threads(backend_name: str, weights: str, accum: int, cfg: Any) -> int:
+    """Threads a run uses when not told: for the simulator's dynamic kernels, every core (at most one per
+    sequence of the batch) when a sequence is enough work (``THREADS_MIN_FLOPS``); one otherwise."""
+    if backend_name != "sim" or weights != "dynamic" or sequence_flops(cfg) < THREADS_MIN_FLOPS:
         return 1
     return max(1, min(os.cpu_count() or 1, accum))
 

@@ -635,7 +635,7 @@ class Run:
 
         if self.options.threads is not None:
             return self.options.threads
-        return default_threads(self.backend.name, self.tc.weights, self.tc.accum)
+        return default_threads(self.backend.name, self.tc.weights, self.tc.accum, self.cfg)
 
     def save(self) -> None:
         """Checkpoint the run as it stands (weights, Adam state, run record), atomically."""
