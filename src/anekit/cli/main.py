@@ -21,16 +21,10 @@ Every command's ``--help`` opens with a description: its own, or else its one-li
 
 from __future__ import annotations
 
-import os
-
-# The kernels' host-side matrices are small: BLAS thread hand-offs cost more than they save (a
-# training step of the default model runs ~3x faster single-threaded). Set before numpy loads;
-# the user's own setting wins.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 import argparse
 import contextlib
 import errno
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -97,6 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose BLAS work is sized by the model they run (anekit.threads): they choose BLAS's thread
+# count themselves; the others' host-side matrices are small and run on one BLAS thread.
+SIZED_BY_MODEL = ("train", "sample")
+
+
+def _run(args: argparse.Namespace) -> object:
+    from anekit.threads import blas_threads
+
+    if args.command in SIZED_BY_MODEL:
+        return args.run(args)
+    with blas_threads(1):
+        return args.run(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every way it can end is one line on stderr and an exit status (module docstring):
     an anekit error 1, Ctrl-C 130 (``anekit: interrupted``), a closed stdout 141, a stdout that cannot be
@@ -104,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        status = int(args.run(args) or 0)
+        status = int(_run(args) or 0)
         sys.stdout.flush()
         return status
     except AnekitError as e:

@@ -328,13 +328,17 @@ def _run_hf(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace, sampler: Any, prompt: str, chat: bool = False) -> int:
     """Print the text generated from ``prompt`` (a chat's rendered template is not echoed), then the
     speed line on stderr."""
+    from anekit.threads import blas_threads, for_sampling
+
     out = sys.stdout
     pieces = sampler.generate(
         prompt, args.steps, args.temperature, args.top_p, args.seed, echo_prompt=not chat, bos=not chat
     )
-    for piece in pieces:
-        out.write(piece)
-        out.flush()
+    params = getattr(sampler.decoder, "params", None)
+    with blas_threads(for_sampling(params.count() if params is not None else 0)):
+        for piece in pieces:
+            out.write(piece)
+            out.flush()
     out.write("\n")
     out.flush()
     s = sampler.stats

@@ -493,11 +493,14 @@ def _run(args: argparse.Namespace) -> int:
         from anekit.llama.sample import Sampler
 
         console.print("sample:")
+        from anekit.threads import blas_threads, for_sampling
+
         weights = session.sample_params() if hasattr(session, "sample_params") else state.params
-        for piece in Sampler(weights, session.tokenizer).generate(
-            "Once upon a time", args.sample_steps, temperature=0.8, top_p=0.9, seed=tc.seed
-        ):
-            console.print(piece, end="")
+        with blas_threads(for_sampling(weights.count())):
+            for piece in Sampler(weights, session.tokenizer).generate(
+                "Once upon a time", args.sample_steps, temperature=0.8, top_p=0.9, seed=tc.seed
+            ):
+                console.print(piece, end="")
         console.print()
     if console.closed:
         _err(f"stdout was closed; the run is finished and saved in {ckpt_path}")

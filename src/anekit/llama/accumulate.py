@@ -4,8 +4,8 @@ The sequences of a batch are independent until their gradients are summed, so wi
 worker thread runs its own kernel set (``make_kernels``: the simulator's kernels hold their surfaces, so
 they are not shared) on sequences t, t + threads, ... of the batch. numpy's BLAS calls, the simulator's
 array work and anekit's compiled loops (``nogil``) release the GIL, so the threads run on separate cores;
-while they run, BLAS gets cores / threads threads of its own (threadpoolctl), so the two kinds of
-parallelism do not fight over the cores.
+while they run, BLAS gets cores / threads threads of its own (``anekit.threads``), so the two kinds of
+parallelism do not fight over the cores; a small model's sequences run on one BLAS thread.
 
 The result does not depend on the number of threads: each sequence's gradient goes into its worker's
 buffer and is added to the batch's total in sequence order (``Gradients``: the one-thread path adds in
@@ -19,15 +19,14 @@ kernels would be compiled once per worker per step).
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from anekit.llama.step import Kernels, StepResult, Timer, make_kernels, train_step
+from anekit.threads import blas_threads, cores
 
 # A sequence's work below which threads cost more than they give: measured on 2 cores, the default
 # model (about 0.1 GFLOP a sequence) ran 0.7x as fast on two threads, stories15M (about 20 GFLOP) 1.8x.
@@ -48,19 +47,13 @@ def default_threads(backend_name: str, weights: str, accum: int, cfg: Any) -> in
     sequence of the batch) when a sequence is enough work (``THREADS_MIN_FLOPS``); one otherwise."""
     if backend_name != "sim" or weights != "dynamic" or sequence_flops(cfg) < THREADS_MIN_FLOPS:
         return 1
-    return max(1, min(os.cpu_count() or 1, accum))
+    return max(1, min(cores(), accum))
 
 
-@contextmanager
-def blas_threads(n: int) -> Iterator[None]:
-    """BLAS limited to ``n`` threads meanwhile (threadpoolctl; nothing when it is not installed)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield
-        return
-    with threadpool_limits(limits=n, user_api="blas"):
-        yield
+def blas_share(cfg: Any, workers: int) -> int:
+    """BLAS threads for each of ``workers`` threads: one for small work (hand-offs cost more than they
+    save), else the cores divided among the workers (``anekit.threads``)."""
+    return 1 if sequence_flops(cfg) < THREADS_MIN_FLOPS else max(1, cores() // workers)
 
 
 class Accumulator:
@@ -117,12 +110,14 @@ class Accumulator:
         if n == 1:
             sink = trainable.sink(first)
             results = []
-            for i in range(accum):
-                with timer.phase("io"):
-                    tokens, targets, *weights = batch(i)
-                results.append(
-                    train_step(first, trainable.params, sink, tokens, targets, timer, loss_scale, *weights)
-                )
+            with blas_threads(blas_share(self.cfg, 1)):
+                for i in range(accum):
+                    with timer.phase("io"):
+                        tokens, targets, *weights = batch(i)
+                    step = train_step(
+                        first, trainable.params, sink, tokens, targets, timer, loss_scale, *weights
+                    )
+                    results.append(step)
             return results
         while len(self.sinks) < n:
             self.sinks.append(trainable.worker_sink(first))
@@ -162,7 +157,7 @@ class Accumulator:
                     turn.notify_all()
 
         workers = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(n)]
-        with blas_threads(max(1, (os.cpu_count() or 1) // n)):
+        with blas_threads(blas_share(self.cfg, n)):
             for w in workers:
                 w.start()
             for w in workers:

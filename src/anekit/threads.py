@@ -1,0 +1,55 @@
+"""How many threads BLAS gets, chosen per task rather than once for the process.
+
+The kernels' host-side matrices of a small model are small: BLAS thread hand-offs cost more than they
+save there (a training step of the default model ran about 3x faster on one BLAS thread). A larger model
+(stories15M: 256 x 288 activations against 32000 x 288 classifiers) runs its sgemms faster on every core.
+So anekit leaves BLAS its default (every core) at start-up and limits it, through threadpoolctl, for the
+span of each task: one thread for small work, the cores left over for worker threads otherwise
+(``anekit.llama.accumulate``). A limit can only lower the thread count BLAS started with, which is why the
+process must not start with one thread.
+
+A user who sets OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS, MKL_NUM_THREADS) decides: anekit then never
+changes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+USER_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+USER_SET = any(v in os.environ for v in USER_VARIABLES)  # read once, before anything could set them
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def blas_threads(n: int) -> Iterator[None]:
+    """BLAS limited to ``n`` threads meanwhile; nothing when the user set the count or threadpoolctl is
+    not installed."""
+    if USER_SET:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=max(1, n), user_api="blas"):
+        yield
+
+
+SAMPLING_MIN_WEIGHTS = 50_000_000  # below it a decode step's matrix-vector products are too small to share
+
+
+def for_sampling(weights: int) -> int:
+    """BLAS threads for generating text from a model of ``weights`` parameters (one decode step is a
+    matrix-vector product per weight matrix: worth sharing out only for large models)."""
+    return cores() if weights >= SAMPLING_MIN_WEIGHTS else 1
