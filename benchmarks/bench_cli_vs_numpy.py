@@ -12,8 +12,8 @@ Run: OPENBLAS_NUM_THREADS=2 python benchmarks/bench_cli_vs_numpy.py [--config st
    sequence, also a subprocess, its import included. Interleaved, ``--repeat`` times; medians and the ratio.
 2. One training step (one sequence) with dynamic weights and with baked weights, in this process: medians.
 3. ``anekit train --config C --accum 4`` with ``--threads 1`` and ``--threads 2``: tokens/s (median of the
-   steps' own times, the first left out), and whether the two checkpoints hold the same weights and Adam moments (their run records differ:
-   they hold timings).
+   steps' own times, the first left out), and whether the two checkpoints hold the same weights and Adam
+   moments (their run records differ: they hold timings).
 
 stories15M needs llama2.c's 32000-token tokenizer: ``--tokenizer`` (default: the corpus copy beside the
 project, ../shared/corpus/llama2c/tokenizer.model, when there is one).
