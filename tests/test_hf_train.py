@@ -155,3 +155,32 @@ def test_resume_refuses_a_contradicting_rank(workspace, tmp_path, capsys):
     capsys.readouterr()
     with pytest.raises(AnekitError, match="--lora 8 contradicts"):
         HFRun(TrainOptions(out=out, resume=True), HFOptions(lora=8))
+
+
+@pytest.mark.parametrize("shape, style, layers", [("smollm2", "llama3", 2), ("qwen3", "qwen", 1)])
+def test_lora_on_real_head_counts_and_vocabularies_lowers_the_validation_loss(tmp_path, capsys, shape, style,
+                                                                                layers):  # fmt: skip
+    """SmolLM2-135M's and Qwen3-0.6B's shapes (heads, head size, widths, 49152 / 151936-token vocabularies),
+    a few layers: LoRA on the kernels lowers the validation loss."""
+    model = tmp_path / shape
+    vocab = small(shape)["vocab_size"]
+    info = make_tokenizer(model, vocab, style)
+    ids = {
+        "bos_token_id": info.bos_id if info.bos_id is not None else info.eos_id,
+        "eos_token_id": info.eos_id,
+    }
+    make_checkpoint(model, small(shape, num_hidden_layers=layers, **ids), dtype="bfloat16", seed=4, std=0.05)
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [
+        {"prompt": f"what is {a} plus {b}?", "completion": str(a + b)} for a in range(6) for b in range(6)
+    ]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:30]))
+    (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[30:]))
+    out = tmp_path / "run"
+    args = ["train", "--init", str(model), "--lora", "8", "--data", str(data), "--out", str(out), "--steps", "6",
+            "--accum", "1", "--seq", "32", "--lr", "2e-2", "--val-every", "6", "--sample-steps", "0"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    val = _val_column(out)
+    assert sorted(val) == [0, 6] and val[6] < val[0] - 1.0, val
