@@ -34,14 +34,19 @@ def workspace(tmp_path_factory) -> tuple[Path, Path]:
     info = make_tokenizer(model, 512, "qwen")
     config = small("qwen3", **QWEN, bos_token_id=info.eos_id, eos_token_id=info.eos_id)
     make_checkpoint(model, config, dtype="bfloat16", seed=2, std=0.05)
-    data = root / "data"
+    return model, _sums(root / "data", 9, 70)
+
+
+def _sums(data: Path, n: int, train: int) -> Path:
+    """A data directory of "what is a plus b?" prompts and completions (a, b < n): the first ``train``
+    to train.jsonl, the rest to valid.jsonl."""
     data.mkdir()
     rows = [
-        {"prompt": f"what is {a} plus {b}?", "completion": str(a + b)} for a in range(9) for b in range(9)
+        {"prompt": f"what is {a} plus {b}?", "completion": str(a + b)} for a in range(n) for b in range(n)
     ]
-    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:70]))
-    (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[70:]))
-    return model, data
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:train]))
+    (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[train:]))
+    return data
 
 
 def _lora_args(model: Path, data: Path, out: Path, steps: int = 12) -> list[str]:
@@ -170,13 +175,7 @@ def test_lora_on_real_head_counts_and_vocabularies_lowers_the_validation_loss(tm
         "eos_token_id": info.eos_id,
     }
     make_checkpoint(model, small(shape, num_hidden_layers=layers, **ids), dtype="bfloat16", seed=4, std=0.05)
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [
-        {"prompt": f"what is {a} plus {b}?", "completion": str(a + b)} for a in range(6) for b in range(6)
-    ]
-    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:30]))
-    (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[30:]))
+    data = _sums(tmp_path / "data", 6, 30)
     out = tmp_path / "run"
     args = ["train", "--init", str(model), "--lora", "8", "--data", str(data), "--out", str(out), "--steps", "6",
             "--accum", "1", "--seq", "32", "--lr", "2e-2", "--val-every", "6", "--sample-steps", "0"]  # fmt: skip
