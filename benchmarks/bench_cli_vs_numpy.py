@@ -15,6 +15,11 @@ Run: OPENBLAS_NUM_THREADS=2 python benchmarks/bench_cli_vs_numpy.py [--config st
    steps' own times, the first left out), and whether the two checkpoints hold the same weights and Adam
    moments (their run records differ: they hold timings).
 
+Python's bytecode cache matters to the start-up: with PYTHONDONTWRITEBYTECODE set, every ``anekit`` process
+compiles anekit's modules from source again (about 0.3 s); an installed anekit has them compiled. Run it
+without that variable (``env -u PYTHONDONTWRITEBYTECODE python benchmarks/bench_cli_vs_numpy.py``) to
+measure what an installed anekit does.
+
 stories15M needs llama2.c's 32000-token tokenizer: ``--tokenizer`` (default: the corpus copy beside the
 project, ../shared/corpus/llama2c/tokenizer.model, when there is one).
 """
