@@ -92,6 +92,12 @@ def test_fused_adapters_give_the_trained_models_logits(workspace, tmp_path, caps
     want = forward_logits(fuse(load_model(model).params, run.trainable.adapters), tokens)
     got = forward_logits(load_model(tmp_path / "fused").params, tokens)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # sampling with the adapters merged in memory prints what sampling the fused directory prints
+    args = ["--prompt", "what is 2 plus 3?", "--temperature", "0", "--steps", "20"]
+    assert main(["sample", str(model), "--adapters", str(out / "adapters"), *args]) == 0
+    merged = capsys.readouterr().out
+    assert main(["sample", str(tmp_path / "fused"), *args]) == 0
+    assert capsys.readouterr().out == merged
 
 
 def test_a_stopped_lora_run_resumes_to_the_uninterrupted_adapters(workspace, tmp_path, capsys):

@@ -54,6 +54,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a Hugging Face model: send --prompt as a user message through the tokenizer's chat template",
     )
     p.add_argument(
+        "--adapters",
+        type=Path,
+        metavar="DIR",
+        help="a Hugging Face model: LoRA adapters (PEFT's format, as anekit train --lora writes) merged in "
+        "before sampling",
+    )
+    p.add_argument(
         "--steps",
         type=flags.int_range(1, STEPS_MAX),
         default=256,
@@ -288,10 +295,9 @@ def run(args: argparse.Namespace) -> int:
 
     if is_model_dir(args.model):
         return _run_hf(args)
-    if args.chat:
-        raise AnekitError(
-            "[sample] --chat needs a Hugging Face model directory (its tokenizer's chat template)"
-        )
+    if args.chat or args.adapters is not None:
+        flag = "--chat" if args.chat else "--adapters"
+        raise AnekitError(f"[sample] {flag} needs a Hugging Face model directory")
     if is_export(args.model):  # run the exported package(s) in the simulator, KV caches held as states
         from anekit.coreml.decoder import PackageDecoder
 
@@ -316,9 +322,14 @@ def _run_hf(args: argparse.Namespace) -> int:
     model = load_hf(args.model)
     for note in model.config.notes:
         print(f"anekit: note: {note}", file=sys.stderr)
-    check_finite(model.params, args.model, "sample")
+    params = model.params
+    if args.adapters is not None:
+        from anekit.hf.adapters import fuse, read_adapters
+
+        params = fuse(params, read_adapters(args.adapters, params.cfg))
+    check_finite(params, args.adapters or args.model, "sample")
     tok = load_hf_tokenizer(args.model)
-    sampler = Sampler(model.params, tok)
+    sampler = Sampler(params, tok)
     if not args.chat:
         return _generate(args, sampler, args.prompt)
     text = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
