@@ -11,15 +11,14 @@ from anekit.kernels import ModelConfig, attention_bwd, dynamic, forward
 from anekit.kernels.config import RopeScaling
 from anekit.llama import cpu_ops
 from tests.kernel_weights import fp16_exact
+from tests.test_llama_step_hf import BASE
+from tests.test_llama_step_hf import CONFIGS as STEP_CONFIGS
 
-BASE = ModelConfig(32, 48, 2, 4, 2, 64, 32)  # seq 32: a surface row needs 64 bytes
+# The step tests' configs (seq 32: a surface row needs 64 bytes), and shapes only the kernels are run at.
 CONFIGS = {
-    "qwen3-like": BASE.with_(attn_head_dim=16, qkv_bias=True, qk_norm=True),  # q_dim 64 != dim 32
-    "bias": BASE.with_(qkv_bias=True),
-    "qk-norm": BASE.with_(qk_norm=True),
-    "head-dim": BASE.with_(attn_head_dim=16),
+    **STEP_CONFIGS,
     "head-dim-narrow": BASE.with_(attn_head_dim=4, qk_norm=True),  # q_dim 16 < dim 32
-    "rope-scaling": BASE.with_(rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8), qkv_bias=True),
+    "rope-scaling-bias": BASE.with_(rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8), qkv_bias=True),
     "mqa-norm-norope": BASE.with_(n_kv_heads=1, qk_norm=True, rope=False, attn_head_dim=12),
 }
 
