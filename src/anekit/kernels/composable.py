@@ -273,9 +273,15 @@ class DynamicKernelSpec(KernelSpec):
         Written straight into the zeroed float32 input: the same array as packing the activations
         (``activations.pack``), the weight blocks (``weight_columns``) and then the segments
         (``columns.pack``), without the intermediate arrays."""
+        assert self.columns is not None
+        out = np.zeros((self.columns.channels, self.columns.columns), dtype=np.float32)
+        return self._fill(out, weights, parts)
+
+    def _fill(self, out: np.ndarray, weights: Mapping[str, Any], parts: Mapping[str, Any]) -> np.ndarray:
+        """``pack``'s work into ``out`` (C, W), zeros outside the segments: every call writes the same
+        regions, so a buffer filled before holds exactly what a fresh one would."""
         assert self.activations is not None and self.columns is not None
         columns, spatial = self.columns, self.activations.spatial
-        out = np.zeros((columns.channels, columns.columns), dtype=np.float32)
         acts = columns.activation_segments
         if len(acts) == 1:  # the parts stacked along channels in the one activation segment
             start = columns.offsets[columns.segments.index(acts[0])]
@@ -296,7 +302,12 @@ class DynamicKernelSpec(KernelSpec):
         """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""
         if weights is None:
             return super().run(kernel_or_backend, **parts)
-        return self.run_packed(kernel_or_backend, self.pack(weights, **parts))  # no second copy of the input
+        # The input is packed into a buffer this spec keeps (the kernel copies it onto its surface before
+        # the call returns): no fresh zeroed megabytes per call. A spec serves one thread at a time.
+        assert self.columns is not None
+        if getattr(self, "_input", None) is None:
+            self._input = np.zeros((self.columns.channels, self.columns.columns), dtype=np.float32)
+        return self.run_packed(kernel_or_backend, self._fill(self._input, weights, parts))
 
 
 def check_spatial(name: str, columns: int, what: str) -> None:
