@@ -21,7 +21,9 @@ def test_a_kept_input_buffer_runs_as_a_fresh_one(gen):
     for seed in (1, 2, 3):
         w = random_weights(cfg, seed)
         w.update({k: v * (1 + seed) for k, v in w.items() if k.startswith("w")})
-        parts = {n: rng.standard_normal((c, cfg.seq_len)).astype(np.float32) for n, c in spec.activations.parts}
+        parts = {
+            n: rng.standard_normal((c, cfg.seq_len)).astype(np.float32) for n, c in spec.activations.parts
+        }
         fresh = spec.run_packed(kernel, spec.pack(w, **parts))
         kept = spec.run(kernel, w, **parts)
         assert sorted(fresh) == sorted(kept) and list(parts) == list(names)
