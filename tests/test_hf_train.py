@@ -189,3 +189,31 @@ def test_lora_on_real_head_counts_and_vocabularies_lowers_the_validation_loss(tm
     capsys.readouterr()
     val = _val_column(out)
     assert sorted(val) == [0, 6] and val[6] < val[0] - 1.0, val
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda r: r["state"].update(step="3"), "state.step"),
+        (lambda r: r.update(lora={"rank": 0, "alpha": 8, "targets": ["q"]}), "lora.rank"),
+        (lambda r: r["state"].pop("losses"), "state.losses"),
+        (lambda r: r["state"].update(val_losses={"x": 1.0}), "keys must be steps"),
+        (lambda r: r.update(seq="long"), "seq"),
+    ],
+)
+def test_a_damaged_hf_run_record_is_one_line_naming_the_field(workspace, tmp_path, capsys, damage, says):
+    from anekit.hf.safetensors_io import read_header, write_safetensors
+    from anekit.hf.training import RUN_KEY
+
+    model, data = workspace
+    out = tmp_path / "run"
+    assert main(_lora_args(model, data, out, steps=1)) == 0
+    refs, metadata = read_header(out / "state.safetensors")
+    record = json.loads(metadata[RUN_KEY])
+    damage(record)
+    tensors = {name: (ref.dtype, np.array(ref.raw())) for name, ref in refs.items()}
+    write_safetensors(out / "state.safetensors", tensors, {RUN_KEY: json.dumps(record)})
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--sample-steps", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err

@@ -61,6 +61,43 @@ VALID_SHARE = 0.05  # of the built-in corpus's stories, held out for validation
 MODEL_FILES_HASHED = ("config.json", "model.safetensors.index.json")  # with every *.safetensors
 
 
+def _hf_run_schema() -> Any:
+    """The fields of an HF run record that a resume reads (``anekit.llama.checkpoint``'s schema types)."""
+    from anekit.llama.checkpoint import RUN_SCHEMA, Int, ListOf, MapOf, Null, Num, Obj, Pair, Str
+
+    i32 = Int(0, INT32_MAX)
+    source = Obj({"path": Null(Str()), "sha256": Str(hex_length=64)}, {})
+    lora = Obj({"rank": Int(1, 4096), "alpha": Num(0.0, open_lo=True), "targets": ListOf(Str())}, {})
+    state = Obj(
+        {
+            "step": i32,
+            "adam_t": i32,
+            "loss_scale": Num(0.0, open_lo=True),
+            "losses": ListOf(Num()),
+            "val_losses": MapOf(Num()),
+            "seconds": MapOf(Num(0.0)),
+        },
+        {"wall": Num(0.0)},
+    )
+    return Obj(
+        {
+            "base": Obj({"path": Str(), "sha256": Str(hex_length=64)}, {}),
+            "tokenizer": source,
+            "data": source,
+            "train": RUN_SCHEMA.required["train"],
+            "lora": Null(lora),
+            "seq": Int(1, 32767),
+            "val_every": i32,
+            "val_batches": Int(-1, INT32_MAX),
+            "state": state,
+        },
+        {"marks": ListOf(Pair(i32, Str(("budget", "resume"))))},
+    )
+
+
+HF_RUN_SCHEMA = _hf_run_schema()
+
+
 @dataclass(frozen=True)
 class HFOptions:
     """What ``anekit train --init HF_DIR`` adds to ``TrainOptions``."""
@@ -186,6 +223,10 @@ class HFRun(Run):
                 f"[train] --resume: {self.checkpoint} holds a run record of another kind; anekit reads "
                 f"'{HF_RUN_FORMAT}' version {HF_RUN_VERSION}"
             )
+        try:
+            HF_RUN_SCHEMA.check(rec, "")  # every field the resume reads, with its type and range
+        except AnekitError as e:
+            raise AnekitError(f"[train] --resume: {self.checkpoint}: {e}") from e
         return rec
 
     def _setup(self, stored: dict[str, Any] | None) -> None:
@@ -298,7 +339,12 @@ class HFRun(Run):
             s = self.state
             s.step, s.adam_t, s.loss_scale = int(st["step"]), int(st["adam_t"]), float(st["loss_scale"])
             s.losses = [float(x) for x in st["losses"]]
-            s.val_losses = {int(k): float(x) for k, x in st["val_losses"].items()}
+            try:
+                s.val_losses = {int(k): float(x) for k, x in st["val_losses"].items()}
+            except ValueError:
+                raise AnekitError(
+                    f"[train] --resume: {self.checkpoint}: run record state.val_losses: keys must be steps"
+                ) from None
             s.seconds = {k: float(x) for k, x in st["seconds"].items()}
             self.marks = [(int(a), str(b)) for a, b in stored.get("marks", [])]
             self.resumed_wall = float(st.get("wall", 0.0))
@@ -384,7 +430,7 @@ class HFRun(Run):
                 a[...] = ref.to_float32()
 
     def record(self) -> dict[str, Any]:
-        s, o = self.state, self.options
+        s = self.state
         lora = None
         if self.spec_lora is not None:
             sp = self.spec_lora
@@ -414,7 +460,6 @@ class HFRun(Run):
                 "seconds": s.seconds,
                 "wall": time.perf_counter() - self._wall0,
             },
-            "resumed_by": o.restarted,
         }
 
     def save(self) -> None:

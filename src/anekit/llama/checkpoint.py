@@ -282,6 +282,14 @@ class Null:
 
 
 @dataclass(frozen=True)
+class Nothing:
+    """Only null: a field the record's kind never sets (``Null(Nothing())`` is null and nothing else)."""
+
+    def check(self, v: Any, path: str) -> None:
+        _schema_error(path, "null", v)
+
+
+@dataclass(frozen=True)
 class ListOf:
     """A list whose every item is ``item``."""
 
@@ -368,6 +376,11 @@ RUN_SCHEMA = Obj(
                 "norm_eps": Num(0.0, 1.0, open_lo=True),
                 "rope_theta": Num(0.0, open_lo=True),
                 "name": Str(),
+                # a BLZT checkpoint holds llama2.c's tensors only (``_checked``): these stay at their defaults
+                "attn_head_dim": Int(0, 0),
+                "qkv_bias": Bool(),
+                "qk_norm": Bool(),
+                "rope_scaling": Null(Nothing()),
             },
         ),
         "train": Obj(
