@@ -30,6 +30,7 @@ from anekit.llama.sample import CpuDecoder
 from anekit.rules import CHIPS
 from anekit.rules.checks import check_program, errors
 from tests.coreml_oracle import coremltools, ct_load
+from tests.test_coreml_export import stages_of
 
 BASE = ModelConfig(dim=32, hidden_dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64, seq_len=16)
 CFGS = {
@@ -77,18 +78,6 @@ def without_variant(p: Params, name: str) -> Params:
     drop = {"bias": ("bq", "bk", "bv"), "qk-norm": ("q_norm", "k_norm")}[name]
     layers = [LayerParams(**{k: v for k, v in lp.as_dict().items() if k not in drop}) for lp in p.layers]
     return Params(p.cfg, p.embed, layers, p.rms_final, p.wcls)
-
-
-def stages_of(params: Params, stages: list[Stage], quant: str = "none") -> list[tuple[str, object, dict]]:
-    """(name, program, weights) of each stage, its weight file built in memory."""
-    out = []
-    for i, stage in enumerate(stages):
-        buf = io.BytesIO()
-        stream = _BlobStream(buf)
-        program = build_program(params, stage, WeightSink(stream.append, quant))
-        stream._finish()
-        out.append((f"stage{i}", program, {WEIGHT_PATH: buf.getvalue()}))
-    return out
 
 
 def one_layer_shard_mb(cfg: ModelConfig) -> float:

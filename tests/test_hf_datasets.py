@@ -32,6 +32,7 @@ from anekit.hf.datasets import (
 )
 from anekit.hf.tokenizer import HFTokenizer, load_hf_tokenizer
 from anekit.llama.cpu_ops import cross_entropy
+from tests.test_hf_tokenizer import CHATML  # SmolLM2's manner: a system line when none
 
 SENTENCES = [
     "Hello world, this is a tiny corpus for a tiny tokenizer.",
@@ -44,16 +45,6 @@ SENTENCES = [
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 
-# ChatML in the manner of SmolLM2's: a system line when the conversation has none.
-CHATML = (
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
-    "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 # "role: content" lines; the generation prompt ends with a space, which byte-level BPE joins to the next word.
 COLON = (
     "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
