@@ -192,13 +192,7 @@ class HFRun(Run):
         self.resumed_wall = 0.0
         stored = self._stored() if o.resume else None
         self._setup(stored)
-        backend_options: dict[str, Any] = dict(o.numerics)
-        if o.compile_budget is not None:
-            backend_options["compile_budget"] = o.compile_budget
-        self.backend = runtime.open(o.backend, **backend_options)
-        from anekit.llama.trainer import check_budget
-
-        check_budget(self.backend.compile_budget, self.cfg, "dynamic")
+        self._open_backend()
 
     def _stored(self) -> dict[str, Any]:
         """The run record of ``OUT/state.safetensors`` (resume)."""

@@ -442,9 +442,19 @@ class Run:
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
 
-    def _prepare(self) -> None:
+    def _open_backend(self) -> None:
+        """The backend the options name, with a compile budget that holds one step (a budget below it
+        would restart forever)."""
         from anekit.llama.trainer import check_budget
 
+        o = self.options
+        backend_options: dict[str, Any] = dict(o.numerics)
+        if o.compile_budget is not None:
+            backend_options["compile_budget"] = o.compile_budget
+        self.backend = runtime.open(o.backend, **backend_options)
+        check_budget(self.backend.compile_budget, self.cfg, self.tc.weights)
+
+    def _prepare(self) -> None:
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         check_input_paths(o)  # a FIFO or a device never gets opened (it would block or never end)
         if out.exists() and not out.is_dir():
@@ -455,18 +465,14 @@ class Run:
             self._prepare_resume()
         else:
             self._prepare_new()
-        cfg, tc, dataset = self.cfg, self.tc, self.dataset
+        cfg, dataset = self.cfg, self.dataset
         if hasattr(dataset, "vocab_check"):
             dataset.vocab_check(cfg.vocab_size)
         if hasattr(dataset, "check_windows"):  # empty or tiny data: refused before anything is written
             dataset.check_windows(cfg.seq_len)
         if not o.resume:
             _check_finite(self.state.params, o.init)
-        backend_options: dict[str, Any] = dict(o.numerics)
-        if o.compile_budget is not None:
-            backend_options["compile_budget"] = o.compile_budget
-        self.backend = runtime.open(o.backend, **backend_options)
-        check_budget(self.backend.compile_budget, cfg, tc.weights)  # a budget below one step: forever
+        self._open_backend()
         if ckpt_path.exists() and not ckpt_path.is_file():
             raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
         if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):

@@ -249,13 +249,7 @@ class Gradients:
     def classifier(self, params: Params, dlogits: np.ndarray, xf: np.ndarray) -> None:
         """The classifier's gradient dlogits xf^T, into wcls, or (tied) the start of the embedding's."""
         if params.wcls is None:
-            out = (
-                self.grads.embed
-                if not self.accumulate
-                else None
-                if self.kernels is None
-                else self.kernels.buffer("dclassifier", params.classifier.shape)
-            )
+            out = self._buffer(params.classifier.shape) if self.accumulate else self.grads.embed
             self._embed = np.matmul(dlogits, xf.T, out=out)
         else:
             assert self.grads.wcls is not None
