@@ -114,3 +114,23 @@ def test_two_kernels_dumps_started_together_one_writes_and_the_other_is_refused_
     err = next(r[2] for r in results if r[0] == 1)
     assert err.count("\n") == 1 and ("[lock]" in err or "exists (use --force" in err), err
     assert (out / "kernels.json").is_file() and _leftovers(tmp_path) == []
+
+
+def test_a_dump_that_finished_while_this_one_started_is_not_replaced_without_force(
+    tmp_path, capsys, monkeypatch
+):
+    """OUT_DIR is checked again once the lock is held: another dump may have written it in between."""
+    from anekit import fileio
+
+    out = tmp_path / "k"
+    real = fileio.DirLock.acquire
+
+    def acquire(self):
+        out.mkdir(exist_ok=True)  # the other dump finished just before this one got the lock
+        (out / "kernels.json").write_text("{}")
+        return real(self)
+
+    monkeypatch.setattr(fileio.DirLock, "acquire", acquire)
+    assert main(["kernels", "dump", "--config", "stories260K", str(out)]) == 1
+    assert "exists (use --force" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["kernels.json"]

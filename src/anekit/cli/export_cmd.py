@@ -13,9 +13,11 @@ conv prefers the Neural Engine (law 6).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         # the tokenizer.bin written beside the model must be the model's: the package path's check
         found = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
         tok = None if isinstance(found, str) else load_tokenizer(found[0])
-        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
             written = export_llama2c(params, args.out, tok, force=args.force)
         for path in written:
             print(f"wrote {path}")
@@ -175,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
         # a SIGTERM leaves no temporary; a second export to OUT is refused while this one writes
-        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
+        with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
             report = export_mlpackage(
                 params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force
             )
@@ -224,7 +226,7 @@ def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int
                 extra["tokenizer.model"] = found[0]
     check_finite(params, args.model, "export")
     shard = None if shard_mb is None else int(shard_mb * 1e6)
-    with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args.out):
+    with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
         written = write_model(
             params, args.out, source=source, dtype=args.dtype, max_shard_bytes=shard, extra_files=extra
         )
@@ -235,9 +237,13 @@ def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int
     return 0
 
 
-def _lock(out: Path) -> DirLock:
-    """One export to ``out`` at a time (built aside and renamed in, so the lock is beside it)."""
-    return DirLock.beside(out, "anekit export")
+@contextlib.contextmanager
+def _lock(args: argparse.Namespace) -> Iterator[None]:
+    """One export to OUT at a time (built aside and renamed in, so the lock is beside it); OUT is checked
+    again once the lock is held, since an export that finished meanwhile may have written it."""
+    with DirLock.beside(args.out, "anekit export"):
+        check_out(args)
+        yield
 
 
 def _read_model(args: argparse.Namespace) -> Params:

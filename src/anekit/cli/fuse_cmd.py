@@ -37,6 +37,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse an OUT that cannot be written, or that exists and is not a model directory --force may
+    replace."""
+    what = "[fuse] OUT"
+    check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
+    if args.out.exists() and not (args.force and looks_like(args.out, *HF_MARKERS)):
+        raise AnekitError(
+            f"{what} {args.out} exists"
+            + (" (use --force to replace it)" if looks_like(args.out, *HF_MARKERS) else " and is not a model")
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from anekit.cli.sample_cmd import check_finite
     from anekit.fileio import DirLock, terminate_unwinds
@@ -44,19 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from anekit.hf.config import is_model_dir
     from anekit.hf.model import load_model, write_model
 
-    what = "[fuse] OUT"
     if not is_model_dir(args.model):
         raise AnekitError(f"[fuse] MODEL {args.model} is not a Hugging Face model directory (no config.json)")
-    check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
-    if args.out.exists() and not (args.force and looks_like(args.out, *HF_MARKERS)):
-        raise AnekitError(
-            f"{what} {args.out} exists"
-            + (" (use --force to replace it)" if looks_like(args.out, *HF_MARKERS) else " and is not a model")
-        )
+    check_out(args)
     model = load_model(args.model)
     adapters = read_adapters(args.adapters, model.cfg)
     fused = check_finite(fuse(model.params, adapters), args.adapters, "fuse")
     with writing(args.out, "[fuse]"), terminate_unwinds("[fuse]"), DirLock.beside(args.out, "anekit fuse"):
+        check_out(args)  # again under the lock: a fuse that finished meanwhile may have written OUT
         written = write_model(fused, args.out, source=model, dtype=args.dtype)
     spec = adapters.spec
     print(

@@ -118,6 +118,7 @@ def run_dump(args: argparse.Namespace) -> int:
         terminate_unwinds("[kernels] dump"),
         DirLock.beside(args.out, "anekit kernels dump"),  # a second dump to OUT_DIR is refused
     ):
+        check_out(args.out, args.force)  # again under the lock: a dump that finished meanwhile is there now
         remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:
