@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 USER_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 USER_SET = any(v in os.environ for v in USER_VARIABLES)  # read once, before anything could set them
@@ -47,9 +48,18 @@ def blas_threads(n: int) -> Iterator[None]:
 
 
 SAMPLING_MIN_WEIGHTS = 50_000_000  # below it a decode step's matrix-vector products are too small to share
+# ... unless one matrix is this large: stories15M's 32000 x 288 classifier (9.2M weights, 37 MB) takes 2.4 ms
+# a token on one BLAS thread and 1.2 ms on two, and its whole decode step 6.0 -> 4.6 ms (2-core machine,
+# benchmarks/bench_cli_vs_numpy.py); stories260K's largest matrix (512 x 64) gains nothing.
+SAMPLING_MIN_MATRIX = 2_000_000
 
 
-def for_sampling(weights: int) -> int:
-    """BLAS threads for generating text from a model of ``weights`` parameters (one decode step is a
-    matrix-vector product per weight matrix: worth sharing out only for large models)."""
-    return cores() if weights >= SAMPLING_MIN_WEIGHTS else 1
+def for_sampling(params: Any) -> int:
+    """BLAS threads for generating text from ``params`` (an ``anekit.llama.Params``; None: one thread).
+    One decode step is a matrix-vector product per weight matrix: worth sharing out only for a large
+    model, or for one whose largest matrix (the classifier, as a rule) is large."""
+    if params is None:
+        return 1
+    sizes = [a.size for _, a in params.tensors()]
+    large = sum(sizes) >= SAMPLING_MIN_WEIGHTS or max(sizes, default=0) >= SAMPLING_MIN_MATRIX
+    return cores() if large else 1

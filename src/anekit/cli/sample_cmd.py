@@ -346,7 +346,7 @@ def _generate(args: argparse.Namespace, sampler: Any, prompt: str, chat: bool = 
         prompt, args.steps, args.temperature, args.top_p, args.seed, echo_prompt=not chat, bos=not chat
     )
     params = getattr(sampler.decoder, "params", None)
-    with blas_threads(for_sampling(params.count() if params is not None else 0)):
+    with blas_threads(for_sampling(params)):
         for piece in pieces:
             out.write(piece)
             out.flush()

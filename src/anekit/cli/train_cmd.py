@@ -496,7 +496,7 @@ def _run(args: argparse.Namespace) -> int:
         from anekit.threads import blas_threads, for_sampling
 
         weights = session.sample_params() if hasattr(session, "sample_params") else state.params
-        with blas_threads(for_sampling(weights.count())):
+        with blas_threads(for_sampling(weights)):
             for piece in Sampler(weights, session.tokenizer).generate(
                 "Once upon a time", args.sample_steps, temperature=0.8, top_p=0.9, seed=tc.seed
             ):

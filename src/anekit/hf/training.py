@@ -456,7 +456,7 @@ class HFRun(Run):
             },
         }
 
-    def save(self) -> None:
+    def _write_checkpoint(self) -> None:
         """The state file (trained tensors, moments, run record) in one atomic write; LoRA adapters too."""
         from anekit.hf.safetensors_io import write_safetensors
 
@@ -538,7 +538,8 @@ class HFRun(Run):
 
     def _curves(self, draw: bool) -> str | None:
         val = self.state.val_losses if self.valid else None
-        return write_curves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val)
+        return write_curves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
+                            painter=self._painter)  # fmt: skip
 
     def _remove_new_out(self) -> None:
         """A refused start removes the directory it made, with the tokenizer files it copied there."""

@@ -41,6 +41,12 @@ def _matplotlib() -> tuple[Any, Any]:
     return Figure, FigureCanvasAgg
 
 
+def preload() -> None:
+    """Import what drawing needs, ahead of the drawing (``anekit.llama.plot_helper``); PlotUnavailable
+    without matplotlib."""
+    _matplotlib()
+
+
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     """Mean of the last ``window`` values at each point (fewer at the start): (n,) -> (n,)."""
     csum = np.cumsum(np.concatenate([[0.0], values]))  # (n + 1,)

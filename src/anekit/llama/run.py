@@ -35,13 +35,16 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, write_bytes_atomic
+from anekit.fileio import LOCK_FILE, DirLock, WriteInFlight, remove_stale_temporaries, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+from anekit.threads import cores
 
-if TYPE_CHECKING:  # the training loop's modules load when a run is made, not when the CLI starts
+if TYPE_CHECKING:
+    # the training loop's modules load when a run is made, not when the CLI starts
+    from anekit.llama.plot_helper import PlotHelper
     from anekit.llama.trainer import StepReport, TrainConfig, TrainState
 
 CHECKPOINT = "ckpt.bin"
@@ -269,10 +272,10 @@ def save_run(path: Path, state: TrainState, spec: RunRecord, wall: float) -> Non
 
 
 def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
-                 val_losses: dict[int, float] | None = None) -> str | None:  # fmt: skip
+                 val_losses: dict[int, float] | None = None, painter: Any = None) -> str | None:  # fmt: skip
     """loss.csv always (with a ``val_loss`` column, empty where not evaluated, when ``val_losses`` is
-    given); loss.png when ``draw``. Returns the one line saying why there is no picture, or None when it
-    was drawn (or not asked for)."""
+    given); loss.png when ``draw``, through ``painter`` (a ``plot_helper.PlotHelper``) when given. Returns
+    the one line saying why there is no picture, or None when it was drawn (or not asked for)."""
     from anekit.llama.plot import PlotUnavailable, write_loss_png
 
     if val_losses is None:
@@ -290,7 +293,7 @@ def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[i
     if not draw or not losses:
         return None
     try:
-        write_loss_png(out / "loss.png", losses, title, marks)
+        (write_loss_png if painter is None else painter.draw)(out / "loss.png", losses, title, marks)
     except PlotUnavailable as e:
         return str(e).removeprefix("[plot] ")
     return None
@@ -428,6 +431,12 @@ def check_input_paths(options: TrainOptions) -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
+# A run drawing its loss.png in a helper process (``anekit.llama.plot_helper``) only when it has this
+# much work ahead (stories15M: about 2.3e10 a sequence, 0.3 s of the simulator): a smaller run ends before
+# the helper has imported matplotlib, and a test suite of small runs would only pay the helpers' start.
+PLOT_HELPER_MIN_FLOPS = 5e10
+
+
 class Run:
     """One training run in ``options.out``: everything is read and checked when it is made, nothing is
     written until ``train``."""
@@ -438,6 +447,8 @@ class Run:
         self.checkpoint = self.out / CHECKPOINT
         self.lock: DirLock | None = None
         self._wall0 = 0.0
+        self._in_flight: WriteInFlight | None = None  # a checkpoint being written on a thread
+        self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
@@ -620,9 +631,11 @@ class Run:
 
     def _remove_new_out(self) -> None:
         """Remove the output directory this run created, when a refusal comes before any step: only the
-        lock file and temporaries may be in it, so a failed start leaves nothing behind."""
+        lock file, temporaries and the tokenizer's copy may be in it (the step-0 checkpoint's write can fail
+        after the copy), so a failed start leaves nothing behind."""
         with contextlib.suppress(OSError):
             (self.out / LOCK_FILE).unlink(missing_ok=True)
+            (self.out / self.spec.tokenizer_file).unlink(missing_ok=True)
             remove_stale_temporaries(self.out)
             self.out.rmdir()
 
@@ -645,6 +658,26 @@ class Run:
 
     def save(self) -> None:
         """Checkpoint the run as it stands (weights, Adam state, run record), atomically."""
+        self._settle()
+        self._write_checkpoint()
+
+    def _save_in_background(self) -> None:
+        """Start the checkpoint's write on a thread: it must be settled (``_settle``) before any weight
+        changes, and before any other write of the checkpoint."""
+        self._settle()
+        self._in_flight = WriteInFlight(self._write_checkpoint, "anekit-checkpoint")
+
+    def _settle(self, quiet: bool = False) -> None:
+        """Wait for a checkpoint write in flight; raise its error unless ``quiet`` (already failing)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            if quiet:
+                with contextlib.suppress(BaseException):
+                    in_flight.wait()
+            else:
+                in_flight.wait()
+
+    def _write_checkpoint(self) -> None:
         save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
 
     def title(self) -> str:
@@ -663,27 +696,40 @@ class Run:
         """Create and lock the output directory, then train until the steps are done, the compile budget
         runs out ("budget") or ``should_stop()`` says so between two steps ("stopped"); the run is saved
         either way. ``log`` receives the lines a run has to say (the sanitizer's summaries)."""
-        from anekit.llama.trainer import train
-
         o, state, tc = self.options, self.state, self.tc
         self.open()
-        created = self.created
         sanitizer = getattr(self.backend, "sanitizer", None)
         self._wall0 = time.perf_counter() - self.resumed_wall  # cumulative over restarts
 
-        def save(st: TrainState) -> None:
-            self.save()
+        def save(st: TrainState, background: bool = False) -> None:
+            (self._save_in_background if background else self.save)()
             if sanitizer is not None and sanitizer.events:  # what departed from the ideal since the last one
                 if log is not None:
                     log(f"sanitizer, steps up to {st.step}: {sanitizer.summary()}")
                 sanitizer.clear()
 
+        self._painter = self._plot_helper()
+        try:
+            return self._train(o, state, tc, save, on_step, should_stop, log)
+        finally:
+            if self._painter is not None:
+                self._painter.close()
+                self._painter = None
+
+    def _train(self, o: TrainOptions, state: TrainState, tc: TrainConfig, save: Callable[..., None],
+               on_step: Any, should_stop: Any, log: Any) -> RunResult:  # fmt: skip
+        from anekit.llama.trainer import train
+
+        created = self.created
         every = o.checkpoint_every or AUTO_CHECKPOINT_STEPS
         seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
         reason, first_saved = "done", False
         try:
             if not o.resume:
-                save(state)  # step 0: from now on a kill at any instant leaves a run that resume continues
+                # step 0: from now on a kill at any instant leaves a run that resume continues. Written while
+                # the kernels compile and the first step computes (the trainer settles it before the first
+                # update): 0.4 s of stories15M's start-up otherwise.
+                save(state, background=True)
                 first_saved = True
                 self._start_files()
             if state.step < tc.steps:
@@ -693,23 +739,33 @@ class Run:
                     self.dataset,
                     tc,
                     on_step=on_step,
-                    on_checkpoint=save,
+                    on_checkpoint=lambda st: save(st, background=True),  # settled before the next update
                     checkpoint_every=every,
                     checkpoint_seconds=seconds,
                     should_stop=should_stop,
                     threads=self.threads,
+                    before_update=self._settle,
                     **self._loop_options(log),
                 )
         except AnekitError:
+            self._settle(quiet=True)  # the step-0 write, if it is still going, ends before anything else
             if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
                 if first_saved:
                     self.checkpoint.unlink(missing_ok=True)
                 if created:
                     self._remove_new_out()
             raise
-        save(state)
-        self._finish(reason)
-        no_png = self._curves(draw=reason != "budget")
+        except BaseException:
+            self._settle(quiet=True)  # Ctrl-C from Python: the step-0 checkpoint is whole before we unwind
+            raise
+        save(state, background=True)  # written while the run's product and its curves are made
+        try:
+            self._finish(reason)
+            no_png = self._curves(draw=reason != "budget")
+        except BaseException:
+            self._settle(quiet=True)
+            raise
+        self._settle()
         return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
                          dict(state.seconds), no_png)  # fmt: skip
 
@@ -733,7 +789,24 @@ class Run:
         """After the last save (a product to write)."""
 
     def _curves(self, draw: bool) -> str | None:
-        return write_curves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw)
+        return write_curves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw,
+                            painter=self._painter)  # fmt: skip
+
+    def _plot_helper(self) -> PlotHelper | None:
+        """A helper process to draw loss.png (``anekit.llama.plot_helper``) when the run is long enough
+        for its start to pay, there is a core to spare and matplotlib is installed; else None."""
+        import importlib.util
+        import sys
+
+        from anekit.llama.accumulate import sequence_flops
+        from anekit.llama.plot_helper import PlotHelper
+
+        work = sequence_flops(self.cfg) * self.tc.accum * max(0, self.tc.steps - self.state.step)
+        if work < PLOT_HELPER_MIN_FLOPS or cores() < 2 or getattr(sys, "frozen", False):
+            return None
+        if importlib.util.find_spec("matplotlib") is None:
+            return None
+        return PlotHelper.start()
 
 
 def train(out: str | os.PathLike[str] = "out", **options: Any) -> RunResult:

@@ -242,6 +242,19 @@ def sample_mult(probs: np.ndarray, coin: float) -> int:
     return min(int(np.searchsorted(cdf, np.float32(coin), side="right")), probs.shape[0] - 1)
 
 
+def most_probable_first(probs: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """``cand`` (ascending indices of positive, finite float32 ``probs``) ordered by probability, highest
+    first, ties in index order: the order of a stable sort of -probs[cand], found with one sort of 64-bit
+    keys (the probability's bits inverted, then the index), twice as fast on a 32000-token vocabulary."""
+    if probs.dtype != np.float32:
+        return cand[np.argsort(-probs[cand], kind="stable")]
+    bits = probs[cand].view(np.uint32)  # positive floats order as their bit patterns do
+    keys = (~bits).astype(np.uint64) << np.uint64(32)  # (k,) inverted: the most probable first
+    keys |= cand.astype(np.uint64)
+    keys.sort()
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+
+
 def sample_topp(probs: np.ndarray, topp: float, coin: float) -> int:
     """Nucleus sampling: draw from the smallest most-probable set whose mass exceeds topp, renormalised.
 
@@ -255,7 +268,7 @@ def sample_topp(probs: np.ndarray, topp: float, coin: float) -> int:
     cand = np.flatnonzero(probs >= cutoff)
     if cand.size == 0:  # only when topp < 1 / n: the set is the single most probable token
         return sample_argmax(probs)
-    order = cand[np.argsort(-probs[cand], kind="stable")]  # candidates, most probable first
+    order = most_probable_first(probs, cand)
     cum = np.cumsum(probs[order], dtype=np.float32)
     over = np.flatnonzero(cum > np.float32(topp))
     last = int(over[0]) if over.size else order.shape[0] - 1

@@ -145,6 +145,7 @@ def train(
     validate: Callable[[Any, Timer], float] | None = None,
     val_every: int = 0,
     threads: int = 1,
+    before_update: Callable[[], None] | None = None,
 ) -> StopReason:
     """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
     backend's compile budget (then the caller checkpoints and restarts the process), or until
@@ -159,7 +160,9 @@ def train(
     (kernels, timer) -> loss is called before the first step, every ``val_every`` steps and after the
     last, into ``state.val_losses``; it reads the kernels as the last step left them, so a validated run
     uses dynamic weights. ``threads`` > 1 runs the sequences of a batch at once on worker threads
-    (``anekit.llama.accumulate``: dynamic weights; the same result as one thread, bit for bit)."""
+    (``anekit.llama.accumulate``: dynamic weights; the same result as one thread, bit for bit).
+    ``before_update()`` is called before each optimizer update changes a weight (a checkpoint still being
+    written from the weights finishes first)."""
     if validate is not None and tc.weights != "dynamic":
         raise AnekitError(
             "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
@@ -212,6 +215,8 @@ def train(
                     )
                 losses.append(result.loss)
                 headroom_left = headroom_left and not result.overflowed
+            if before_update is not None:
+                before_update()
             with timer.phase("cpu"):
                 finite = trainable.unscale(1.0 / (state.loss_scale * tc.accum))
                 skipped = not finite or not headroom_left
