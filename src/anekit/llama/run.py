@@ -692,10 +692,14 @@ class Run:
         on_step: Callable[[StepReport], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         log: Callable[[str], None] | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> RunResult:
         """Create and lock the output directory, then train until the steps are done, the compile budget
         runs out ("budget") or ``should_stop()`` says so between two steps ("stopped"); the run is saved
-        either way. ``log`` receives the lines a run has to say (the sanitizer's summaries)."""
+        either way. ``log`` receives the lines a run has to say (the sanitizer's summaries). ``on_done()``
+        is called once the last step is done, as the final checkpoint starts being written (the command
+        starts its closing sample there, on a thread, so that the two overlap); the weights do not change
+        after it."""
         o, state, tc = self.options, self.state, self.tc
         self.open()
         sanitizer = getattr(self.backend, "sanitizer", None)
@@ -710,14 +714,14 @@ class Run:
 
         self._painter = self._plot_helper()
         try:
-            return self._train(o, state, tc, save, on_step, should_stop, log)
+            return self._train(o, state, tc, save, on_step, should_stop, log, on_done)
         finally:
             if self._painter is not None:
                 self._painter.close()
                 self._painter = None
 
     def _train(self, o: TrainOptions, state: TrainState, tc: TrainConfig, save: Callable[..., None],
-               on_step: Any, should_stop: Any, log: Any) -> RunResult:  # fmt: skip
+               on_step: Any, should_stop: Any, log: Any, on_done: Any) -> RunResult:  # fmt: skip
         from anekit.llama.trainer import train
 
         created = self.created
@@ -760,6 +764,8 @@ class Run:
             raise
         save(state, background=True)  # written while the run's product and its curves are made
         try:
+            if on_done is not None and reason == "done":
+                on_done()
             self._finish(reason)
             no_png = self._curves(draw=reason != "budget")
         except BaseException:
