@@ -424,3 +424,20 @@ def test_a_checkpoint_file_far_larger_than_its_header_is_refused_before_it_is_re
         finally:
             tracemalloc.stop()
         assert peak < 64 << 20, peak
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_zero_tensors_are_holes_that_read_back_as_the_same_bytes(tmp_path: Path, record: bool) -> None:
+    """A fresh run's moments are skipped with a seek (a hole in the file): the file's bytes are still those
+    ``build_checkpoint`` makes, a -0.0 is written (bits, not values, decide), and a zero tensor at the very
+    end (no run record after it) still gives the file its full size."""
+    cfg = ModelConfig(64, 128, 2, 2, 2, 600, 32, name="holes")
+    params = Params.init(cfg, seed=1, tied=False)
+    m, v = params.zeros_like(), params.zeros_like()
+    m.layers[1].w1[3, 5] = -0.0  # a sign bit in an otherwise zero tensor
+    run = {"step": 0} if record else None
+    path = tmp_path / "ckpt.bin"
+    save_checkpoint(path, params, m, v, CheckpointMeta(), run=run)
+    want = build_checkpoint(params, m, v, CheckpointMeta(), run=run)
+    assert path.read_bytes() == want
+    assert np.signbit(load_checkpoint_file(path).adam_m.layers[1].w1[3, 5])

@@ -239,3 +239,23 @@ def test_a_long_run_draws_through_a_helper_and_ends_it(
     monkeypatch.setattr(trainer, "train", boom)
     assert main(["train", "--out", str(tmp_path / "failed"), "--steps", "3", *QUICK]) == 1
     assert len(started) == 2 and started[1].proc is None
+
+
+def test_the_closing_sample_is_the_one_the_saved_weights_give(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Generated on a thread while the final checkpoint is written: from the final weights all the same."""
+    from anekit.llama.sample import Sampler
+    from anekit.llama.tokenizer import load_tokenizer
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "3", "--accum", "1", "--sample-steps", "40"]) == 0
+    printed = capsys.readouterr().out
+    summary = printed.index("trained 3 steps")
+    text = printed.split("sample:\n", 1)[1]
+    assert printed.index("sample:\n") > summary
+    final = checkpoint.load_checkpoint_file(out / "ckpt.bin")
+    (tok_file,) = [p for p in out.iterdir() if p.name.startswith("tokenizer.")]
+    sampler = Sampler(final.params, load_tokenizer(tok_file))
+    want = "".join(sampler.generate("Once upon a time", 40, temperature=0.8, top_p=0.9, seed=0))
+    assert text == want + "\n" and len(want) > len("Once upon a time")

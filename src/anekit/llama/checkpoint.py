@@ -547,8 +547,18 @@ def _write(f: BinaryIO, header: bytes, tensors: list[tuple[_Tensor, np.ndarray]]
         _write_array(f, a)
 
 
+# A tensor of at least this many bytes whose bits are all zero (a fresh run's Adam moments: two thirds of
+# its step-0 checkpoint) is skipped with a seek instead of written: the file gets a hole there, which reads
+# back as zeros (or zeros are written by a file system without holes). Bits, not values: -0.0 is written.
+HOLE_MIN_BYTES = 1 << 16
+
+
 def _write_array(f: BinaryIO, a: np.ndarray) -> None:
-    f.write(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"))
+    a = np.ascontiguousarray(a, dtype="<f4")
+    if a.nbytes >= HOLE_MIN_BYTES and not a.view(np.uint32).any():
+        f.seek(a.nbytes, os.SEEK_CUR)
+        return
+    f.write(memoryview(a).cast("B"))
 
 
 def _run_bytes(run: dict[str, Any] | None) -> bytes:
@@ -586,6 +596,7 @@ def save_checkpoint(
             _write(f, header, tensors)
             if trailer:
                 f.write(trailer)
+            f.truncate(f.tell())  # the size, should the last tensor have been a hole
     except OSError as e:
         raise AnekitError(f"[{FORMAT}] cannot write checkpoint {path}: {e}") from e
 
