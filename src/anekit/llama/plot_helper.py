@@ -35,7 +35,12 @@ class PlotHelper:
     """A started helper process; ``draw`` once, or ``close`` unused."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, MPLBACKEND="Agg")
+        import anekit
+
+        # the helper imports this very anekit, wherever it was imported from (a checkout on sys.path too)
+        root = str(Path(anekit.__file__).resolve().parents[1])
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=root if not path else root + os.pathsep + path)
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, "-m", "anekit.llama.plot_helper"],
             stdin=subprocess.PIPE,
