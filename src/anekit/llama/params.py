@@ -156,10 +156,17 @@ class Params:
             yield "wcls", self.wcls
 
     def zeros_like(self) -> Params:
-        """A container of zeros with the same shapes (gradients, Adam moments)."""
-        layers = [LayerParams(**{k: np.zeros_like(v) for k, v in lp.as_dict().items()}) for lp in self.layers]
-        wcls = None if self.wcls is None else np.zeros_like(self.wcls)
-        return Params(self.cfg, np.zeros_like(self.embed), layers, np.zeros_like(self.rms_final), wcls)
+        """A container of zeros with the same shapes and dtypes (gradients, Adam moments), as plain
+        C-ordered arrays. ``np.zeros`` takes its memory already zeroed from the system, page by page as it
+        is first written; ``np.zeros_like`` writes every zero itself (0.2 s of stories15M's start-up for
+        its two Adam moments)."""
+
+        def zeros(a: np.ndarray) -> np.ndarray:
+            return np.zeros(a.shape, a.dtype)
+
+        layers = [LayerParams(**{k: zeros(v) for k, v in lp.as_dict().items()}) for lp in self.layers]
+        wcls = None if self.wcls is None else zeros(self.wcls)
+        return Params(self.cfg, zeros(self.embed), layers, zeros(self.rms_final), wcls)
 
     def copy(self) -> Params:
         layers = [LayerParams(**{k: v.copy() for k, v in lp.as_dict().items()}) for lp in self.layers]
