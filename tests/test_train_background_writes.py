@@ -190,24 +190,21 @@ def test_the_helper_ignores_ctrl_c_and_leaves_when_its_run_does(tmp_path: Path) 
 
 def test_the_helper_answers_one_json_line(tmp_path: Path) -> None:
     needs_matplotlib()
+
+    def ask(request: dict) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "anekit.llama.plot_helper"],
+            input=json.dumps(request).encode() + b"\n",
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        return json.loads(done.stdout)
+
     request = {"path": str(tmp_path / "x.png"), "losses": [2.0, 1.0], "title": "t", "marks": [[1, "resume"]]}
-    done = subprocess.run(
-        [sys.executable, "-m", "anekit.llama.plot_helper"],
-        input=json.dumps(request).encode() + b"\n",
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert json.loads(done.stdout) == {"ok": True}
-    bad = dict(request, losses="nope")
-    done = subprocess.run(
-        [sys.executable, "-m", "anekit.llama.plot_helper"],
-        input=json.dumps(bad).encode() + b"\n",
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert "error" in json.loads(done.stdout)
+    assert ask(request) == {"ok": True}
+    assert (tmp_path / "x.png").read_bytes().startswith(b"\x89PNG")
+    assert "error" in ask(dict(request, losses="nope"))
 
 
 def test_a_long_run_draws_through_a_helper_and_ends_it(
