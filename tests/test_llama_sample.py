@@ -20,7 +20,6 @@ from anekit.llama.sample import (
     XorShiftRng,
     forward_logits,
     make_decoder,
-    most_probable_first,
     sample_mult,
     sample_topp,
 )
@@ -357,19 +356,37 @@ def test_sample_topp_draws_from_the_renormalised_nucleus() -> None:
     assert {sample_topp(flat, 1e-3, c) for c in coins} == {0}
 
 
-def test_most_probable_first_is_a_stable_sort_by_descending_probability() -> None:
+def _topp_by_sorting_tokens(probs: np.ndarray, topp: float, coin: float) -> int:
+    """run.c's nucleus sampling written plainly: the candidate tokens sorted by probability (stable), their
+    float32 running sum, the coin scaled to the nucleus's mass."""
+    n = probs.shape[0]
+    cand = np.flatnonzero(probs >= np.float32((1.0 - topp) / (n - 1)))
+    if cand.size == 0:
+        return int(np.argmax(probs))
+    order = cand[np.argsort(-probs[cand].astype(np.float64), kind="stable")]
+    cum = np.cumsum(probs[order], dtype=np.float32)
+    over = np.flatnonzero(cum > np.float32(topp))
+    last = int(over[0]) if over.size else order.shape[0] - 1
+    r = np.float32(coin) * cum[last]
+    return int(order[min(int(np.searchsorted(cum[: last + 1], r, side="right")), last)])
+
+
+def test_sample_topp_draws_the_token_sorting_the_tokens_would() -> None:
+    """Only the probabilities are sorted; the token is found among its ties afterwards: the same token for
+    distributions full of ties, peaked ones and near-uniform ones over 32000 tokens, for every coin."""
     rng = np.random.default_rng(7)
-    for trial in range(400):
-        n = int(rng.integers(1, 200))
-        if trial % 3 == 0:  # many ties: ties must stay in index order
-            probs = rng.integers(1, 5, n).astype(np.float32) / np.float32(9)
-        elif trial % 3 == 1:  # the tiniest and largest positive floats
-            probs = rng.choice(np.array([1e-45, 1e-38, 0.5, 1.0, 3e38], np.float32), n)
-        else:
-            probs = rng.random(n, dtype=np.float32) + np.float32(1e-7)
-        cand = np.flatnonzero(rng.random(n) < 0.8)
-        want = cand[np.argsort(-probs[cand].astype(np.float64), kind="stable")]
-        np.testing.assert_array_equal(most_probable_first(probs, cand), want)
+    for trial in range(300):
+        n = int(rng.integers(2, 400)) if trial % 10 else 32000
+        if trial % 3 == 0:  # many ties
+            probs = rng.integers(1, 5, n).astype(np.float32)
+        elif trial % 3 == 1:  # peaked: a few tokens hold the mass
+            probs = np.exp(rng.standard_normal(n) * 4).astype(np.float32)
+        else:  # near-uniform, as an untrained model's
+            probs = (1 + rng.random(n) * 1e-3).astype(np.float32)
+        probs /= probs.sum(dtype=np.float32)
+        topp = float(rng.choice([0.1, 0.5, 0.9, 0.99]))
+        for coin in rng.random(5, dtype=np.float32):
+            assert sample_topp(probs, topp, float(coin)) == _topp_by_sorting_tokens(probs, topp, float(coin))
 
 
 # -- text streaming ---------------------------------------------------------------------------------------

@@ -242,24 +242,25 @@ def sample_mult(probs: np.ndarray, coin: float) -> int:
     return min(int(np.searchsorted(cdf, np.float32(coin), side="right")), probs.shape[0] - 1)
 
 
-def most_probable_first(probs: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """``cand`` (ascending indices of positive, finite float32 ``probs``) ordered by probability, highest
-    first, ties in index order: the order of a stable sort of -probs[cand], found with one sort of 64-bit
-    keys (the probability's bits inverted, then the index), twice as fast on a 32000-token vocabulary."""
-    if probs.dtype != np.float32:
-        return cand[np.argsort(-probs[cand], kind="stable")]
-    bits = probs[cand].view(np.uint32)  # positive floats order as their bit patterns do
-    keys = (~bits).astype(np.uint64) << np.uint64(32)  # (k,) inverted: the most probable first
-    keys |= cand.astype(np.uint64)
-    keys.sort()
-    return (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+def _descending(values: np.ndarray) -> np.ndarray:
+    """Positive finite float32 ``values`` sorted, the largest first: one sort of their bit patterns
+    inverted (positive floats order as their patterns do; numpy sorts 32-bit integers fastest)."""
+    if values.dtype != np.float32:
+        return -np.sort(-values)
+    return (~np.sort(~values.view(np.uint32))).view(np.float32)
 
 
 def sample_topp(probs: np.ndarray, topp: float, coin: float) -> int:
     """Nucleus sampling: draw from the smallest most-probable set whose mass exceeds topp, renormalised.
 
     As run.c: tokens below (1 - topp) / (n - 1) cannot be in the set and are dropped before sorting;
-    the set ends at the first token whose running sum exceeds topp; coin scales to the set's mass.
+    the set ends at the first token whose running sum exceeds topp; coin scales to the set's mass. The
+    candidates are ordered by probability, highest first, ties in token order (a stable sort).
+
+    Only the probabilities are sorted, not the tokens: the running sums depend on the values alone (tied
+    tokens add the same value in either order), and the token drawn is then found among the candidates
+    of the drawn value: the j-th of them in token order, j its place among its ties. The same token as
+    sorting the tokens themselves, in half the time on a 32000-token vocabulary.
     """
     n = probs.shape[0]
     if n == 1:
@@ -268,13 +269,16 @@ def sample_topp(probs: np.ndarray, topp: float, coin: float) -> int:
     cand = np.flatnonzero(probs >= cutoff)
     if cand.size == 0:  # only when topp < 1 / n: the set is the single most probable token
         return sample_argmax(probs)
-    order = most_probable_first(probs, cand)
-    cum = np.cumsum(probs[order], dtype=np.float32)
+    values = probs[cand]  # (k,) in token order
+    ordered = _descending(values)  # (k,) the candidates' probabilities, highest first
+    cum = np.cumsum(ordered, dtype=np.float32)
     over = np.flatnonzero(cum > np.float32(topp))
-    last = int(over[0]) if over.size else order.shape[0] - 1
+    last = int(over[0]) if over.size else ordered.shape[0] - 1
     r = np.float32(coin) * cum[last]
     i = min(int(np.searchsorted(cum[: last + 1], r, side="right")), last)
-    return int(order[i])
+    drawn = ordered[i]
+    ahead = int(np.count_nonzero(values > drawn))  # candidates sorted before every token of this value
+    return int(cand[np.flatnonzero(values == drawn)[i - ahead]])
 
 
 def sample_next(logits: np.ndarray, temperature: float, top_p: float, rng: XorShiftRng) -> int:
