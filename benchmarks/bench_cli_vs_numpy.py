@@ -11,11 +11,13 @@ Run: env -u PYTHONDONTWRITEBYTECODE python benchmarks/bench_cli_vs_numpy.py [--c
    imports, the tokenizer, the data, the weights, the kernels' compile). The numpy loop is
    ``bench_step_vs_numpy.NumpyLlama`` (the model written directly in numpy) doing the same N steps of one
    sequence, also a subprocess, its import included. Interleaved, ``--repeat`` times; medians and ratios.
-2. One training step (one sequence) with dynamic weights and with baked weights, in this process: medians.
-3. ``anekit train --config C --accum 4``: tokens/s (median of the steps' own times, the first left out)
-   of the whole run on one thread (``--threads 1``, OPENBLAS_NUM_THREADS=1) against two worker threads
-   (``--threads 2``, one BLAS thread each), and two workers with BLAS's threads left to anekit; whether the
-   checkpoints hold the same weights and Adam moments (their run records differ: they hold timings).
+2. One training step (one sequence) with dynamic weights and with baked weights, alternately, in this
+   process (2 x ``--repeat`` + 1 pairs): medians and the ratio.
+3. ``trainer.train`` with 4 sequences a step, in this process, alternately ``--repeat`` times: tokens/s
+   (median of the steps' own times, the first left out) of the whole run on one thread (BLAS pinned to one
+   thread and anekit told the user set it, as OPENBLAS_NUM_THREADS=1 does), of two worker threads with one
+   BLAS thread each, and of two workers with BLAS's threads left to anekit; whether the runs end with the
+   same weights and Adam moments.
 
 BLAS's threads are left to anekit in 1 and 2 (OPENBLAS_NUM_THREADS must not be set).
 Python's bytecode cache matters to the start-up: with PYTHONDONTWRITEBYTECODE set, every ``anekit`` process
@@ -30,6 +32,7 @@ project, ../shared/corpus/llama2c/tokenizer.model, when there is one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_TOKENIZER = ROOT.parent / "shared" / "corpus" / "llama2c" / "tokenizer.model"
@@ -90,7 +94,9 @@ def numpy_loop(config: str, steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def step_ms(config: str, weights: str, repeat: int) -> float:
+def step_times(config: str, repeat: int) -> dict[str, list[float]]:
+    """One training step (one sequence) with dynamic and with baked weights, alternately (``repeat`` pairs
+    after a warm-up pair, so load on the machine hits both alike): each mode's step times in ms."""
     import numpy as np
 
     from anekit import runtime
@@ -100,17 +106,74 @@ def step_ms(config: str, weights: str, repeat: int) -> float:
 
     cfg = preset(config)
     params = Params.init(cfg, seed=0)
-    kernels = make_kernels(runtime.open("sim", compile_budget=10**9), cfg, weights)
-    kernels.compile(params, Timer())
-    grads = params.zeros_like()
     w = np.random.default_rng(0).integers(0, cfg.vocab_size, cfg.seq_len + 1)
-    times = []
-    for _ in range(repeat + 1):  # the first is a warm-up
-        t0 = time.perf_counter()
-        train_step(kernels, params, grads, w[:-1], w[1:], Timer(), 1024.0)
-        times.append(1e3 * (time.perf_counter() - t0))
-    kernels.close()
-    return statistics.median(times[1:])
+    modes = {}
+    for weights in ("dynamic", "baked"):
+        kernels = make_kernels(runtime.open("sim", compile_budget=10**9), cfg, weights)
+        kernels.compile(params, Timer())
+        modes[weights] = (kernels, params.zeros_like())
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(repeat + 1):  # the first pair is a warm-up
+        for weights, (kernels, grads) in modes.items():
+            t0 = time.perf_counter()
+            train_step(kernels, params, grads, w[:-1], w[1:], Timer(), 1024.0)
+            times[weights].append(1e3 * (time.perf_counter() - t0))
+    for kernels, _ in modes.values():
+        kernels.close()
+    return {m: t[1:] for m, t in times.items()}
+
+
+class RandomTokens:
+    """A dataset of random token windows (the step's time does not depend on the tokens)."""
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def batch(self, rng: Any, seq_len: int) -> tuple[Any, Any]:
+        w = rng.integers(0, self.vocab, seq_len + 1)
+        return w[:-1], w[1:]
+
+
+def thread_rates(config: str, repeat: int, steps: int = 4, accum: int = 4) -> dict[str, list[float]]:
+    """Tokens/s of ``trainer.train`` with ``accum`` sequences a step, alternately: the whole run on one
+    thread (BLAS pinned to 1, anekit told the user set it, as OPENBLAS_NUM_THREADS=1 does), two worker
+    threads with one BLAS thread each, and two workers with BLAS's threads left to anekit; each rate is
+    the median over the steps after the first (a warm-up). Also whether the runs' weights and moments are
+    the same."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    import anekit.threads
+    from anekit import runtime
+    from anekit.kernels import preset
+    from anekit.llama import Params
+    from anekit.llama.trainer import TrainConfig, TrainState, train
+
+    cfg = preset(config)
+    tc = TrainConfig(steps=steps, accum=accum, weights="dynamic")
+    rates: dict[str, list[float]] = {"1": [], "2": [], "auto": []}
+    final: dict[str, Any] = {}
+    for _ in range(repeat):
+        for label, threads, pinned in (("1", 1, True), ("2", 2, True), ("auto", 2, False)):
+            state = TrainState.fresh(Params.init(cfg, seed=0), tc)
+            seconds: list[float] = []
+            backend = runtime.open("sim", compile_budget=10**9)
+            before = anekit.threads.USER_SET
+            anekit.threads.USER_SET = pinned
+            try:
+                with threadpool_limits(1) if pinned else contextlib.nullcontext():
+                    train(backend, state, RandomTokens(cfg.vocab_size), tc, threads=threads,
+                          on_step=lambda r, into=seconds: into.append(r.seconds))  # fmt: skip
+            finally:
+                anekit.threads.USER_SET = before
+            rates[label].append(accum * cfg.seq_len / statistics.median(seconds[1:]))
+            final[label] = state
+    same = {}
+    for label in ("2", "auto"):
+        a, b = final["1"], final[label]
+        pairs = [*zip(a.params.tensors(), b.params.tensors()), *zip(a.adam_v.tensors(), b.adam_v.tensors())]
+        same[label] = all(np.array_equal(x, y) for (_, x), (_, y) in pairs)
+    return {**rates, "same": [float(same["2"]), float(same["auto"])]}
 
 
 def main() -> None:
@@ -142,39 +205,21 @@ def main() -> None:
             f"{args.repeat}: anekit {[round(x, 2) for x in walls]}, without the sample "
             f"{[round(x, 2) for x in quiets]}, numpy {[round(x, 2) for x in numpys]})"
         )
-        dyn, baked = step_ms(args.config, "dynamic", args.repeat), step_ms(args.config, "baked", args.repeat)
+        times = step_times(args.config, 2 * args.repeat + 1)
+        dyn, baked = statistics.median(times["dynamic"]), statistics.median(times["baked"])
+        pairs = statistics.median(d / b for d, b in zip(times["dynamic"], times["baked"]))
         print(
-            f"2. one {args.config} step: dynamic {dyn:.0f} ms, baked {baked:.0f} ms, ratio {dyn / baked:.2f}"
+            f"2. one {args.config} step, dynamic and baked alternately: dynamic {dyn:.0f} ms, baked "
+            f"{baked:.0f} ms, ratio {dyn / baked:.2f} (median of the {len(times['baked'])} pairs' ratios "
+            f"{pairs:.2f})"
         )
-        import numpy as np
-
-        from anekit.kernels import preset
-        from anekit.llama.checkpoint import load_checkpoint_file
-
-        seq = preset(args.config).seq_len
-        rates, files = {}, {}
-        # "1 thread": the whole run on one thread (BLAS pinned to 1 by the variable, which anekit then leaves
-        # alone), against 2 worker threads of one BLAS thread each; then 2 workers with BLAS left to anekit.
-        for label, threads, env in (("1", 1, {"OPENBLAS_NUM_THREADS": "1"}),
-                                    ("2", 2, {"OPENBLAS_NUM_THREADS": "1"}),
-                                    ("auto", 2, {})):  # fmt: skip
-            run_out = Path(tmp) / f"threads{label}"
-            flags = [*tok, "--config", args.config, "--steps", "4", "--accum", "4", "--sample-steps", "0"]
-            _, _, steps = anekit_train([*flags, "--threads", str(threads)], run_out, env)
-            rates[label] = 4 * seq / (statistics.median(steps[1:]) / 1e3)  # the first step: warm-up
-            files[label] = load_checkpoint_file(run_out / "ckpt.bin")
-        same = {}
-        for label in ("2", "auto"):
-            a, b = files["1"], files[label]
-            pairs = [*zip(a.params.tensors(), b.params.tensors())]
-            pairs += [*zip(a.adam_v.tensors(), b.adam_v.tensors())]
-            equal = all(np.array_equal(x, y) for (_, x), (_, y) in pairs)
-            same[label] = "the same" if equal else "DIFFERENT"  # the run records differ: they hold timings
+        rates = thread_rates(args.config, args.repeat)
+        r1, r2, ra = (statistics.median(rates[k]) for k in ("1", "2", "auto"))
+        same2, same_auto = ("the same" if x else "DIFFERENT" for x in rates["same"])
         print(
-            f"3. {args.config}, 4 sequences a step: 1 thread {rates['1']:.0f} tokens/s, 2 threads "
-            f"{rates['2']:.0f} tokens/s: {rates['2'] / rates['1']:.2f}x (weights and moments {same['2']}); "
-            f"2 workers with BLAS threads chosen by anekit {rates['auto']:.0f} tokens/s: "
-            f"{rates['auto'] / rates['1']:.2f}x ({same['auto']})"
+            f"3. {args.config}, 4 sequences a step (medians of {args.repeat} runs, alternately): 1 thread "
+            f"{r1:.0f} tokens/s, 2 threads {r2:.0f} tokens/s: {r2 / r1:.2f}x (weights and moments {same2}); "
+            f"2 workers with BLAS threads chosen by anekit {ra:.0f} tokens/s: {ra / r1:.2f}x ({same_auto})"
         )
 
 
