@@ -167,3 +167,17 @@ def test_adamw_divides_by_zero_as_numpy_does() -> None:
     assert np.isnan(results["1"][0][1]) and not np.isnan(results["1"][0][0])
     for fast, slow in zip(results["1"], results["0"]):
         np.testing.assert_array_equal(fast.view(U32), slow.view(U32))
+
+
+def test_rounding_and_encoding_in_one_pass_equal_the_two_passes() -> None:
+    x = spread_patterns().view(np.float32)
+    rounded = bit_path(x).view(np.float32)
+    finite = np.abs(rounded) <= 65504  # NaN and inf excluded
+    x = x[finite]
+    values, halves = np.empty_like(x), np.empty(x.shape, U16)
+    assert jit.round_encode_into(x, values, halves) is True
+    np.testing.assert_array_equal(values.view(U32), bit_path(x))
+    np.testing.assert_array_equal(halves, values.astype(np.float16).view(U16))
+    over = np.array([1.0, 65519.0, 65520.0, 2.0], np.float32)  # 65520 rounds to inf: not a finite half
+    assert jit.round_encode_into(over, np.empty(4, np.float32), np.empty(4, U16)) is False
+    assert jit.round_encode_into(x, x, halves) is None  # overlap: declined, nothing written

@@ -59,24 +59,46 @@ def round_fp16_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
         out[i] = _round(x[i])
 
 
+@njit(cache=True)
+def _half(v: np.float32) -> tuple[np.uint16, np.uint32]:
+    """(the half pattern of float32 ``v``, nonzero when ``v`` is not a finite half: past 65504, or with
+    bits a half lacks)."""
+    b = np.float32(v).view(np.uint32)
+    a = np.uint32(b & _ABS)
+    normal = np.int32(np.int32(a >> np.uint32(13)) - _REBIAS)
+    # Under 2**-14: |x| + 0.5 rounds to the subnormal step 2**-24, its pattern less 0.5's is the half.
+    af = np.uint32(a).view(np.float32)
+    t = np.float32(af + np.float32(0.5))
+    sub = np.int32(np.float32(t).view(np.int32) - _HALF_BITS)
+    h = normal if a >= _MIN_NORMAL else sub
+    # As fp16.encode_fp16_values: patterns with low bits set are refused, others under 2**-14 rounded
+    # to the subnormal step (ties to even, as a cast would).
+    bad = np.uint32(a > _FP16_MAX) | np.uint32(a & _LOW13)
+    return np.uint16(np.uint32(h) | np.uint32(np.uint32(b >> np.uint32(16)) & np.uint32(0x8000))), bad
+
+
 @njit(nogil=True, cache=True)
 def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool:  # pragma: no cover - compiled
     """Half patterns of float32 values; False if one is not finite, past 65504 or has bits a half lacks."""
     bad = np.uint32(0)
     for i in range(x.size):
-        v = x[i]
-        b = np.float32(v).view(np.uint32)
-        a = np.uint32(b & _ABS)
-        normal = np.int32(np.int32(a >> np.uint32(13)) - _REBIAS)
-        # Under 2**-14: |x| + 0.5 rounds to the subnormal step 2**-24, its pattern less 0.5's is the half.
-        af = np.uint32(a).view(np.float32)
-        t = np.float32(af + np.float32(0.5))
-        sub = np.int32(np.float32(t).view(np.int32) - _HALF_BITS)
-        h = normal if a >= _MIN_NORMAL else sub
-        # As fp16.encode_fp16_values: patterns with low bits set are refused, others under 2**-14 rounded
-        # to the subnormal step (ties to even, as a cast would).
-        bad |= np.uint32(a > _FP16_MAX) | np.uint32(a & _LOW13)
-        out[i] = np.uint16(np.uint32(h) | np.uint32(np.uint32(b >> np.uint32(16)) & np.uint32(0x8000)))
+        h, b = _half(x[i])
+        bad |= b
+        out[i] = h
+    return bad == 0
+
+
+@njit(nogil=True, cache=True)
+def round_encode_into(x: np.ndarray, values: np.ndarray, halves: np.ndarray) -> bool:  # pragma: no cover
+    """``round_fp16_into(x, values)`` and ``encode_fp16_values(values, halves)`` in one pass (x read once,
+    the rounded values not read again); False when a value rounds to one that is not a finite half."""
+    bad = np.uint32(0)
+    for i in range(x.size):
+        r = _round(x[i])
+        values[i] = r
+        h, b = _half(r)
+        bad |= b
+        halves[i] = h
     return bad == 0
 
 

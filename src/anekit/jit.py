@@ -112,6 +112,24 @@ def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool | None:
     return bool(loops.encode_fp16_values(src, dst))
 
 
+def round_encode_into(x: np.ndarray, values: np.ndarray, halves: np.ndarray) -> bool | None:
+    """``round_fp16_into(x, values)`` then ``encode_fp16_values(values, halves)``, in one pass: True when
+    done, False when a rounded value is not a finite half (both outputs partly written), None when the
+    loops are not in use or the arrays do not fit (nothing written)."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or values.dtype != np.float32 or halves.dtype != np.uint16:
+        return None
+    if not (x.shape == values.shape == halves.shape):
+        return None
+    if not (_same_order(x, values) and _same_order(x, halves)):
+        return None
+    if np.may_share_memory(x, values) or np.may_share_memory(x, halves):
+        return None
+    src, dst, enc = flat(x), flat(values), flat(halves)
+    assert src is not None and dst is not None and enc is not None
+    return bool(loops.round_encode_into(src, dst, enc))
+
+
 def adamw_update(
     w: np.ndarray,
     g: np.ndarray,
