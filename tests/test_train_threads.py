@@ -85,3 +85,54 @@ def test_the_optimizer_in_chunks_on_threads_updates_the_same_bits(monkeypatch):
     many = _run(2, tied=True, steps=2)
     for (name, a), (_, b) in zip(one.params.tensors(), many.params.tensors()):
         assert np.array_equal(a, b), name
+
+
+class _ZeroedTotal:
+    """``FullTrainable`` as it was: the total zeroed before every batch and every gradient added to it."""
+
+    def __init__(self, state: TrainState) -> None:
+        from anekit.llama.lora import FullTrainable
+
+        self.inner = FullTrainable(state)
+        self.params, self.grads = self.inner.params, self.inner.grads
+
+    def zero(self) -> None:
+        for _, g in self.grads.tensors():
+            g.fill(0.0)
+
+    def sink(self, kernels: object) -> object:
+        from anekit.llama.step import Gradients
+
+        return Gradients(self.grads, kernels)  # type: ignore[arg-type]
+
+    def worker_sink(self, kernels: object) -> object:
+        return self.inner.worker_sink(kernels)
+
+    def add(self, sink: object) -> None:
+        sink.add_to(self.grads)  # type: ignore[attr-defined]
+
+    def unscale(self, factor: float) -> bool:
+        return self.inner.unscale(factor)
+
+    def apply(self, state: TrainState, tc: TrainConfig, threads: int = 1) -> None:
+        self.inner.apply(state, tc, threads)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_writing_the_first_gradient_trains_the_bits_of_adding_it_to_zeros(tied, threads):
+    """A batch's first sequence writes its gradients into the total instead of adding them to zeros: the
+    weights and both moments come out the same, bit for bit (a zero's sign is all that can differ in the
+    gradient, and Adam cannot see it)."""
+    tc = TrainConfig(steps=3, accum=3, lr=3e-3, weights="dynamic")
+    states = []
+    for zeroed in (False, True):
+        state = TrainState.fresh(Params.init(CFG, seed=4, tied=tied), TrainConfig())
+        trainable = _ZeroedTotal(state) if zeroed else None
+        train(runtime.open("sim"), state, Windows(), tc, threads=threads, trainable=trainable)
+        states.append(state)
+    new, old = states
+    assert new.losses == old.losses
+    for part in ("params", "adam_m", "adam_v"):
+        for (name, a), (_, b) in zip(getattr(new, part).tensors(), getattr(old, part).tensors()):
+            assert np.array_equal(a, b), (part, name)

@@ -197,20 +197,24 @@ class FullTrainable:
         self.state = state
         self.params = state.params
         self.grads = state.params.zeros_like()
+        self._fresh = False  # the total's contents are stale: the batch's first gradient is written over them
 
     def zero(self) -> None:
-        for _, g in self.grads.tensors():
-            g.fill(0.0)
+        """A new batch: its first sequence's gradients are written into the total, not added (``Gradients``'
+        ``fresh``), so nothing is zeroed here."""
+        self._fresh = True
 
-    def sink(self, kernels: object) -> Params:
-        return self.grads
+    def sink(self, kernels: object) -> Gradients:
+        fresh, self._fresh = self._fresh, False
+        return Gradients(self.grads, kernels, fresh=fresh)  # type: ignore[arg-type]
 
     def worker_sink(self, kernels: object) -> Gradients:
         """A worker thread's buffer of one sequence's gradients (``Gradients``, accumulate False)."""
         return Gradients(self.params.zeros_like(), kernels, accumulate=False)  # type: ignore[arg-type]
 
     def add(self, sink: Gradients) -> None:
-        sink.add_to(self.grads)
+        fresh, self._fresh = self._fresh, False
+        sink.add_to(self.grads, overwrite=fresh)
 
     def unscale(self, factor: float) -> bool:
         return unscale(self.grads, factor)
