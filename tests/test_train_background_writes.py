@@ -22,12 +22,12 @@ import pytest
 
 from anekit.cli.main import main
 from anekit.errors import AnekitError
-from anekit.fileio import WriteInFlight
 from anekit.kernels import preset
 from anekit.llama import checkpoint, run
 from anekit.llama.params import Params
 from anekit.llama.plot import PlotUnavailable, write_loss_png
 from anekit.llama.plot_helper import PlotHelper
+from anekit.threads import Background
 
 QUICK = ["--accum", "1", "--sample-steps", "0"]
 
@@ -46,16 +46,16 @@ def needs_matplotlib() -> None:
 # -- a write in flight ------------------------------------------------------------------------------------
 
 
-def test_a_write_in_flight_hands_its_error_to_wait_once() -> None:
+def test_a_background_job_hands_its_error_to_wait_once() -> None:
     def fail() -> None:
         raise AnekitError("[x] disk full")
 
-    w = WriteInFlight(fail)
+    w = Background(fail)
     with pytest.raises(AnekitError, match="disk full"):
         w.wait()
     w.wait()  # reported once: settling again is quiet
     done: list[int] = []
-    WriteInFlight(lambda: done.append(threading.get_ident())).wait()
+    Background(lambda: done.append(threading.get_ident())).wait()
     assert done and done[0] != threading.get_ident()  # it ran on a thread of its own
 
 

@@ -149,34 +149,6 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
-class WriteInFlight:
-    """A write running on a thread of its own while the caller goes on (the step-0 checkpoint is written
-    while the first step computes: file writes and fsync release the GIL). ``wait`` joins it and raises
-    what the write raised, so a failed write is reported where the caller settles it, never lost. The
-    caller must not change what is being written before ``wait`` returns."""
-
-    def __init__(self, write: Callable[[], None], name: str = "anekit-write") -> None:
-        import threading
-
-        self._error: BaseException | None = None
-
-        def body() -> None:
-            try:
-                write()
-            except BaseException as e:  # handed to wait(), in the caller's thread
-                self._error = e
-
-        self._thread = threading.Thread(target=body, name=name)
-        self._thread.start()
-
-    def wait(self) -> None:
-        """Block until the write is done; re-raise its error, once."""
-        self._thread.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-
 def remove_stale_temporaries(directory: str | os.PathLike, kind: str = WRITE_KIND) -> list[Path]:
     """Remove the temporaries of ``kind`` that dead writers left in ``directory`` (not recursive; files,
     and directories for the kinds that write directories); return what was removed. A live process's

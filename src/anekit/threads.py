@@ -15,7 +15,7 @@ changes it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,3 +63,31 @@ def for_sampling(params: Any) -> int:
     sizes = [a.size for _, a in params.tensors()]
     large = sum(sizes) >= SAMPLING_MIN_WEIGHTS or max(sizes, default=0) >= SAMPLING_MIN_MATRIX
     return cores() if large else 1
+
+
+class Background:
+    """A job running on a thread of its own while the caller goes on (a checkpoint written while the next
+    step computes, file writes and fsync releasing the GIL; a run's closing sample). ``wait`` joins it and
+    raises what the job raised, so a failure is reported where the caller settles it, never lost. The caller
+    must not change what the job reads before ``wait`` returns."""
+
+    def __init__(self, job: Callable[[], None], name: str = "anekit-job") -> None:
+        import threading
+
+        self._error: BaseException | None = None
+
+        def body() -> None:
+            try:
+                job()
+            except BaseException as e:  # handed to wait(), in the caller's thread
+                self._error = e
+
+        self._thread = threading.Thread(target=body, name=name, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until the job is done; re-raise its error, once."""
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error

@@ -518,13 +518,13 @@ class ClosingSample:
         self._job: Any = None
 
     def start(self) -> None:
-        from anekit.fileio import WriteInFlight
+        from anekit.threads import Background
 
         self.started = True
         session = self.session
         # the weights are read once here, in the caller's thread: they do not change after the last step
         weights = session.sample_params() if hasattr(session, "sample_params") else session.state.params
-        self._job = WriteInFlight(lambda: self._generate(weights), "anekit-sample")
+        self._job = Background(lambda: self._generate(weights), "anekit-sample")
 
     def _generate(self, weights: Any) -> None:
         from anekit.llama.sample import Sampler

@@ -35,12 +35,12 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import LOCK_FILE, DirLock, WriteInFlight, remove_stale_temporaries, write_bytes_atomic
+from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
-from anekit.threads import cores
+from anekit.threads import Background, cores
 
 if TYPE_CHECKING:
     # the training loop's modules load when a run is made, not when the CLI starts
@@ -447,7 +447,7 @@ class Run:
         self.checkpoint = self.out / CHECKPOINT
         self.lock: DirLock | None = None
         self._wall0 = 0.0
-        self._in_flight: WriteInFlight | None = None  # a checkpoint being written on a thread
+        self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
         self._prepare()
 
@@ -665,7 +665,7 @@ class Run:
         """Start the checkpoint's write on a thread: it must be settled (``_settle``) before any weight
         changes, and before any other write of the checkpoint."""
         self._settle()
-        self._in_flight = WriteInFlight(self._write_checkpoint, "anekit-checkpoint")
+        self._in_flight = Background(self._write_checkpoint, "anekit-checkpoint")
 
     def _settle(self, quiet: bool = False) -> None:
         """Wait for a checkpoint write in flight; raise its error unless ``quiet`` (already failing)."""
