@@ -10,6 +10,9 @@ process must not start with one thread.
 
 A user who sets OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS, MKL_NUM_THREADS) decides: anekit then never
 changes it.
+
+``Background`` runs one job on a thread of its own (a checkpoint's write, a run's closing sample) and hands
+its error to whoever waits for it.
 """
 
 from __future__ import annotations
