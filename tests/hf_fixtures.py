@@ -38,6 +38,17 @@ import numpy as np
 # ---------------------------------------------------------------------------------------------------
 # Config shapes: the real models' heads, widths and RoPE settings; 2 layers (small() shrinks further)
 
+# The fields every Llama-family config.json of these models carries with the same values.
+LLAMA_STYLE: dict[str, Any] = {
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+    "initializer_range": 0.02,
+    "pretraining_tp": 1,
+    "use_cache": True,
+}
+
 SHAPES: dict[str, dict[str, Any]] = {
     # HuggingFaceTB/SmolLM2-135M: 9 heads of 64 sharing 3 kv heads, tied embeddings.
     "smollm2": {
@@ -57,13 +68,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "bos_token_id": 1,
         "eos_token_id": 2,
         "torch_dtype": "bfloat16",
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "initializer_range": 0.02,
-        "pretraining_tp": 1,
-        "use_cache": True,
+        **LLAMA_STYLE,
     },
     # Qwen/Qwen3-0.6B: head_dim 128 named in the config (16 x 128 = 2048 != hidden 1024), q/k norms.
     "qwen3": {
@@ -143,13 +148,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "bos_token_id": 998,
         "eos_token_id": 999,
         "torch_dtype": "bfloat16",
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "initializer_range": 0.02,
-        "pretraining_tp": 1,
-        "use_cache": True,
+        **LLAMA_STYLE,
     },
     # A llama2.c stories-sized model exported to Hugging Face form (head_dim 16, untied).
     "tiny_llama2c": {
@@ -169,13 +168,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "bos_token_id": 1,
         "eos_token_id": 2,
         "torch_dtype": "float32",
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "initializer_range": 0.02,
-        "pretraining_tp": 1,
-        "use_cache": True,
+        **LLAMA_STYLE,
     },
 }
 
