@@ -151,7 +151,11 @@ def run(args: argparse.Namespace) -> int:
     check_out(args)
     if args.to == "safetensors":
         return _export_safetensors(args, shard_mb)
-    params = check_finite(_read_model(args), args.model, "export")
+    params = _read_model(args)
+    from anekit.coreml.model_export import check_feasible
+
+    check_feasible(params, args.to, args.quantize, shard_mb)  # before the weights are read to check them
+    check_finite(params, args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
         from anekit.llama.tokenizer import load_tokenizer

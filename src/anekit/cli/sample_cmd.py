@@ -173,6 +173,15 @@ def check_finite(params: Params, path: Path, command: str) -> Params:
     return params
 
 
+def check_memory(params: Params, args: argparse.Namespace) -> None:
+    """Refuse, before anything is read, a generation of --steps positions that cannot fit the address space
+    the process may use (a one-token prompt: the sampler checks again once the prompt is tokenized)."""
+    from anekit.llama.sample import check_sampling_memory
+
+    positions = min(args.steps, params.cfg.seq_len)
+    check_sampling_memory(params, positions, 1, f"{args.model}: sampling {positions} positions")
+
+
 def tokenizer_places(model: Path) -> list[Path]:
     """Where a tokenizer is looked for when --tokenizer is absent: inside an export's directory (a shard
     directory holds the tokenizer `anekit export` wrote), then beside MODEL."""
@@ -305,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
         sampler = Sampler(decoder, load_tokenizer(args, decoder.cfg))
     else:
         params, record = open_model(args.model, args.config)
+        check_memory(params, args)  # before the weights are read to check them
         check_finite(params, args.model, "sample")
         sampler = Sampler(params, load_tokenizer(args, params.cfg, record))
     return _generate(args, sampler, args.prompt)

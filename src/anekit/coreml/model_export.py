@@ -79,7 +79,7 @@ def export_mlpackage(
     check_mode(quant)
     _refuse_existing(out, force)
     cfg = params.cfg
-    tied = params.wcls is None
+    tied = params.tied
     total = stage_weight_bytes(cfg, Stage.whole(cfg), quant, tied)
     if shard_mb is None and total > DEFAULT_SHARD_MB * MB:
         shard_mb = DEFAULT_SHARD_MB
@@ -152,3 +152,36 @@ def to_llama2c_tokenizer(tokenizer: object) -> object:
         vocab.append(piece.replace("\u2581", " ").encode("utf-8"))
         scores.append(float(sp.GetScore(i)))
     return Tokenizer(vocab, scores)
+
+
+def check_feasible(params: Params, to: str, quant: str = "none", shard_mb: float | None = None) -> None:
+    """Refuse, before any weight is read, an export the model's shapes already rule out: a package that
+    cannot be sharded under ``shard_mb`` (``plan_shards``), or an export that cannot fit the address space
+    the process may use (``anekit.addrspace``), said in words. Both exports stream one tensor at a time: a
+    llama2.c file needs the tensor being written (a window of a mapped model); a package also its fp16 or
+    quantized copy and the tables of a stage (RoPE swap matrix, causal mask)."""
+    from anekit.addrspace import check, words
+
+    cfg = params.cfg
+    window = getattr(params, "largest_tensor_bytes", lambda: 0)()
+    if to == "llama2c":
+        need, parts = (
+            window + 4 * 2 * cfg.seq_len * cfg.head_dim,
+            f"{words(window)} for the largest tensor's window",
+        )
+    else:
+        tied = params.tied
+        if (
+            shard_mb is None
+            and stage_weight_bytes(cfg, Stage.whole(cfg), quant, tied) > DEFAULT_SHARD_MB * MB
+        ):
+            shard_mb = DEFAULT_SHARD_MB
+        if shard_mb is not None:
+            plan_shards(cfg, shard_mb, quant, tied)
+        largest = 4 * max(cfg.vocab_size * cfg.dim, cfg.hidden_dim * cfg.dim, cfg.q_dim * cfg.dim)
+        copies = largest // 2 if quant == "none" else 2 * largest  # fp16, or the quantizer's float32 work
+        tables = 3 * 4 * cfg.seq_len**2 + 2 * 4 * cfg.q_dim**2 + 4 * 4 * cfg.q_dim * cfg.seq_len
+        need = window + copies + tables
+        parts = f"{words(window)} for the largest tensor's window, {words(copies + tables)} for its copy"
+        parts += " and tables"
+    check(need, "export", f"exporting {cfg.name} to {to}", parts)

@@ -47,6 +47,7 @@ FMT = "inspect"
 WHOLE_FILE_LIMIT = 16 << 20  # files up to this size are read whole for detection
 HEAD_BYTES = 1 << 20  # what detection reads of a larger file
 BYTE_DIFF_LIMIT = 256 << 20  # --diff compares raw bytes of files up to this size
+CRC_FILE_LIMIT = 2 << 30  # a llama2.c model up to this size gets a CRC-32 per tensor (read, not mapped)
 LIST_LIMIT = 24  # list items the text rendering shows (--json shows everything)
 
 
@@ -306,19 +307,56 @@ def _config_dict(cfg: Any) -> dict[str, int]:
 
 
 def _summarize_llama2c(src: Source) -> dict[str, Any]:
-    from anekit.llama.llama2c import open_llama2c
+    """The header's description of a llama2.c model: its config, parameter count and every tensor's
+    place; each tensor's CRC-32 too (what --diff compares) when the file is at most CRC_FILE_LIMIT bytes,
+    read in pieces, never mapped (a 26 GB model is described from its header alone)."""
+    from anekit.llama.llama2c import read_llama2c_header
+    from anekit.llama.params import LAYER_FIELDS
 
-    model = open_llama2c(src.path)  # a map: a model larger than RAM is read a page at a time
-    params = model.params
-    return {
-        "format": "llama2.c model" + (" (ak42 version 1)" if model.version == 1 else " (legacy)"),
+    header = read_llama2c_header(src.path)
+    runs = header.runs()
+    places = [("embed", *runs["embed"][::2])]
+    for key in LAYER_FIELDS:
+        first, stride, shape = runs[key]
+        places += [(f"layers.{i}.{key}", first + i * stride, shape) for i in range(header.cfg.n_layers)]
+    places += [(k, *runs[k][::2]) for k in ("rms_final", "wcls") if k in runs]
+    checksums = src.size <= CRC_FILE_LIMIT
+    tensors = [
+        {"name": name, "shape": list(shape), "offset": offset}
+        | ({"crc32": _crc_range(src.path, offset, 4 * int(np.prod(shape)))} if checksums else {})
+        for name, offset, shape in places
+    ]
+    summary = {
+        "format": "llama2.c model" + (" (ak42 version 1)" if header.version == 1 else " (legacy)"),
         "file_size": src.size,
-        "config": _config_dict(model.cfg),
-        "shared_classifier": params.wcls is None,
-        "rope_tables_stored": model.freq_cis_real is not None,
-        "parameters": params.count(),
-        "tensors": _tensor_list(params),
+        "config": _config_dict(header.cfg),
+        "shared_classifier": header.shared,
+        "rope_tables_stored": "freq_cis_real" in runs,
+        "parameters": header.parameters(),
+        "tensors": tensors,
     }
+    if not checksums:
+        summary["tensor_crc32"] = (
+            f"not computed: the file is over {CRC_FILE_LIMIT >> 30} GiB (described from its header alone)"
+        )
+    return summary
+
+
+def _crc_range(path: Path, offset: int, length: int) -> str:
+    """CRC-32 of ``length`` bytes of a file from ``offset``, read a piece at a time."""
+    crc = 0
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while length > 0:
+                chunk = f.read(min(length, 1 << 24))
+                if not chunk:
+                    break
+                crc = zlib.crc32(chunk, crc)
+                length -= len(chunk)
+    except OSError as e:
+        raise AnekitError(f"[{FMT}] cannot read {path}: {e.strerror or e}") from e
+    return f"{crc:08x}"
 
 
 def _plausible_score(score: float) -> bool:

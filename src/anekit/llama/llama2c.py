@@ -41,17 +41,19 @@ Format facts this module relies on:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 import numpy as np
 
+from anekit import addrspace
 from anekit.binfmt import Field, Record, writable_bytes
 from anekit.errors import AnekitError, FormatError
 from anekit.fileio import atomic_write
@@ -62,6 +64,7 @@ __all__ = [
     "AK42_HEADER",
     "AK42_MAGIC",
     "LEGACY_HEADER",
+    "Llama2cHeader",
     "Llama2cModel",
     "Tokenizer",
     "TokenizerError",
@@ -71,6 +74,7 @@ __all__ = [
     "parse_llama2c",
     "parse_tokenizer_bin",
     "read_llama2c",
+    "read_llama2c_header",
     "read_tokenizer_bin",
     "rope_tables",
     "write_llama2c",
@@ -136,6 +140,42 @@ class Llama2cModel:
     @property
     def cfg(self) -> ModelConfig:
         return self.params.cfg
+
+
+@dataclass(frozen=True)
+class Llama2cHeader:
+    """What a model file's header says, checked against the file's size: the config, the version (0
+    legacy, 1 ak42), the byte where the arrays start, whether the classifier is the embedding, the size."""
+
+    cfg: ModelConfig
+    version: int
+    start: int
+    shared: bool
+    size: int
+
+    def runs(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
+        """Every key's (byte offset of its first array, bytes between layers, shape), in file order."""
+        out: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+        at, cfg = self.start, self.cfg
+        shapes = layer_shapes(cfg)
+        for key, scope, n, k in _extents(_ORDERS[self.version], cfg, self.shared):
+            if scope == "layers":
+                shape = shapes[key]
+            elif scope == "rope":
+                shape = (cfg.seq_len, cfg.head_dim // 2)
+            else:
+                shape = (cfg.dim,) if key == "rms_final" else (cfg.vocab_size, cfg.dim)
+            out[key] = (at, 4 * n, shape)
+            at += 4 * n * k
+        return out
+
+    def parameters(self) -> int:
+        """The number of weights (the RoPE tables are derived data, not counted)."""
+        return sum(
+            n * k
+            for key, _, n, k in _extents(_ORDERS[self.version], self.cfg, self.shared)
+            if not key.startswith("freq_cis")
+        )
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -311,11 +351,8 @@ def parse_llama2c(
     return _model_of(writable_bytes(data), name)
 
 
-def open_llama2c(path: str | os.PathLike, *, name: str | None = None) -> Llama2cModel:
-    """A model file's weights as read-only views of a map of the file: nothing is read until used, so a
-    model larger than RAM can be inspected, sampled and exported (training copies what it updates).
-
-    The header is read and checked against the file's size before the file is mapped."""
+def read_llama2c_header(path: str | os.PathLike, *, name: str | None = None) -> Llama2cHeader:
+    """A model file's header, checked against the file's size; nothing past the header is read."""
     name = name or Path(path).stem
     try:
         with open(os.fspath(path), "rb") as f:
@@ -323,8 +360,39 @@ def open_llama2c(path: str | os.PathLike, *, name: str | None = None) -> Llama2c
             head = np.frombuffer(f.read(AK42_HEADER_SIZE), np.uint8)
     except OSError as e:
         raise AnekitError(f"[{FORMAT}] cannot read model file {path}: {e}") from e
-    _checked_header(head, size, name)
-    return _model_of(map_file(path, f"[{FORMAT}] model file"), name)
+    cfg, version, start, shared = _checked_header(head, size, name)
+    return Llama2cHeader(cfg, version, start, shared, size)
+
+
+def open_llama2c(
+    path: str | os.PathLike, *, name: str | None = None, windows: bool | None = None
+) -> Llama2cModel:
+    """A model file's weights as read-only views of maps of the file: nothing is read until used, so a
+    model larger than RAM can be inspected, sampled and exported (training copies what it updates).
+
+    The header is read and checked against the file's size before anything is mapped. The file is mapped
+    whole when that takes at most half the address space the process has left (RLIMIT_AS); else, or with
+    ``windows=True``, each tensor is mapped on its own when it is read (``anekit.llama.mapped``)."""
+    header = read_llama2c_header(path, name=name)
+    if windows is None:
+        cap = addrspace.limit()
+        windows = cap is not None and header.size > (cap - addrspace.in_use()) // 2
+    if windows:
+        return _windowed_model(path, header)
+    return _model_of(map_file(path, f"[{FORMAT}] model file"), header.cfg.name)
+
+
+def _windowed_model(path: str | os.PathLike, header: Llama2cHeader) -> Llama2cModel:
+    """The model of ``header`` read through one window of the file per tensor."""
+    from anekit.llama.mapped import FileWindows, MappedParams
+
+    cfg, runs = header.cfg, header.runs()
+    windows = FileWindows(path, f"[{FORMAT}] model file")
+    tables = [
+        windows.array(runs[k][0], runs[k][2], k) for k in ("freq_cis_real", "freq_cis_imag") if k in runs
+    ]
+    params = MappedParams(cfg, windows, runs)
+    return Llama2cModel(params, *(tables or (None, None)), header.version)
 
 
 def _model_of(buf: np.ndarray, name: str) -> Llama2cModel:
@@ -394,6 +462,7 @@ def read_llama2c(source: PathOrBytes, *, name: str | None = None) -> tuple[Model
                 size = os.fstat(f.fileno()).st_size
                 head = np.frombuffer(f.read(AK42_HEADER_SIZE), np.uint8)
                 _checked_header(head, size, name)
+                addrspace.check(size, FORMAT, f"reading {source} into memory")  # before it is allocated
                 f.seek(0)
                 buf = np.fromfile(f, dtype=np.uint8)
         except OSError as e:
@@ -402,12 +471,14 @@ def read_llama2c(source: PathOrBytes, *, name: str | None = None) -> tuple[Model
     return model.cfg, model.params
 
 
-def _arrays_to_write(model: Llama2cModel) -> tuple[bytes, list[np.ndarray]]:
+def _arrays_to_write(model: Llama2cModel) -> tuple[bytes, list[Callable[[], np.ndarray]]]:
+    """The header's bytes and, in file order, a function giving each array to write: every shape is
+    checked first, and an array is fetched only when it is written (a mapped model holds one at a time)."""
     p, cfg = model.params, model.params.cfg
     problems = cfg.llama2c_problems()
     if problems:
         raise AnekitError(f"[{FORMAT}] llama2.c cannot represent {cfg.name}: it has {'; '.join(problems)}")
-    shared = p.wcls is None
+    shared = p.tied
     if model.version == 0:
         vocab = cfg.vocab_size if shared else -cfg.vocab_size
         header = LEGACY_HEADER.build(
@@ -425,20 +496,23 @@ def _arrays_to_write(model: Llama2cModel) -> tuple[bytes, list[np.ndarray]]:
         raise AnekitError(f"[{FORMAT}] cannot write version {model.version}: anekit writes 0 (legacy) or 1")
     if len(p.layers) != cfg.n_layers:
         raise AnekitError(f"[{FORMAT}] params has {len(p.layers)} layers, cfg.n_layers {cfg.n_layers}")
-    computed = None
-    out = []
-    for label, key, layer, shape in _layout(_ORDERS[model.version], cfg, shared):
+    computed: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def fetch(key: str, layer: int | None) -> np.ndarray:
         if key.startswith("freq_cis"):
             a = getattr(model, key)
             if a is None:
-                computed = computed or rope_tables(cfg)
-                a = computed[key == "freq_cis_imag"]
-        else:
-            a = getattr(p if layer is None else p.layers[layer], key)
-        a = np.asarray(a)
-        if a.shape != shape:
-            raise AnekitError(f"[{FORMAT}] {label}: shape {a.shape}, the model needs {shape}")
-        out.append(a)
+                computed[:] = computed or [rope_tables(cfg)]
+                a = computed[0][key == "freq_cis_imag"]
+            return np.asarray(a)
+        return np.asarray(getattr(p if layer is None else p.layers[layer], key))
+
+    out = []
+    for label, key, layer, shape in _layout(_ORDERS[model.version], cfg, shared):
+        got = fetch(key, layer).shape
+        if got != shape:
+            raise AnekitError(f"[{FORMAT}] {label}: shape {got}, the model needs {shape}")
+        out.append(functools.partial(fetch, key, layer))
     return header, out
 
 
@@ -446,7 +520,7 @@ def build_llama2c(model: Llama2cModel | Params) -> bytes:
     """The bytes of a model file (legacy unless ``model.version`` says 1)."""
     model = model if isinstance(model, Llama2cModel) else Llama2cModel(model)
     header, arrays = _arrays_to_write(model)
-    return header + b"".join(np.ascontiguousarray(a, dtype="<f4").tobytes() for a in arrays)
+    return header + b"".join(np.ascontiguousarray(a(), dtype="<f4").tobytes() for a in arrays)
 
 
 def write_llama2c(
@@ -464,7 +538,7 @@ def write_llama2c(
         with atomic_write(path) as f:
             f.write(header)
             for a in arrays:
-                f.write(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"))
+                f.write(memoryview(np.ascontiguousarray(a(), dtype="<f4")).cast("B"))
     except OSError as e:
         raise AnekitError(f"[{FORMAT}] cannot write model file {path}: {e}") from e
 

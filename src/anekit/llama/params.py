@@ -16,6 +16,7 @@ and only training, which updates weights in place, needs writable copies.
 
 from __future__ import annotations
 
+import errno
 import math
 import mmap
 import os
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from anekit import addrspace
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 
@@ -41,12 +43,16 @@ def map_file(path: str | os.PathLike, what: str) -> np.ndarray:
     it makes arrays of the map; the map lives as long as any array made from it. ``what`` starts the
     error message (``"[llama2c] model file"``).
     """
+    size = 0
     try:
         with open(os.fspath(path), "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
                 return np.zeros(0, np.uint8)  # nothing to map: the reader says what is missing
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
+        if getattr(e, "errno", None) == errno.ENOMEM:  # the address space is limited (RLIMIT_AS): in words
+            addrspace.check(size, what.partition("]")[0].lstrip("["), f"mapping {path} whole")
         raise AnekitError(f"{what} {path} cannot be mapped: {e}") from e
     return np.frombuffer(mapped, np.uint8)
 
@@ -131,6 +137,11 @@ class Params:
     layers: list[LayerParams]
     rms_final: np.ndarray  # (dim,)
     wcls: np.ndarray | None = field(default=None)  # (vocab, dim); None: tied to embed
+
+    @property
+    def tied(self) -> bool:
+        """Whether the classifier is the embedding (no wcls)."""
+        return self.wcls is None
 
     @property
     def classifier(self) -> np.ndarray:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import stat
 import time
@@ -379,6 +380,36 @@ def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
     return params, Source(_abs(path), sha256_file(path))
 
 
+def _check_init_header(path: Path, cfg: ModelConfig, named: bool) -> bool:
+    """--init's shape against the model's from the file's header alone (nothing else is read); whether
+    its classifier is the embedding. A BLZT checkpoint's is checked when it is read (``_read_init``)."""
+    from anekit.llama.llama2c import read_llama2c_header
+
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
+    if int.from_bytes(magic, "little") == checkpoint.MAGIC:
+        return True
+    header = read_llama2c_header(path)
+    _check_init_shape(path, {k: getattr(header.cfg, k) for k in INIT_SHAPE}, cfg, named)
+    return header.shared
+
+
+def _check_training_memory(cfg: ModelConfig, tied: bool, init: Path | None) -> None:
+    """Refuse, in words and before anything is allocated, a run whose weights, gradients and two Adam
+    moments (four float32 copies of every parameter) cannot fit the address space the process may use."""
+    from anekit.addrspace import check, words
+    from anekit.llama.params import layer_shapes
+
+    per_layer = sum(math.prod(shape) for shape in layer_shapes(cfg).values())
+    n = cfg.n_layers * per_layer + cfg.vocab_size * cfg.dim * (1 if tied else 2) + cfg.dim
+    what = f"--init {init}: training it" if init is not None else f"training {cfg.name}"
+    parts = f"at least {words(16 * n)} for the weights, gradients and two Adam moments of {n} parameters"
+    check(16 * n, "train", what, parts)
+
+
 def _blzt_shape(path: Path, head: bytes) -> dict[str, int]:
     """The model shape a BLZT header gives, with n_kv_heads when the run record holds it (the header
     does not)."""
@@ -570,6 +601,10 @@ class Run:
                 f"[train] --steps x --accum = {tc.steps * tc.accum} sequences do not fit the checkpoint's "
                 f"int32 counter (at most {INT32_MAX})"
             )
+        tied = True
+        if o.init is not None:  # the header alone, before the tokenizer, the data or the weights are read
+            tied = _check_init_header(o.init, cfg, named=o.config is not None)
+        _check_training_memory(cfg, tied, o.init)
         if o.tokenizer is not None:
             tok_path = o.tokenizer
             tok = _open_tokenizer(tok_path)

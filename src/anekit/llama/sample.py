@@ -176,6 +176,36 @@ class CpuDecoder:
         return self.forward_all(tokens, pos, all_logits=False)[:, 0]  # (vocab,)
 
 
+def sampling_need(params: Params, positions: int, prompt_tokens: int = 1) -> tuple[int, str]:
+    """The address space a ``CpuDecoder`` generation of ``positions`` positions (a prompt of
+    ``prompt_tokens`` run in one prefill) needs beyond what the process maps now, and its parts in words.
+
+    The KV cache is counted at 1.5 times its final size (growing, the old and the new cache are both held
+    for a moment); a model read through windows (``anekit.llama.mapped``) adds its largest tensor, the one
+    window mapped at a time; the prefill's activations, attention scores and the logits are added."""
+    from anekit.addrspace import words
+
+    cfg, t = params.cfg, max(1, prompt_tokens)
+    kv = 2 * cfg.n_layers * positions * cfg.kv_dim * 4  # keys and values, float32
+    window = getattr(params, "largest_tensor_bytes", lambda: 0)()
+    acts = 4 * t * (4 * cfg.dim + 2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.hidden_dim)  # (C, T) columns
+    scores = 4 * 3 * cfg.n_heads * t * positions  # scores, their mask and exp: (heads, T, positions)
+    rest = acts + scores + 4 * 4 * cfg.vocab_size + 2 * 4 * cfg.head_dim * positions  # logits, RoPE tables
+    parts = f"a KV cache of {words(kv)} for {positions} positions"
+    if window:
+        parts += f", {words(window)} for the largest tensor's window"
+    return kv + kv // 2 + window + rest, parts + f", {words(rest)} of activations"
+
+
+def check_sampling_memory(params: Params, positions: int, prompt_tokens: int, what: str) -> None:
+    """Refuse, in words and before anything is allocated, a generation that cannot fit the address space
+    the process may use (``anekit.addrspace``)."""
+    from anekit.addrspace import check
+
+    need, parts = sampling_need(params, positions, prompt_tokens)
+    check(need, "sample", what, parts)
+
+
 PRECISIONS: dict[str, Callable[[Params], Decoder]] = {
     # Activations and weights in float32, as run.c. An "fp16" entry (activations rounded as the engine
     # rounds them, e.g. a decoder running the simulator backend's kernels) slots in here.
@@ -425,6 +455,8 @@ class Sampler:
             stats.positions, stats.stop = limit, "prompt"
             yield from ids[1 : limit + 1]
             return
+        if isinstance(self.decoder, CpuDecoder):  # refused before the cache or a window is allocated
+            check_sampling_memory(self.decoder.params, limit, n, f"sampling {limit} positions")
         yield from ids[1:]
         clock = time.perf_counter
         t0 = clock()
