@@ -248,3 +248,35 @@ def test_a_model_read_through_windows_has_the_values_of_a_whole_read(tmp_path: P
     # written back one tensor at a time: the same bytes, stored RoPE tables included
     write_llama2c(tmp_path / "again.bin", windowed)
     assert (tmp_path / "again.bin").read_bytes() == data
+
+
+def test_the_file_is_mapped_whole_unless_that_takes_over_half_the_address_space_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from anekit import addrspace
+
+    path = tmp_path / "small.bin"
+    write_llama2c(path, Params.init(ModelConfig(32, 48, 2, 4, 2, 19, 8, name="small"), seed=1))
+    size = os.stat(path).st_size
+    monkeypatch.setattr(addrspace, "limit", lambda: None)  # unlimited: one map of the whole file
+    assert len(_map_of(open_llama2c(path).params.embed)) == size
+    monkeypatch.setattr(addrspace, "limit", lambda: addrspace.in_use() + 2 * size + (1 << 20))
+    assert len(_map_of(open_llama2c(path).params.embed)) == size
+    monkeypatch.setattr(addrspace, "limit", lambda: addrspace.in_use() + 2 * size - (1 << 16))
+    assert len(_map_of(open_llama2c(path).params.embed)) < size  # a window of the embedding alone
+
+
+def test_the_sampler_refuses_a_prompt_whose_prefill_cannot_fit(monkeypatch: pytest.MonkeyPatch):
+    """Checked again once the prompt's length is known: its attention scores (heads x T x positions
+    float32, three of them) are what a long prompt adds."""
+    from anekit import addrspace
+    from anekit.llama.sample import Sampler
+
+    cfg = ModelConfig(64, 96, 2, 8, 8, 40, 1024, name="wide")
+    sampler = Sampler(Params.init(cfg, seed=3), numbered_tokenizer(cfg.vocab_size))
+    kv = 2 * cfg.n_layers * cfg.seq_len * cfg.kv_dim * 4  # 1 MiB for the whole context
+    monkeypatch.setattr(addrspace, "limit", lambda: addrspace.in_use() + 2 * kv)
+    assert len(list(sampler.generate_ids([1], cfg.seq_len, seed=1))) >= 1  # one token's prefill fits
+    long_prompt = [1] + [5] * 1000  # 8 heads x 1001 x 1024 x 4 bytes x 3: 94 MiB of scores
+    with pytest.raises(addrspace.AddressSpaceError, match=r"\[sample\] sampling 1024 positions needs"):
+        next(iter(sampler.generate_ids(long_prompt, cfg.seq_len, seed=1)))
