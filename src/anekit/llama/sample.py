@@ -191,7 +191,7 @@ def sampling_need(params: Params, positions: int, prompt_tokens: int = 1) -> tup
     acts = 4 * t * (4 * cfg.dim + 2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.hidden_dim)  # (C, T) columns
     scores = 4 * 3 * cfg.n_heads * t * positions  # scores, their mask and exp: (heads, T, positions)
     rest = acts + scores + 4 * 4 * cfg.vocab_size + 2 * 4 * cfg.head_dim * positions  # logits, RoPE tables
-    parts = f"a KV cache of {words(kv)} for {positions} positions"
+    parts = f"a KV cache of {words(kv)} for {positions} positions, {words(kv + kv // 2)} while it grows"
     if window:
         parts += f", {words(window)} for the largest tensor's window"
     return kv + kv // 2 + window + rest, parts + f", {words(rest)} of activations"
