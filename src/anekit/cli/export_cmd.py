@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.out / 'shards.json'}")
     print(_copy_tokenizer(args, args.out if report.sharded else args.out.parent, tokenizer))
     if args.check_residency:
-        from anekit.coreml.predict import check_residency
+        from anekit.coreml import check_residency
 
         for path in report.packages:
             for line in check_residency(path):
