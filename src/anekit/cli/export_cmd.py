@@ -88,7 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         type=Path,
         metavar="TOK",
-        help="tokenizer to write beside the export (default: tokenizer.model / tokenizer.bin beside MODEL)",
+        help="tokenizer to write beside the export: a .model, a tokenizer.bin, a Hugging Face tokenizer.json "
+        "or model directory (default: a Hugging Face MODEL's own, else tokenizer.model / tokenizer.bin "
+        "beside MODEL); a different one already beside OUT is refused unless --force",
     )
     p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
     p.add_argument(
