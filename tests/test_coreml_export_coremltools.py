@@ -124,14 +124,14 @@ def _ct_convert_each_function(package: Path) -> list[str]:
     return done
 
 
-@pytest.mark.parametrize("model", ["tiny", "stories260K"])
-def test_ct_convert_runs_every_exported_function(tmp_path: Path, model: str) -> None:
+@pytest.mark.parametrize("model, shard_mb", [("tiny", 0.3), ("stories260K", 1.0)])
+def test_ct_convert_runs_every_exported_function(tmp_path: Path, model: str, shard_mb: float) -> None:
     """coremltools' canonicalize_inplace_pattern inserts each coreml_update_state before the op that follows
     the op making its value; an update written after another update (decode's two selects, then the two
     updates) left it an anchor it had already removed: KeyError."""
     params = _params(model)
     packages = _export(params, tmp_path / "m.mlpackage", "none") + _export(
-        params, tmp_path / "s", "int8", 0.3
+        params, tmp_path / "s", "int8", shard_mb
     )
     for path in packages:
         assert _ct_convert_each_function(path) == ["prefill", "decode"], path
