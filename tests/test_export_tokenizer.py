@@ -107,12 +107,22 @@ def test_a_tokenizer_changed_after_the_export_is_named(tmp_path, capsys):
         f"anekit: [sample] {tmp_path / 'tokenizer_config.json'} is not the tokenizer file the export "
         "carried (its sha256 differs): export again, or pass the model's tokenizer with --tokenizer\n"
     )
+    shutil.copy(source / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    assert _sample(capsys, out)[0] == 0
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")  # read by the loader with the others
+    rc, text, err = _sample(capsys, out)
+    assert (rc, text) == (1, "")
+    assert err == (
+        f"anekit: [sample] {tmp_path / 'chat_template.jinja'} is not one of the tokenizer files the export "
+        "carried, and the Hugging Face loader would read it with them: remove it, or pass --tokenizer\n"
+    )
 
 
 def test_a_stale_hugging_face_file_beside_out_is_refused_then_replaced(tmp_path, capsys):
     source, _ = _hf_model(tmp_path)
     out = tmp_path / "out" / "m.mlpackage"
     out.parent.mkdir()
+    (out.parent / "tokenizer.model").write_bytes(b"another model's")  # unread beside a tokenizer.json
     (out.parent / "chat_template.jinja").write_text("{{ messages }}")  # another model's: the loader reads it
     assert main(["export", str(source), "--to", "mlpackage", str(out)]) == 1
     err = capsys.readouterr().err
@@ -121,6 +131,7 @@ def test_a_stale_hugging_face_file_beside_out_is_refused_then_replaced(tmp_path,
     assert main(["export", str(source), "--to", "mlpackage", str(out), "--force"]) == 0
     assert f"removed {out.parent / 'chat_template.jinja'}" in capsys.readouterr().out
     assert not (out.parent / "chat_template.jinja").exists()
+    assert (out.parent / "tokenizer.model").read_bytes() == b"another model's"
     rc, _, err = _sample(capsys, out)
     assert rc == 0 and "warning" not in err, err
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,16 @@ def load_tokenizer_at(path: Path, kind: str) -> Any:
 # -- beside an export ------------------------------------------------------------------------------------
 
 
+def read_along(kind: str, names: Collection[str]) -> tuple[str, ...]:
+    """The files the Hugging Face loader would read with a tokenizer of ``names`` though they are not among
+    them (the configs; tokenizer.model only without a tokenizer.json); none for the other kinds."""
+    if kind != "hf":
+        return ()
+    return tuple(
+        n for n in HF_FILES if n not in names and not (n == SENTENCEPIECE and TOKENIZER_JSON in names)
+    )
+
+
 def conflicts(folder: Path, carried: TokenizerFiles) -> list[Path]:
     """The files in ``folder`` that writing ``carried`` would have to replace: a file of a carried name
     with other bytes, and for a Hugging Face tokenizer, a Hugging Face file it does not carry."""
@@ -125,7 +136,7 @@ def conflicts(folder: Path, carried: TokenizerFiles) -> list[Path]:
         if name in carried.files:
             if _bytes_or_none(path) != carried.files[name]:
                 found.append(path)
-        elif carried.kind == "hf" and name in HF_FILES:
+        elif name in read_along(carried.kind, carried.files):
             found.append(path)
     return found
 
@@ -226,4 +237,10 @@ def carried_path(folder: Path, record: dict[str, Any]) -> Path:
                 "export again, or pass the model's tokenizer with --tokenizer"
             )
     kind = record["kind"]
+    for name in read_along(kind, record["files"]):
+        if stat_input(folder / name, "[sample] cannot read") is not None:
+            raise AnekitError(
+                f"[sample] {folder / name} is not one of the tokenizer files the export carried, and the "
+                "Hugging Face loader would read it with them: remove it, or pass --tokenizer"
+            )
     return folder if kind == "hf" else folder / (SENTENCEPIECE if kind == "sentencepiece" else LLAMA2C)
