@@ -223,7 +223,8 @@ SAMPLE = [
     c("sample-config-unknown", *S, "--config", "nope", status=2, says="unknown preset 'nope'"),
     c("sample-tokenizer-missing", *S, "--tokenizer", "{ws}/nope.bin", status=1, says="nope.bin"),
     c("sample-tokenizer-garbage", *S, "--tokenizer", "{ws}/garbage", status=1, says="not a llama2.c tokenizer.bin"),
-    c("sample-tokenizer-dir", *S, "--tokenizer", "{ws}", status=1, says="cannot read"),
+    c("sample-tokenizer-dir", *S, "--tokenizer", "{ws}", status=1,
+      says="no tokenizer: looked for tokenizer.json and tokenizer.model"),  # a directory: a model directory
     c("sample-tokenizer-bad-model", *S, "--tokenizer", "{ws}/bad.model", status=1,
       says="not a sentencepiece model"),
     c("sample-unknown-flag", *S, "--top-k", "3", status=2, says="unrecognized arguments"),

@@ -188,7 +188,7 @@ def test_a_shard_directory_without_a_tokenizer_says_the_built_in_one_is_used(
 def test_export_writes_the_models_tokenizer_where_sample_finds_it(tmp_path, cache, capsys):
     """`anekit export` copies the tokenizer beside MODEL into a shard directory (or beside one package),
     and `anekit sample` on the export then uses it without --tokenizer or a warning; a different
-    tokenizer already there is kept unless --force."""
+    tokenizer already there is refused, before anything is written, unless --force replaces it."""
     folder = tmp_path / "model"
     folder.mkdir()
     model = folder / "m.bin"
@@ -202,8 +202,18 @@ def test_export_writes_the_models_tokenizer_where_sample_finds_it(tmp_path, cach
     single = tmp_path / "one"
     single.mkdir()
     write_tokenizer_bin(single / "tokenizer.bin", numbered_tokenizer(512, b"other"))
-    assert main(["export", str(model), "--to", "mlpackage", str(single / "m.mlpackage")]) == 0
-    assert "a different tokenizer is there (--force replaces it)" in capsys.readouterr().out
+    assert main(["export", str(model), "--to", "mlpackage", str(single / "m.mlpackage")]) == 1
+    out, err = capsys.readouterr()
+    assert err == (
+        f"anekit: [export] {single / 'tokenizer.bin'}: a different tokenizer is there (--force replaces it "
+        f"with the model's, {folder / 'tokenizer.bin'})\n"
+    )
+    assert sorted(p.name for p in single.iterdir()) == ["tokenizer.bin"]  # nothing written
+    assert main(["export", str(model), "--to", "mlpackage", str(single / "m.mlpackage"), "--force"]) == 0
+    capsys.readouterr()
+    assert (single / "tokenizer.bin").read_bytes() == (folder / "tokenizer.bin").read_bytes()
+    rc, out, err = sample(capsys, str(single / "m.mlpackage"), "--steps", "3", "--temperature", "0")
+    assert rc == 0 and "warning" not in err and len(ids_printed(out)) == 3, err
     bare = tmp_path / "bare.bin"
     shutil.copy(model, bare)
     assert main(["export", str(bare), "--to", "mlpackage", str(tmp_path / "b.mlpackage")]) == 0

@@ -99,6 +99,52 @@ def test_decode_has_no_select_sized_by_its_condition(tmp_path: Path) -> None:
                 assert np.broadcast_shapes(a, b) == tuple(op.outputs[0].type.shape), op.name
 
 
+def _ct_convert_each_function(package: Path) -> list[str]:
+    """Every function of ``package``, loaded by coremltools' milproto reader, through ``ct.convert``: its
+    whole default pass pipeline (canonicalize_inplace_pattern first) and its serialiser. The names of the
+    functions converted."""
+    ct = coremltools()
+    done = []
+    for name in ("prefill", "decode"):
+        spec, prog = ct_load(package)
+        ours = next(f for f in spec.description.functions if f.name == name)
+        for other in [n for n in prog.functions if n != name]:
+            del prog.functions[other]
+        prog.default_function_name = name
+        model = ct.convert(
+            prog,
+            convert_to="mlprogram",
+            minimum_deployment_target=ct.target.iOS18,
+            skip_model_load=True,  # nothing compiles off macOS; the passes and the spec are what is checked
+        )
+        converted = model.get_spec().description
+        assert sorted(s.name for s in converted.state) == sorted(s.name for s in ours.state), (package, name)
+        assert [o.name for o in converted.output] == [o.name for o in ours.output], (package, name)
+        done.append(name)
+    return done
+
+
+@pytest.mark.parametrize("model, shard_mb", [("tiny", 0.3), ("stories260K", 1.0)])
+def test_ct_convert_runs_every_exported_function(tmp_path: Path, model: str, shard_mb: float) -> None:
+    """coremltools' canonicalize_inplace_pattern inserts each coreml_update_state before the op that follows
+    the op making its value; an update written after another update (decode's two selects, then the two
+    updates) left it an anchor it had already removed: KeyError."""
+    params = _params(model)
+    packages = _export(params, tmp_path / "m.mlpackage", "none") + _export(
+        params, tmp_path / "s", "int8", shard_mb
+    )
+    for path in packages:
+        assert _ct_convert_each_function(path) == ["prefill", "decode"], path
+
+
+def test_ct_convert_runs_a_hugging_face_variant(tmp_path: Path) -> None:
+    """Qwen 3's shape in small: biases after the projections, the per-head q / k norm, q_dim != dim."""
+    from tests.test_coreml_export_hf import CFGS, hf_params
+
+    (path,) = _export(hf_params(CFGS["qwen3-like"]), tmp_path / "m.mlpackage", "none")
+    assert _ct_convert_each_function(path) == ["prefill", "decode"]
+
+
 # -- each weight stored once -----------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ import platform
 
 import pytest
 
-from anekit.coreml.predict import NotOnMac, check_residency, predict
+import anekit.coreml
+from anekit.coreml import NotOnMac, check_residency, predict
+from anekit.errors import AnekitError
 
 ON_MAC = platform.system() == "Darwin"
 
@@ -17,6 +19,18 @@ def test_off_macos_they_say_why() -> None:
         predict("m.mlpackage", {})
     with pytest.raises(NotOnMac, match="only macOS"):
         check_residency("m.mlpackage")
+
+
+@pytest.mark.skipif(ON_MAC, reason="off-macOS behaviour")
+def test_the_readme_call_is_a_function_that_says_why() -> None:
+    """The README's ``anekit.coreml.predict(package, inputs, compute_units="cpu_and_ne")``: the package's
+    attribute is the function (it was the submodule: TypeError 'module' object is not callable)."""
+    assert callable(anekit.coreml.predict)
+    with pytest.raises(NotOnMac, match=r"^\[coreml\] running a package needs CoreML") as e:
+        anekit.coreml.predict("model.mlpackage", {}, compute_units="cpu_and_ne")
+    assert isinstance(e.value, AnekitError)
+    with pytest.raises(AnekitError, match="compute_units 'gpu'"):
+        anekit.coreml.predict("model.mlpackage", {}, compute_units="gpu")
 
 
 @pytest.mark.skipif(not ON_MAC, reason=f"needs CoreML (macOS); this is {platform.system()}")

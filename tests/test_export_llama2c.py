@@ -167,3 +167,31 @@ def test_cli_llama2c_export_refuses_an_existing_file(tmp_path: Path, capsys: pyt
     assert "already exists" in capsys.readouterr().err
     assert main(["export", str(src), "--to", "llama2c", str(out), "--force"]) == 0
     assert out.read_bytes() == src.read_bytes()
+
+
+def test_the_export_samples_the_text_the_source_samples(
+    tmp_path: Path, tokenizer: object, capsys: pytest.CaptureFixture
+) -> None:
+    """run.c drops the leading space of the piece right after BOS (``if (prev_token == 1 && piece[0] ==
+    ' ') piece++;``): the exported tokenizer.bin's pieces keep sentencepiece's "▁" as a space, so the
+    sampler must show BOS to the decoder. The source (with its sentencepiece tokenizer.model) and the
+    export (with its tokenizer.bin) print the same text for the same seed, beginning as the prompt."""
+    source = tmp_path / "src" / "ckpt.bin"
+    source.parent.mkdir()
+    from anekit.llama.llama2c import write_llama2c
+
+    write_llama2c(source, Params.init(CFG, seed=4))
+    (source.parent / "tokenizer.model").write_bytes(tokenizer.sp.serialized_model_proto())  # type: ignore[attr-defined]
+    out = tmp_path / "out" / "model.bin"
+    out.parent.mkdir()
+    assert main(["export", str(source), "--to", "llama2c", str(out)]) == 0
+    capsys.readouterr()
+    texts = []
+    for model, prompt in [(m, p) for p in ("Once upon a time", "") for m in (source, out)]:
+        assert main(["sample", str(model), "--prompt", prompt, "--steps", "12", "--seed", "9"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and texts[0].startswith("Once upon a time"), texts
+    assert texts[2] == texts[3] and not texts[2].startswith(" "), texts
+    vocab, _ = parse_tokenizer((tmp_path / "out" / "tokenizer.bin").read_bytes())
+    ids = tokenizer.encode("Once upon a time", True, False)  # type: ignore[attr-defined]
+    assert run_c_decode(vocab, ids[1:]) == "Once upon a time"  # what run.c prints of the prompt

@@ -570,11 +570,21 @@ def test_bad_sentencepiece_model(model: Path):
         load_hf_tokenizer(model)
 
 
+def test_a_tokenizer_json_file_reads_with_the_files_beside_it(qwen_dir: Path):
+    """``anekit sample --tokenizer .../tokenizer.json``: the file named, with its directory's
+    tokenizer_config.json (end tokens, chat template) and generation_config.json."""
+    whole, file = load_hf_tokenizer(qwen_dir), load_hf_tokenizer(qwen_dir / "tokenizer.json")
+    text = "Hello world, a test"
+    assert file.encode(text) == whole.encode(text) and file.vocab_size == whole.vocab_size
+    assert (file.bos_id, file.eos_ids, file.has_chat_template) == (whole.bos_id, whole.eos_ids, True)
+
+
 def test_bad_paths(tmp_path: Path, qwen_dir: Path):
     with pytest.raises(AnekitError, match=r"no tokenizer: looked for tokenizer.json and tokenizer.model"):
         load_hf_tokenizer(tmp_path)
-    with pytest.raises(AnekitError, match=r"tokenizer.json: a regular file, not a model directory"):
-        load_hf_tokenizer(qwen_dir / "tokenizer.json")
+    (tmp_path / "vocab.txt").write_text("a\n")
+    with pytest.raises(AnekitError, match=r"vocab.txt: a regular file, not a model directory"):
+        load_hf_tokenizer(tmp_path / "vocab.txt")
     with pytest.raises(AnekitError, match=r"missing: no such directory"):
         load_hf_tokenizer(tmp_path / "missing")
     (tmp_path / "tokenizer.json").mkdir()

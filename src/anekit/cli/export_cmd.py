@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 from anekit.cli import flags
 from anekit.coreml.quantize import QUANT_MODES
 from anekit.errors import AnekitError
-from anekit.fileio import DirLock, terminate_unwinds, write_bytes_atomic
+from anekit.fileio import DirLock, terminate_unwinds
 from anekit.kernels.config import preset
 from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
 
 if TYPE_CHECKING:
     from anekit.llama.params import Params
+    from anekit.tokenizer_files import TokenizerFiles
 
 TARGETS = ("mlpackage", "llama2c", "safetensors")
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")  # a tokenizer beside MODEL goes with a llama2c export
@@ -87,7 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         type=Path,
         metavar="TOK",
-        help="tokenizer to write beside the export (default: tokenizer.model / tokenizer.bin beside MODEL)",
+        help="tokenizer to write beside the export: a .model, a tokenizer.bin, a Hugging Face tokenizer.json "
+        "or model directory (default: a Hugging Face MODEL's own, else tokenizer.model / tokenizer.bin "
+        "beside MODEL); a different one already beside OUT is refused unless --force",
     )
     p.add_argument("--check-residency", action="store_true", help="macOS: check every conv is on the engine")
     p.add_argument(
@@ -158,13 +161,18 @@ def run(args: argparse.Namespace) -> int:
     check_finite(params, args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
-        from anekit.llama.tokenizer import load_tokenizer
 
         # the tokenizer.bin written beside the model must be the model's: the package path's check
-        found = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
-        tok = None if isinstance(found, str) else load_tokenizer(found[0])
+        found = _tokenizer_to_copy(args, params.cfg.vocab_size, _tokenizer_file(args))  # before any write
+        if not isinstance(found, str) and found.kind == "hf":
+            raise AnekitError(
+                f"[export] --tokenizer {found.source}: a Hugging Face tokenizer.json has no llama2.c form "
+                "(run.c reads sentencepiece-style vocabularies: give a tokenizer.model or tokenizer.bin)"
+            )
+        tok = None if isinstance(found, str) else found.load()
+        source = None if isinstance(found, str) else found.source
         with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
-            written = export_llama2c(params, args.out, tok, force=args.force)
+            written = export_llama2c(params, args.out, tok, force=args.force, source=source)
         for path in written:
             print(f"wrote {path}")
         if isinstance(found, str) and _tokenizer_file(args) is not None:
@@ -177,13 +185,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from anekit.coreml.model_export import export_mlpackage
 
-    tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
+    tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size, _tokenizer_source(args))  # before any write
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
         # a SIGTERM leaves no temporary; a second export to OUT is refused while this one writes
         with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
             report = export_mlpackage(
-                params, args.out, quant=args.quantize, shard_mb=shard_mb, force=args.force
+                params,
+                args.out,
+                quant=args.quantize,
+                shard_mb=shard_mb,
+                force=args.force,
+                tokenizer=None if isinstance(tokenizer, str) else tokenizer,
             )
     for w in caught:
         print(f"anekit: warning: {w.message}", file=sys.stderr)
@@ -197,9 +210,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {path} ({size / 1e6:.1f} MB of weights)")
     if report.sharded:
         print(f"wrote {args.out / 'shards.json'}")
-    print(_copy_tokenizer(args, args.out if report.sharded else args.out.parent, tokenizer))
+    for line in [tokenizer] if isinstance(tokenizer, str) else report.tokenizer:
+        print(line)
     if args.check_residency:
-        from anekit.coreml.predict import check_residency
+        from anekit.coreml import check_residency
 
         for path in report.packages:
             for line in check_residency(path):
@@ -225,9 +239,9 @@ def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int
         params = _read_model(args)
         tok = _tokenizer_file(args)
         if tok is not None and tok.suffix == ".model":  # transformers reads sentencepiece models
-            found = _tokenizer_to_copy(args, params.cfg.vocab_size)
+            found = _tokenizer_to_copy(args, params.cfg.vocab_size, tok)
             if not isinstance(found, str):
-                extra["tokenizer.model"] = found[0]
+                extra["tokenizer.model"] = found.source
     check_finite(params, args.model, "export")
     shard = None if shard_mb is None else int(shard_mb * 1e6)
     with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
@@ -271,43 +285,33 @@ def _tokenizer_file(args: argparse.Namespace) -> Path | None:
     return next((folder / n for n in TOKENIZER_FILES if (folder / n).is_file()), None)
 
 
-def _tokenizer_to_copy(args: argparse.Namespace, vocab_size: int) -> tuple[Path, bytes] | str:
-    """The model's tokenizer file and bytes, to copy beside a package export; else the line to print. A
-    tokenizer whose vocabulary is not the model's is not copied (an error when --tokenizer named it)."""
-    from anekit.llama.tokenizer import load_tokenizer
+def _tokenizer_source(args: argparse.Namespace) -> Path | None:
+    """What a package export carries: --tokenizer, else a Hugging Face directory's own tokenizer files,
+    else a tokenizer file beside MODEL."""
+    from anekit.tokenizer_files import SENTENCEPIECE, TOKENIZER_JSON
 
-    source = _tokenizer_file(args)
+    own = args.model.is_dir() and any((args.model / n).is_file() for n in (TOKENIZER_JSON, SENTENCEPIECE))
+    if args.tokenizer is None and own:
+        return args.model
+    return _tokenizer_file(args)
+
+
+def _tokenizer_to_copy(
+    args: argparse.Namespace, vocab_size: int, source: Path | None
+) -> TokenizerFiles | str:
+    """The model's tokenizer files at ``source``, read and checked, to carry with the export; else the
+    line to print. A tokenizer whose vocabulary is not the model's (more ids than the model, or for one
+    that is not Hugging Face's, another count) is not carried (an error when --tokenizer named it)."""
+    from anekit.tokenizer_files import from_path
+
     if source is None:
         return "no tokenizer beside MODEL: give `anekit sample` the model's tokenizer with --tokenizer"
-    try:
-        data = source.read_bytes()
-        size = load_tokenizer(source).vocab_size
-    except OSError as e:
-        raise AnekitError(f"[export] tokenizer {source}: cannot read ({e.strerror or e})") from None
-    if size != vocab_size:
+    what = "[export] --tokenizer" if args.tokenizer is not None else "[export] tokenizer"
+    carried = from_path(source, what)
+    size = carried.load().vocab_size
+    if size > vocab_size or (size != vocab_size and carried.kind != "hf"):
         said = f"the tokenizer {source} has {size} tokens, the model {vocab_size}"
         if args.tokenizer is not None:
             raise AnekitError(f"[export] --tokenizer: {said}")
         return f"{said}: not copied (give `anekit sample` the model's tokenizer with --tokenizer)"
-    return source, data
-
-
-def _copy_tokenizer(args: argparse.Namespace, folder: Path, found: tuple[Path, bytes] | str) -> str:
-    """Copy the tokenizer into ``folder`` (a shard directory, or the one holding a single .mlpackage), where
-    ``anekit sample`` looks for it; one line saying what was done. A different file of that name already
-    there is kept unless --force."""
-    if isinstance(found, str):
-        return found
-    source, data = found
-    target = folder / ("tokenizer.model" if source.suffix == ".model" else "tokenizer.bin")
-    if target.exists() and not args.force:
-        try:
-            same = target.read_bytes() == data
-        except OSError:
-            same = False
-        if not same:
-            return f"kept {target}: a different tokenizer is there (--force replaces it)"
-        return f"{target} is already the tokenizer"
-    with writing(target, "[export]"):
-        write_bytes_atomic(target, data)
-    return f"wrote {target}"
+    return carried

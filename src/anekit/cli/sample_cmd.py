@@ -86,7 +86,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         type=Path,
         metavar="TOK",
-        help="sentencepiece .model or llama2.c tokenizer.bin with the model's vocabulary (default: "
+        help="sentencepiece .model, llama2.c tokenizer.bin, or a Hugging Face tokenizer.json or model "
+        "directory, with the model's vocabulary (default: the tokenizer an export carried, else "
         "tokenizer.model / tokenizer.bin in MODEL's shard directory or beside MODEL, else the one a "
         "checkpoint's run record names, else the built-in corpus's tokenizer, with a warning)",
     )
@@ -218,7 +219,16 @@ def _checked_tokenizer(path: Path, how: str, cfg: Any, recorded: tuple[str | Non
     """The tokenizer at ``path`` when it is the model's: the run record's (by sha256) when there is one,
     and a vocabulary of exactly the model's vocab_size; a one-line AnekitError naming what to pass else."""
     from anekit.llama import tokenizer
+    from anekit.tokenizer_files import kind_of, load_tokenizer_at
 
+    if kind_of(path) == "hf":  # a Hugging Face tokenizer: a model's vocabulary may be padded past it
+        hf = load_tokenizer_at(path, "hf")
+        if hf.vocab_size > cfg.vocab_size:
+            raise AnekitError(
+                f"[sample] the tokenizer {path} ({how}) has {hf.vocab_size} tokens but the model's "
+                f"vocab_size is {cfg.vocab_size}: its ids would mean other text; " + _pass_hint(cfg, recorded)
+            )
+        return hf
     check_input(path, "[sample] cannot read", LIMITS["tokenizer"], "a tokenizer file")
     if recorded is not None and path.is_file() and _sha256(path) != recorded[1]:
         raise AnekitError(
@@ -235,12 +245,22 @@ def _checked_tokenizer(path: Path, how: str, cfg: Any, recorded: tuple[str | Non
 
 
 def load_tokenizer(args: argparse.Namespace, cfg: Any, run: dict[str, Any] | None = None) -> Any:
-    """The model's tokenizer: --tokenizer, else one in or beside MODEL (``tokenizer_places``), else the
+    """The model's tokenizer: --tokenizer, else the one an export records it carried
+    (``anekit.tokenizer_files``), else one in or beside MODEL (``tokenizer_places``), else the
     one a checkpoint's run record names where training read it, else the built-in corpus tokenizer (said
     on stderr). A tokenizer that is not the model's is an error naming what to pass, never a fallback."""
     recorded = _recorded(run)
     if args.tokenizer is not None:
         return _checked_tokenizer(args.tokenizer, "--tokenizer", cfg, recorded)
+    if is_export(args.model):
+        from anekit.tokenizer_files import carried_path, export_record
+
+        record = export_record(args.model)
+        if record is not None:  # exactly the files the export carried, checked by their sha256
+            folder = (
+                args.model if args.model.is_dir() and args.model.suffix != ".mlpackage" else args.model.parent
+            )
+            return _checked_tokenizer(carried_path(folder, record), "carried by the export", cfg, None)
     for path in tokenizer_places(args.model):
         if path.is_file():
             where = "in" if path.parent == args.model else "beside"

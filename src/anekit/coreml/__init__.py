@@ -4,14 +4,17 @@
     pkg = load_mlpackage("model.mlpackage")              # .program, .weights, .default_function, ...
     runtime.open("sim").compile(pkg.program, pkg.weights, function=pkg.default_function)  # CoreML's route
     Session.open("model.mlpackage").run("prefill", ...)  # anekit.coreml.session: states kept across calls
+    predict("model.mlpackage", inputs, compute_units="cpu_and_ne")  # CoreML itself: macOS (else NotOnMac)
 
 The protobuf classes come from coremltools (``pip install anekit[coreml]``); without it every entry
 point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
 ``values`` (types and literals), ``spec`` (Program <-> Model), ``manifest`` (layout and safe paths),
-``save`` and ``load``; ``session`` runs a program's functions with their states kept between calls.
+``save`` and ``load``; ``session`` runs a program's functions with their states kept between calls;
+``mac`` runs a package through CoreML itself (``predict``, ``check_residency``), on macOS only.
 """
 
 from anekit.coreml.load import MLPackage, load_mlpackage
+from anekit.coreml.mac import NotOnMac, check_residency, predict, residency
 from anekit.coreml.manifest import WEIGHT_PATH
 from anekit.coreml.save import DEFAULT_BLOB_THRESHOLD, save_mlpackage
 from anekit.errors import CoreMLFormatError, CoreMLUnavailable
@@ -22,6 +25,10 @@ __all__ = [
     "CoreMLFormatError",
     "CoreMLUnavailable",
     "MLPackage",
+    "NotOnMac",
+    "check_residency",
     "load_mlpackage",
+    "predict",
+    "residency",
     "save_mlpackage",
 ]

@@ -313,6 +313,8 @@ class _Graph:
             q = self.bias(q, f"layers.{i}.bq", lp.bq, f"{tag}_q_bias")  # (1, q_dim, T, 1)
             k = self.bias(k, f"layers.{i}.bk", lp.bk, f"{tag}_k_bias")  # (1, kv, T, 1)
             v = self.bias(v, f"layers.{i}.bv", lp.bv, f"{tag}_v_bias")  # (1, kv, T, 1)
+        if pos is None:  # prefill: this call's values are the whole cache, written as soon as they are made
+            values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
         if lp.q_norm is not None:  # Qwen 3: each head of q and k RMS-normalised before RoPE
             q = self.head_rmsnorm(q, qd, f"layers.{i}.q_norm", lp.q_norm, f"{tag}_q_norm")  # (1, q_dim, T, 1)
             k = self.head_rmsnorm(k, kvd, f"layers.{i}.k_norm", lp.k_norm, f"{tag}_k_norm")  # (1, kv, T, 1)
@@ -320,18 +322,19 @@ class _Graph:
         cos_k, sin_k = self.rope_tables(kvd, pos) if kvd != qd else (cos_q, sin_q)
         q = self.rope(q, qd, cos_q, sin_q, f"{tag}_q_rope")  # (1, q_dim, T, 1)
         k = self.rope(k, kvd, cos_k, sin_k, f"{tag}_k_rope")  # (1, kv, T, 1)
+        # Each coreml_update_state directly follows the op that makes its value, the order coremltools
+        # writes (its canonicalize_inplace_pattern pass inserts before the op after the producer).
         if pos is None:  # prefill: this call's keys are the whole cache (positions 0 .. S-1)
             keys = f.coreml_update_state(state=k_state, value=k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
-            values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
             mask = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, T, S)
         else:  # decode: the cache with position pos replaced by this token's key / value
             # here: (1, 1, S, 1) bool, true at pos; mask: (1, 1, 1, S). Made once, read by every layer.
             here, mask = self.once("decode_masks", lambda: self.decode_masks(pos))
             old_k = f.read_state(input=k_state, name=f"{tag}_k_old")  # (1, kv, S, 1)
-            old_v = f.read_state(input=v_state, name=f"{tag}_v_old")  # (1, kv, S, 1)
             new_k = f.select(cond=here, a=k, b=old_k, name=f"{tag}_k_new")  # (1, kv, S, 1)
-            new_v = f.select(cond=here, a=v, b=old_v, name=f"{tag}_v_new")  # (1, kv, S, 1)
             keys = f.coreml_update_state(state=k_state, value=new_k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
+            old_v = f.read_state(input=v_state, name=f"{tag}_v_old")  # (1, kv, S, 1)
+            new_v = f.select(cond=here, a=v, b=old_v, name=f"{tag}_v_new")  # (1, kv, S, 1)
             values = f.coreml_update_state(state=v_state, value=new_v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
         qh = f.reshape(x=q, shape=[g, m, hd, t], name=f"{tag}_qh")  # (kv heads, group, hd, T)
         kh = f.reshape(x=keys, shape=[g, 1, hd, s], name=f"{tag}_kh")  # (kv heads, 1, hd, S)

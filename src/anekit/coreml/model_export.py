@@ -3,7 +3,9 @@
 Nothing half-written is left: a package is written by ``save_mlpackage`` (atomic), its weight file is
 streamed into a temporary directory beside the target first; a sharded export is assembled in a
 temporary directory that is renamed into place at the end; llama2.c files go through ``atomic_write``.
-An existing target is refused unless ``force``.
+An existing target is refused unless ``force``. The model's tokenizer files, when given, go into the
+shard directory (before it is renamed into place) or beside the one package, and the export records them
+(shards.json's ``anekit.tokenizer``, the package's metadata) for ``anekit sample``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from anekit.coreml.shards import DEFAULT_SHARD_MB, MB, SHARDS_FILE, package_name
 from anekit.errors import AnekitError
 from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.llama.params import Params
+from anekit.tokenizer_files import RECORD_KEY, TokenizerFiles, refuse_conflicts, write_beside
 
 
 @dataclass
@@ -33,6 +36,7 @@ class ExportReport:
     weight_bytes: list[int] = field(default_factory=list)
     quantized: list[Quantized] = field(default_factory=list)
     sharded: bool = False
+    tokenizer: list[str] = field(default_factory=list)  # what was done with the tokenizer files
 
 
 def _refuse_existing(out: Path, force: bool) -> None:
@@ -40,7 +44,7 @@ def _refuse_existing(out: Path, force: bool) -> None:
         raise AnekitError(f"[export] {out} already exists (use --force to replace it)")
 
 
-def _save(program: object, path: Path, blob: Path, overwrite: bool) -> None:
+def _save(program: object, path: Path, blob: Path, overwrite: bool, metadata: dict[str, str]) -> None:
     try:
         from anekit.coreml import save_mlpackage  # type: ignore[attr-defined]
     except ImportError as e:
@@ -48,19 +52,20 @@ def _save(program: object, path: Path, blob: Path, overwrite: bool) -> None:
     save_mlpackage(
         program, path, weights={WEIGHT_PATH: blob}, default_function="decode", overwrite=overwrite,
         consume_weights=True,  # the stage's scratch weight file becomes the package's weight.bin
+        metadata=metadata,
     )  # fmt: skip
 
 
 def _write_stage(
     params: Params, stage: Stage, target: Path, scratch: Path, quant: str, overwrite: bool,
-    on_quantized: Callable[[Quantized], None],
+    on_quantized: Callable[[Quantized], None], metadata: dict[str, str] | None = None,
 ) -> int:  # fmt: skip
     """One stage's program and weights -> ``target`` (.mlpackage); returns the weight bytes written."""
     blob = scratch / f"{target.stem}.weight.bin"
     with BlobWriter(blob) as writer:
         sink = WeightSink(writer.append, quant, on_quantized)
         program = build_program(params, stage, sink)
-    _save(program, target, blob, overwrite)
+    _save(program, target, blob, overwrite, metadata or {})
     blob.unlink(missing_ok=True)
     return sink.nbytes
 
@@ -72,9 +77,11 @@ def export_mlpackage(
     quant: str = "none",
     shard_mb: float | None = None,
     force: bool = False,
+    tokenizer: TokenizerFiles | None = None,
 ) -> ExportReport:
     """Export ``params`` as one package ``out`` or, when ``shard_mb`` is given or the weights exceed the
-    250 MB of law 4, as a directory ``out`` of shard packages and ``shards.json``."""
+    250 MB of law 4, as a directory ``out`` of shard packages and ``shards.json``; ``tokenizer``'s files
+    go with it (checked beside a single package by the caller: ``tokenizer_files.refuse_conflicts``)."""
     out = Path(out)
     check_mode(quant)
     _refuse_existing(out, force)
@@ -85,6 +92,8 @@ def export_mlpackage(
         shard_mb = DEFAULT_SHARD_MB
     stages = plan_shards(cfg, shard_mb, quant, tied) if shard_mb is not None else [Stage.whole(cfg)]
     report = ExportReport(out, sharded=shard_mb is not None)
+    if tokenizer is not None and not report.sharded:  # a shard directory is new: nothing to collide with
+        refuse_conflicts(out.parent, tokenizer, force)
 
     def quantized(q: Quantized) -> None:  # a tied embedding is quantized in both its shards: report it once
         if all(seen.name != q.name for seen in report.quantized):
@@ -93,15 +102,24 @@ def export_mlpackage(
     remove_stale_temporaries(out.parent, "export")  # what a killed export left beside OUT
     tmp = temporary_dir(out, "export")  # named by kind and pid: a later export removes it if stale
     try:
+        record = {} if tokenizer is None else {RECORD_KEY: json.dumps(tokenizer.record(), sort_keys=True)}
         if not report.sharded:
-            report.weight_bytes.append(_write_stage(params, stages[0], out, tmp, quant, force, quantized))
+            report.weight_bytes.append(
+                _write_stage(params, stages[0], out, tmp, quant, force, quantized, record)
+            )
             report.packages.append(out)
+            if tokenizer is not None:
+                _tokenizer_beside(out, tokenizer, report)
             return report
         for i, stage in enumerate(stages):
             target = tmp / package_name(i, stage)
             report.weight_bytes.append(_write_stage(params, stage, target, tmp, quant, False, quantized))
             report.packages.append(out / target.name)
         manifest = shards_manifest(cfg, stages, report.weight_bytes, quant, shard_mb)  # type: ignore[arg-type]
+        if tokenizer is not None:
+            write_beside(tmp, tokenizer)
+            manifest[RECORD_KEY] = tokenizer.record()
+            report.tokenizer = [f"wrote {out / name}" for name in tokenizer.files]
         (tmp / SHARDS_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
         replace_path(tmp, out)
         return report
@@ -109,25 +127,43 @@ def export_mlpackage(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _tokenizer_beside(out: Path, tokenizer: TokenizerFiles, report: ExportReport) -> None:
+    """The tokenizer's files beside the package just written; the package is removed when they cannot
+    be written, so no export is left whose tokenizer is missing."""
+    try:
+        report.tokenizer = write_beside(out.parent, tokenizer)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
 def export_llama2c(
-    params: Params, out: str | os.PathLike[str], tokenizer: object | None, *, force: bool = False
+    params: Params,
+    out: str | os.PathLike[str],
+    tokenizer: object | None,
+    *,
+    force: bool = False,
+    source: Path | None = None,
 ) -> list[Path]:
-    """run.c's model file ``out`` and, beside it, ``tokenizer.bin`` (from ``tokenizer``, if given)."""
-    from anekit.llama.llama2c import write_llama2c, write_tokenizer_bin
+    """run.c's model file ``out`` and, beside it, ``tokenizer.bin`` (from ``tokenizer``, if given; read
+    from ``source``, for messages). A tokenizer.bin already there with the same bytes is kept; another is
+    refused unless ``force``, as a package export refuses one (``tokenizer_files.refuse_conflicts``)."""
+    from anekit.llama.llama2c import build_tokenizer_bin, write_llama2c
+    from anekit.tokenizer_files import LLAMA2C
 
     out = Path(out)
     written = [out]
-    tok_path = out.parent / "tokenizer.bin"
     _refuse_existing(out, force)
-    llama_tok = None
+    carried = None
     if tokenizer is not None:
-        _refuse_existing(tok_path, force)
-        llama_tok = to_llama2c_tokenizer(tokenizer)
-        written.append(tok_path)
+        data = build_tokenizer_bin(to_llama2c_tokenizer(tokenizer))  # type: ignore[arg-type]
+        carried = TokenizerFiles("llama2c", {LLAMA2C: data}, source or out.parent / LLAMA2C)
+        refuse_conflicts(out.parent, carried, force)
+        written.append(out.parent / LLAMA2C)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_llama2c(out, params)
-    if llama_tok is not None:
-        write_tokenizer_bin(tok_path, llama_tok)
+    if carried is not None:
+        write_beside(out.parent, carried)
     return written
 
 

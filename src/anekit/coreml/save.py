@@ -232,6 +232,7 @@ def save_mlpackage(
     description: str | None = None,
     overwrite: bool = False,
     consume_weights: bool = False,
+    metadata: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``program`` as an ML Program package at ``path`` (``.mlpackage``); returns the path.
 
@@ -242,7 +243,8 @@ def save_mlpackage(
     ``default_function``: the function CoreML runs by default ("main", or the first function).
     An existing ``path`` is refused unless ``overwrite``. ``consume_weights``: the weight files given are
     the caller's scratch files, so one that becomes weight.bin as it is may be moved in, not copied (and
-    is then gone, whether the save succeeds or not).
+    is then gone, whether the save succeeds or not). ``metadata``: entries of the model's userDefined
+    metadata (strings).
     """
     p = proto()  # CoreMLUnavailable before anything touches the disk
     path = Path(path)
@@ -269,7 +271,11 @@ def save_mlpackage(
             placer = _Placer(writer, blob_threshold, weights or {}, adopted)
             try:
                 model = program_to_model(
-                    program, placer, default_function=default_function, description=description
+                    program,
+                    placer,
+                    default_function=default_function,
+                    description=description,
+                    metadata=metadata,
                 )
             finally:
                 placer.close()

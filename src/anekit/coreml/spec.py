@@ -20,7 +20,7 @@ follow coremltools (``coremltools/__init__.py`` ``_OPSET``; ``_deployment_compat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from anekit import __version__
@@ -160,9 +160,15 @@ def _function(fn: Function, place: Place) -> Any:
 
 
 def program_to_model(
-    program: Program, place: Place, *, default_function: str, description: str | None = None
+    program: Program,
+    place: Place,
+    *,
+    default_function: str,
+    description: str | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Any:
-    """The ``Model`` protobuf of ``program`` (const values placed by ``place``)."""
+    """The ``Model`` protobuf of ``program`` (const values placed by ``place``); ``metadata``: more
+    userDefined entries."""
     p = proto()
     if default_function not in program.functions:
         raise CoreMLFormatError(
@@ -186,6 +192,7 @@ def program_to_model(
     if description:
         desc.metadata.shortDescription = description
     desc.metadata.userDefined["com.github.apple.coremltools.source"] = f"anekit {__version__}"
+    desc.metadata.userDefined.update(metadata or {})
     mlp = model.mlProgram
     mlp.version = 1
     for name, fn in program.functions.items():

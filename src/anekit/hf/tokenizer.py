@@ -576,14 +576,18 @@ class HFTokenizer:
 
 
 def load_hf_tokenizer(directory: str | os.PathLike[str]) -> HFTokenizer:
-    """The tokenizer of the Hugging Face model directory ``directory`` (see the module docstring)."""
+    """The tokenizer of the Hugging Face model directory ``directory`` (see the module docstring), or of a
+    tokenizer.json file named itself, with the other files of the directory that holds it."""
     directory = Path(directory)
     st = stat_input(directory, READ)
     if st is None:
         raise AnekitError(f"{READ} {shown(directory)}: no such directory")
-    if not stat.S_ISDIR(st.st_mode):
+    tokenizer_json = None
+    if stat.S_ISREG(st.st_mode) and directory.suffix == ".json":
+        tokenizer_json, directory = directory, directory.parent
+    elif not stat.S_ISDIR(st.st_mode):
         raise AnekitError(f"{READ} {shown(directory)}: {kind_of(st.st_mode)}, not a model directory")
-    backend = _backend(directory)
+    backend = _backend(directory) if tokenizer_json is None else _FastBackend(tokenizer_json)
     config_path = directory / TOKENIZER_CONFIG
     config = _read_object(config_path) or {}
     named = _named_tokens(directory, config)

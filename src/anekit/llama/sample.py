@@ -331,12 +331,13 @@ class TextStream:
     It decodes the whole list each time and yields what is new, so a decoder that strips the leading
     space of the first piece or joins byte tokens into UTF-8 does so exactly as on the full text. A
     decode ending in U+FFFD (an unfinished UTF-8 sequence) is held back until more tokens complete it.
+    ``context`` (BOS) is decoded with the tokens but never printed.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+    def __init__(self, decode: Callable[[list[int]], str], context: Sequence[int] = ()) -> None:
         self._decode = decode
-        self._ids: list[int] = []
-        self._text = ""
+        self._ids: list[int] = [int(t) for t in context]  # decoded with the rest, never printed
+        self._text = decode(list(self._ids)) if self._ids else ""
 
     def push(self, token: int) -> str:
         self._ids.append(int(token))
@@ -499,7 +500,9 @@ class Sampler:
         """Text pieces as they are generated; the prompt's text comes first when echo_prompt (as run.c).
         ``bos`` False: the prompt holds its own (a chat template's rendering)."""
         ids = self.encode(prompt, bos)
-        stream = TextStream(self.tokenizer.decode)
+        # BOS, when the prompt starts with it, is the stream's context: run.c's decode (llama2.c's
+        # tokenizer.bin) drops the leading space of the piece right after BOS, and only there.
+        stream = TextStream(self.tokenizer.decode, ids[:1] if ids[0] == self.bos_id else ())
         if ids[0] != self.bos_id:  # a tokenizer without BOS: the first prompt token is text too
             piece = stream.push(ids[0])
             if piece and echo_prompt:
