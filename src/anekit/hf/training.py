@@ -36,15 +36,15 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import write_bytes_atomic
 from anekit.jsonio import loads
 from anekit.llama.run import (
     INT32_MAX,
     Run,
+    StagedCurves,
     TrainOptions,
     sha256_file,
-    write_curves,
 )
+from anekit.outputs import writing
 
 STATE_FILE = "state.safetensors"
 RUN_KEY = "anekit.run"  # the run record's key in the state file's metadata
@@ -474,9 +474,13 @@ class HFRun(Run):
                                       ("v.", self.state.adam_v)):  # fmt: skip
                 for name, a in container.tensors():
                     tensors[prefix + name] = ("F32", np.ascontiguousarray(a, np.float32))
-        write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
+        with writing(self.checkpoint, "[train]"):
+            write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
         if self.mode == "lora":
-            self.write_result()
+            with writing(self.out / "adapters", "[train]"):
+                self.write_result()
+            if self.state.step == 0 and self.out / "adapters" not in self._started:
+                self._started.append(self.out / "adapters")  # removed if the run fails before a step
 
     def write_result(self) -> list[Path]:
         """The run's product: OUT/adapters (LoRA, PEFT's format) or OUT/model (a Hugging Face directory)."""
@@ -526,7 +530,7 @@ class HFRun(Run):
         for name in SIDE_FILES:
             source = Path(self.model.directory) / name
             if source.is_file():
-                write_bytes_atomic(self.out / name, source.read_bytes())
+                self._write_started(self.out / name, source.read_bytes())
 
     def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         validate = self._validate(log) if self.valid and self.val_every > 0 else None
@@ -536,9 +540,9 @@ class HFRun(Run):
         if self.mode == "full" and reason != "budget":
             self.write_result()
 
-    def _curves(self, draw: bool) -> str | None:
+    def _curves(self, draw: bool) -> StagedCurves:
         val = self.state.val_losses if self.valid else None
-        return write_curves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
+        return StagedCurves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
                             painter=self._painter)  # fmt: skip
 
     def _remove_new_out(self) -> None:

@@ -35,11 +35,12 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, write_bytes_atomic
+from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, temporary_name, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+from anekit.outputs import writing
 from anekit.threads import Background, cores
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class RunResult:
     checkpoint: Path
     seconds: dict[str, float]
     no_png: str | None = None  # why loss.png was not drawn (matplotlib missing), when it was not
+    written: bool = True  # False: the resumed run was already finished; nothing was trained or written
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -271,32 +273,73 @@ def save_run(path: Path, state: TrainState, spec: RunRecord, wall: float) -> Non
     checkpoint.save_checkpoint(path, state.params, state.adam_m, state.adam_v, meta, run=spec.record(state))
 
 
-def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
-                 val_losses: dict[int, float] | None = None, painter: Any = None) -> str | None:  # fmt: skip
-    """loss.csv always (with a ``val_loss`` column, empty where not evaluated, when ``val_losses`` is
-    given); loss.png when ``draw``, through ``painter`` (a ``plot_helper.PlotHelper``) when given. Returns
-    the one line saying why there is no picture, or None when it was drawn (or not asked for)."""
-    from anekit.llama.plot import PlotUnavailable, write_loss_png
-
+def curves_csv(losses: list[float], val_losses: dict[int, float] | None = None) -> bytes:
+    """loss.csv's bytes: ``step,loss``, with a ``val_loss`` column (empty where not evaluated) when
+    ``val_losses`` is given."""
     if val_losses is None:
         rows = "".join(f"{i + 1},{loss:.6f}\n" for i, loss in enumerate(losses))
-        text = "step,loss\n" + rows
-    else:
-        at = {int(k): v for k, v in val_losses.items()}
-        rows = "".join(
-            f"{i},{'' if i == 0 else f'{losses[i - 1]:.6f}'},{f'{at[i]:.6f}' if i in at else ''}\n"
-            for i in range(len(losses) + 1)
-            if i > 0 or 0 in at
-        )
-        text = "step,loss,val_loss\n" + rows
-    write_bytes_atomic(out / "loss.csv", text.encode())
-    if not draw or not losses:
-        return None
+        return ("step,loss\n" + rows).encode()
+    at = {int(k): v for k, v in val_losses.items()}
+    rows = "".join(
+        f"{i},{'' if i == 0 else f'{losses[i - 1]:.6f}'},{f'{at[i]:.6f}' if i in at else ''}\n"
+        for i in range(len(losses) + 1)
+        if i > 0 or 0 in at
+    )
+    return ("step,loss,val_loss\n" + rows).encode()
+
+
+class StagedCurves:
+    """loss.csv and loss.png of some losses, made aside (the picture drawn into a temporary beside
+    loss.png, through ``painter`` when given) and put in place only by ``commit``: a run commits them once
+    the checkpoint holding those losses is written, so the curve is never ahead of the checkpoint.
+    ``no_png`` is the one line saying why there is no picture (matplotlib missing), else None."""
+
+    def __init__(self, out: Path, losses: list[float], title: str, marks: list[tuple[int, str]],
+                 draw: bool = True, val_losses: dict[int, float] | None = None,
+                 painter: Any = None) -> None:  # fmt: skip
+        from anekit.llama.plot import PlotUnavailable, write_loss_png
+
+        self.out, self.csv = out, curves_csv(losses, val_losses)
+        self.no_png: str | None = None
+        self.picture: Path | None = None
+        if not draw or not losses:
+            return
+        tmp = temporary_name(out / "loss.png")
+        try:
+            with writing(out / "loss.png", "[train]"):
+                (write_loss_png if painter is None else painter.draw)(tmp, losses, title, marks)
+        except PlotUnavailable as e:
+            self.no_png = str(e).removeprefix("[plot] ")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        else:
+            self.picture = tmp
+
+    def commit(self) -> None:
+        with writing(self.out / "loss.csv", "[train]"):
+            write_bytes_atomic(self.out / "loss.csv", self.csv)
+        if self.picture is not None:
+            with writing(self.out / "loss.png", "[train]"):
+                os.replace(self.picture, self.out / "loss.png")
+            self.picture = None
+
+    def discard(self) -> None:
+        if self.picture is not None:
+            self.picture.unlink(missing_ok=True)
+            self.picture = None
+
+
+def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
+                 val_losses: dict[int, float] | None = None, painter: Any = None) -> str | None:  # fmt: skip
+    """loss.csv always, loss.png when ``draw`` (``StagedCurves``, committed at once). Returns the one line
+    saying why there is no picture, or None when it was drawn (or not asked for)."""
+    staged = StagedCurves(out, losses, title, marks, draw, val_losses, painter)
     try:
-        (write_loss_png if painter is None else painter.draw)(out / "loss.png", losses, title, marks)
-    except PlotUnavailable as e:
-        return str(e).removeprefix("[plot] ")
-    return None
+        staged.commit()
+    finally:
+        staged.discard()
+    return staged.no_png
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -449,6 +492,7 @@ class Run:
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
+        self._started: list[Path] = []  # the files a new run wrote beside its step-0 checkpoint
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
@@ -678,7 +722,8 @@ class Run:
                 in_flight.wait()
 
     def _write_checkpoint(self) -> None:
-        save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
+        with writing(self.checkpoint, "[train]"):
+            save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
 
     def title(self) -> str:
         spec = self.spec
@@ -728,6 +773,9 @@ class Run:
         every = o.checkpoint_every or AUTO_CHECKPOINT_STEPS
         seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
         reason, first_saved = "done", False
+        if o.resume and state.step >= tc.steps:  # finished before: nothing to train, nothing is written
+            return RunResult("done", state.step, tc.steps, list(state.losses), self.checkpoint,
+                             dict(state.seconds), written=False)  # fmt: skip
         try:
             if not o.resume:
                 # step 0: from now on a kill at any instant leaves a run that resume continues. Written while
@@ -753,39 +801,59 @@ class Run:
                 )
         except AnekitError:
             self._settle(quiet=True)  # the step-0 write, if it is still going, ends before anything else
-            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
-                if first_saved:
-                    self.checkpoint.unlink(missing_ok=True)
-                if created:
-                    self._remove_new_out()
+            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses, a full disk:
+                self._remove_started(first_saved, created)  # leave no run behind
             raise
         except BaseException:
             self._settle(quiet=True)  # Ctrl-C from Python: the step-0 checkpoint is whole before we unwind
             raise
         save(state, background=True)  # written while the run's product and its curves are made
+        staged: StagedCurves | None = None
         try:
             if on_done is not None and reason == "done":
                 on_done()
             self._finish(reason)
-            no_png = self._curves(draw=reason != "budget")
+            staged = self._curves(draw=reason != "budget")
+            self._settle()
+            staged.commit()  # the curves only once the checkpoint holding their losses is in place
         except BaseException:
             self._settle(quiet=True)
             raise
-        self._settle()
+        finally:
+            if staged is not None:
+                staged.discard()
         return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
-                         dict(state.seconds), no_png)  # fmt: skip
+                         dict(state.seconds), staged.no_png)  # fmt: skip
+
+    def _remove_started(self, first_saved: bool, created: bool) -> None:
+        """A new run failing before its first step: remove what it wrote (its checkpoint and the files
+        ``_start_files`` wrote), and the directory when it made it."""
+        import shutil
+
+        with contextlib.suppress(OSError):
+            if first_saved and _identity(self.checkpoint) != self.seen:  # this run's, not the one it found
+                self.checkpoint.unlink(missing_ok=True)
+            for path in self._started:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+        if created:
+            self._remove_new_out()
 
     # -- what a kind of run adds (``anekit.hf.training.HFRun`` overrides these) ------------------------
 
     def _start_files(self) -> None:
         """Beside the step-0 checkpoint: the tokenizer's copy (a previous run's state file goes)."""
-        try:
-            write_bytes_atomic(self.out / self.spec.tokenizer_file, self.tok_bytes)
-        except OSError as e:
-            raise AnekitError(
-                f"[train] cannot copy the tokenizer {self.tok_path} into {self.out}: {e.strerror}"
-            ) from e
+        self._write_started(self.out / self.spec.tokenizer_file, self.tok_bytes)
         (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
+
+    def _write_started(self, path: Path, data: bytes) -> None:
+        """Write one of the files a new run starts with (removed again if it fails before its first step);
+        a failed write is one line naming the file and why."""
+        with writing(path, "[train]"):
+            write_bytes_atomic(path, data)
+        self._started.append(path)
 
     def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         """More arguments of ``trainer.train`` (what is trained, validation)."""
@@ -794,8 +862,8 @@ class Run:
     def _finish(self, reason: str) -> None:
         """After the last save (a product to write)."""
 
-    def _curves(self, draw: bool) -> str | None:
-        return write_curves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw,
+    def _curves(self, draw: bool) -> StagedCurves:
+        return StagedCurves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw,
                             painter=self._painter)  # fmt: skip
 
     def _plot_helper(self) -> PlotHelper | None:
