@@ -69,7 +69,9 @@ def test_a_file_size_limit_on_the_step_0_checkpoint_is_one_line_naming_it_and_le
     assert not out.exists()  # no lock, no tokenizer copy, no temporary, no directory
 
 
-def test_a_failed_final_checkpoint_leaves_loss_csv_at_the_checkpoints_steps(tmp_path: Path, cache: Path) -> None:
+def test_a_failed_final_checkpoint_leaves_loss_csv_at_the_checkpoints_steps(
+    tmp_path: Path, cache: Path
+) -> None:
     out = tmp_path / "run"
     stopped = run.Run(run.TrainOptions(out=out, steps=6, accum=1, checkpoint_every=1000))
     calls = {"n": 0}
@@ -157,3 +159,60 @@ def test_a_full_disk_on_the_hf_run_state_names_it_and_leaves_nothing(
         assert list(out.iterdir()) == []  # no lock, no tokenizer files, no adapters/, no state file
     else:
         assert not out.exists()
+
+
+# -- the paths a run record names -------------------------------------------------------------------------
+
+
+def _renamed_record(ckpt: Path, **paths: str) -> None:
+    """Rewrite ``ckpt`` with its run record's ``<field>.path`` set to the given paths."""
+    ck = checkpoint.load_checkpoint_file(ckpt)
+    record = dict(ck.run)
+    for key, path in paths.items():
+        record[key] = {**record[key], "path": path}
+    checkpoint.save_checkpoint(ckpt, ck.params, ck.adam_m, ck.adam_v, ck.meta, run=record)
+
+
+def _memory_limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_run_record_naming_a_device_or_fifo_as_its_data_is_refused_naming_the_field(
+    tmp_path: Path, cache: Path, kind: str
+) -> None:
+    from anekit.llama.corpus import generate_corpus
+
+    text = tmp_path / "stories.txt"
+    text.write_text(generate_corpus())
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "3", "--data", str(text), *QUICK]) == 0
+    stopped_at = checkpoint.load_checkpoint_file(out / "ckpt.bin")
+    assert stopped_at.run["data"]["path"] == str(text.resolve())
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+        says = "FIFO"
+    else:
+        target, says = Path("/dev/zero"), "character device"
+    _renamed_record(out / "ckpt.bin", data=str(target))
+    env = dict(os.environ, ANEKIT_CACHE=str(cache), PYTHONPATH=str(PROJECT_ROOT / "src"))
+    done = subprocess.run([sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), "--resume",
+                           "--sample-steps", "0"], env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=_memory_limited)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"anekit: [train] the run record of {out / 'ckpt.bin'}: data.path {target}: "
+    ), done.stderr
+    assert says in lines[0].lower() or says in lines[0]
+
+
+def test_a_run_records_model_directory_must_be_a_directory(tmp_path: Path) -> None:
+    from anekit.errors import AnekitError
+
+    with pytest.raises(AnekitError) as e:
+        run.check_record_path(tmp_path / "state.safetensors", "base.path", "/dev/zero")
+    assert str(e.value).startswith(f"[train] the run record of {tmp_path / 'state.safetensors'}: base.path ")
+    (tmp_path / "m").mkdir()
+    assert run.check_record_path(tmp_path / "x", "base.path", str(tmp_path / "m")) == tmp_path / "m"

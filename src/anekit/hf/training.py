@@ -42,6 +42,7 @@ from anekit.llama.run import (
     Run,
     StagedCurves,
     TrainOptions,
+    check_record_path,
     sha256_file,
 )
 from anekit.outputs import writing
@@ -231,7 +232,9 @@ class HFRun(Run):
 
         o, hf = self.options, self.hf
         try:
-            init = o.init if o.init is not None else Path(stored["base"]["path"]) if stored else None
+            init = o.init
+            if init is None and stored:
+                init = check_record_path(self.checkpoint, "base.path", stored["base"]["path"])
             if init is None:
                 raise AnekitError("[train] --init HF_DIR names the model to fine-tune")
             seq = hf.seq or (stored["seq"] if stored else DEFAULT_SEQ)
@@ -292,7 +295,9 @@ class HFRun(Run):
         self.val_every = kept(hf.val_every, "val_every", DEFAULT_VAL_EVERY)
         self.val_batches = kept(hf.val_batches, "val_batches", DEFAULT_VAL_BATCHES)
         stored_data = stored["data"]["path"] if stored else None
-        data_path = o.data if o.data is not None else (Path(stored_data) if stored_data else None)
+        data_path = o.data
+        if data_path is None:
+            data_path = check_record_path(self.checkpoint, "data.path", stored_data)
         self.data_path = data_path
         self._load_data(data_path, seq)
         if stored is not None and self.data_id != stored["data"]["sha256"]:

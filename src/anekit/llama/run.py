@@ -469,6 +469,29 @@ def check_input_paths(options: TrainOptions) -> None:
         check_input(options.init, "[train] --init cannot read", expected="a model file")
 
 
+def check_record_path(where: Path, field_name: str, path: str | None) -> Path | None:
+    """A path a run record names (``data.path``, ``tokenizer.path``, ``base.path``), before a resume opens
+    it: the checks its flag gets (``check_input_paths``), in one line naming the record's field. Returns
+    the path (None for None)."""
+    from anekit.inputs import LIMITS, check_input, stat_input
+
+    if path is None:
+        return None
+    what = f"[train] the run record of {where}: {field_name}"
+    if field_name == "data.path":
+        st = stat_input(path, what)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            check_input(path, what, expected="a text file or a directory of shards")
+    elif field_name == "tokenizer.path":
+        check_input(path, what, LIMITS["tokenizer"], "a tokenizer file")
+    else:
+        st = stat_input(path, what)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            check_input(path, what, expected="a model directory")  # names what it is
+            raise AnekitError(f"{what} {path}: a file, not a model directory")
+    return Path(path)
+
+
 # --------------------------------------------------------------------------------------------------------
 # the run
 # --------------------------------------------------------------------------------------------------------
@@ -563,7 +586,7 @@ class Run:
         if tok_path is None:
             tok_path = out / spec.tokenizer_file
             if not tok_path.is_file() and spec.tokenizer.path is not None:
-                tok_path = Path(spec.tokenizer.path)
+                tok_path = check_record_path(ckpt_path, "tokenizer.path", spec.tokenizer.path)
         tok_id = sha256_file(tok_path, TOKENIZER_MAX_BYTES)
         if tok_id != spec.tokenizer.sha256:
             raise AnekitError(
@@ -572,7 +595,9 @@ class Run:
             )
         self.tok_path = tok_path
         self.tokenizer = _open_tokenizer(tok_path)
-        data_path = o.data if o.data is not None else (spec.data.path and Path(spec.data.path))
+        data_path = o.data
+        if data_path is None:
+            data_path = check_record_path(ckpt_path, "data.path", spec.data.path)
         self.dataset = _dataset(data_path, self.tokenizer, self.tc.seed)
         data_id = sha256_tokens(self.dataset)
         if data_id != spec.data.sha256:
