@@ -44,6 +44,7 @@ from anekit.llama.run import (
     INT32_MAX,
     Run,
     TrainOptions,
+    flag_names,
 )
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
@@ -325,7 +326,8 @@ def _resume_hint(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        return _run(args)
+        with flag_names():  # the library's messages name its options as this command's flags
+            return _run(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         if sys.stdout.isatty():
             with contextlib.suppress(OSError, ValueError):

@@ -22,11 +22,12 @@ backend's compile budget ran out returns ``"budget"`` (the command then re-execu
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,35 @@ class TrainOptions:
     numerics: dict[str, Any] = field(default_factory=dict)  # the simulator's chip / numerics / sanitize
     restarted: bool = False  # a re-executed process continuing after a compile-budget restart
     threads: int | None = None  # sequences run at once (default: every core, simulator and dynamic weights)
+
+
+# How messages name the options: as the Python parameters (``resume=True``, ``steps=5``) by default, as
+# ``anekit train``'s flags (``--resume``, ``--steps 5``) while the command runs (``flag_names``).
+_FLAG_NAMES: contextvars.ContextVar[bool] = contextvars.ContextVar("anekit_train_flag_names", default=False)
+SWITCHES = ("resume", "force")  # options that are on or off: a flag without a value
+_UNSET: Any = object()
+
+
+@contextlib.contextmanager
+def flag_names() -> Iterator[None]:
+    """While it is held, messages name the options as ``anekit train``'s flags (the command holds it)."""
+    token = _FLAG_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _FLAG_NAMES.reset(token)
+
+
+def opt(name: str, value: Any = _UNSET) -> str:
+    """An option as its caller wrote it: ``opt("steps", 5)`` is "steps=5" from Python and "--steps 5" from
+    the command line; ``opt("resume")`` "resume=True" / "--resume"; ``opt("lora_alpha")`` "lora_alpha" /
+    "--lora-alpha"."""
+    if _FLAG_NAMES.get():
+        flag = "--" + name.replace("_", "-")
+        return flag if value is _UNSET else f"{flag} {value}"
+    if value is _UNSET:
+        return f"{name}=True" if name in SWITCHES else name
+    return f"{name}={value}"
 
 
 @dataclass(frozen=True)
@@ -211,7 +241,7 @@ class RunRecord:
 
         if rec.get("format") != RUN_FORMAT or rec.get("version") != RUN_VERSION:
             raise AnekitError(
-                f"[train] --resume: {where} holds a run record of another kind "
+                f"[train] {opt('resume')}: {where} holds a run record of another kind "
                 f"({rec.get('format')!r} version {rec.get('version')!r}); anekit reads '{RUN_FORMAT}' "
                 f"version {RUN_VERSION}"
             )
@@ -231,7 +261,7 @@ class RunRecord:
                 marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
             )
         except (KeyError, TypeError, ValueError, AnekitError) as e:
-            raise AnekitError(f"[train] --resume: the run record of {where} is incomplete: {e}") from e
+            raise AnekitError(f"[train] {opt('resume')}: the run record of {where} is incomplete: {e}") from e
 
 
 def _state_from(ck: Any, rec: dict[str, Any]) -> TrainState:
@@ -240,7 +270,7 @@ def _state_from(ck: Any, rec: dict[str, Any]) -> TrainState:
     st = rec["state"]
     if st["step"] != ck.meta.step or st["adam_t"] != ck.meta.adam_t:
         raise AnekitError(
-            f"[train] --resume: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
+            f"[train] {opt('resume')}: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
             f"header {ck.meta.step} / {ck.meta.adam_t}"
         )
     return TrainState(
@@ -361,33 +391,38 @@ def _check_finite(params: Any, init: Path | None) -> None:
     """Refuse initial weights holding NaN or infinity (a damaged --init model) before anything is written."""
     for name, a in params.tensors():
         if not np.isfinite(a).all():
-            where = f"--init {init}" if init is not None else "the initial weights"
+            where = opt("init", init) if init is not None else "the initial weights"
             raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
 
 
 def _check_options(options: TrainOptions, stored: RunRecord, where: Path) -> None:
     """On resume: refuse every given option that contradicts the stored run."""
     given = {
-        "--config": (options.config, stored.cfg.name),
-        "--steps": (options.steps, stored.tc.steps),
-        "--accum": (options.accum, stored.tc.accum),
-        "--lr": (options.lr, stored.tc.lr),
-        "--seed": (options.seed, stored.tc.seed),
-        "--weights": (options.weights, stored.tc.weights),
+        "config": (options.config, stored.cfg.name),
+        "steps": (options.steps, stored.tc.steps),
+        "accum": (options.accum, stored.tc.accum),
+        "lr": (options.lr, stored.tc.lr),
+        "seed": (options.seed, stored.tc.seed),
+        "weights": (options.weights, stored.tc.weights),
     }
-    for flag, (value, kept) in given.items():
+    for name, (value, kept) in given.items():
         if value is not None and value != kept:
-            raise AnekitError(
-                f"[train] --resume: {flag} {value} contradicts the run in {where} ({flag} {kept}); drop "
-                "the flag to continue that run, or start a new one with --force"
-            )
+            raise_contradiction(name, value, kept, where)
+
+
+def raise_contradiction(name: str, value: Any, kept: Any, where: Path) -> None:
+    """A resume given an option that contradicts the stored run: one line naming it both ways."""
+    raise AnekitError(
+        f"[train] {opt('resume')}: {opt(name, value)} contradicts the run in {where} ({opt(name, kept)}); "
+        f"drop it to continue that run, or start a new one with {opt('force')}"
+    )
 
 
 def _open_tokenizer(path: Path) -> Any:
     from anekit.llama import tokenizer
 
     if path.is_dir():
-        raise AnekitError(f"[train] --tokenizer {path} is a directory, not a tokenizer file")
+        raise AnekitError(f"[train] {opt('tokenizer', path)} is a directory, not a tokenizer file")
     return tokenizer.load_tokenizer(path)
 
 
@@ -410,7 +445,7 @@ def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
         with path.open("rb") as f:
             head = f.read(checkpoint.HEADER_SIZE)
     except OSError as e:
-        raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
+        raise AnekitError(f"[train] {opt('init', path)}: {e.strerror}") from e
     if int.from_bytes(head[:4], "little") == checkpoint.MAGIC:
         if len(head) == checkpoint.HEADER_SIZE:  # shorter: the checkpoint reader says what is wrong
             _check_init_shape(path, _blzt_shape(path, head), cfg, named)
@@ -442,13 +477,13 @@ def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named
     if not differ:
         return
     fits = [name for name, p in PRESETS.items() if all(getattr(p, k) == v for k, v in found.items())]
-    model = f"--config {cfg.name}" if named else f"the {cfg.name} preset (no --config)"
+    model = opt("config", cfg.name) if named else f"the {cfg.name} preset (no {opt('config')})"
     hint = (
-        f"pass --config {fits[0]}"
+        f"pass {opt('config', fits[0])}"
         if fits
         else f"no preset has its shape (presets: {', '.join(PRESETS)}), so anekit train cannot start from it"
     )
-    raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
+    raise AnekitError(f"[train] {opt('init', path)} does not fit {model}: its {', '.join(differ)}; {hint}")
 
 
 def check_input_paths(options: TrainOptions) -> None:
@@ -458,15 +493,20 @@ def check_input_paths(options: TrainOptions) -> None:
 
     data = options.data
     if data is not None:
-        st = stat_input(data, "[train] --data cannot read")
+        st = stat_input(data, f"[train] {opt('data')} cannot read")
         if st is not None and not stat.S_ISDIR(st.st_mode):
-            check_input(data, "[train] --data cannot read", expected="a text file or a directory of shards")
+            check_input(
+                data, f"[train] {opt('data')} cannot read", expected="a text file or a directory of shards"
+            )
     if options.tokenizer is not None:
         check_input(
-            options.tokenizer, "[train] --tokenizer cannot read", LIMITS["tokenizer"], "a tokenizer file"
+            options.tokenizer,
+            f"[train] {opt('tokenizer')} cannot read",
+            LIMITS["tokenizer"],
+            "a tokenizer file",
         )
     if options.init is not None:
-        check_input(options.init, "[train] --init cannot read", expected="a model file")
+        check_input(options.init, f"[train] {opt('init')} cannot read", expected="a model file")
 
 
 def check_record_path(where: Path, field_name: str, path: str | None) -> Path | None:
@@ -536,7 +576,7 @@ class Run:
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         check_input_paths(o)  # a FIFO or a device never gets opened (it would block or never end)
         if out.exists() and not out.is_dir():
-            raise AnekitError(f"[train] --out {out} is a file, not a directory")
+            raise AnekitError(f"[train] {opt('out', out)} is a file, not a directory")
         runtime.check_numerics_options(o.backend, o.numerics)  # before any write
         self.resumed_wall = 0.0
         if o.resume:
@@ -565,14 +605,16 @@ class Run:
     def _prepare_resume(self) -> None:
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         if o.force or o.init is not None:
-            flag = "--force" if o.force else "--init"
-            raise AnekitError(f"[train] --resume continues the run in {out}; {flag} starts a new one")
+            given = opt("force") if o.force else opt("init")
+            raise AnekitError(f"[train] {opt('resume')} continues the run in {out}; {given} starts a new one")
         if not ckpt_path.is_file():
-            raise AnekitError(f"[train] --resume: no checkpoint {ckpt_path} (start the run without --resume)")
+            raise AnekitError(
+                f"[train] {opt('resume')}: no checkpoint {ckpt_path} (start the run without {opt('resume')})"
+            )
         if checkpoint.read_run_record(ckpt_path) is None:
             raise AnekitError(
-                f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
-                "older anekit); start a new run from its weights with --init"
+                f"[train] {opt('resume')}: {ckpt_path} has no run record (a checkpoint of another tool or of "
+                f"an older anekit); start a new run from its weights with {opt('init')}"
             )
         self.seen = _identity(ckpt_path)
         ck = checkpoint.load_checkpoint_file(ckpt_path)
@@ -590,7 +632,7 @@ class Run:
         tok_id = sha256_file(tok_path, TOKENIZER_MAX_BYTES)
         if tok_id != spec.tokenizer.sha256:
             raise AnekitError(
-                f"[train] --resume: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
+                f"[train] {opt('resume')}: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
                 f"{spec.tokenizer.short()}"
             )
         self.tok_path = tok_path
@@ -603,7 +645,7 @@ class Run:
         if data_id != spec.data.sha256:
             where = data_path or "the built-in corpus"
             raise AnekitError(
-                f"[train] --resume: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
+                f"[train] {opt('resume')}: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
                 f"{spec.data.short()}"
             )
         if self.state.step < self.tc.steps:
@@ -617,13 +659,15 @@ class Run:
         self.seen = _identity(ckpt_path)
         if self.seen is not None and not o.force:
             raise AnekitError(
-                f"[train] {out} holds a run ({ckpt_path}): --resume to continue it, --force to start over"
+                f"[train] {out} holds a run ({ckpt_path}): {opt('resume')} to continue it, {opt('force')} "
+                "to start over"
             )
         name = o.config or "default"
         cfg = preset(name)
         if o.tokenizer is None and cfg.vocab_size > BUILT_IN_VOCAB_MAX:
             raise AnekitError(
-                f"[train] --config {name} needs a {cfg.vocab_size}-token tokenizer: pass it with --tokenizer "
+                f"[train] {opt('config', name)} needs a {cfg.vocab_size}-token tokenizer: pass it with "
+                f"{opt('tokenizer')} "
                 "(llama2.c's tokenizer.bin or tokenizer.model for its stories models); the built-in one, "
                 f"trained on anekit's small story corpus, has at most {BUILT_IN_VOCAB_MAX} tokens"
             )
@@ -636,8 +680,8 @@ class Run:
         )
         if tc.steps * tc.accum > INT32_MAX:
             raise AnekitError(
-                f"[train] --steps x --accum = {tc.steps * tc.accum} sequences do not fit the checkpoint's "
-                f"int32 counter (at most {INT32_MAX})"
+                f"[train] {opt('steps')} x {opt('accum')} = {tc.steps * tc.accum} sequences do not fit the "
+                f"checkpoint's int32 counter (at most {INT32_MAX})"
             )
         if o.tokenizer is not None:
             tok_path = o.tokenizer
@@ -908,22 +952,69 @@ class Run:
         return PlotHelper.start()
 
 
-def train(out: str | os.PathLike[str] = "out", **options: Any) -> RunResult:
+def steps_text(n: int) -> str:
+    """ "1 step", "2 steps"."""
+    return "1 step" if n == 1 else f"{n} steps"
+
+
+class Progress:
+    """What ``anekit.train`` prints as it runs (as mlx-lm's trainer does): a line at the first, every 10th
+    and the last step (the command's lines, without its terminal redraw), the lines the run has to say
+    (validation, the sanitizer's summaries) and one closing line; on stdout, flushed."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def step(self, r: StepReport) -> None:
+        steps = self.run.tc.steps
+        if r.step % 10 == 0 or r.step == steps or r.step == 1 or r.val_loss is not None:
+            rate = r.tokens / r.seconds if r.seconds else 0.0
+            skipped = "  (overflow: skipped)" if r.skipped else ""
+            self.say(f"step {r.step:4d}/{steps}  loss {r.loss:6.3f}  lr {r.lr:.2e}  {rate:7.0f} tok/s  "
+                     f"{1e3 * r.seconds:6.0f} ms/step{skipped}")  # fmt: skip
+
+    def end(self, result: RunResult) -> None:
+        losses = result.losses
+        if not result.written:
+            self.say(
+                f"the run in {self.run.out} is finished ({result.step}/{result.steps} steps); nothing written"
+            )
+        elif result.reason == "budget":
+            self.say(f"compile budget reached at step {result.step}: saved {result.checkpoint}; call again "
+                     "with resume=True to continue")  # fmt: skip
+        elif losses:
+            done = "trained" if result.reason == "done" else "stopped after"
+            self.say(f"{done} {steps_text(result.step)}: loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved "
+                     f"{result.checkpoint}")  # fmt: skip
+
+
+def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: Any) -> RunResult:
     """Train as ``anekit train --out OUT`` does, the options named as its flags (``config``, ``data``,
     ``tokenizer``, ``steps``, ``accum``, ``lr``, ``seed``, ``weights``, ``backend``, ``init``, ``resume``,
-    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``). Returns how the run ended; a
-    run whose compile budget ran out ends with reason "budget": call again with ``resume=True``."""
+    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``); errors name them as these
+    parameters (``resume=True``). Progress goes to stdout as the run goes (``Progress``: the first, every
+    10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing. Returns
+    how the run ended; a run whose compile budget ran out ends with reason "budget": call again with
+    ``resume=True``; a finished run resumed trains nothing and writes nothing (``written`` False)."""
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise AnekitError(
-            f"[train] unknown option {unknown[0]!r} (known: {', '.join(sorted(known - {'out'}))})"
+            f"[train] unknown option {unknown[0]!r} (known: {', '.join(sorted(known - {'out'}))}, quiet)"
         )
     for key in ("data", "tokenizer", "init"):
         if options.get(key) is not None:
             options[key] = Path(options[key])
     run = Run(TrainOptions(out=Path(out), **options))
     try:
-        return run.train()
+        if quiet:
+            return run.train()
+        progress = Progress(run)
+        result = run.train(on_step=progress.step, log=progress.say)
+        progress.end(result)
+        return result
     finally:
         run.close()
