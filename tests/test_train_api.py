@@ -87,10 +87,8 @@ def test_train_from_python_prints_progress_unless_quiet(tmp_path, capsys):
     anekit.train(tmp_path / "one", steps=1, accum=1)
     assert capsys.readouterr().out.splitlines()[-1].startswith("trained 1 step: loss ")
     again = anekit.train(tmp_path / "one", resume=True)
-    assert not again.written
-    assert (
-        capsys.readouterr().out == f"the run in {tmp_path / 'one'} is finished (1/1 steps); nothing written\n"
-    )
+    assert not again.trained
+    assert capsys.readouterr().out == f"the run in {tmp_path / 'one'} is finished (1/1 steps)\n"
     anekit.train(tmp_path / "quiet", steps=2, accum=1, quiet=True)
     assert capsys.readouterr().out == ""
 

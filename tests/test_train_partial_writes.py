@@ -108,8 +108,7 @@ def test_a_finished_run_resumed_only_samples_and_writes_nothing(tmp_path: Path, 
     assert main(["train", "--out", str(out), "--resume", "--sample-steps", "8"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        f"anekit train: the run in {out} is finished (2/2 steps); sampling it, writing nothing "
-        "(--force starts over)"
+        f"anekit train: the run in {out} is finished (2/2 steps); sampling it (--force starts over)"
     )
     assert lines[1] == "sample:" and len(lines) >= 3
     assert sorted(p.name for p in out.iterdir()) == names
@@ -216,3 +215,17 @@ def test_a_run_records_model_directory_must_be_a_directory(tmp_path: Path) -> No
     assert str(e.value).startswith(f"[train] the run record of {tmp_path / 'state.safetensors'}: base.path ")
     (tmp_path / "m").mkdir()
     assert run.check_record_path(tmp_path / "x", "base.path", str(tmp_path / "m")) == tmp_path / "m"
+
+
+def test_a_finished_run_whose_curves_a_kill_left_behind_gets_them_on_resume(tmp_path: Path, cache: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Killed between the last checkpoint's rename and the curves' commit: the resume writes the curves the
+    checkpoint's losses give (the same bytes an unkilled run wrote), and nothing else."""
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "3", *QUICK]) == 0
+    want = (out / "loss.csv").read_bytes()
+    ckpt = (out / "ckpt.bin").stat().st_mtime_ns
+    (out / "loss.csv").write_bytes(b"step,loss\n1,9.0\n")  # the previous segment's curve
+    assert main(["train", "--out", str(out), "--resume", "--sample-steps", "0"]) == 0
+    assert (out / "loss.csv").read_bytes() == want
+    assert (out / "ckpt.bin").stat().st_mtime_ns == ckpt

@@ -407,7 +407,7 @@ def _run(args: argparse.Namespace) -> int:
     stopper = Stopper()
     if args.resume and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
         console.print(f"anekit train: the run in {out} is finished ({state.step}/{tc.steps} steps); sampling "
-                      "it, writing nothing (--force starts over)")  # fmt: skip
+                      "it (--force starts over)")  # fmt: skip
     elif not args.restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
@@ -487,7 +487,7 @@ def _run(args: argparse.Namespace) -> int:
         assert session.lock is not None
         session.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
-    if result.written:
+    if result.trained:
         _summary(console, session, result, out)
     if closing is not None and not console.closed:
         console.print("sample:")

@@ -7,9 +7,13 @@ restarts and the identities (sha256) of the data and the tokenizer, written in o
 
 The order of work is the command's promise: ``Run(options)`` reads and checks everything and writes
 nothing (a refused input leaves no directory behind); ``Run.train`` creates and locks the directory
-(one writer: ``fileio.DirLock``), saves step 0, copies the tokenizer, trains, and saves at the end, and
-if it fails before its first step removes what it wrote. Stopping is the caller's: ``should_stop`` is
-asked between two steps (the command answers from its signal handler and its stdout), and a run whose
+(one writer: ``fileio.DirLock``), saves step 0, copies the tokenizer, trains, and saves at the end
+(loss.csv and loss.png only once that checkpoint is in place: the curve is never ahead of it), and if
+it fails before its first step removes what it wrote; a failed write is one line naming its file and
+why. A finished run resumed trains nothing and writes nothing (its curves only when a kill left them
+behind its checkpoint). Messages name the options as the Python parameters (``resume=True``); the
+command names them as its flags (``flag_names``). Stopping is the caller's: ``should_stop`` is asked
+between two steps (the command answers from its signal handler and its stdout), and a run whose
 backend's compile budget ran out returns ``"budget"`` (the command then re-executes itself with
 ``resume=True``).
 
@@ -141,7 +145,7 @@ class RunResult:
     checkpoint: Path
     seconds: dict[str, float]
     no_png: str | None = None  # why loss.png was not drawn (matplotlib missing), when it was not
-    written: bool = True  # False: the resumed run was already finished; nothing was trained or written
+    trained: bool = True  # False: the resumed run was already finished; no step was trained
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -347,12 +351,13 @@ class StagedCurves:
             self.picture = tmp
 
     def commit(self) -> None:
-        with writing(self.out / "loss.csv", "[train]"):
-            write_bytes_atomic(self.out / "loss.csv", self.csv)
+        """loss.png, then loss.csv: a loss.csv that matches the checkpoint says both are in place."""
         if self.picture is not None:
             with writing(self.out / "loss.png", "[train]"):
                 os.replace(self.picture, self.out / "loss.png")
             self.picture = None
+        with writing(self.out / "loss.csv", "[train]"):
+            write_bytes_atomic(self.out / "loss.csv", self.csv)
 
     def discard(self) -> None:
         if self.picture is not None:
@@ -843,8 +848,9 @@ class Run:
         seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
         reason, first_saved = "done", False
         if o.resume and state.step >= tc.steps:  # finished before: nothing to train, nothing is written
+            no_png = self._catch_up_curves()
             return RunResult("done", state.step, tc.steps, list(state.losses), self.checkpoint,
-                             dict(state.seconds), written=False)  # fmt: skip
+                             dict(state.seconds), no_png, trained=False)  # fmt: skip
         try:
             if not o.resume:
                 # step 0: from now on a kill at any instant leaves a run that resume continues. Written while
@@ -893,6 +899,22 @@ class Run:
                 staged.discard()
         return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
                          dict(state.seconds), staged.no_png)  # fmt: skip
+
+    def _catch_up_curves(self) -> str | None:
+        """A finished run's curves, rewritten only when loss.csv is not the checkpoint's (a kill between
+        the last checkpoint's rename and the curves' commit); else nothing is written."""
+        try:
+            current = (self.out / "loss.csv").read_bytes()
+        except OSError:
+            current = None
+        if current == self._curves(draw=False).csv:
+            return None
+        staged = self._curves(draw=True)
+        try:
+            staged.commit()
+        finally:
+            staged.discard()
+        return staged.no_png
 
     def _remove_started(self, first_saved: bool, created: bool) -> None:
         """A new run failing before its first step: remove what it wrote (its checkpoint and the files
@@ -978,10 +1000,8 @@ class Progress:
 
     def end(self, result: RunResult) -> None:
         losses = result.losses
-        if not result.written:
-            self.say(
-                f"the run in {self.run.out} is finished ({result.step}/{result.steps} steps); nothing written"
-            )
+        if not result.trained:
+            self.say(f"the run in {self.run.out} is finished ({result.step}/{result.steps} steps)")
         elif result.reason == "budget":
             self.say(f"compile budget reached at step {result.step}: saved {result.checkpoint}; call again "
                      "with resume=True to continue")  # fmt: skip
@@ -998,7 +1018,7 @@ def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: A
     parameters (``resume=True``). Progress goes to stdout as the run goes (``Progress``: the first, every
     10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing. Returns
     how the run ended; a run whose compile budget ran out ends with reason "budget": call again with
-    ``resume=True``; a finished run resumed trains nothing and writes nothing (``written`` False)."""
+    ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
