@@ -92,6 +92,7 @@ def test_a_failed_final_checkpoint_leaves_loss_csv_at_the_checkpoints_steps(
     assert done.stderr.splitlines() == [
         f"anekit: [blzt] cannot write checkpoint {out / 'ckpt.bin'}: {EFBIG_REASON}"
     ]
+    assert done.stdout.splitlines()[0].endswith(f"steps 2/6 (continuing the run in {out})")
     after = checkpoint.load_checkpoint_file(out / "ckpt.bin")
     assert after.meta.step == 2
     assert _csv_losses(out) == pytest.approx(after.run["state"]["losses"], abs=1e-6)

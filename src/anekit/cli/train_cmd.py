@@ -414,7 +414,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{cfg.n_layers} layers, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
             f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, {tc.accum} sequences per step, "
-            f"steps {state.step}/{tc.steps}"
+            f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
         )
 
     def on_step(r: Any) -> None:
