@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -494,10 +495,12 @@ class HFRun(Run):
         with writing(self.checkpoint, "[train]"):
             write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
         if self.mode == "lora":
-            with writing(self.out / "adapters", "[train]"):
+            adapters = self.out / "adapters"
+            new = self.state.step == 0 and not os.path.lexists(adapters)
+            with writing(adapters, "[train]"):
                 self.write_result()
-            if self.state.step == 0 and self.out / "adapters" not in self._started:
-                self._started.append(self.out / "adapters")  # removed if the run fails before a step
+            if new and adapters not in self._started:
+                self._started.append(adapters)  # removed if the run fails before its first step
 
     def write_result(self) -> list[Path]:
         """The run's product: OUT/adapters (LoRA, PEFT's format) or OUT/model (a Hugging Face directory)."""
@@ -555,7 +558,8 @@ class HFRun(Run):
 
     def _finish(self, reason: str) -> None:
         if self.mode == "full" and reason != "budget":
-            self.write_result()
+            with writing(self.out / "model", "[train]"):
+                self.write_result()
 
     def _curves(self, draw: bool) -> StagedCurves:
         val = self.state.val_losses if self.valid else None

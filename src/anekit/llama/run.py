@@ -560,7 +560,7 @@ class Run:
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
-        self._started: list[Path] = []  # the files a new run wrote beside its step-0 checkpoint
+        self._started: list[Path] = []  # the files a new run created beside its step-0 checkpoint
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
@@ -940,11 +940,13 @@ class Run:
         (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
 
     def _write_started(self, path: Path, data: bytes) -> None:
-        """Write one of the files a new run starts with (removed again if it fails before its first step);
-        a failed write is one line naming the file and why."""
+        """Write one of the files a new run starts with (removed again if it fails before its first step,
+        when it was not there before); a failed write is one line naming the file and why."""
+        new = not os.path.lexists(path)
         with writing(path, "[train]"):
             write_bytes_atomic(path, data)
-        self._started.append(path)
+        if new:
+            self._started.append(path)
 
     def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         """More arguments of ``trainer.train`` (what is trained, validation)."""
