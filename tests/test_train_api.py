@@ -3,6 +3,8 @@ checkpoint bytes, the same refusals and the same resume."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,22 @@ def test_the_command_says_trained_1_step(tmp_path, capsys):
         == 0
     )
     assert "\ntrained 1 step: loss " in capsys.readouterr().out
+
+
+def test_the_compile_budget_is_named_as_the_caller_named_it(tmp_path, capsys):
+    with pytest.raises(anekit.AnekitError, match=r"\): pass compile_budget=\d+ or more$"):
+        anekit.train(tmp_path / "py", steps=2, compile_budget=1, weights="baked", quiet=True)
+    args = [
+        "train",
+        "--out",
+        str(tmp_path / "cli"),
+        "--steps",
+        "2",
+        "--compile-budget",
+        "1",
+        "--weights",
+        "baked",
+    ]
+    assert main(args) == 1
+    assert re.search(r"\): pass --compile-budget \d+ or more$", capsys.readouterr().err.strip())
+    assert not (tmp_path / "py").exists() and not (tmp_path / "cli").exists()
