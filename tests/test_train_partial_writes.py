@@ -230,3 +230,23 @@ def test_a_finished_run_whose_curves_a_kill_left_behind_gets_them_on_resume(tmp_
     assert main(["train", "--out", str(out), "--resume", "--sample-steps", "0"]) == 0
     assert (out / "loss.csv").read_bytes() == want
     assert (out / "ckpt.bin").stat().st_mtime_ns == ckpt
+
+
+def test_a_forced_hf_run_failing_at_its_start_keeps_the_run_it_found(
+    hf_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--force over a run, the new state file failing: the old run's state file, tokenizer files and
+    adapters (which this run did not create) stay as they were."""
+    out = tmp_path / "run"
+    args = ["train", "--init", str(hf_model), "--lora", "2", "--out", str(out), "--steps", "1", "--seq", "32",
+            "--val-every", "0", *QUICK]  # fmt: skip
+    assert main(args) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    monkeypatch.setattr(fileio, "fault_hook", _full_disk_on("state.safetensors"))
+    assert main([*args, "--force"]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {str(p) for p in after} == {str(p) for p in before}
+    assert after[Path("state.safetensors")] == before[Path("state.safetensors")]
+    assert after[Path("tokenizer.json")] == before[Path("tokenizer.json")]
