@@ -1,9 +1,10 @@
 # Quickstart targets: `make run` (the main job) and `make test` (lint + the whole suite).
 # Both create the virtual environment and install anekit into it first.
 #
-# `make run` trains the default model into $(OUT). Run again, it continues the run $(OUT) holds (a finished
-# run only samples again), saying so in one line; `make run ARGS=--force` starts over, and ARGS passes any
-# other `anekit train` flags (`make run ARGS="--steps 100 --force"`).
+# `make run` trains the default model into $(OUT). Run again, it resumes the run $(OUT) holds: anekit says in
+# one line whether it continues it or, the run being finished, only samples it (writing nothing).
+# `make run ARGS=--force` starts over, and ARGS passes any other `anekit train` flags
+# (`make run ARGS="--steps 100 --force"`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	@if [ -z '$(ARGS)' ] && [ -f '$(OUT)/ckpt.bin' ]; then \
-		echo "make run: $(OUT)/ holds a run: continuing it (make run ARGS=--force starts over)"; \
+		echo "$(BIN)/anekit train --out $(OUT) --resume   # $(OUT)/ holds a run (make run ARGS=--force starts over)"; \
 		$(BIN)/anekit train --out '$(OUT)' --resume; \
 	else \
 		echo "$(BIN)/anekit train --out $(OUT) $(ARGS)"; \

@@ -164,8 +164,14 @@ def test_resume_refuses_a_contradicting_rank(workspace, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_lora_args(model, data, out, steps=1)) == 0
     capsys.readouterr()
-    with pytest.raises(AnekitError, match="--lora 8 contradicts"):
-        HFRun(TrainOptions(out=out, resume=True), HFOptions(lora=8))
+    with pytest.raises(
+        AnekitError, match=r"^\[train\] resume=True: lora=8 contradicts the run in .* \(lora=4\)"
+    ):
+        HFRun(TrainOptions(out=out, resume=True), HFOptions(lora=8))  # Python names its parameters
+    assert main(["train", "--out", str(out), "--resume", "--lora", "8", "--sample-steps", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"anekit: [train] --resume: --lora 8 contradicts the run in {out} (--lora 4); ")
+    assert err.rstrip().endswith("start a new one with --force") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("shape, style, layers", [("smollm2", "llama3", 2), ("qwen3", "qwen", 1)])

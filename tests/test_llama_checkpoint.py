@@ -441,3 +441,18 @@ def test_zero_tensors_are_holes_that_read_back_as_the_same_bytes(tmp_path: Path,
     want = build_checkpoint(params, m, v, CheckpointMeta(), run=run)
     assert path.read_bytes() == want
     assert np.signbit(load_checkpoint_file(path).adam_m.layers[1].w1[3, 5])
+
+
+def test_a_tensor_of_negative_zeros_above_the_hole_threshold_is_written_not_skipped(tmp_path: Path) -> None:
+    """-0.0 == 0.0 as values, but its bits are 0x80000000: a writer that decided holes by value would seek
+    over this tensor and it would read back as +0.0. IEEE 754's sign bit, counted in the raw file."""
+    cfg = ModelConfig(64, 128, 2, 2, 2, 600, 32, name="negzero")
+    params = Params.init(cfg, seed=1, tied=False)
+    m, v = params.zeros_like(), params.zeros_like()
+    m.embed[...] = -0.0
+    assert m.embed.nbytes > checkpoint.HOLE_MIN_BYTES  # a hole candidate by its size
+    path = tmp_path / "ckpt.bin"
+    save_checkpoint(path, params, m, v, CheckpointMeta())
+    body = np.frombuffer(path.read_bytes()[HEADER_SIZE:], dtype="<u4")  # no run record: all float32 words
+    assert int((body == 0x80000000).sum()) >= m.embed.size
+    assert np.signbit(load_checkpoint_file(path).adam_m.embed).all()

@@ -123,7 +123,7 @@ def test_a_budget_smaller_than_one_step_is_an_error_before_the_first_step():
     need = first_step_compiles(cfg, "baked")
     assert need == 11
     backend = runtime.open("sim", compile_budget=need - 1)
-    with pytest.raises(BudgetTooSmall, match=f"--compile-budget {need}"):
+    with pytest.raises(BudgetTooSmall, match=f"pass compile_budget={need} or more"):
         train(backend, state, _Repeat(), TrainConfig(steps=3, accum=1))
     assert state.step == 0 and backend.compile_count == 0
     assert train(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def test_a_second_lock_on_a_directory_is_refused_naming_the_holder(tmp_path):
         assert f"anekit train, pid {os.getpid()} on {socket.gethostname()}" in str(e.value)
     with DirLock(tmp_path, "anekit train"):  # released: taken again
         pass
-    assert (tmp_path / LOCK_FILE).is_file()
+    assert not (tmp_path / LOCK_FILE).exists()  # each holder removes its lock file as it releases
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -70,3 +71,47 @@ def test_two_trains_on_one_out_the_second_is_refused_naming_the_first(tmp_path):
     assert first.returncode == 128 + signal.SIGTERM
     with DirLock(out, "test"):  # the lock went with the first process
         pass
+
+
+def test_a_lock_file_found_in_out_is_never_written_and_no_lock_is_left_after_a_run(tmp_path):
+    """A file at OUT/.anekit.lock whose flock is free (a killed run's, or anything put there) is unlinked,
+    not rewritten: a hard link to it keeps its bytes and mtime; a normal run leaves no lock file."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    out.mkdir()
+    keep = tmp_path / "keep.txt"
+    keep.write_bytes(b"a user's bytes, not a lock\n")
+    os.utime(keep, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    os.link(keep, out / LOCK_FILE)
+    before = os.stat(keep)
+    done = subprocess.run(_cmd(out, 2), env=_env(cache), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert keep.read_bytes() == b"a user's bytes, not a lock\n"
+    after = os.stat(keep)
+    assert (after.st_mtime_ns, after.st_size, after.st_ino) == (before.st_mtime_ns, before.st_size,
+                                                                 before.st_ino)  # fmt: skip
+    assert not (out / LOCK_FILE).exists() and (out / "ckpt.bin").is_file()
+
+
+def test_a_lock_path_that_is_a_symlink_or_fifo_is_refused_and_left_alone(tmp_path):
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    (tmp_path / "a").mkdir()
+    os.symlink(target, tmp_path / "a" / LOCK_FILE)
+    with pytest.raises(Exception) as e:
+        DirLock(tmp_path / "a", "anekit train").acquire()
+    assert str(e.value) == f"[lock] {tmp_path / 'a' / LOCK_FILE} is a symbolic link, not a lock file"
+    assert target.read_bytes() == b"keep me" and (tmp_path / "a" / LOCK_FILE).is_symlink()
+    (tmp_path / "b").mkdir()
+    os.mkfifo(tmp_path / "b" / LOCK_FILE)
+    with pytest.raises(Exception) as e:
+        DirLock(tmp_path / "b", "anekit train").acquire()
+    assert "is not a regular file" in str(e.value)
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "b" / LOCK_FILE).st_mode)
+
+
+def test_the_holders_line_is_written_once_into_the_file_it_created(tmp_path):
+    with DirLock(tmp_path, "anekit train"):
+        text = (tmp_path / LOCK_FILE).read_text()
+        assert text.startswith(f"anekit train, pid {os.getpid()} on {socket.gethostname()}, since ")
+        assert text.count("\n") == 1
+    assert not (tmp_path / LOCK_FILE).exists()

@@ -8,17 +8,20 @@ leftovers on the next run.
 
 Temporary names carry their kind and their writer's pid (``.name.<kind>-<pid>.<8 hex>.tmp``), so a
 starting run removes only leftovers of its own kind whose writer is dead, never another live process's
-in-flight file. ``DirLock`` is one writer per output directory (``fcntl.flock`` on a file in it).
+in-flight file. ``DirLock`` is one writer per output directory (``fcntl.flock`` on a lock file it creates and
+removes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -217,12 +220,22 @@ class DirectoryBusy(AnekitError):
 
 
 class DirLock:
-    """One writer per output directory: an exclusive ``flock`` on ``directory/.anekit.lock``, which holds
-    the holder's pid, host, start time and command, for the message that refuses a second writer.
+    """One writer per output directory: an exclusive ``flock`` on ``directory/.anekit.lock``.
 
-    A process that re-executes itself keeps the lock: ``inherit()`` marks the descriptor inheritable and
-    names it in ``$ANEKIT_LOCK_FD``; the new program's ``acquire`` adopts it (same file, same open
-    description) instead of contending with itself."""
+    The lock file is this holder's own: ``acquire`` creates it (``O_EXCL``), writes the holder's pid,
+    host, start time and command into it once (what the refusal of a second writer names), and
+    ``release`` removes it, so no lock file is left after a run. A file found at the path is never
+    written: a live holder's refuses this writer (naming that holder); one whose flock is free (left by a
+    killed holder, or any file put there) is unlinked, its bytes untouched (a hard link to it keeps
+    them), and a new one created. A symbolic link, FIFO or device at the path is refused, never opened
+    for writing. Because a releasing holder (or a writer clearing a stale file) removes the file while
+    holding its flock, ``acquire`` checks after its flock that the file it locked is still the one at the
+    path, and starts again when it is not.
+
+    ``beside(target)`` is the same lock for a writer that replaces ``target`` whole. A process that
+    re-executes itself keeps the lock: ``inherit()`` marks the descriptor inheritable and names it in
+    ``$ANEKIT_LOCK_FD``; the new program's ``acquire`` adopts it (same file, same open description)
+    instead of contending with itself."""
 
     ENV = "ANEKIT_LOCK_FD"
 
@@ -231,19 +244,17 @@ class DirLock:
         self.target = Path(directory)  # what the lock guards, as the refusal names it
         self.what = what  # e.g. "anekit train": who holds it, in the holder's line
         self.fd: int | None = None
-        self.transient = False  # a lock file beside its target, removed on release (``beside``)
+        self._created = False  # whether the last ``_lock_once`` created the file it locked
 
     @classmethod
     def beside(cls, target: str | os.PathLike, what: str) -> DirLock:
         """The lock of a writer that replaces ``target`` whole (``export``, ``kernels dump``): the target
         is renamed into place at the end, so the lock cannot live inside it. It is the file
-        ``.<name>.anekit.lock`` beside ``target``, removed when released; ``acquire`` checks that the
-        file it locked is still the one at that path (a releasing holder may have just removed it)."""
+        ``.<name>.anekit.lock`` beside ``target`` (its directory created when missing)."""
         target = Path(target)
         lock = cls(target.parent, what)
         lock.path = target.parent / f".{target.name}{LOCK_FILE}"
         lock.target = target
-        lock.transient = True
         return lock
 
     def acquire(self) -> DirLock:
@@ -251,13 +262,16 @@ class DirLock:
         if adopted is not None:
             self.fd = adopted
             return self
-        if self.transient:
+        if self.target != self.path.parent:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):  # a transient lock file removed between open and flock: open the new one
+        for _ in range(100):  # a lock file removed between open and flock: open the one now there
             fd = self._lock_once()
-            if not self.transient or _same_file(fd, self.path):
+            if not _same_file(fd, self.path):
+                os.close(fd)
+                continue
+            if self._created:
                 break
-            os.close(fd)
+            self._remove_stale(fd)
         else:
             raise AnekitError(f"[lock] {self.path} keeps being replaced; is another anekit removing it?")
         self.fd = fd
@@ -266,18 +280,53 @@ class DirLock:
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime())}\n"
         )
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, line.encode(), 0)
+            os.pwrite(fd, line.encode(), 0)  # the file is this holder's, created empty just now
         return self
+
+    def _remove_stale(self, fd: int) -> None:
+        """Unlink a lock file this writer found and locked (nobody holds it), then close it."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            os.close(fd)
+            raise AnekitError(f"[lock] cannot remove the stale lock file {self.path}: {e.strerror}") from e
+        os.close(fd)
+
+    def _open(self) -> int:
+        """The lock file's descriptor, created when absent (``_created`` says which); a path that is not
+        a regular file is refused."""
+        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        flags |= getattr(os, "O_CLOEXEC", 0)
+        while True:
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                self._created = True
+                return fd
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise AnekitError(f"[lock] cannot create {self.path}: {e.strerror}") from e
+            try:
+                fd = os.open(self.path, flags)
+            except FileNotFoundError:
+                continue  # removed in between: create it
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise AnekitError(f"[lock] {self.path} is a symbolic link, not a lock file") from e
+                raise AnekitError(f"[lock] cannot open {self.path}: {e.strerror}") from e
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise AnekitError(f"[lock] {self.path} is not a regular file (a lock file is)")
+            self._created = False
+            return fd
 
     def _lock_once(self) -> int:
         """Open the lock file and take its flock, or refuse naming the holder."""
         import fcntl
 
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise AnekitError(f"[lock] cannot open {self.path}: {e.strerror}") from e
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -311,8 +360,10 @@ class DirLock:
             os.environ[self.ENV] = str(self.fd)
 
     def release(self) -> None:
+        """Remove the lock file (while still holding it: a waiting writer's ``acquire`` sees it went)
+        and drop the flock."""
         if self.fd is not None:
-            if self.transient:  # removed while still held: a waiting writer's acquire sees it went
+            if _same_file(self.fd, self.path):
                 with contextlib.suppress(OSError):
                     self.path.unlink()
             os.close(self.fd)  # closing the only descriptor of the open description drops the flock

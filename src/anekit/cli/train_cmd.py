@@ -44,6 +44,7 @@ from anekit.llama.run import (
     INT32_MAX,
     Run,
     TrainOptions,
+    flag_names,
 )
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
@@ -325,7 +326,8 @@ def _resume_hint(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        return _run(args)
+        with flag_names():  # the library's messages name its options as this command's flags
+            return _run(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         if sys.stdout.isatty():
             with contextlib.suppress(OSError, ValueError):
@@ -403,13 +405,16 @@ def _run(args: argparse.Namespace) -> int:
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
     console = Console()
     stopper = Stopper()
-    if not args.restarted:
+    if args.resume and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
+        console.print(f"anekit train: the run in {out} is finished ({state.step}/{tc.steps} steps); sampling "
+                      "it (--force starts over)")  # fmt: skip
+    elif not args.restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
             f"{cfg.n_layers} layers, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
             f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, {tc.accum} sequences per step, "
-            f"steps {state.step}/{tc.steps}"
+            f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
         )
 
     def on_step(r: Any) -> None:
@@ -482,17 +487,8 @@ def _run(args: argparse.Namespace) -> int:
         assert session.lock is not None
         session.lock.inherit()  # the next process adopts the lock: no other writer can slip in between
         os.execv(sys.executable, [sys.executable, "-m", "anekit.cli.main", *argv])
-    pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
-    product = getattr(session, "mode", None)
-    made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
-    console.print(
-        f"trained {state.step} steps: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
-        f"wrote {ckpt_path}{made}, {out / 'loss.csv'}{pictures}"
-    )
-    if result.no_png is not None:
-        console.print(result.no_png)
-    phases = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(state.seconds.items()))
-    console.print(f"time per phase: {phases}")
+    if result.trained:
+        _summary(console, session, result, out)
     if closing is not None and not console.closed:
         console.print("sample:")
         if not closing.started:  # a run that was already finished: nothing to overlap with
@@ -502,6 +498,23 @@ def _run(args: argparse.Namespace) -> int:
         _err(f"stdout was closed; the run is finished and saved in {ckpt_path}")
         return EXIT_PIPE
     return 0
+
+
+def _summary(console: Console, session: Run, result: Any, out: Path) -> None:
+    """What the run did: its steps and losses, the files written, the time per phase."""
+    state = session.state
+    pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
+    product = getattr(session, "mode", None)
+    made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
+    steps = "1 step" if state.step == 1 else f"{state.step} steps"
+    console.print(
+        f"trained {steps}: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
+        f"wrote {session.checkpoint}{made}, {out / 'loss.csv'}{pictures}"
+    )
+    if result.no_png is not None:
+        console.print(result.no_png)
+    phases = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(state.seconds.items()))
+    console.print(f"time per phase: {phases}")
 
 
 class ClosingSample:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -36,15 +37,18 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import write_bytes_atomic
 from anekit.jsonio import loads
 from anekit.llama.run import (
     INT32_MAX,
     Run,
+    StagedCurves,
     TrainOptions,
+    check_record_path,
+    opt,
+    raise_contradiction,
     sha256_file,
-    write_curves,
 )
+from anekit.outputs import writing
 
 STATE_FILE = "state.safetensors"
 RUN_KEY = "anekit.run"  # the run record's key in the state file's metadata
@@ -143,7 +147,7 @@ class ExampleData:
         self.seq, self.pad_id = seq, pad_id
         if not self.examples:
             raise AnekitError(
-                f"[train] no training example has a trained token within {seq} tokens (--seq {seq})"
+                f"[train] no training example has a trained token within {seq} tokens ({opt('seq', seq)})"
             )
 
     def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -178,7 +182,7 @@ class HFRun(Run):
         o = self.options
         self.checkpoint = self.out / STATE_FILE
         if o.tokenizer is not None or o.config is not None:
-            flag = "--tokenizer" if o.tokenizer is not None else "--config"
+            flag = opt("tokenizer") if o.tokenizer is not None else opt("config")
             raise AnekitError(f"[train] {flag} does not apply to a Hugging Face model: it names its own")
         if o.weights not in (None, "dynamic"):
             raise AnekitError(
@@ -186,7 +190,7 @@ class HFRun(Run):
             )
         check_input_paths(TrainOptions(data=o.data))  # a FIFO or a device never gets opened
         if self.out.exists() and not self.out.is_dir():
-            raise AnekitError(f"[train] --out {self.out} is a file, not a directory")
+            raise AnekitError(f"[train] {opt('out', self.out)} is a file, not a directory")
         runtime.check_numerics_options(o.backend, o.numerics)
         self.seen = _identity(self.checkpoint)
         self.resumed_wall = 0.0
@@ -198,15 +202,19 @@ class HFRun(Run):
         """The run record of ``OUT/state.safetensors`` (resume)."""
         o = self.options
         if o.force:
-            raise AnekitError(f"[train] --resume continues the run in {self.out}; --force starts a new one")
+            raise AnekitError(
+                f"[train] {opt('resume')} continues the run in {self.out}; {opt('force')} starts a new one"
+            )
         if not self.checkpoint.is_file():
-            raise AnekitError(f"[train] --resume: no {self.checkpoint} (start the run without --resume)")
+            raise AnekitError(
+                f"[train] {opt('resume')}: no {self.checkpoint} (start the run without {opt('resume')})"
+            )
         from anekit.hf.safetensors_io import read_header
 
         refs, metadata = read_header(self.checkpoint)
         self._refs = refs
         if RUN_KEY not in metadata:
-            raise AnekitError(f"[train] --resume: {self.checkpoint} holds no anekit run record")
+            raise AnekitError(f"[train] {opt('resume')}: {self.checkpoint} holds no anekit run record")
         rec = loads(metadata[RUN_KEY], f"[train] the run record of {self.checkpoint}")
         if (
             not isinstance(rec, dict)
@@ -214,13 +222,13 @@ class HFRun(Run):
             or rec.get("version") != HF_RUN_VERSION
         ):
             raise AnekitError(
-                f"[train] --resume: {self.checkpoint} holds a run record of another kind; anekit reads "
-                f"'{HF_RUN_FORMAT}' version {HF_RUN_VERSION}"
+                f"[train] {opt('resume')}: {self.checkpoint} holds a run record of another kind; anekit "
+                f"reads '{HF_RUN_FORMAT}' version {HF_RUN_VERSION}"
             )
         try:
             HF_RUN_SCHEMA.check(rec, "")  # every field the resume reads, with its type and range
         except AnekitError as e:
-            raise AnekitError(f"[train] --resume: {self.checkpoint}: {e}") from e
+            raise AnekitError(f"[train] {opt('resume')}: {self.checkpoint}: {e}") from e
         return rec
 
     def _setup(self, stored: dict[str, Any] | None) -> None:
@@ -231,19 +239,21 @@ class HFRun(Run):
 
         o, hf = self.options, self.hf
         try:
-            init = o.init if o.init is not None else Path(stored["base"]["path"]) if stored else None
+            init = o.init
+            if init is None and stored:
+                init = check_record_path(self.checkpoint, "base.path", stored["base"]["path"])
             if init is None:
-                raise AnekitError("[train] --init HF_DIR names the model to fine-tune")
+                raise AnekitError(f"[train] {opt('init', 'HF_DIR')} names the model to fine-tune")
             seq = hf.seq or (stored["seq"] if stored else DEFAULT_SEQ)
             lora = hf.lora if not stored else (stored["lora"] or {}).get("rank")
         except (KeyError, TypeError) as e:
             raise AnekitError(
-                f"[train] --resume: the run record of {self.checkpoint} is incomplete: {e}"
+                f"[train] {opt('resume')}: the run record of {self.checkpoint} is incomplete: {e}"
             ) from e
         if stored is None and self.seen is not None and not o.force:
             raise AnekitError(
-                f"[train] {self.out} holds a run ({self.checkpoint}): --resume to continue it, --force to "
-                "start over"
+                f"[train] {self.out} holds a run ({self.checkpoint}): {opt('resume')} to continue it, "
+                f"{opt('force')} to start over"
             )
         if not hf.seq and not stored:  # the default window, at most the model's context
             from anekit.hf.config import read_config
@@ -257,9 +267,11 @@ class HFRun(Run):
         self.tok_id = hash_tokenizer(Path(init))
         if stored is not None:
             if self.base_id != stored["base"]["sha256"]:
-                raise AnekitError(f"[train] --resume: the model {init} is not the run's (its files changed)")
+                raise AnekitError(
+                    f"[train] {opt('resume')}: the model {init} is not the run's (its files changed)"
+                )
             if self.tok_id != stored["tokenizer"]["sha256"]:
-                raise AnekitError(f"[train] --resume: the tokenizer files of {init} are not the run's")
+                raise AnekitError(f"[train] {opt('resume')}: the tokenizer files of {init} are not the run's")
         self.tokenizer = load_hf_tokenizer(init)
         if self.tokenizer.vocab_size > model.cfg.vocab_size:
             raise AnekitError(
@@ -282,7 +294,9 @@ class HFRun(Run):
                 weights="dynamic",
             )
         if tc.steps * tc.accum > INT32_MAX:
-            raise AnekitError(f"[train] --steps x --accum = {tc.steps * tc.accum} is too many sequences")
+            raise AnekitError(
+                f"[train] {opt('steps')} x {opt('accum')} = {tc.steps * tc.accum} is too many sequences"
+            )
         self.cfg, self.tc, self.mode = model.cfg, tc, mode
 
         def kept(given: Any, key: str, default: Any) -> Any:
@@ -292,11 +306,15 @@ class HFRun(Run):
         self.val_every = kept(hf.val_every, "val_every", DEFAULT_VAL_EVERY)
         self.val_batches = kept(hf.val_batches, "val_batches", DEFAULT_VAL_BATCHES)
         stored_data = stored["data"]["path"] if stored else None
-        data_path = o.data if o.data is not None else (Path(stored_data) if stored_data else None)
+        data_path = o.data
+        if data_path is None:
+            data_path = check_record_path(self.checkpoint, "data.path", stored_data)
         self.data_path = data_path
         self._load_data(data_path, seq)
         if stored is not None and self.data_id != stored["data"]["sha256"]:
-            raise AnekitError(f"[train] --resume: the data {data_path or 'built-in corpus'} is not the run's")
+            raise AnekitError(
+                f"[train] {opt('resume')}: the data {data_path or 'built-in corpus'} is not the run's"
+            )
         self.cfg.check_kernels(vocab=False)  # the head (classifier) runs on the CPU
         if mode == "lora":
             from anekit.llama.lora import LoraTrainable, frozen_base
@@ -337,7 +355,8 @@ class HFRun(Run):
                 s.val_losses = {int(k): float(x) for k, x in st["val_losses"].items()}
             except ValueError:
                 raise AnekitError(
-                    f"[train] --resume: {self.checkpoint}: run record state.val_losses: keys must be steps"
+                    f"[train] {opt('resume')}: {self.checkpoint}: run record state.val_losses: keys must be "
+                    "steps"
                 ) from None
             s.seconds = {k: float(x) for k, x in st["seconds"].items()}
             self.marks = [(int(a), str(b)) for a, b in stored.get("marks", [])]
@@ -349,20 +368,17 @@ class HFRun(Run):
         o, hf = self.options, self.hf
         lora = stored.get("lora") or {}
         given = {
-            "--steps": (o.steps, tc.steps),
-            "--accum": (o.accum, tc.accum),
-            "--lr": (o.lr, tc.lr),
-            "--seed": (o.seed, tc.seed),
-            "--seq": (hf.seq, stored.get("seq")),
-            "--lora": (hf.lora, lora.get("rank")),
-            "--lora-alpha": (hf.lora_alpha, lora.get("alpha")),
+            "steps": (o.steps, tc.steps),
+            "accum": (o.accum, tc.accum),
+            "lr": (o.lr, tc.lr),
+            "seed": (o.seed, tc.seed),
+            "seq": (hf.seq, stored.get("seq")),
+            "lora": (hf.lora, lora.get("rank")),
+            "lora_alpha": (hf.lora_alpha, lora.get("alpha")),
         }
-        for flag, (value, kept) in given.items():
+        for name, (value, kept) in given.items():
             if value is not None and value != kept:
-                raise AnekitError(
-                    f"[train] --resume: {flag} {value} contradicts the run in {self.out} ({flag} {kept}); "
-                    "drop the flag to continue that run, or start a new one with --force"
-                )
+                raise_contradiction(name, value, kept, self.out)
 
     def _load_data(self, path: Path | None, seq: int) -> None:
         from anekit.hf.datasets import Example, load_dir
@@ -404,7 +420,8 @@ class HFRun(Run):
                 ref = self._refs.get(prefix + name)
                 if ref is None or ref.shape != table[name].shape:
                     raise AnekitError(
-                        f"[train] --resume: {self.checkpoint} lacks {prefix + name} (or its shape differs)"
+                        f"[train] {opt('resume')}: {self.checkpoint} lacks {prefix + name} (or its shape "
+                        "differs)"
                     )
                 value = ref.to_float32()
                 if prefix:
@@ -419,7 +436,8 @@ class HFRun(Run):
                 ref = self._refs.get(prefix + name)
                 if ref is None or tuple(ref.shape) != a.shape:
                     raise AnekitError(
-                        f"[train] --resume: {self.checkpoint} lacks {prefix + name} (or its shape differs)"
+                        f"[train] {opt('resume')}: {self.checkpoint} lacks {prefix + name} (or its shape "
+                        "differs)"
                     )
                 a[...] = ref.to_float32()
 
@@ -474,9 +492,15 @@ class HFRun(Run):
                                       ("v.", self.state.adam_v)):  # fmt: skip
                 for name, a in container.tensors():
                     tensors[prefix + name] = ("F32", np.ascontiguousarray(a, np.float32))
-        write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
+        with writing(self.checkpoint, "[train]"):
+            write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
         if self.mode == "lora":
-            self.write_result()
+            adapters = self.out / "adapters"
+            new = self.state.step == 0 and not os.path.lexists(adapters)
+            with writing(adapters, "[train]"):
+                self.write_result()
+            if new and adapters not in self._started:
+                self._started.append(adapters)  # removed if the run fails before its first step
 
     def write_result(self) -> list[Path]:
         """The run's product: OUT/adapters (LoRA, PEFT's format) or OUT/model (a Hugging Face directory)."""
@@ -526,7 +550,7 @@ class HFRun(Run):
         for name in SIDE_FILES:
             source = Path(self.model.directory) / name
             if source.is_file():
-                write_bytes_atomic(self.out / name, source.read_bytes())
+                self._write_started(self.out / name, source.read_bytes())
 
     def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         validate = self._validate(log) if self.valid and self.val_every > 0 else None
@@ -534,11 +558,12 @@ class HFRun(Run):
 
     def _finish(self, reason: str) -> None:
         if self.mode == "full" and reason != "budget":
-            self.write_result()
+            with writing(self.out / "model", "[train]"):
+                self.write_result()
 
-    def _curves(self, draw: bool) -> str | None:
+    def _curves(self, draw: bool) -> StagedCurves:
         val = self.state.val_losses if self.valid else None
-        return write_curves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
+        return StagedCurves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
                             painter=self._painter)  # fmt: skip
 
     def _remove_new_out(self) -> None:

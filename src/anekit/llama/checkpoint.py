@@ -598,7 +598,9 @@ def save_checkpoint(
                 f.write(trailer)
             f.truncate(f.tell())  # the size, should the last tensor have been a hole
     except OSError as e:
-        raise AnekitError(f"[{FORMAT}] cannot write checkpoint {path}: {e}") from e
+        from anekit.outputs import reason
+
+        raise AnekitError(f"[{FORMAT}] cannot write checkpoint {path}: {reason(e)}") from e
 
 
 def build_checkpoint(

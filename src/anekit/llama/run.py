@@ -7,9 +7,13 @@ restarts and the identities (sha256) of the data and the tokenizer, written in o
 
 The order of work is the command's promise: ``Run(options)`` reads and checks everything and writes
 nothing (a refused input leaves no directory behind); ``Run.train`` creates and locks the directory
-(one writer: ``fileio.DirLock``), saves step 0, copies the tokenizer, trains, and saves at the end, and
-if it fails before its first step removes what it wrote. Stopping is the caller's: ``should_stop`` is
-asked between two steps (the command answers from its signal handler and its stdout), and a run whose
+(one writer: ``fileio.DirLock``), saves step 0, copies the tokenizer, trains, and saves at the end
+(loss.csv and loss.png only once that checkpoint is in place: the curve is never ahead of it), and if
+it fails before its first step removes what it wrote; a failed write is one line naming its file and
+why. A finished run resumed trains nothing and writes nothing (its curves only when a kill left them
+behind its checkpoint). Messages name the options as the Python parameters (``resume=True``); the
+command names them as its flags (``flag_names``). Stopping is the caller's: ``should_stop`` is asked
+between two steps (the command answers from its signal handler and its stdout), and a run whose
 backend's compile budget ran out returns ``"budget"`` (the command then re-executes itself with
 ``resume=True``).
 
@@ -22,12 +26,13 @@ backend's compile budget ran out returns ``"budget"`` (the command then re-execu
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import math
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,11 +41,12 @@ import numpy as np
 
 from anekit import runtime
 from anekit.errors import AnekitError
-from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, write_bytes_atomic
+from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, temporary_name, write_bytes_atomic
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+from anekit.outputs import writing
 from anekit.threads import Background, cores
 
 if TYPE_CHECKING:
@@ -100,6 +106,35 @@ class TrainOptions:
     threads: int | None = None  # sequences run at once (default: every core, simulator and dynamic weights)
 
 
+# How messages name the options: as the Python parameters (``resume=True``, ``steps=5``) by default, as
+# ``anekit train``'s flags (``--resume``, ``--steps 5``) while the command runs (``flag_names``).
+_FLAG_NAMES: contextvars.ContextVar[bool] = contextvars.ContextVar("anekit_train_flag_names", default=False)
+SWITCHES = ("resume", "force")  # options that are on or off: a flag without a value
+_UNSET: Any = object()
+
+
+@contextlib.contextmanager
+def flag_names() -> Iterator[None]:
+    """While it is held, messages name the options as ``anekit train``'s flags (the command holds it)."""
+    token = _FLAG_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _FLAG_NAMES.reset(token)
+
+
+def opt(name: str, value: Any = _UNSET) -> str:
+    """An option as its caller wrote it: ``opt("steps", 5)`` is "steps=5" from Python and "--steps 5" from
+    the command line; ``opt("resume")`` "resume=True" / "--resume"; ``opt("lora_alpha")`` "lora_alpha" /
+    "--lora-alpha"."""
+    if _FLAG_NAMES.get():
+        flag = "--" + name.replace("_", "-")
+        return flag if value is _UNSET else f"{flag} {value}"
+    if value is _UNSET:
+        return f"{name}=True" if name in SWITCHES else name
+    return f"{name}={value}"
+
+
 @dataclass(frozen=True)
 class RunResult:
     """How a run ended: ``reason`` "done", "budget" (continue with resume) or "stopped" (should_stop)."""
@@ -111,6 +146,7 @@ class RunResult:
     checkpoint: Path
     seconds: dict[str, float]
     no_png: str | None = None  # why loss.png was not drawn (matplotlib missing), when it was not
+    trained: bool = True  # False: the resumed run was already finished; no step was trained
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -210,7 +246,7 @@ class RunRecord:
 
         if rec.get("format") != RUN_FORMAT or rec.get("version") != RUN_VERSION:
             raise AnekitError(
-                f"[train] --resume: {where} holds a run record of another kind "
+                f"[train] {opt('resume')}: {where} holds a run record of another kind "
                 f"({rec.get('format')!r} version {rec.get('version')!r}); anekit reads '{RUN_FORMAT}' "
                 f"version {RUN_VERSION}"
             )
@@ -230,7 +266,7 @@ class RunRecord:
                 marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
             )
         except (KeyError, TypeError, ValueError, AnekitError) as e:
-            raise AnekitError(f"[train] --resume: the run record of {where} is incomplete: {e}") from e
+            raise AnekitError(f"[train] {opt('resume')}: the run record of {where} is incomplete: {e}") from e
 
 
 def _state_from(ck: Any, rec: dict[str, Any]) -> TrainState:
@@ -239,7 +275,7 @@ def _state_from(ck: Any, rec: dict[str, Any]) -> TrainState:
     st = rec["state"]
     if st["step"] != ck.meta.step or st["adam_t"] != ck.meta.adam_t:
         raise AnekitError(
-            f"[train] --resume: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
+            f"[train] {opt('resume')}: the run record says step {st['step']} / Adam step {st['adam_t']}, the "
             f"header {ck.meta.step} / {ck.meta.adam_t}"
         )
     return TrainState(
@@ -272,32 +308,74 @@ def save_run(path: Path, state: TrainState, spec: RunRecord, wall: float) -> Non
     checkpoint.save_checkpoint(path, state.params, state.adam_m, state.adam_v, meta, run=spec.record(state))
 
 
-def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
-                 val_losses: dict[int, float] | None = None, painter: Any = None) -> str | None:  # fmt: skip
-    """loss.csv always (with a ``val_loss`` column, empty where not evaluated, when ``val_losses`` is
-    given); loss.png when ``draw``, through ``painter`` (a ``plot_helper.PlotHelper``) when given. Returns
-    the one line saying why there is no picture, or None when it was drawn (or not asked for)."""
-    from anekit.llama.plot import PlotUnavailable, write_loss_png
-
+def curves_csv(losses: list[float], val_losses: dict[int, float] | None = None) -> bytes:
+    """loss.csv's bytes: ``step,loss``, with a ``val_loss`` column (empty where not evaluated) when
+    ``val_losses`` is given."""
     if val_losses is None:
         rows = "".join(f"{i + 1},{loss:.6f}\n" for i, loss in enumerate(losses))
-        text = "step,loss\n" + rows
-    else:
-        at = {int(k): v for k, v in val_losses.items()}
-        rows = "".join(
-            f"{i},{'' if i == 0 else f'{losses[i - 1]:.6f}'},{f'{at[i]:.6f}' if i in at else ''}\n"
-            for i in range(len(losses) + 1)
-            if i > 0 or 0 in at
-        )
-        text = "step,loss,val_loss\n" + rows
-    write_bytes_atomic(out / "loss.csv", text.encode())
-    if not draw or not losses:
-        return None
+        return ("step,loss\n" + rows).encode()
+    at = {int(k): v for k, v in val_losses.items()}
+    rows = "".join(
+        f"{i},{'' if i == 0 else f'{losses[i - 1]:.6f}'},{f'{at[i]:.6f}' if i in at else ''}\n"
+        for i in range(len(losses) + 1)
+        if i > 0 or 0 in at
+    )
+    return ("step,loss,val_loss\n" + rows).encode()
+
+
+class StagedCurves:
+    """loss.csv and loss.png of some losses, made aside (the picture drawn into a temporary beside
+    loss.png, through ``painter`` when given) and put in place only by ``commit``: a run commits them once
+    the checkpoint holding those losses is written, so the curve is never ahead of the checkpoint.
+    ``no_png`` is the one line saying why there is no picture (matplotlib missing), else None."""
+
+    def __init__(self, out: Path, losses: list[float], title: str, marks: list[tuple[int, str]],
+                 draw: bool = True, val_losses: dict[int, float] | None = None,
+                 painter: Any = None) -> None:  # fmt: skip
+        from anekit.llama.plot import PlotUnavailable, write_loss_png
+
+        self.out, self.csv = out, curves_csv(losses, val_losses)
+        self.no_png: str | None = None
+        self.picture: Path | None = None
+        if not draw or not losses:
+            return
+        tmp = temporary_name(out / "loss.png")
+        try:
+            with writing(out / "loss.png", "[train]"):
+                (write_loss_png if painter is None else painter.draw)(tmp, losses, title, marks)
+        except PlotUnavailable as e:
+            self.no_png = str(e).removeprefix("[plot] ")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        else:
+            self.picture = tmp
+
+    def commit(self) -> None:
+        """loss.png, then loss.csv: a loss.csv that matches the checkpoint says both are in place."""
+        if self.picture is not None:
+            with writing(self.out / "loss.png", "[train]"):
+                os.replace(self.picture, self.out / "loss.png")
+            self.picture = None
+        with writing(self.out / "loss.csv", "[train]"):
+            write_bytes_atomic(self.out / "loss.csv", self.csv)
+
+    def discard(self) -> None:
+        if self.picture is not None:
+            self.picture.unlink(missing_ok=True)
+            self.picture = None
+
+
+def write_curves(out: Path, losses: list[float], title: str, marks: list[tuple[int, str]], draw: bool = True,
+                 val_losses: dict[int, float] | None = None, painter: Any = None) -> str | None:  # fmt: skip
+    """loss.csv always, loss.png when ``draw`` (``StagedCurves``, committed at once). Returns the one line
+    saying why there is no picture, or None when it was drawn (or not asked for)."""
+    staged = StagedCurves(out, losses, title, marks, draw, val_losses, painter)
     try:
-        (write_loss_png if painter is None else painter.draw)(out / "loss.png", losses, title, marks)
-    except PlotUnavailable as e:
-        return str(e).removeprefix("[plot] ")
-    return None
+        staged.commit()
+    finally:
+        staged.discard()
+    return staged.no_png
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -319,33 +397,38 @@ def _check_finite(params: Any, init: Path | None) -> None:
     """Refuse initial weights holding NaN or infinity (a damaged --init model) before anything is written."""
     for name, a in params.tensors():
         if not np.isfinite(a).all():
-            where = f"--init {init}" if init is not None else "the initial weights"
+            where = opt("init", init) if init is not None else "the initial weights"
             raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
 
 
 def _check_options(options: TrainOptions, stored: RunRecord, where: Path) -> None:
     """On resume: refuse every given option that contradicts the stored run."""
     given = {
-        "--config": (options.config, stored.cfg.name),
-        "--steps": (options.steps, stored.tc.steps),
-        "--accum": (options.accum, stored.tc.accum),
-        "--lr": (options.lr, stored.tc.lr),
-        "--seed": (options.seed, stored.tc.seed),
-        "--weights": (options.weights, stored.tc.weights),
+        "config": (options.config, stored.cfg.name),
+        "steps": (options.steps, stored.tc.steps),
+        "accum": (options.accum, stored.tc.accum),
+        "lr": (options.lr, stored.tc.lr),
+        "seed": (options.seed, stored.tc.seed),
+        "weights": (options.weights, stored.tc.weights),
     }
-    for flag, (value, kept) in given.items():
+    for name, (value, kept) in given.items():
         if value is not None and value != kept:
-            raise AnekitError(
-                f"[train] --resume: {flag} {value} contradicts the run in {where} ({flag} {kept}); drop "
-                "the flag to continue that run, or start a new one with --force"
-            )
+            raise_contradiction(name, value, kept, where)
+
+
+def raise_contradiction(name: str, value: Any, kept: Any, where: Path) -> None:
+    """A resume given an option that contradicts the stored run: one line naming it both ways."""
+    raise AnekitError(
+        f"[train] {opt('resume')}: {opt(name, value)} contradicts the run in {where} ({opt(name, kept)}); "
+        f"drop it to continue that run, or start a new one with {opt('force')}"
+    )
 
 
 def _open_tokenizer(path: Path) -> Any:
     from anekit.llama import tokenizer
 
     if path.is_dir():
-        raise AnekitError(f"[train] --tokenizer {path} is a directory, not a tokenizer file")
+        raise AnekitError(f"[train] {opt('tokenizer', path)} is a directory, not a tokenizer file")
     return tokenizer.load_tokenizer(path)
 
 
@@ -368,7 +451,7 @@ def _read_init(path: Path, cfg: ModelConfig, named: bool) -> tuple[Any, Source]:
         with path.open("rb") as f:
             head = f.read(checkpoint.HEADER_SIZE)
     except OSError as e:
-        raise AnekitError(f"[train] --init {path}: {e.strerror}") from e
+        raise AnekitError(f"[train] {opt('init', path)}: {e.strerror}") from e
     if int.from_bytes(head[:4], "little") == checkpoint.MAGIC:
         if len(head) == checkpoint.HEADER_SIZE:  # shorter: the checkpoint reader says what is wrong
             _check_init_shape(path, _blzt_shape(path, head), cfg, named)
@@ -430,13 +513,13 @@ def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named
     if not differ:
         return
     fits = [name for name, p in PRESETS.items() if all(getattr(p, k) == v for k, v in found.items())]
-    model = f"--config {cfg.name}" if named else f"the {cfg.name} preset (no --config)"
+    model = opt("config", cfg.name) if named else f"the {cfg.name} preset (no {opt('config')})"
     hint = (
-        f"pass --config {fits[0]}"
+        f"pass {opt('config', fits[0])}"
         if fits
         else f"no preset has its shape (presets: {', '.join(PRESETS)}), so anekit train cannot start from it"
     )
-    raise AnekitError(f"[train] --init {path} does not fit {model}: its {', '.join(differ)}; {hint}")
+    raise AnekitError(f"[train] {opt('init', path)} does not fit {model}: its {', '.join(differ)}; {hint}")
 
 
 def check_input_paths(options: TrainOptions) -> None:
@@ -446,15 +529,43 @@ def check_input_paths(options: TrainOptions) -> None:
 
     data = options.data
     if data is not None:
-        st = stat_input(data, "[train] --data cannot read")
+        st = stat_input(data, f"[train] {opt('data')} cannot read")
         if st is not None and not stat.S_ISDIR(st.st_mode):
-            check_input(data, "[train] --data cannot read", expected="a text file or a directory of shards")
+            check_input(
+                data, f"[train] {opt('data')} cannot read", expected="a text file or a directory of shards"
+            )
     if options.tokenizer is not None:
         check_input(
-            options.tokenizer, "[train] --tokenizer cannot read", LIMITS["tokenizer"], "a tokenizer file"
+            options.tokenizer,
+            f"[train] {opt('tokenizer')} cannot read",
+            LIMITS["tokenizer"],
+            "a tokenizer file",
         )
     if options.init is not None:
-        check_input(options.init, "[train] --init cannot read", expected="a model file")
+        check_input(options.init, f"[train] {opt('init')} cannot read", expected="a model file")
+
+
+def check_record_path(where: Path, field_name: str, path: str | None) -> Path | None:
+    """A path a run record names (``data.path``, ``tokenizer.path``, ``base.path``), before a resume opens
+    it: the checks its flag gets (``check_input_paths``), in one line naming the record's field. Returns
+    the path (None for None)."""
+    from anekit.inputs import LIMITS, check_input, stat_input
+
+    if path is None:
+        return None
+    what = f"[train] the run record of {where}: {field_name}"
+    if field_name == "data.path":
+        st = stat_input(path, what)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            check_input(path, what, expected="a text file or a directory of shards")
+    elif field_name == "tokenizer.path":
+        check_input(path, what, LIMITS["tokenizer"], "a tokenizer file")
+    else:
+        st = stat_input(path, what)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            check_input(path, what, expected="a model directory")  # names what it is
+            raise AnekitError(f"{what} {path}: a file, not a model directory")
+    return Path(path)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -480,6 +591,7 @@ class Run:
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
+        self._started: list[Path] = []  # the files a new run created beside its step-0 checkpoint
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
@@ -500,7 +612,7 @@ class Run:
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         check_input_paths(o)  # a FIFO or a device never gets opened (it would block or never end)
         if out.exists() and not out.is_dir():
-            raise AnekitError(f"[train] --out {out} is a file, not a directory")
+            raise AnekitError(f"[train] {opt('out', out)} is a file, not a directory")
         runtime.check_numerics_options(o.backend, o.numerics)  # before any write
         self.resumed_wall = 0.0
         if o.resume:
@@ -529,14 +641,16 @@ class Run:
     def _prepare_resume(self) -> None:
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         if o.force or o.init is not None:
-            flag = "--force" if o.force else "--init"
-            raise AnekitError(f"[train] --resume continues the run in {out}; {flag} starts a new one")
+            given = opt("force") if o.force else opt("init")
+            raise AnekitError(f"[train] {opt('resume')} continues the run in {out}; {given} starts a new one")
         if not ckpt_path.is_file():
-            raise AnekitError(f"[train] --resume: no checkpoint {ckpt_path} (start the run without --resume)")
+            raise AnekitError(
+                f"[train] {opt('resume')}: no checkpoint {ckpt_path} (start the run without {opt('resume')})"
+            )
         if checkpoint.read_run_record(ckpt_path) is None:
             raise AnekitError(
-                f"[train] --resume: {ckpt_path} has no run record (a checkpoint of another tool or of an "
-                "older anekit); start a new run from its weights with --init"
+                f"[train] {opt('resume')}: {ckpt_path} has no run record (a checkpoint of another tool or of "
+                f"an older anekit); start a new run from its weights with {opt('init')}"
             )
         self.seen = _identity(ckpt_path)
         ck = checkpoint.load_checkpoint_file(ckpt_path)
@@ -550,22 +664,24 @@ class Run:
         if tok_path is None:
             tok_path = out / spec.tokenizer_file
             if not tok_path.is_file() and spec.tokenizer.path is not None:
-                tok_path = Path(spec.tokenizer.path)
+                tok_path = check_record_path(ckpt_path, "tokenizer.path", spec.tokenizer.path)
         tok_id = sha256_file(tok_path, TOKENIZER_MAX_BYTES)
         if tok_id != spec.tokenizer.sha256:
             raise AnekitError(
-                f"[train] --resume: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
+                f"[train] {opt('resume')}: the tokenizer {tok_path} (sha256 {tok_id[:12]}) is not the run's "
                 f"{spec.tokenizer.short()}"
             )
         self.tok_path = tok_path
         self.tokenizer = _open_tokenizer(tok_path)
-        data_path = o.data if o.data is not None else (spec.data.path and Path(spec.data.path))
+        data_path = o.data
+        if data_path is None:
+            data_path = check_record_path(ckpt_path, "data.path", spec.data.path)
         self.dataset = _dataset(data_path, self.tokenizer, self.tc.seed)
         data_id = sha256_tokens(self.dataset)
         if data_id != spec.data.sha256:
             where = data_path or "the built-in corpus"
             raise AnekitError(
-                f"[train] --resume: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
+                f"[train] {opt('resume')}: the data {where} (tokens sha256 {data_id[:12]}) is not the run's "
                 f"{spec.data.short()}"
             )
         if self.state.step < self.tc.steps:
@@ -579,13 +695,15 @@ class Run:
         self.seen = _identity(ckpt_path)
         if self.seen is not None and not o.force:
             raise AnekitError(
-                f"[train] {out} holds a run ({ckpt_path}): --resume to continue it, --force to start over"
+                f"[train] {out} holds a run ({ckpt_path}): {opt('resume')} to continue it, {opt('force')} "
+                "to start over"
             )
         name = o.config or "default"
         cfg = preset(name)
         if o.tokenizer is None and cfg.vocab_size > BUILT_IN_VOCAB_MAX:
             raise AnekitError(
-                f"[train] --config {name} needs a {cfg.vocab_size}-token tokenizer: pass it with --tokenizer "
+                f"[train] {opt('config', name)} needs a {cfg.vocab_size}-token tokenizer: pass it with "
+                f"{opt('tokenizer')} "
                 "(llama2.c's tokenizer.bin or tokenizer.model for its stories models); the built-in one, "
                 f"trained on anekit's small story corpus, has at most {BUILT_IN_VOCAB_MAX} tokens"
             )
@@ -598,8 +716,8 @@ class Run:
         )
         if tc.steps * tc.accum > INT32_MAX:
             raise AnekitError(
-                f"[train] --steps x --accum = {tc.steps * tc.accum} sequences do not fit the checkpoint's "
-                f"int32 counter (at most {INT32_MAX})"
+                f"[train] {opt('steps')} x {opt('accum')} = {tc.steps * tc.accum} sequences do not fit the "
+                f"checkpoint's int32 counter (at most {INT32_MAX})"
             )
         tied = True
         if o.init is not None:  # the header alone, before the tokenizer, the data or the weights are read
@@ -713,7 +831,8 @@ class Run:
                 in_flight.wait()
 
     def _write_checkpoint(self) -> None:
-        save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
+        with writing(self.checkpoint, "[train]"):
+            save_run(self.checkpoint, self.state, self.spec, time.perf_counter() - self._wall0)
 
     def title(self) -> str:
         spec = self.spec
@@ -763,6 +882,10 @@ class Run:
         every = o.checkpoint_every or AUTO_CHECKPOINT_STEPS
         seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
         reason, first_saved = "done", False
+        if o.resume and state.step >= tc.steps:  # finished before: nothing to train, nothing is written
+            no_png = self._catch_up_curves()
+            return RunResult("done", state.step, tc.steps, list(state.losses), self.checkpoint,
+                             dict(state.seconds), no_png, trained=False)  # fmt: skip
         try:
             if not o.resume:
                 # step 0: from now on a kill at any instant leaves a run that resume continues. Written while
@@ -788,39 +911,77 @@ class Run:
                 )
         except AnekitError:
             self._settle(quiet=True)  # the step-0 write, if it is still going, ends before anything else
-            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses: leave no run behind
-                if first_saved:
-                    self.checkpoint.unlink(missing_ok=True)
-                if created:
-                    self._remove_new_out()
+            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses, a full disk:
+                self._remove_started(first_saved, created)  # leave no run behind
             raise
         except BaseException:
             self._settle(quiet=True)  # Ctrl-C from Python: the step-0 checkpoint is whole before we unwind
             raise
         save(state, background=True)  # written while the run's product and its curves are made
+        staged: StagedCurves | None = None
         try:
             if on_done is not None and reason == "done":
                 on_done()
             self._finish(reason)
-            no_png = self._curves(draw=reason != "budget")
+            staged = self._curves(draw=reason != "budget")
+            self._settle()
+            staged.commit()  # the curves only once the checkpoint holding their losses is in place
         except BaseException:
             self._settle(quiet=True)
             raise
-        self._settle()
+        finally:
+            if staged is not None:
+                staged.discard()
         return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
-                         dict(state.seconds), no_png)  # fmt: skip
+                         dict(state.seconds), staged.no_png)  # fmt: skip
+
+    def _catch_up_curves(self) -> str | None:
+        """A finished run's curves, rewritten only when loss.csv is not the checkpoint's (a kill between
+        the last checkpoint's rename and the curves' commit); else nothing is written."""
+        try:
+            current = (self.out / "loss.csv").read_bytes()
+        except OSError:
+            current = None
+        if current == self._curves(draw=False).csv:
+            return None
+        staged = self._curves(draw=True)
+        try:
+            staged.commit()
+        finally:
+            staged.discard()
+        return staged.no_png
+
+    def _remove_started(self, first_saved: bool, created: bool) -> None:
+        """A new run failing before its first step: remove what it wrote (its checkpoint and the files
+        ``_start_files`` wrote), and the directory when it made it."""
+        import shutil
+
+        with contextlib.suppress(OSError):
+            if first_saved and _identity(self.checkpoint) != self.seen:  # this run's, not the one it found
+                self.checkpoint.unlink(missing_ok=True)
+            for path in self._started:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+        if created:
+            self._remove_new_out()
 
     # -- what a kind of run adds (``anekit.hf.training.HFRun`` overrides these) ------------------------
 
     def _start_files(self) -> None:
         """Beside the step-0 checkpoint: the tokenizer's copy (a previous run's state file goes)."""
-        try:
-            write_bytes_atomic(self.out / self.spec.tokenizer_file, self.tok_bytes)
-        except OSError as e:
-            raise AnekitError(
-                f"[train] cannot copy the tokenizer {self.tok_path} into {self.out}: {e.strerror}"
-            ) from e
+        self._write_started(self.out / self.spec.tokenizer_file, self.tok_bytes)
         (self.out / LEGACY_STATE).unlink(missing_ok=True)  # a previous run's state would mislead
+
+    def _write_started(self, path: Path, data: bytes) -> None:
+        """Write one of the files a new run starts with (removed again if it fails before its first step,
+        when it was not there before); a failed write is one line naming the file and why."""
+        new = not os.path.lexists(path)
+        with writing(path, "[train]"):
+            write_bytes_atomic(path, data)
+        if new:
+            self._started.append(path)
 
     def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
         """More arguments of ``trainer.train`` (what is trained, validation)."""
@@ -829,8 +990,8 @@ class Run:
     def _finish(self, reason: str) -> None:
         """After the last save (a product to write)."""
 
-    def _curves(self, draw: bool) -> str | None:
-        return write_curves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw,
+    def _curves(self, draw: bool) -> StagedCurves:
+        return StagedCurves(self.out, self.state.losses, self.title(), self.spec.marks, draw=draw,
                             painter=self._painter)  # fmt: skip
 
     def _plot_helper(self) -> PlotHelper | None:
@@ -850,22 +1011,67 @@ class Run:
         return PlotHelper.start()
 
 
-def train(out: str | os.PathLike[str] = "out", **options: Any) -> RunResult:
+def steps_text(n: int) -> str:
+    """ "1 step", "2 steps"."""
+    return "1 step" if n == 1 else f"{n} steps"
+
+
+class Progress:
+    """What ``anekit.train`` prints as it runs (as mlx-lm's trainer does): a line at the first, every 10th
+    and the last step (the command's lines, without its terminal redraw), the lines the run has to say
+    (validation, the sanitizer's summaries) and one closing line; on stdout, flushed."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def step(self, r: StepReport) -> None:
+        steps = self.run.tc.steps
+        if r.step % 10 == 0 or r.step == steps or r.step == 1 or r.val_loss is not None:
+            rate = r.tokens / r.seconds if r.seconds else 0.0
+            skipped = "  (overflow: skipped)" if r.skipped else ""
+            self.say(f"step {r.step:4d}/{steps}  loss {r.loss:6.3f}  lr {r.lr:.2e}  {rate:7.0f} tok/s  "
+                     f"{1e3 * r.seconds:6.0f} ms/step{skipped}")  # fmt: skip
+
+    def end(self, result: RunResult) -> None:
+        losses = result.losses
+        if not result.trained:
+            self.say(f"the run in {self.run.out} is finished ({result.step}/{result.steps} steps)")
+        elif result.reason == "budget":
+            self.say(f"compile budget reached at step {result.step}: saved {result.checkpoint}; call again "
+                     "with resume=True to continue")  # fmt: skip
+        elif losses:
+            done = "trained" if result.reason == "done" else "stopped after"
+            self.say(f"{done} {steps_text(result.step)}: loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved "
+                     f"{result.checkpoint}")  # fmt: skip
+
+
+def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: Any) -> RunResult:
     """Train as ``anekit train --out OUT`` does, the options named as its flags (``config``, ``data``,
     ``tokenizer``, ``steps``, ``accum``, ``lr``, ``seed``, ``weights``, ``backend``, ``init``, ``resume``,
-    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``). Returns how the run ended; a
-    run whose compile budget ran out ends with reason "budget": call again with ``resume=True``."""
+    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``); errors name them as these
+    parameters (``resume=True``). Progress goes to stdout as the run goes (``Progress``: the first, every
+    10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing. Returns
+    how the run ended; a run whose compile budget ran out ends with reason "budget": call again with
+    ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise AnekitError(
-            f"[train] unknown option {unknown[0]!r} (known: {', '.join(sorted(known - {'out'}))})"
+            f"[train] unknown option {unknown[0]!r} (known: {', '.join(sorted(known - {'out'}))}, quiet)"
         )
     for key in ("data", "tokenizer", "init"):
         if options.get(key) is not None:
             options[key] = Path(options[key])
     run = Run(TrainOptions(out=Path(out), **options))
     try:
-        return run.train()
+        if quiet:
+            return run.train()
+        progress = Progress(run)
+        result = run.train(on_step=progress.step, log=progress.say)
+        progress.end(result)
+        return result
     finally:
         run.close()

@@ -123,11 +123,13 @@ class BudgetTooSmall(AnekitError):
 
 def check_budget(budget: int, cfg: object, weights: str) -> None:
     """BudgetTooSmall unless a fresh process with ``budget`` compiles can complete one step."""
+    from anekit.llama.run import opt
+
     need = first_step_compiles(cfg, weights)
     if budget < need:
         raise BudgetTooSmall(
             f"[train] the compile budget {budget} is smaller than one step's {need} compiles ({weights} "
-            f"weights): pass --compile-budget {need} or more"
+            f"weights): pass {opt('compile_budget', need)} or more"
         )
 
 
