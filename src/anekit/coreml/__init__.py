@@ -5,8 +5,8 @@
     runtime.open("sim").compile(pkg.program, pkg.weights, function=pkg.default_function)  # CoreML's route
     Session.open("model.mlpackage").run("prefill", ...)  # anekit.coreml.session: states kept across calls
 
-The protobuf classes come from coremltools (``pip install anekit[coreml]``); without it every entry
-point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
+The protobuf classes come from coremltools (``pip install -e '.[coreml]'`` in the checkout); without it
+every entry point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
 ``values`` (types and literals), ``spec`` (Program <-> Model), ``manifest`` (layout and safe paths),
 ``save`` and ``load``; ``session`` runs a program's functions with their states kept between calls.
 """
