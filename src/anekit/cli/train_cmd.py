@@ -162,7 +162,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--init",
         type=Path,
         metavar="MODEL",
-        help="start from the weights of a llama2.c model .bin or an anekit checkpoint (fresh optimizer)",
+        help="start from the weights of a llama2.c model .bin, an anekit checkpoint or a Hugging Face model "
+        "directory (fresh optimizer; without --tokenizer, the tokenizer beside or inside it)",
     )
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: ./out)")
     p.add_argument(
