@@ -30,6 +30,7 @@ from typing import Any
 from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.hf.training import DEFAULT_LR as HF_LR
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama.run import (
     AUTO_CHECKPOINT_SECONDS,
@@ -131,7 +132,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_float_in(0.0, 1.0),
         default=None,
         help=f"peak learning rate, in (0, 1] (default: {DEFAULT_LR['default']:g} for the default preset, "
-        f"{GENERIC_LR:g} for the others)",
+        f"{GENERIC_LR:g} for the others; a Hugging Face model: {HF_LR['lora']:g} with --lora, "
+        f"{HF_LR['full']:g} without)",
     )
     p.add_argument(
         "--seed",
