@@ -11,6 +11,14 @@ The examples are read from the README itself, so a new one is tested the day it 
   ``...``) is a synopsis, not an example; a span that names a command or a flag without being a whole
   command line is listed in ``MENTIONS`` (and the test fails on one that is neither).
 
+- **each Python block on its own**: in a fresh ``python`` (after the Python blocks before it, whose names it
+  uses, as one session following the README has them), in a copy of the folder the blocks wrote, twice:
+  the second run meets the first one's outputs.
+- **every Python call the prose shows** (``runtime.open(...)``, ``anekit.coreml.predict(...)``) names a
+  callable; off macOS the macOS-only ``predict`` refuses in one anekit line.
+- **every ``anekit`` command line** of the blocks and the prose: its command's ``--help`` works, each flag
+  it uses is one of that command's, and the whole line parses.
+
 ``anekit`` statements run in-process (``anekit.cli.main.main``) with the tokenizer cache in a temporary
 folder; the rest (``cat <<EOF``, ``python -c``, pipes) run in bash with the venv's ``python`` and
 ``anekit`` first on PATH. The default training run is 400 steps (about 20 s): in-process, the default
