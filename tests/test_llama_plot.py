@@ -39,13 +39,13 @@ def test_without_matplotlib_there_is_one_line_and_the_csv(tmp_path, monkeypatch,
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib...` now fails
-    with pytest.raises(PlotUnavailable, match=r"pip install 'anekit\[plot\]'"):
+    with pytest.raises(PlotUnavailable, match=r"pip install -e '\.\[plot\]' in anekit's checkout"):
         write_loss_png(tmp_path / "x.png", [1.0], "t")
     monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--steps", "2", "--accum", "1", "--sample-steps", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line for line in lines if "loss.png" in line] == [
-        "no loss.png: matplotlib is not installed (pip install 'anekit[plot]')"
+        "no loss.png: matplotlib is not installed (pip install -e '.[plot]' in anekit's checkout)"
     ]
     assert (out / "loss.csv").read_text().count("\n") == 3 and not (out / "loss.png").exists()

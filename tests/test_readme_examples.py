@@ -11,6 +11,14 @@ The examples are read from the README itself, so a new one is tested the day it 
   ``...``) is a synopsis, not an example; a span that names a command or a flag without being a whole
   command line is listed in ``MENTIONS`` (and the test fails on one that is neither).
 
+- **each Python block on its own**: in a fresh ``python`` (after the Python blocks before it, whose names it
+  uses, as one session following the README has them), in a copy of the folder the blocks wrote, twice:
+  the second run meets the first one's outputs.
+- **every Python call the prose shows** (``runtime.open(...)``, ``anekit.coreml.predict(...)``) names a
+  callable; off macOS the macOS-only ``predict`` refuses in one anekit line.
+- **every ``anekit`` command line** of the blocks and the prose: its command's ``--help`` works, each flag
+  it uses is one of that command's, and the whole line parses.
+
 ``anekit`` statements run in-process (``anekit.cli.main.main``) with the tokenizer cache in a temporary
 folder; the rest (``cat <<EOF``, ``python -c``, pipes) run in bash with the venv's ``python`` and
 ``anekit`` first on PATH. The default training run is 400 steps (about 20 s): in-process, the default
@@ -285,3 +293,126 @@ def test_an_inline_example_runs_as_written(example: Example, ran: Path, tmp_path
     _shortened_training(monkeypatch)
     example.result = _run(example, tmp_path, {})
     _check(example)
+
+
+# --- each Python block on its own, twice; every Python name shown; every command's flags ------------------
+
+PYTHON_BLOCKS = [e for e in BLOCKS if e.kind == "python"]
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[e.id for e in PYTHON_BLOCKS])
+def test_a_python_block_runs_twice_in_a_fresh_process(index: int, ran: Path, tmp_path: Path) -> None:
+    """The block, after the Python blocks before it (the names they define, as one Python session following
+    the README has them), in a fresh ``python`` in a copy of the folder the sh blocks wrote, run twice: a
+    second run finds the outputs of the first and must not fail on them."""
+    if any("anekit.coreml" in e.text for e in PYTHON_BLOCKS[: index + 1]):
+        pytest.importorskip("coremltools", reason="CoreML packages need the coreml extra")
+    folder = tmp_path / "readme"
+    shutil.copytree(ran, folder, symlinks=True)
+    script = "\n\n".join(e.text for e in PYTHON_BLOCKS[: index + 1])
+    env = {**os.environ, "ANEKIT_CACHE": str(ran.parent / "cache"), "PYTHONPATH": str(ROOT / "src")}
+    for attempt in (1, 2):
+        proc = subprocess.run(
+            [sys.executable, "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+        )
+        said = f"README.md:{PYTHON_BLOCKS[index].line}, run {attempt}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, said
+
+
+# `name(` inside a backticked span of the prose: a Python call the README shows.
+PY_CALL = re.compile(r"\b((?:anekit\.)?(?:mil|runtime|coreml|engine|rules|llama|hf)(?:\.\w+)+|anekit\.\w+)\(")
+
+
+def _resolve(name: str) -> object:
+    """The object a dotted README name means (``runtime.open`` is ``anekit.runtime.open``)."""
+    import importlib
+
+    obj: object = importlib.import_module("anekit")
+    path = "anekit"
+    for part in name.removeprefix("anekit.").split("."):
+        path += "." + part
+        obj = getattr(obj, part) if hasattr(obj, part) else importlib.import_module(path)
+    return obj
+
+
+def _python_calls() -> list[str]:
+    text = FENCE.sub("", README.read_text(encoding="utf-8"))
+    names = {m.group(1) for span in INLINE.findall(text) for m in PY_CALL.finditer(span)}
+    return sorted(names)
+
+
+PY_CALLS = _python_calls()
+PREDICT_PENDING = "anekit.coreml.predict is a submodule until it becomes the function the README shows"
+
+
+def test_the_readme_shows_python_calls() -> None:
+    assert {"runtime.open", "mil.to_text", "anekit.train", "anekit.coreml.predict"} <= set(PY_CALLS), PY_CALLS
+
+
+@pytest.mark.parametrize("name", PY_CALLS)
+def test_every_python_name_the_readme_calls_is_callable(name: str, request: pytest.FixtureRequest) -> None:
+    if name == "anekit.coreml.predict":
+        pytest.importorskip("coremltools", reason="CoreML packages need the coreml extra")
+        if not callable(_resolve(name)):
+            request.applymarker(pytest.mark.xfail(reason=PREDICT_PENDING, strict=False))
+    assert callable(_resolve(name)), f"README shows {name}(...), which is {type(_resolve(name)).__name__}"
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="off macOS only: the call's one-line refusal")
+def test_the_macos_only_predict_says_not_on_mac_in_one_line(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from anekit.errors import AnekitError
+
+    pytest.importorskip("coremltools", reason="CoreML packages need the coreml extra")
+    predict = _resolve("anekit.coreml.predict")
+    if not callable(predict):
+        request.applymarker(pytest.mark.xfail(reason=PREDICT_PENDING, strict=False))
+    with pytest.raises(AnekitError) as info:
+        predict(tmp_path / "model.mlpackage", {}, compute_units="cpu_and_ne")  # type: ignore[operator]
+    assert "\n" not in info.value.one_line()
+
+
+def _anekit_commands() -> list[tuple[int, str]]:
+    """(line, command) of every ``anekit`` statement of the sh blocks (pipes and comments cut) and of the
+    whole command lines of the prose."""
+    found = []
+    for e in BLOCKS:
+        if e.kind == "sh":
+            for part in re.split(r"[|;&]", e.text.split(" #")[0].split("<<")[0]):
+                if part.strip().startswith("anekit "):
+                    found.append((e.line, part.strip()))
+    return found + [(e.line, e.text.removesuffix(" | head -1")) for e in INLINE_EXAMPLES]
+
+
+ANEKIT_COMMANDS = _anekit_commands()
+
+
+def _subcommand(argv: list[str]) -> list[str]:
+    """The command words of argv (``kernels dump``, ``mil check``: commands with their own subcommands)."""
+    return argv[:2] if argv[0] in ("kernels", "mil") else argv[:1]
+
+
+@pytest.mark.parametrize(
+    ("line", "command"), ANEKIT_COMMANDS, ids=[f"L{n} {c[:60]}" for n, c in ANEKIT_COMMANDS]
+)
+def test_every_anekit_command_of_the_readme_parses_and_its_flags_exist(line: int, command: str) -> None:
+    argv = shlex.split(command, comments=True)[1:]
+    words = _subcommand(argv)
+    with contextlib.redirect_stdout(io.StringIO()) as help_text, pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*words, "--help"])
+    assert done.value.code == 0, f"README.md:{line}: anekit {' '.join(words)} --help"
+    for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+        assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", help_text.getvalue()), (
+            f"README.md:{line}: {flag} is not a flag of anekit {' '.join(words)}"
+        )
+    assert _parses(argv), f"README.md:{line}: {command} does not parse"
+
+
+def test_the_quickstart_says_how_to_put_the_venv_on_the_path() -> None:
+    """Every command after the two Quickstart ones runs with the venv's ``anekit`` and ``python``."""
+    text = README.read_text(encoding="utf-8")
+    quickstart = text[text.index("## Quickstart") : text.index("### Resuming a run")]
+    assert "`. .venv/bin/activate`" in quickstart
+    assert (ROOT / "Makefile").read_text().count("VENV ?= .venv") == 1  # the venv the sentence names
+    assert "pip install anekit[" not in text  # anekit installs from its checkout: pip install -e '.[x]'

@@ -162,7 +162,7 @@ def test_a_helper_without_matplotlib_says_so_in_the_process(tmp_path: Path) -> N
     helper = PlotHelper.start()
     assert helper is not None
     helper.close()
-    reason = "[plot] no loss.png: matplotlib is not installed (pip install 'anekit[plot]')"
+    reason = "[plot] no loss.png: matplotlib is not installed (pip install -e '.[plot]' in anekit's checkout)"
     code = f"import sys, json; sys.stdin.read(); print(json.dumps({{'unavailable': {reason!r}}}))"
     helper.proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE

@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of anekit's extras (``coreml``, ``hf``, ``fast``, ``plot``): anekit is installed
+    from its checkout, not from a package index."""
+    return f"pip install -e '.[{extra}]' in anekit's checkout"
+
+
 class AnekitError(Exception):
     """Root of every error anekit raises on purpose."""
 

@@ -1,10 +1,10 @@
 """Optional compiled loops for the simulator's hot paths, with numpy as the fallback.
 
-With numba installed (``pip install anekit[fast]``) the fp16 rounding of every stored value and the
-encoding of fp16 surfaces run as one compiled pass per array (``anekit._jit_loops``) instead of several
-numpy passes; without it, or with ``ANEKIT_JIT=0`` in the environment, every function here returns False
-and the caller takes its numpy path. Both paths give the same bits (tests compare them), so the choice
-changes speed only, never a result.
+With numba installed (``pip install -e '.[fast]'`` in the checkout) the fp16 rounding of every stored
+value and the encoding of fp16 surfaces run as one compiled pass per array (``anekit._jit_loops``)
+instead of several numpy passes; without it, or with ``ANEKIT_JIT=0`` in the environment, every function
+here returns False and the caller takes its numpy path. Both paths give the same bits (tests compare
+them), so the choice changes speed only, never a result.
 
 numba is imported on first use, not when anekit is imported: commands that never touch large arrays
 start as fast as before. The loops take 1-d views in memory order (``flat``), so a C- or Fortran-ordered

@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "model",
         type=Path,
         metavar="MODEL",
-        help="anekit BLZT checkpoint, llama2.c model .bin, or Hugging Face model directory",
+        help="anekit BLZT checkpoint, llama2.c model .bin, or Hugging Face model directory (config.json, "
+        "safetensors, tokenizer)",
     )
     p.add_argument("--to", choices=TARGETS, required=True, help="what to write")
     p.add_argument(

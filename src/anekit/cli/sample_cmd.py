@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "model",
         type=Path,
         metavar="MODEL",
-        help="anekit BLZT checkpoint, llama2.c model .bin, or an `anekit export` package / shard directory",
+        help="anekit BLZT checkpoint, llama2.c model .bin, Hugging Face model directory (config.json, "
+        "safetensors, tokenizer), or an `anekit export` package / shard directory",
     )
     p.add_argument("--prompt", default="", help="text to start from (default: none, a story from BOS)")
     p.add_argument(

@@ -30,6 +30,7 @@ from typing import Any
 from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
+from anekit.hf.training import DEFAULT_LR as HF_LR
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama.run import (
     AUTO_CHECKPOINT_SECONDS,
@@ -132,7 +133,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_float_in(0.0, 1.0),
         default=None,
         help=f"peak learning rate, in (0, 1] (default: {DEFAULT_LR['default']:g} for the default preset, "
-        f"{GENERIC_LR:g} for the others)",
+        f"{GENERIC_LR:g} for the others; a Hugging Face model: {HF_LR['lora']:g} with --lora, "
+        f"{HF_LR['full']:g} without)",
     )
     p.add_argument(
         "--seed",
@@ -163,7 +165,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--init",
         type=Path,
         metavar="MODEL",
-        help="start from the weights of a llama2.c model .bin or an anekit checkpoint (fresh optimizer)",
+        help="start from the weights of a llama2.c model .bin, an anekit checkpoint or a Hugging Face model "
+        "directory (fresh optimizer; without --tokenizer, the tokenizer beside or inside it)",
     )
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: ./out)")
     p.add_argument(

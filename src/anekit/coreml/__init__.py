@@ -6,8 +6,8 @@
     Session.open("model.mlpackage").run("prefill", ...)  # anekit.coreml.session: states kept across calls
     predict("model.mlpackage", inputs, compute_units="cpu_and_ne")  # CoreML itself: macOS (else NotOnMac)
 
-The protobuf classes come from coremltools (``pip install anekit[coreml]``); without it every entry
-point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
+The protobuf classes come from coremltools (``pip install -e '.[coreml]'`` in the checkout); without it
+every entry point raises ``CoreMLUnavailable``. One small module per job: ``_proto`` (the optional import),
 ``values`` (types and literals), ``spec`` (Program <-> Model), ``manifest`` (layout and safe paths),
 ``save`` and ``load``; ``session`` runs a program's functions with their states kept between calls;
 ``mac`` runs a package through CoreML itself (``predict``, ``check_residency``), on macOS only.

@@ -13,9 +13,9 @@ import logging
 from types import ModuleType
 from typing import NamedTuple
 
-from anekit.errors import CoreMLUnavailable
+from anekit.errors import CoreMLUnavailable, install_hint
 
-EXTRA_HINT = "pip install anekit[coreml]"
+EXTRA_HINT = install_hint("coreml")
 
 
 class Proto(NamedTuple):

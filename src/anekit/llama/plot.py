@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, install_hint
 from anekit.fileio import write_bytes_atomic
 
-INSTALL_HINT = "pip install 'anekit[plot]'"
+INSTALL_HINT = install_hint("plot")
 
 # How each kind of restart is drawn: (legend label, line colour, line style).
 MARK_STYLES = {

@@ -432,6 +432,74 @@ def _open_tokenizer(path: Path) -> Any:
     return tokenizer.load_tokenizer(path)
 
 
+# Without --tokenizer, an --init model's tokenizer is looked for beside it, as ``anekit sample`` does.
+INIT_TOKENIZER_FILES = ("tokenizer.model", "tokenizer.bin")
+
+
+def _init_tokenizer(init: Path | None, vocab_size: int) -> Path | None:
+    """Without --tokenizer: the tokenizer beside the --init model (tokenizer.model, then tokenizer.bin)
+    whose vocabulary is the model's, else the one the model's run record names where training read it
+    (the same sha256); None when there is neither (the built-in tokenizer is used, with a warning)."""
+    if init is None:
+        return None
+    for path in _beside(init):
+        if _vocab_size(path) == vocab_size:
+            return path
+    recorded = _recorded_tokenizer(init)
+    if recorded is not None and recorded[0] is not None:
+        path = Path(recorded[0])
+        same = path.is_file() and sha256_file(path, TOKENIZER_MAX_BYTES) == recorded[1]
+        if same and _vocab_size(path) == vocab_size:
+            return path
+    return None
+
+
+def _beside(init: Path) -> list[Path]:
+    return [init.parent / name for name in INIT_TOKENIZER_FILES if (init.parent / name).is_file()]
+
+
+def _vocab_size(path: Path) -> int:
+    from anekit.inputs import LIMITS, check_input
+
+    check_input(path, "[train] cannot read the tokenizer", LIMITS["tokenizer"], "a tokenizer file")
+    return int(_open_tokenizer(path).vocab_size)
+
+
+def _recorded_tokenizer(init: Path) -> tuple[str | None, str] | None:
+    """(path, sha256) of the tokenizer an anekit checkpoint's run record names; None for a llama2.c model
+    or a checkpoint without a record."""
+    with contextlib.suppress(OSError), init.open("rb") as f:
+        if int.from_bytes(f.read(4), "little") != checkpoint.MAGIC:
+            return None
+    try:
+        record = checkpoint.read_run_record(init)
+    except AnekitError:
+        return None  # reading the weights says what is wrong with the file
+    tok = record.get("tokenizer") if isinstance(record, dict) else None
+    if isinstance(tok, dict) and isinstance(tok.get("sha256"), str):
+        path = tok.get("path")
+        return (path if isinstance(path, str) else None), tok["sha256"]
+    return None
+
+
+def _warn_builtin_for_init(init: Path, builtin: Path, vocab_size: int) -> None:
+    """One line on stderr when an --init model is trained on the built-in tokenizer it may not have been
+    trained with; none when its run record names exactly the built-in one."""
+    import sys
+
+    recorded = _recorded_tokenizer(init)
+    if recorded is not None and sha256_file(builtin, TOKENIZER_MAX_BYTES) == recorded[1]:
+        return
+    beside = [f"{p.name} beside it has {_vocab_size(p)} tokens" for p in _beside(init)]
+    found = "; ".join(beside) if beside else f"none of {', '.join(INIT_TOKENIZER_FILES)} beside it"
+    print(
+        f"anekit: warning: [train] --init {init}: no --tokenizer, and {found} (the model has {vocab_size}): "
+        f"training with the built-in corpus tokenizer ({vocab_size}-token BPE of anekit's embedded "
+        "stories); a model trained with another reads these ids as other text: pass its own with --tokenizer",
+        file=sys.stderr,
+    )
+
+
 def _dataset(data: Path | None, tok: Any, seed: int) -> Any:
     from anekit.llama import data as data_mod
 
@@ -723,8 +791,9 @@ class Run:
         if o.init is not None:  # the header alone, before the tokenizer, the data or the weights are read
             tied = _check_init_header(o.init, cfg, named=o.config is not None)
         _check_training_memory(cfg, tied, o.init)
-        if o.tokenizer is not None:
-            tok_path = o.tokenizer
+        tok_path = o.tokenizer if o.tokenizer is not None else _init_tokenizer(o.init, cfg.vocab_size)
+        builtin = tok_path is None
+        if tok_path is not None:
             tok = _open_tokenizer(tok_path)
         else:
             from anekit.llama import tokenizer
@@ -738,6 +807,8 @@ class Run:
         dataset = _dataset(o.data, tok, tc.seed)
         if o.init is not None:
             params, init = _read_init(o.init, cfg, named=o.config is not None)
+            if builtin:  # after the shape check: a model refused gets its one line alone
+                _warn_builtin_for_init(o.init, tok_path, cfg.vocab_size)
         else:
             params, init = Params.init(cfg, seed=tc.seed), None
         self.state = TrainState.fresh(params, tc)
