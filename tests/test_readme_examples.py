@@ -342,7 +342,6 @@ def _python_calls() -> list[str]:
 
 
 PY_CALLS = _python_calls()
-PREDICT_PENDING = "anekit.coreml.predict is a submodule until it becomes the function the README shows"
 
 
 def test_the_readme_shows_python_calls() -> None:
@@ -350,24 +349,18 @@ def test_the_readme_shows_python_calls() -> None:
 
 
 @pytest.mark.parametrize("name", PY_CALLS)
-def test_every_python_name_the_readme_calls_is_callable(name: str, request: pytest.FixtureRequest) -> None:
+def test_every_python_name_the_readme_calls_is_callable(name: str) -> None:
     if name == "anekit.coreml.predict":
         pytest.importorskip("coremltools", reason="CoreML packages need the coreml extra")
-        if not callable(_resolve(name)):
-            request.applymarker(pytest.mark.xfail(reason=PREDICT_PENDING, strict=False))
     assert callable(_resolve(name)), f"README shows {name}(...), which is {type(_resolve(name)).__name__}"
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="off macOS only: the call's one-line refusal")
-def test_the_macos_only_predict_says_not_on_mac_in_one_line(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_the_macos_only_predict_says_not_on_mac_in_one_line(tmp_path: Path) -> None:
     from anekit.errors import AnekitError
 
     pytest.importorskip("coremltools", reason="CoreML packages need the coreml extra")
     predict = _resolve("anekit.coreml.predict")
-    if not callable(predict):
-        request.applymarker(pytest.mark.xfail(reason=PREDICT_PENDING, strict=False))
     with pytest.raises(AnekitError) as info:
         predict(tmp_path / "model.mlpackage", {}, compute_units="cpu_and_ne")  # type: ignore[operator]
     assert "\n" not in info.value.one_line()

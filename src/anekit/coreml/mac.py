@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, install_hint
 
 COMPUTE_UNITS = {
     "cpu_and_ne": "CPU_AND_NE",
@@ -40,7 +40,7 @@ def _coremltools() -> Any:
     try:
         import coremltools as ct
     except ImportError as e:
-        raise NotOnMac(f"[coreml] coremltools is not installed: pip install anekit[coreml] ({e})") from e
+        raise NotOnMac(f"[coreml] coremltools is not installed: {install_hint('coreml')} ({e})") from e
     return ct
 
 
