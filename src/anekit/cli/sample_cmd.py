@@ -127,12 +127,13 @@ def open_model(path: Path, config: str | None = None) -> tuple[Params, dict[str,
 
     ``config`` names the preset of a BLZT checkpoint without a run record (its header has no n_kv_heads).
     """
-    from anekit.hf.config import is_model_dir
+    from anekit.hf.config import check_model_dir, is_model_dir
 
     if is_model_dir(path):
         from anekit.hf.model import load_model as load_hf
 
         return load_hf(path).params, None
+    check_model_dir(path, "[sample] cannot read")  # a directory whose config.json is missing or no file
     if _magic(path) == BLZT_MAGIC:
         from anekit.llama.checkpoint import open_checkpoint
 
