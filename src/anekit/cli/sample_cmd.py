@@ -329,7 +329,7 @@ def _run_hf(args: argparse.Namespace) -> int:
 
         params = fuse(params, read_adapters(args.adapters, params.cfg))
     check_finite(params, args.adapters or args.model, "sample")
-    tok = load_hf_tokenizer(args.model)
+    tok = load_hf_tokenizer(args.model, model_vocab=params.cfg.vocab_size)
     sampler = Sampler(params, tok)
     if not args.chat:
         return _generate(args, sampler, args.prompt)
