@@ -35,7 +35,8 @@ whenever there is one: the caller asks for it explicitly, so add_eos_token is on
 ``decode`` skips special tokens and is a pure function of the ids, so decoding a growing list (as the
 sampler streams text) gives growing text for ordinary text. ``apply_chat_template`` renders the template
 with jinja2's immutable sandbox configured as transformers configures it (trim_blocks, lstrip_blocks, loop
-controls, a ``tojson`` that keeps non-ASCII, ``raise_exception`` and ``strftime_now``).
+controls, a ``tojson`` that keeps non-ASCII, ``raise_exception`` and ``strftime_now``), bounded in time and
+output size (``anekit.hf.template``).
 
 Every error is one ``AnekitError`` line naming the file and the field (``FormatError`` for a malformed file).
 """
@@ -463,11 +464,11 @@ def _compile_template(source: str, where: str) -> Any:
     """The jinja2 template of ``source`` in the immutable sandbox, set up as transformers sets it up."""
     try:
         import jinja2
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        from anekit.hf.template import BoundedSandbox
     except ImportError as e:
         raise AnekitError(f"[{FMT}] chat templates need the jinja2 package: {INSTALL_HINT}") from e
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = BoundedSandbox()  # trim_blocks, lstrip_blocks, loop controls; bounded in time and size
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -605,8 +606,12 @@ class HFTokenizer:
         variables.update(
             messages=messages, add_generation_prompt=bool(add_generation_prompt), tools=None, documents=None
         )
+        from anekit.hf.template import render
+
         try:
-            return str(self._template.render(**variables))
+            return render(self._template, variables)
+        except MemoryError:
+            raise AnekitError(f"[{FMT}] {self._template_source}: the template ran out of memory") from None
         except _TemplateRaised as e:
             raise AnekitError(
                 f"[{FMT}] {self._template_source}: raise_exception: {_one_line(str(e))}"
