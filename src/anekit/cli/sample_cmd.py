@@ -160,8 +160,9 @@ def check_finite(params: Params, path: Path, command: str) -> Params:
     when every value is; only a tensor that fails is counted, block by block. Nothing the size of a
     tensor is allocated, so a mapped model is read once, a page at a time."""
     for name, value in params.tensors():
-        if np.isfinite(np.sum(value, dtype=np.float64)):
-            continue
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: the NaN is the answer
+            if np.isfinite(np.sum(value, dtype=np.float64)):
+                continue
         flat = value.reshape(-1)
         bad = sum(
             int(np.count_nonzero(~np.isfinite(flat[i : i + FINITE_BLOCK])))
