@@ -135,7 +135,8 @@ def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         or not 1 < theta <= MAX_ROPE_THETA
     ):
         raise HFConfigError(
-            f"[hf] {CONFIG_FILE}: rope_theta must be a number > 1 and at most {MAX_ROPE_THETA:g}, got {theta!r}"
+            f"[hf] {CONFIG_FILE}: rope_theta must be a number > 1 and at most {MAX_ROPE_THETA:g}, got "
+            f"{theta!r}"
         )
     if scaling is None:
         return float(theta), None

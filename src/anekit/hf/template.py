@@ -126,9 +126,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_bits(max(left.bit_length() - 1, 0) * right, "'**'")
         return operator.pow(left, right)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         _check_clock()
-        if getattr(__obj, "__name__", None) in WIDTH_METHODS and isinstance(getattr(__obj, "__self__", None), str):
+        if getattr(__obj, "__name__", None) in WIDTH_METHODS and isinstance(
+            getattr(__obj, "__self__", None), str
+        ):
             width = args[0] if args else kwargs.get("width")
             if _is_int(width):
                 _check_size(width, f"str.{__obj.__name__}")
@@ -142,7 +144,9 @@ def _checked_concat(node: nodes.Concat) -> nodes.Filter:
 
 def _check_bits(bits: int, what: str) -> None:
     if bits > MAX_INT_BITS:
-        raise TemplateLimit(f"{what} would make an integer of about {bits} bits, over the {MAX_INT_BITS} bound")
+        raise TemplateLimit(
+            f"{what} would make an integer of about {bits} bits, over the {MAX_INT_BITS} bound"
+        )
 
 
 def _width_checked(f: Any) -> Any:

@@ -198,7 +198,11 @@ def _declared_ids(spec: Any) -> list[tuple[str, int]]:
     WordPiece, WordLevel; a Unigram's list is numbered by position) and added_tokens' {"id", "content"}.
     Entries the library would refuse are left to it."""
     entries: list[tuple[str, int]] = []
-    vocab = spec.get("model", {}).get("vocab") if isinstance(spec, dict) and isinstance(spec.get("model"), dict) else None
+    vocab = (
+        spec.get("model", {}).get("vocab")
+        if isinstance(spec, dict) and isinstance(spec.get("model"), dict)
+        else None
+    )
     if isinstance(vocab, dict):
         entries += [(str(t), i) for t, i in vocab.items() if isinstance(i, int) and not isinstance(i, bool)]
     added = spec.get("added_tokens") if isinstance(spec, dict) else None
