@@ -130,6 +130,8 @@ NESTED = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{%
     "source, says",
     [
         (NESTED, "ran for more than"),
+        # no call inside the loops: only the bounded iteration sees the clock
+        ("{% set xs = 'x' * 100000 %}{% for a in xs %}{% for b in xs %}{% endfor %}{% endfor %}", "ran for"),
         ("{% for a in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "output is over the 1048576-character"),
         ("{{ 'x' * 2000000000 }}", "'*' of a str would make 2000000000 characters"),
         ("{{ [0] * 2000000000 }}", "'*' of a list would make 2000000000"),
