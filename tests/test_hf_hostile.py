@@ -175,6 +175,19 @@ def test_sample_chat_with_nested_loops_ends_in_one_line(base, tmp_path):
              "tokenizer_config.json", "chat_template: the template ran for more than")  # fmt: skip
 
 
+def test_chat_format_training_with_nested_loops_ends_in_one_line(base, tmp_path):
+    model = _with_template(base, tmp_path, NESTED)
+    data = tmp_path / "data"
+    data.mkdir()
+    line = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    (data / "train.jsonl").write_text(json.dumps(line) + "\n")
+    out = tmp_path / "run"
+    result = _cli("train", "--init", str(model), "--data", str(data), "--out", str(out), "--steps", "1",
+                  cwd=tmp_path)  # fmt: skip
+    _refused(result, "train.jsonl:1:", "chat_template: the template ran for more than")
+    assert not out.exists()
+
+
 def test_sample_chat_of_a_two_gigabyte_string_ends_in_one_line(base, tmp_path):
     model = _with_template(base, tmp_path, "{{ 'x' * 2000000000 }}")
     _refused(_cli("sample", str(model), "--chat", "--prompt", "hi", cwd=tmp_path), "chat_template", "'*'")
