@@ -129,12 +129,13 @@ def open_model(path: Path, config: str | None = None) -> tuple[Params, dict[str,
 
     ``config`` names the preset of a BLZT checkpoint without a run record (its header has no n_kv_heads).
     """
-    from anekit.hf.config import is_model_dir
+    from anekit.hf.config import check_model_dir, is_model_dir
 
     if is_model_dir(path):
         from anekit.hf.model import load_model as load_hf
 
         return load_hf(path).params, None
+    check_model_dir(path, "[sample] cannot read")  # a directory whose config.json is missing or no file
     if _magic(path) == BLZT_MAGIC:
         from anekit.llama.checkpoint import open_checkpoint
 
@@ -161,8 +162,9 @@ def check_finite(params: Params, path: Path, command: str) -> Params:
     when every value is; only a tensor that fails is counted, block by block. Nothing the size of a
     tensor is allocated, so a mapped model is read once, a page at a time."""
     for name, value in params.tensors():
-        if np.isfinite(np.sum(value, dtype=np.float64)):
-            continue
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: the NaN is the answer
+            if np.isfinite(np.sum(value, dtype=np.float64)):
+                continue
         flat = value.reshape(-1)
         bad = sum(
             int(np.count_nonzero(~np.isfinite(flat[i : i + FINITE_BLOCK])))
@@ -359,7 +361,7 @@ def _run_hf(args: argparse.Namespace) -> int:
 
         params = fuse(params, read_adapters(args.adapters, params.cfg))
     check_finite(params, args.adapters or args.model, "sample")
-    tok = load_hf_tokenizer(args.model)
+    tok = load_hf_tokenizer(args.model, model_vocab=params.cfg.vocab_size)
     sampler = Sampler(params, tok)
     if not args.chat:
         return _generate(args, sampler, args.prompt)

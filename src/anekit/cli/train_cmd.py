@@ -31,6 +31,7 @@ from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.hf.training import DEFAULT_LR as HF_LR
+from anekit.inputs import shown, stat_input
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama.run import (
     AUTO_CHECKPOINT_SECONDS,
@@ -395,6 +396,12 @@ def _session(args: argparse.Namespace) -> Run:
             raise AnekitError("[train] --lora-alpha and --lora-targets need --lora RANK")
         hf = HFOptions(args.lora, args.lora_alpha, targets, args.seq, args.val_every, args.val_batches)
         return HFRun(_options(args), hf)
+    if args.init is not None:  # not a model directory: say why before blaming a flag
+        from anekit.hf.config import check_model_dir
+
+        if stat_input(args.init, "[train] cannot read --init") is None:
+            raise AnekitError(f"[train] cannot read --init {shown(args.init)}: no such file or directory")
+        check_model_dir(args.init, "[train] cannot read --init")
     if hf_flags:
         raise AnekitError(f"[train] {hf_flags[0]} applies to a Hugging Face model (--init HF_DIR)")
     return Run(_options(args))

@@ -26,12 +26,13 @@ The working sequence length (``seq_len``: the longest context sampling and train
 from __future__ import annotations
 
 import math
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from anekit.errors import AnekitError
-from anekit.inputs import LIMITS, read_text
+from anekit.inputs import LIMITS, kind_of, read_text, shown, stat_input
 from anekit.jsonio import loads
 from anekit.kernels.config import ConfigError, ModelConfig, RopeScaling
 
@@ -42,6 +43,10 @@ ARCHITECTURES = {
     "qwen2": ("Qwen2ForCausalLM",),
     "qwen3": ("Qwen3ForCausalLM",),
 }
+# The largest rope_theta taken: above every published config (Llama 3 5e5, Qwen 2.5 1e6, Gradient's
+# 1M-context Llama 3 about 3.6e9) and small enough that theta and every power of it RoPE takes
+# (theta^(2j / head_dim), j < head_dim / 2) are normal float32 numbers.
+MAX_ROPE_THETA = 1e15
 MAX_WORKING_SEQ = 4096  # the default cap on the working context (Llama 3.x names 131072)
 CONFIG_FILE = "config.json"
 
@@ -91,6 +96,9 @@ def _names(kinds: tuple[type, ...]) -> str:
 
 def _model_type(raw: dict[str, Any]) -> tuple[str, str]:
     model_type = raw.get("model_type")
+    if not isinstance(model_type, str):
+        got = "nothing" if model_type is None else repr(model_type)
+        raise HFConfigError(f"[hf] {CONFIG_FILE}: model_type must be a string (e.g. 'llama'), got {got}")
     archs = raw.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise HFConfigError(f"[hf] {CONFIG_FILE}: architectures must be a list of names, got {archs!r}")
@@ -124,9 +132,12 @@ def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling | None]:
         isinstance(theta, bool)
         or not isinstance(theta, (int, float))
         or not math.isfinite(theta)
-        or theta <= 1
+        or not 1 < theta <= MAX_ROPE_THETA
     ):
-        raise HFConfigError(f"[hf] {CONFIG_FILE}: rope_theta must be a finite number > 1, got {theta!r}")
+        raise HFConfigError(
+            f"[hf] {CONFIG_FILE}: rope_theta must be a number > 1 and at most {MAX_ROPE_THETA:g}, got "
+            f"{theta!r}"
+        )
     if scaling is None:
         return float(theta), None
     if not isinstance(scaling, dict):
@@ -198,7 +209,8 @@ def parse_config(raw: Any, *, name: str = "hf", seq_len: int | None = None) -> H
         raise HFConfigError(
             f"[hf] a context of {seq_len} tokens exceeds the model's max_position_embeddings {max_pos}"
         )
-    window = raw.get("sliding_window") if raw.get("use_sliding_window", model_type == "mistral") else None
+    use_window = _field(raw, "use_sliding_window", bool, model_type == "mistral")
+    window = _field(raw, "sliding_window", int, 0) if use_window else None
     if isinstance(window, int) and not isinstance(window, bool) and 0 < window < seq_len:
         raise HFConfigError(
             f"[hf] {CONFIG_FILE}: sliding_window {window} is shorter than the working context {seq_len}; "
@@ -206,6 +218,11 @@ def parse_config(raw: Any, *, name: str = "hf", seq_len: int | None = None) -> H
         )
     theta, scaling = _rope(raw)
     eps = _field(raw, "rms_norm_eps", float, 1e-6)
+    if not 0 < eps < 1:
+        raise HFConfigError(
+            f"[hf] {CONFIG_FILE}: rms_norm_eps must lie strictly between 0 and 1 (it guards a division, far "
+            f"below a hidden state's mean square: 1e-05, 1e-06), got {eps!r}"
+        )
     if model_type != "qwen2" and _field(raw, "attention_bias", bool, False):
         raise HFConfigError(
             f"[hf] {CONFIG_FILE}: attention_bias true ({model_type} then has biases on q, k, v and o) is "
@@ -213,7 +230,7 @@ def parse_config(raw: Any, *, name: str = "hf", seq_len: int | None = None) -> H
         )
     bias = model_type == "qwen2"  # Qwen2Attention: q / k / v with bias, o without
     dtype = raw.get("torch_dtype", raw.get("dtype", "float32"))
-    if dtype not in ("float32", "float16", "bfloat16"):
+    if not isinstance(dtype, str) or dtype not in ("float32", "float16", "bfloat16"):
         raise HFConfigError(
             f"[hf] {CONFIG_FILE}: torch_dtype {dtype!r} is not supported (float32, float16 or bfloat16)"
         )
@@ -246,6 +263,23 @@ def read_config(directory: str | Path, *, seq_len: int | None = None) -> HFConfi
     path = directory / CONFIG_FILE
     text = read_text(path, "[hf] config", LIMITS["json"], "a config.json file")
     return parse_config(loads(text, f"[hf] {path}"), name=directory.name or "hf", seq_len=seq_len)
+
+
+def check_model_dir(path: str | Path, what: str) -> None:
+    """Refuse, in words that say why, a directory that is not a Hugging Face model directory (no
+    config.json, or a config.json that is a directory, a FIFO, a device or a symbolic link loop); a path
+    that is not a directory is left to the caller. ``what`` starts the message ("[sample] cannot read")."""
+    st = stat_input(path, what)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return
+    config = Path(path) / CONFIG_FILE
+    found = stat_input(config, what)  # a symbolic link loop: one line saying so
+    if found is None:
+        raise AnekitError(
+            f"{what} {shown(path)}: a directory without {CONFIG_FILE}, so not a Hugging Face model directory"
+        )
+    if not stat.S_ISREG(found.st_mode):
+        raise AnekitError(f"{what} {shown(config)}: {kind_of(found.st_mode)}, not a {CONFIG_FILE} file")
 
 
 def is_model_dir(path: str | Path) -> bool:

@@ -40,7 +40,8 @@ exact; when the whole's text does not even start with the prompt's, the line is 
 boundary can be told. ``mask_prompt=False`` trains every token instead (mlx-lm's default).
 
 Reading: each file through ``anekit.inputs`` (a regular file, at most ``MAX_FILE_BYTES``; a FIFO, a device
-or a directory is one error line, never a hang), each line through ``anekit.jsonio`` (its depth limit).
+or a directory is one error line, never a hang), each line at most ``MAX_LINE_BYTES`` (1 MiB: the
+tokenizer's bound, checked before the line is parsed), each through ``anekit.jsonio`` (its depth limit).
 Every error is one ``AnekitError`` line starting ``[hf.datasets] {what} {file}:{line}:``.
 
 Windows. A training step sees a fixed length S: ``window`` keeps the first S + 1 tokens (a longer example
@@ -63,7 +64,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.hf.tokenizer import HFTokenizer
+from anekit.hf.tokenizer import MAX_TEXT_BYTES, HFTokenizer, text_bytes
 from anekit.inputs import kind_of, read_text, shown, stat_input
 from anekit.jsonio import loads
 from anekit.llama.cpu_ops import weighted_cross_entropy  # the step's loss, named here for the data's users
@@ -71,6 +72,7 @@ from anekit.llama.cpu_ops import weighted_cross_entropy  # the step's loss, name
 FMT = "hf.datasets"  # the bracketed name every message starts with
 READ = f"[{FMT}] cannot read"
 MAX_FILE_BYTES = 1 << 30  # 1 GiB per .jsonl file: far above a fine-tuning set, read whole into memory
+MAX_LINE_BYTES = MAX_TEXT_BYTES  # one example: the most the tokenizer encodes at once
 SPLITS = ("train", "valid", "test")
 SUFFIX = ".jsonl"
 
@@ -252,11 +254,17 @@ def _example(obj: dict[str, Any], fmt: str, tokenizer: HFTokenizer, where: str) 
 
 
 def load_split(
-    path: str | os.PathLike[str], tokenizer: HFTokenizer, what: str = "data", *, mask_prompt: bool = True
+    path: str | os.PathLike[str],
+    tokenizer: HFTokenizer,
+    what: str = "data",
+    *,
+    mask_prompt: bool = True,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[Example]:
     """The examples of the .jsonl file ``path`` (``what`` names it in messages: "train", "valid", ...), in
     file order, one per non-blank line (see the module docstring for the formats and the trained tokens).
-    ``mask_prompt=False`` trains every token of every example (mlx-lm's default)."""
+    ``mask_prompt=False`` trains every token of every example (mlx-lm's default). A line over
+    ``max_line_bytes`` (UTF-8) is refused before it is parsed or tokenized."""
     path = Path(path)
     name = f"[{FMT}] {what} {shown(path)}"
     text = read_text(path, f"{READ} {what}", MAX_FILE_BYTES, "a JSON Lines file")
@@ -266,6 +274,12 @@ def load_split(
         if not line.strip():
             continue
         where = f"{name}:{number}"
+        size = text_bytes(line)
+        if size > max_line_bytes:
+            raise DataError(
+                f"{where}: a line of {size} bytes, over the {max_line_bytes}-byte bound for one example "
+                "(the tokenizer holds about 250 bytes of memory per byte of text)"
+            )
         obj = loads(line, where)  # a JsonError naming file:line when not JSON or nested too deep
         if not isinstance(obj, dict):
             raise DataError(f"{where}: expected a JSON object, got {_type_name(obj)}")

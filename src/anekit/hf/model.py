@@ -21,6 +21,7 @@ own dtype, so an unchanged bf16 weight keeps its bits.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from collections.abc import Iterator
@@ -128,6 +129,41 @@ def _shape(cfg: ModelConfig, key: str) -> tuple[int, ...]:
     return layer_shapes(cfg)[key]
 
 
+LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
+MIN_ITEMSIZE = 2  # the narrowest float weight anekit reads (F16, BF16): bytes per parameter at the least
+
+
+def parameter_count(cfg: ModelConfig, tied: bool) -> int:
+    """The parameters a checkpoint of ``cfg`` holds, counted from the shape alone (Python integers, so a
+    hostile shape costs nothing to count)."""
+    per_layer = sum(math.prod(shape) for shape in layer_shapes(cfg).values())
+    tables = (1 if tied else 2) * cfg.vocab_size * cfg.dim
+    return tables + cfg.n_layers * per_layer + cfg.dim
+
+
+def check_shape_fits(refs: dict[str, TensorRef], hc: HFConfig) -> None:
+    """The config's shape against what the weights can hold, before any name is built: the layers the
+    tensor names number (model.layers.{i}.*) against num_hidden_layers, then the bytes the config implies
+    (at least ``MIN_ITEMSIZE`` per parameter) against the bytes the files hold."""
+    cfg = hc.cfg
+    layers = {int(m.group(1)) for m in map(LAYER_INDEX.match, refs) if m}
+    held = max(layers) + 1 if layers else 0
+    if cfg.n_layers != held:
+        raise AnekitError(
+            f"[hf] {CONFIG_FILE}: num_hidden_layers {cfg.n_layers}: the weights hold {held} layer"
+            f"{'' if held == 1 else 's'}"
+        )
+    need = parameter_count(cfg, hc.tied) * MIN_ITEMSIZE
+    have = sum(ref.nbytes for ref in refs.values())
+    if need > have:
+        fields = (f"hidden_size {cfg.dim}, intermediate_size {cfg.hidden_dim}, vocab_size {cfg.vocab_size}, "
+                  f"num_attention_heads {cfg.n_heads}, num_key_value_heads {cfg.n_kv_heads}")  # fmt: skip
+        raise AnekitError(
+            f"[hf] {CONFIG_FILE}: {fields} need at least {need} bytes of weights ({MIN_ITEMSIZE} per "
+            f"parameter); the weights hold {have}"
+        )
+
+
 def _check_names(refs: dict[str, TensorRef], hc: HFConfig) -> None:
     """Every tensor the config calls for is there, nothing else is (a tied model's lm_head aside)."""
     wanted = {name for name, _, _ in hf_names(hc.cfg, hc.tied)}
@@ -174,6 +210,7 @@ def load_model(
     hc = read_config(directory, seq_len=seq_len)
     cfg = hc.cfg
     refs = open_checkpoint(directory)
+    check_shape_fits(refs, hc)
     _check_names(refs, hc)
     hd = cfg.head_dim
     arrays: dict[tuple[str, int | None], np.ndarray] = {}

@@ -35,7 +35,8 @@ whenever there is one: the caller asks for it explicitly, so add_eos_token is on
 ``decode`` skips special tokens and is a pure function of the ids, so decoding a growing list (as the
 sampler streams text) gives growing text for ordinary text. ``apply_chat_template`` renders the template
 with jinja2's immutable sandbox configured as transformers configures it (trim_blocks, lstrip_blocks, loop
-controls, a ``tojson`` that keeps non-ASCII, ``raise_exception`` and ``strftime_now``).
+controls, a ``tojson`` that keeps non-ASCII, ``raise_exception`` and ``strftime_now``), bounded in time and
+output size (``anekit.hf.template``).
 
 Every error is one ``AnekitError`` line naming the file and the field (``FormatError`` for a malformed file).
 """
@@ -50,7 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from anekit.errors import AnekitError, FormatError
+from anekit.errors import AnekitError, FormatError, install_hint
 from anekit.inputs import LIMITS, kind_of, read_bytes, read_text, shown, stat_input
 from anekit.jsonio import JsonError, loads
 
@@ -62,8 +63,12 @@ SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 GENERATION_CONFIG = "generation_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 TOKEN_FIELDS = ("bos_token", "eos_token", "pad_token", "unk_token")
-INSTALL_HINT = "pip install anekit[hf]"
+INSTALL_HINT = install_hint("hf")
 READ = f"[{FMT}] cannot read"  # what InputError messages say failed
+# The longest text encode takes, in UTF-8 bytes. The tokenizers library holds about 250 bytes per byte of
+# text while it encodes (and aborts the process when an allocation fails): 1 MiB needs some 250 MB and a
+# few seconds, and is already longer than any context a model here is run or trained with.
+MAX_TEXT_BYTES = 1 << 20
 
 
 def _one_line(text: str) -> str:
@@ -85,6 +90,12 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def text_bytes(text: str) -> int:
+    """The UTF-8 size of ``text`` (a lone surrogate, as argv carries bytes that are not UTF-8, counted as
+    its three bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The two libraries behind a tokenizer, behind one small interface.
 
@@ -103,6 +114,10 @@ class _Backend(Protocol):
     def token_id(self, token: str) -> int | None: ...
 
     def token(self, token_id: int) -> str | None: ...
+
+    def highest(self) -> tuple[str, int]:
+        """The entry (token, id) with the highest id, added tokens included."""
+        ...
 
     def own_bos(self) -> int:
         """The BOS the tokenizer file itself implies when no config names one (-1: none)."""
@@ -136,6 +151,7 @@ class _FastBackend:
         except Exception as e:  # the library raises plain Exceptions carrying serde's message
             raise _bad(path, "", f"the tokenizers library rejects it: {_one_line(str(e))}") from None
         self.path = path
+        self.declared = _declared_ids(json.loads(text))  # what the library accepted is JSON
 
     def size(self) -> int:
         return int(self.tok.get_vocab_size(with_added_tokens=True))
@@ -153,6 +169,13 @@ class _FastBackend:
     def token(self, token_id: int) -> str | None:
         return self.tok.id_to_token(token_id)
 
+    def highest(self) -> tuple[str, int]:
+        """The highest id the file declares (the library renumbers an added token past its vocabulary, so
+        its own ids alone would hide it) or the library's vocabulary holds."""
+        vocab = self.tok.get_vocab(with_added_tokens=True)
+        entries = [*self.declared, *vocab.items()]
+        return max(entries, key=lambda entry: entry[1], default=("", -1))
+
     def own_bos(self) -> int:
         """The one id the post-processor puts before a text ("a"), when it puts exactly one."""
         plain, full = self.encode("a", False), self.encode("a", True)
@@ -168,6 +191,25 @@ class _FastBackend:
 
     def adds_bos(self, bos_id: int) -> bool:
         return self.encode("", True)[:1] == [bos_id]
+
+
+def _declared_ids(spec: Any) -> list[tuple[str, int]]:
+    """(token, id) of every entry tokenizer.json itself numbers: model.vocab as {token: id} (BPE,
+    WordPiece, WordLevel; a Unigram's list is numbered by position) and added_tokens' {"id", "content"}.
+    Entries the library would refuse are left to it."""
+    entries: list[tuple[str, int]] = []
+    vocab = (
+        spec.get("model", {}).get("vocab")
+        if isinstance(spec, dict) and isinstance(spec.get("model"), dict)
+        else None
+    )
+    if isinstance(vocab, dict):
+        entries += [(str(t), i) for t, i in vocab.items() if isinstance(i, int) and not isinstance(i, bool)]
+    added = spec.get("added_tokens") if isinstance(spec, dict) else None
+    for entry in added if isinstance(added, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), int) and not isinstance(entry["id"], bool):
+            entries.append((str(entry.get("content", "")), entry["id"]))
+    return entries
 
 
 class _SentencePieceBackend:
@@ -195,6 +237,10 @@ class _SentencePieceBackend:
 
     def token(self, token_id: int) -> str | None:
         return str(self.sp.IdToPiece(token_id))
+
+    def highest(self) -> tuple[str, int]:
+        last = self.size() - 1  # sentencepiece numbers its pieces 0 .. size - 1
+        return (str(self.sp.IdToPiece(last)), last) if last >= 0 else ("", -1)
 
     def own_bos(self) -> int:
         return int(self.sp.bos_id())
@@ -422,11 +468,11 @@ def _compile_template(source: str, where: str) -> Any:
     """The jinja2 template of ``source`` in the immutable sandbox, set up as transformers sets it up."""
     try:
         import jinja2
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        from anekit.hf.template import BoundedSandbox
     except ImportError as e:
         raise AnekitError(f"[{FMT}] chat templates need the jinja2 package: {INSTALL_HINT}") from e
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = BoundedSandbox()  # trim_blocks, lstrip_blocks, loop controls; bounded in time and size
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -518,6 +564,12 @@ class HFTokenizer:
         """The ids of ``text``: BOS first when ``bos`` and the tokenizer adds one, EOS last when ``eos``."""
         if not isinstance(text, str):
             raise AnekitError(f"[{FMT}] encode: expected a string, got {_type_name(text)}")
+        size = text_bytes(text)
+        if size > MAX_TEXT_BYTES:
+            raise AnekitError(
+                f"[{FMT}] encode: a text of {size} bytes is over the {MAX_TEXT_BYTES}-byte bound for one "
+                "text (the tokenizers library holds about 250 bytes of memory per byte it encodes)"
+            )
         ids = self._backend.encode(text, False)
         head = [self._bos_id] if bos and self._adds_bos else []
         tail = [self.eos_id] if eos and self.eos_id >= 0 else []
@@ -558,8 +610,12 @@ class HFTokenizer:
         variables.update(
             messages=messages, add_generation_prompt=bool(add_generation_prompt), tools=None, documents=None
         )
+        from anekit.hf.template import render
+
         try:
-            return str(self._template.render(**variables))
+            return render(self._template, variables)
+        except MemoryError:
+            raise AnekitError(f"[{FMT}] {self._template_source}: the template ran out of memory") from None
         except _TemplateRaised as e:
             raise AnekitError(
                 f"[{FMT}] {self._template_source}: raise_exception: {_one_line(str(e))}"
@@ -575,9 +631,26 @@ class HFTokenizer:
         )
 
 
-def load_hf_tokenizer(directory: str | os.PathLike[str]) -> HFTokenizer:
+def _check_model_vocab(backend: _Backend, added: dict[int, str], config_path: Path, model_vocab: int) -> None:
+    """Every id the tokenizer can produce indexes the model's embedding (0 .. model_vocab - 1): the
+    highest entry of the tokenizer file, then added_tokens_decoder's."""
+    token, token_id = backend.highest()
+    where = f"{backend.path.name} token {token!r}"
+    if token_id < model_vocab:
+        found = max(added, default=-1)
+        token, token_id = added.get(found, ""), found
+        where = f"{config_path.name} added_tokens_decoder token {token!r}"
+    if token_id >= model_vocab:
+        raise AnekitError(
+            f"[{FMT}] {where} has id {token_id}, outside the model's vocabulary of {model_vocab} "
+            "(config.json vocab_size)"
+        )
+
+
+def load_hf_tokenizer(directory: str | os.PathLike[str], model_vocab: int | None = None) -> HFTokenizer:
     """The tokenizer of the Hugging Face model directory ``directory`` (see the module docstring), or of a
-    tokenizer.json file named itself, with the other files of the directory that holds it."""
+    tokenizer.json file named itself, with the other files of the directory that holds it. ``model_vocab``
+    is the model's vocab_size, when known: a token with an id past it is refused."""
     directory = Path(directory)
     st = stat_input(directory, READ)
     if st is None:
@@ -591,9 +664,10 @@ def load_hf_tokenizer(directory: str | os.PathLike[str]) -> HFTokenizer:
     config_path = directory / TOKENIZER_CONFIG
     config = _read_object(config_path) or {}
     named = _named_tokens(directory, config)
-    vocab = _Vocabulary(
-        backend, _added_tokens_field(config.get("added_tokens_decoder"), config_path), config_path
-    )
+    added = _added_tokens_field(config.get("added_tokens_decoder"), config_path)
+    if model_vocab is not None:
+        _check_model_vocab(backend, added, config_path, model_vocab)
+    vocab = _Vocabulary(backend, added, config_path)
     bos_id = _bos_id(named, vocab)
     generation_path = directory / GENERATION_CONFIG
     template, template_source = _chat_template(directory, config)

@@ -272,7 +272,7 @@ class HFRun(Run):
                 )
             if self.tok_id != stored["tokenizer"]["sha256"]:
                 raise AnekitError(f"[train] {opt('resume')}: the tokenizer files of {init} are not the run's")
-        self.tokenizer = load_hf_tokenizer(init)
+        self.tokenizer = load_hf_tokenizer(init, model_vocab=model.cfg.vocab_size)
         if self.tokenizer.vocab_size > model.cfg.vocab_size:
             raise AnekitError(
                 f"[train] the tokenizer has {self.tokenizer.vocab_size} tokens, the model "

@@ -138,8 +138,14 @@ class CpuDecoder:
         """Tokens (T,) at positions pos .. pos+T-1 -> logits (vocab, T), or (vocab, 1) of the last token.
 
         Keys and values of these positions are written to the cache; earlier positions are read from it,
-        so they must have been run before (cache rows past pos+T are never read).
+        so they must have been run before (cache rows past pos+T are never read). A layer whose output is
+        not finite (float32 overflowed on finite weights) is one AnekitError naming it, without numpy's
+        warnings.
         """
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._forward_all(tokens, pos, all_logits)
+
+    def _forward_all(self, tokens: Sequence[int] | np.ndarray, pos: int, all_logits: bool) -> np.ndarray:
         cfg, p = self.cfg, self.params
         tokens = np.asarray(tokens)
         t = tokens.shape[0] if tokens.ndim == 1 else 0
@@ -154,6 +160,7 @@ class CpuDecoder:
         cos, sin = self.cos[:, pos:end], self.sin[:, pos:end]  # (hd/2, T)
         x = cpu_ops.embed_lookup(p.embed, tokens)  # (dim, T)
         for i, lp in enumerate(p.layers):
+            _check_norm_input(x, f"layer {i - 1}'s output" if i else "the embedding", pos)
             xn = cpu_ops.rmsnorm(x, lp.rms_att, eps)  # (dim, T)
             q, k, v = lp.wq @ xn, lp.wk @ xn, lp.wv @ xn  # (q_dim, T), (kv_dim, T) x 2
             if lp.bq is not None:  # Qwen 2's projection biases
@@ -165,12 +172,17 @@ class CpuDecoder:
             self.values[i, pos:end] = v.T  # (T, kv_dim)
             att = causal_attention(q, self.keys[i, :end], self.values[i, :end], pos, cfg)  # (q_dim, T)
             x = x + lp.wo @ att  # (dim, T) residual
+            _check_norm_input(x, f"layer {i}'s attention output", pos)
             xn = cpu_ops.rmsnorm(x, lp.rms_ffn, eps)  # (dim, T)
             h = silu(lp.w1 @ xn) * (lp.w3 @ xn)  # (hidden, T) SwiGLU
             x = x + lp.w2 @ h  # (dim, T) residual
+        _check_norm_input(x, f"layer {cfg.n_layers - 1}'s output", pos)
         if not all_logits:
             x = x[:, -1:]  # (dim, 1): only the last position's logits are wanted
-        return p.classifier @ cpu_ops.rmsnorm(x, p.rms_final, eps)  # (vocab, T or 1)
+        logits = p.classifier @ cpu_ops.rmsnorm(x, p.rms_final, eps)  # (vocab, T or 1)
+        if not np.isfinite(logits).all():
+            raise AnekitError(f"[sample] the logits at position {pos} overflow float32: {TOO_LARGE}")
+        return logits
 
     def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
         return self.forward_all(tokens, pos, all_logits=False)[:, 0]  # (vocab,)
@@ -204,6 +216,20 @@ def check_sampling_memory(params: Params, positions: int, prompt_tokens: int, wh
 
     need, parts = sampling_need(params, positions, prompt_tokens)
     check(need, "sample", what, parts)
+
+
+TOO_LARGE = "the model's weights are too large for a float32 forward"
+
+
+def _check_norm_input(x: np.ndarray, what: str, pos: int) -> None:
+    """``x`` (dim, T), about to be RMS-normalised, is finite and its mean square fits float32 (else the
+    norm would silently give zeros)."""
+    limit = math.sqrt(float(np.finfo(np.float32).max) / x.shape[0])
+    if not (np.isfinite(x).all() and float(np.abs(x).max(initial=0.0)) < limit):
+        raise AnekitError(
+            f"[sample] {what} at position {pos} is too large for float32 (not finite, or its RMSNorm's mean "
+            f"square overflows): {TOO_LARGE}"
+        )
 
 
 PRECISIONS: dict[str, Callable[[Params], Decoder]] = {
@@ -458,11 +484,13 @@ class Sampler:
             return
         if isinstance(self.decoder, CpuDecoder):  # refused before the cache or a window is allocated
             check_sampling_memory(self.decoder.params, limit, n, f"sampling {limit} positions")
-        yield from ids[1:]
         clock = time.perf_counter
         t0 = clock()
         logits = self.decoder.forward(ids, 0)  # (vocab,) at position n - 1, after the whole prompt
         stats.positions, pos = n, n
+        spent = clock() - t0
+        yield from ids[1:]  # after the prefill: a model that cannot run prints nothing
+        t0 = clock() - spent  # the consumer's time is not counted
         while True:
             if self.decodable is not None:
                 logits[self.decodable :] = -np.inf
