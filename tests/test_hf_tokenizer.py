@@ -605,7 +605,7 @@ def test_a_fifo_is_refused_without_blocking(model: Path, qwen_tok: Tokenizer, na
 def test_without_the_tokenizers_package(tmp_path: Path, qwen_tok: Tokenizer, monkeypatch: pytest.MonkeyPatch):
     directory = _write(tmp_path, qwen_tok.to_str())
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers now raises ImportError
-    with pytest.raises(AnekitError, match=r"needs the tokenizers package: pip install anekit\[hf\]"):
+    with pytest.raises(AnekitError, match=r"needs the tokenizers package: pip install -e '\.\[hf\]'"):
         load_hf_tokenizer(directory)
 
 
