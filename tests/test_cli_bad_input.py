@@ -928,3 +928,11 @@ def test_ctrl_c_while_the_commands_load_is_one_line_and_exit_130(capsys, monkeyp
     status = main(["demo"])
     monkeypatch.undo()
     assert status == 130 and capsys.readouterr().err == "anekit: interrupted\n"
+
+
+def test_counts_of_one_are_singular():
+    """ "1 programs", "trained 1 steps": a count of one takes the singular noun (anekit.words.plural)."""
+    from anekit.words import plural
+
+    assert [plural(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == "3 entries"

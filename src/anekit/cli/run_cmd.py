@@ -30,6 +30,7 @@ from anekit.inputs import LIMITS, load_npy, read_text, stat_input
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
 from anekit.outputs import check_file, writing
+from anekit.words import plural
 
 if TYPE_CHECKING:
     from anekit.coreml.session import Session
@@ -331,8 +332,8 @@ def run(args: argparse.Namespace) -> int:
         if sanitizer is not None:
             found = sanitizer.lines()
             print(
-                f"sanitizer ({len(found)} ops departed from the ideal machine over {timing.repeat} runs)"
-                + (":" if found else ": none")
+                f"sanitizer ({plural(len(found), 'op')} departed from the ideal machine over "
+                f"{plural(timing.repeat, 'run')})" + (":" if found else ": none")
             )
             print("\n".join(f"  {line}" for line in found)) if found else None
     bad_outputs = [name for name, value in outputs.items() if nonfinite(value)]
@@ -340,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(bad_outputs)
         print(f"warning: {len(bad_outputs)} of {len(outputs)} outputs hold NaN or inf: {names}")
     if args.state_out is not None and not args.json:
-        print(f"wrote {args.state_out} ({len(session.states)} states)")
+        print(f"wrote {args.state_out} ({plural(len(session.states), 'state')})")
     if args.output is not None:
         with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
             np.savez(f, **outputs)

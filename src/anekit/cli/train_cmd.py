@@ -45,6 +45,7 @@ from anekit.llama.run import (
     Run,
     TrainOptions,
 )
+from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
@@ -406,9 +407,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
-            f"{cfg.n_layers} layers, "
+            f"{plural(cfg.n_layers, 'layer')}, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
-            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, {tc.accum} sequences per step, "
+            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, "
+            f"{plural(tc.accum, 'sequence')} per step, "
             f"steps {state.step}/{tc.steps}"
         )
 
@@ -486,7 +488,7 @@ def _run(args: argparse.Namespace) -> int:
     product = getattr(session, "mode", None)
     made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
     console.print(
-        f"trained {state.step} steps: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
+        f"trained {plural(state.step, 'step')}: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
         f"wrote {ckpt_path}{made}, {out / 'loss.csv'}{pictures}"
     )
     if result.no_png is not None:
