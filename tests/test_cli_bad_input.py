@@ -964,3 +964,27 @@ def test_export_float16_of_weights_past_its_range_is_refused(tmp_path, capsys):
     )
     assert not out.exists() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
     assert main([*args, "--dtype", "bfloat16"]) == 0  # bfloat16 has float32's range
+
+
+def test_export_mlpackage_of_weights_past_fp16_is_refused(tmp_path, capsys):
+    """The package stores every unquantized weight fp16: one past binary16's range is refused by name."""
+    from anekit.kernels.config import ModelConfig
+    from anekit.llama.llama2c import write_llama2c
+    from anekit.llama.params import Params
+
+    cfg = ModelConfig(dim=64, hidden_dim=128, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=64, seq_len=32)
+    params = Params.init(cfg, seed=0)
+    params.layers[0].wq[3, 1] = 65520.0  # the smallest magnitude binary16 rounds to inf (65504 + 16)
+    write_llama2c(tmp_path / "big.bin", params)
+    capsys.readouterr()
+    out = tmp_path / "m.mlpackage"
+    assert main(["export", str(tmp_path / "big.bin"), "--to", "mlpackage", str(out)]) == 1
+    _, err = capsys.readouterr()
+    assert (
+        err.startswith(
+            "anekit: [export] the package's fp16 weights: tensor model.layers.0.self_attn.q_proj.weight holds "
+            "values up to |x| = 65520, past float16's largest finite 65504"
+        )
+        and err.count("\n") == 1
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["big.bin"]

@@ -174,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     from anekit.coreml.model_export import export_mlpackage
 
     tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size)  # a wrong --tokenizer: before any write
+    if args.quantize == "none":  # the package stores every weight fp16 (coreml.export, Law 1)
+        _check_dtype_range(params, "float16", "the package's fp16 weights")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
         # a SIGTERM leaves no temporary; a second export to OUT is refused while this one writes
@@ -211,9 +213,9 @@ OVERFLOW_AT = {
 }
 
 
-def _check_dtype_range(params: Params, dtype: str | None) -> None:
-    """--dtype float16 / bfloat16 of a tensor holding values that round to inf there is refused, naming the
-    tensor and its largest |value|, before anything is written."""
+def _check_dtype_range(params: Params, dtype: str | None, stored: str = "") -> None:
+    """--dtype float16 / bfloat16 (or ``stored``, what else stores ``dtype``) of a tensor holding values that
+    round to inf there is refused, naming the tensor and its largest |value|, before anything is written."""
     if dtype not in OVERFLOW_AT:
         return
     import numpy as np
@@ -228,9 +230,11 @@ def _check_dtype_range(params: Params, dtype: str | None) -> None:
             a = getattr(params.layers[layer], key)
         peak = float(np.max(np.abs(a))) if np.size(a) else 0.0
         if peak >= at:
+            what = stored or f"--dtype {dtype}"
             raise AnekitError(
-                f"[export] --dtype {dtype}: tensor {name} holds values up to |x| = {peak:.6g}, past "
-                f"{dtype}'s largest finite {largest:.8g}: they would be written as inf (use --dtype float32)"
+                f"[export] {what}: tensor {name} holds values up to |x| = {peak:.6g}, "
+                f"past {dtype}'s largest finite {largest:.8g}: they would be written as inf "
+                f"({'use --quantize int8 or int4' if stored else 'use --dtype float32'})"
             )
 
 
