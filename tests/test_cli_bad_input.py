@@ -929,3 +929,63 @@ def test_ctrl_c_while_the_commands_load_is_one_line_and_exit_130(capsys, monkeyp
     status = main(["demo"])
     monkeypatch.undo()
     assert status == 130 and capsys.readouterr().err == "anekit: interrupted\n"
+
+
+def test_counts_of_one_are_singular():
+    """ "1 programs", "trained 1 steps": a count of one takes the singular noun (anekit.words.plural)."""
+    from anekit.words import plural
+
+    assert [plural(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == "3 entries"
+
+
+def test_export_float16_of_weights_past_its_range_is_refused(tmp_path, capsys):
+    """--dtype float16 once wrote an all-inf model: a tensor with |values| >= 65520 (they round to inf in
+    binary16) is refused by name before anything is written; 65504 itself fits."""
+    from anekit.kernels.config import ModelConfig
+    from anekit.llama.llama2c import write_llama2c
+    from anekit.llama.params import Params
+
+    cfg = ModelConfig(dim=16, hidden_dim=40, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=24, seq_len=8)
+    params = Params.init(cfg, seed=0)
+    params.layers[1].w2[0, 0] = 65504.0
+    write_llama2c(tmp_path / "fits.bin", params)
+    assert main(["export", str(tmp_path / "fits.bin"), "--to", "safetensors", "--dtype", "float16",
+                 str(tmp_path / "ok")]) == 0  # fmt: skip
+    params.layers[1].w2[0, 0] = -70000.0
+    write_llama2c(tmp_path / "big.bin", params)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    args = ["export", str(tmp_path / "big.bin"), "--to", "safetensors", str(out)]
+    assert main([*args, "--dtype", "float16"]) == 1
+    _, err = capsys.readouterr()
+    assert err == (
+        "anekit: [export] --dtype float16: tensor model.layers.1.mlp.down_proj.weight holds values up to "
+        "|x| = 70000, past float16's largest finite 65504: they would be written as inf (use --dtype float32)\n"
+    )
+    assert not out.exists() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    assert main([*args, "--dtype", "bfloat16"]) == 0  # bfloat16 has float32's range
+
+
+def test_export_mlpackage_of_weights_past_fp16_is_refused(tmp_path, capsys):
+    """The package stores every unquantized weight fp16: one past binary16's range is refused by name."""
+    from anekit.kernels.config import ModelConfig
+    from anekit.llama.llama2c import write_llama2c
+    from anekit.llama.params import Params
+
+    cfg = ModelConfig(dim=64, hidden_dim=128, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=64, seq_len=32)
+    params = Params.init(cfg, seed=0)
+    params.layers[0].wq[3, 1] = 65520.0  # the smallest magnitude binary16 rounds to inf (65504 + 16)
+    write_llama2c(tmp_path / "big.bin", params)
+    capsys.readouterr()
+    out = tmp_path / "m.mlpackage"
+    assert main(["export", str(tmp_path / "big.bin"), "--to", "mlpackage", str(out)]) == 1
+    _, err = capsys.readouterr()
+    assert (
+        err.startswith(
+            "anekit: [export] the package's fp16 weights: tensor model.layers.0.self_attn.q_proj.weight holds "
+            "values up to |x| = 65520, past float16's largest finite 65504"
+        )
+        and err.count("\n") == 1
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["big.bin"]

@@ -39,7 +39,7 @@ def test_a_finding_per_line_with_its_rule_chip_route_and_source_and_exit_1(tmp_p
     assert finding.startswith(f"{path}:4: op.gelu-mode error main: gelu 'y' (line 4)")
     assert "(chip m4, route direct: error on m4; warn on m3)" in finding
     assert "mechramc/Orion docs/ane_constraints.md §10" in finding and "against: " in finding
-    assert out[-1].startswith("1 programs: 1 errors, ") and out[-1].endswith("(chip: m4, route: direct)")
+    assert out[-1].startswith("1 program: 1 error, ") and out[-1].endswith("(chip: m4, route: direct)")
     assert main(["lint", str(path), "--chip", "m1"]) == 0  # the book measured gelu native on the M1
     assert "op.gelu-mode" not in capsys.readouterr().out
 
@@ -67,7 +67,7 @@ def test_the_route_option(tmp_path, capsys):
     path = _write(tmp_path / "s.mil", small)
     assert main(["lint", str(path), "--chip", "m1", "--route", "e5rt"]) == 0
     assert (
-        capsys.readouterr().out.splitlines()[-1] == "1 programs: 0 errors, 0 warnings (chip: m1, route: e5rt)"
+        capsys.readouterr().out.splitlines()[-1] == "1 program: 0 errors, 0 warnings (chip: m1, route: e5rt)"
     )
     assert main(["lint", str(path), "--chip", "m5"]) == 1
     assert "surface.min-row-bytes error" in capsys.readouterr().out

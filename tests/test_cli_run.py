@@ -95,3 +95,48 @@ def test_weights_beside_the_program_need_no_flag(tmp_path: Path, capsys: pytest.
     assert "refers to weight file '@model_path/weights/weight.bin', which is not beside the program" in err
     assert "--weights" in err
     assert err.count("\n") == 1
+
+
+def _two_function_program(path: Path) -> Path:
+    """path: MIL text with two functions, ``main`` and ``half``, each scaling a [1, 64, 1, 32] input."""
+    b = mil.Builder()
+    for name, scale in (("main", 2.0), ("half", 0.5)):
+        f = b.function(name)
+        x = f.input("x", tensor("fp16", [1, 64, 1, 32]))
+        f.output(f.mul(x=x, y=np.float16(scale), name="y"))
+    path.write_text(mil.to_text(b.build()))
+    return path
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t"])
+def test_an_empty_function_name_is_refused_naming_the_functions(
+    tmp_path: Path, capsys: pytest.CaptureFixture, name: str
+) -> None:
+    """`--function ''` once ran main without a word: an empty name names no function."""
+    program = _two_function_program(tmp_path / "two.mil")
+    assert main(["run", str(program), "--random", "0", "--function", name]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert (
+        err == "anekit: [run] --function is empty: name one of the program's functions (it has: main, half)\n"
+    )
+    assert main(["run", str(program), "--random", "0", "--function", "half", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"]["y"]["shape"] == [1, 64, 1, 32]
+
+
+def test_a_python_file_is_sent_to_lint(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`run` takes MIL, a package or an .mlmodelc; a Python file defining programs is what `lint` takes."""
+    script = tmp_path / "kernel.py"
+    script.write_text(
+        "from anekit import mil\n\nb = mil.Builder()\nf = b.function('main')\n"
+        "x = f.input('x', mil.tensor('fp16', [1, 64, 1, 32]))\nf.output(f.relu(x=x, name='y'))\n"
+        "PROGRAM = b.build()\n"
+    )
+    assert main(["run", str(script), "--random", "0"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"anekit: [run] {script} is a Python file: run takes MIL text (.mil), a CoreML ")
+    assert err.rstrip().endswith(f"use `anekit lint {script}`")
+    # the advice works: lint finds the program (a module-level function builder `f` is no program)
+    assert main(["lint", str(script), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["programs"]) == 1

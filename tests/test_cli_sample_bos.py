@@ -82,7 +82,7 @@ def test_cli_prints_the_first_token_and_says_it_stopped_at_bos(model_dir, capsys
         out, err = capsys.readouterr()
         assert rc == 0, err
         assert out.strip() == "hello"
-        assert err.startswith("1 tokens generated, 2 positions in ") and err.count("\n") == 1, err
+        assert err.startswith("1 token generated, 2 positions in ") and err.count("\n") == 1, err
         assert err.rstrip().endswith("tokens/s; stopped at a BOS token, the end of a story"), err
 
 
@@ -98,4 +98,4 @@ def test_cli_says_it_stopped_at_the_steps_asked_for(model_dir, capsys):
     rc = main(["sample", str(model_dir / "model.bin"), "--prompt", "a", "--steps", "2", "--temperature", "0"])
     out, err = capsys.readouterr()
     assert rc == 0 and out.strip() == "a hello"  # BOS, " a" forced; " hello" sampled at the last position
-    assert "1 tokens generated, 2 positions" in err and "stopped after --steps 2 positions" in err
+    assert "1 token generated, 2 positions" in err and "stopped after --steps 2 positions" in err

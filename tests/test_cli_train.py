@@ -47,7 +47,7 @@ def test_a_32000_token_preset_trains_with_llama2c_tokenizer(tmp_path, cache, cap
     tok = corpus_path("llama2c", "tokenizer.bin")
     out = tmp_path / "out"
     assert main(["train", "--config", "stories15M", "--tokenizer", str(tok), *QUICK, "--out", str(out)]) == 0
-    assert "trained 1 steps" in capsys.readouterr().out
+    assert "trained 1 step:" in capsys.readouterr().out
     assert (out / "ckpt.bin").is_file() and (out / "tokenizer.bin").read_bytes() == tok.read_bytes()
 
 

@@ -258,7 +258,7 @@ def test_cli_every_device(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_json_and_calibration(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--config", "stories260K", "--weights", "dynamic", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["chip"] == "m4" and doc["engine_ms"] > 0
+    assert doc["chip"] == "any" and doc["engine_ms"] > 0  # the default, as lint's
     assert {r["bound"] for r in doc["kernels"]} <= {"compute", "memory", "dispatch"}
     assert main(["cost", "--calibration"]) == 0
     out = capsys.readouterr().out
@@ -341,3 +341,37 @@ def test_cost_refuses_a_dump_with_a_kernel_lost_and_a_cyclic_program(tmp_path, c
     assert main(["cost", str(cyclic)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("anekit: [cost]") and "not a MIL program" in err and len(err.splitlines()) == 1
+
+
+def test_cli_chip_any_is_the_default_and_takes_each_kernels_slowest_device(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--chip any (the default, as lint's): per kernel, the largest of the per-device predictions, each
+    device's taken from its own `--chip NAME` run."""
+    per_device = {}
+    for name in DEVICES:
+        assert main(["cost", "--config", "stories260K", "--chip", name, "--json"]) == 0
+        per_device[name] = {r["name"]: r["ms"] for r in json.loads(capsys.readouterr().out)["kernels"]}
+    assert main(["cost", "--config", "stories260K", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["chip"] == "any" and set(doc["chip_figures"]) == set(DEVICES)
+    for row in doc["kernels"]:
+        slowest = max(per_device, key=lambda d: per_device[d][row["name"]])
+        assert row["ms"] == per_device[slowest][row["name"]] and row["chip"] == slowest
+    assert main(["cost", "--config", "stories260K", "--chip", "any"]) == 0
+    out = capsys.readouterr().out
+    assert "on any chip (per kernel, the slowest device, direct route)" in out.splitlines()[0]
+    assert "slowest device per kernel: " in out
+
+
+def test_cli_calibration_with_a_program_prints_both(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`cost --calibration FILE`: the program's prediction and the calibration, in text and in JSON."""
+    assert main(["kernels", "dump", "--config", "stories260K", str(tmp_path / "d")]) == 0
+    program = sorted((tmp_path / "d").glob("*/model.mil"))[0]
+    capsys.readouterr()
+    assert main(["cost", "--calibration", str(program)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{program} on any chip") and "fitted (least squares" in out
+    assert main(["cost", "--calibration", str(program), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["what"] == str(program) and "calibration" in doc

@@ -101,4 +101,4 @@ def test_anekit_lint_is_silent_on_a_single_op_program_measured_native(case: Case
     for chip in case.chips:
         assert main(["lint", str(path), "--chip", chip, "--route", case.route]) == 0
         last = capsys.readouterr().out.splitlines()[-1]
-        assert last == f"1 programs: 0 errors, 0 warnings (chip: {chip}, route: {case.route})", last
+        assert last == f"1 program: 0 errors, 0 warnings (chip: {chip}, route: {case.route})", last

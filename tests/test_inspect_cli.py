@@ -38,10 +38,18 @@ def inspect(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-def inspect_json(capsys, path: Path) -> dict:
+def inspect_json(capsys, path: Path, status: int = 0) -> dict:
+    """The JSON description; a bundle with problems is still described, with status 1 and its first
+    problem as the one line on stderr."""
     rc, out, err = inspect(capsys, str(path), "--json")
-    assert rc == 0, err
-    return json.loads(out)
+    assert rc == status, err
+    info = json.loads(out)
+    if status:
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert err.startswith("anekit: " + info["problems"][0])
+    else:
+        assert err == ""
+    return info
 
 
 # -- files made here ----------------------------------------------------------------------------------------
@@ -227,8 +235,8 @@ def test_files_made_here(tmp_path, capsys):
     write_llama2c(tmp_path / "m0.bin", Params.init(TINY, tied=False))
     assert inspect_json(capsys, tmp_path / "m0.bin")["format"].endswith("(legacy)")
 
-    package = inspect_json(capsys, make_mlpackage(tmp_path / "m.mlpackage"))
-    assert package["kind"] == "mlpackage"
+    package = inspect_json(capsys, make_mlpackage(tmp_path / "m.mlpackage"), status=1)  # a made-up model
+    assert package["kind"] == "mlpackage" and "not a CoreML Model protobuf" in package["problems"][0]
     assert package["weights"]["Data/com.apple.CoreML/weights/weight.bin"]["blobs"] == 3
     assert package["Manifest.json"]["items"] == ["com.apple.CoreML/model.mlmodel", "com.apple.CoreML/weights"]
 
@@ -365,15 +373,19 @@ def test_a_bundle_with_a_bad_model_mil_or_a_missing_weight_is_still_described(tm
     make_milblob(bundle / "weights" / "weight.bin")  # blobs at 64, 192, 320
     text = corpus_path("mil", "751k-hwx-model.mil").read_text()
     (bundle / "model.mil").write_text(text)
-    info = inspect_json(capsys, bundle)
+    info = inspect_json(capsys, bundle, status=1)
     assert info["weights"]["weights/weight.bin"]["blobs"] == 3
     missing = [("conv0_bias_0", 8320), ("conv1_weight_0", 8512), ("conv1_bias_0", 16768)]
     missing += [("conv2_weight_0", 16960), ("conv2_bias_0", 25216)]  # only the blob at 64 exists here
     assert info["model_mil"]["unresolved_blob_refs"] == [
         f"{op}: @model_path/weights/weight.bin offset {off}" for op, off in missing
     ]
+    assert info["problems"][0] == (
+        f"[inspect] {bundle}: model.mil: conv0_bias_0: @model_path/weights/weight.bin offset 8320 names no "
+        "blob of the bundle's weight files"
+    )
     (bundle / "model.mil").write_bytes(b"program(1.0)\n\xff\n")
-    info = inspect_json(capsys, bundle)
+    info = inspect_json(capsys, bundle, status=1)
     assert info["model_mil"]["error"].startswith("[mil]") and "not UTF-8" in info["model_mil"]["error"]
 
 

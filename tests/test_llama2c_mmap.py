@@ -173,7 +173,7 @@ def test_a_sparse_7b_shaped_model_is_inspected_and_sampled_in_a_sixth_of_its_siz
     # BOS cannot come first)
     piece = run.stdout.strip()
     assert piece.startswith("t") and 3 <= int(piece[1:]) < 32000, run.stdout
-    assert "1 tokens generated, 1 positions" in run.stderr and "--steps 1" in run.stderr
+    assert "1 token generated, 1 position " in run.stderr and "--steps 1" in run.stderr
     assert "warning" not in run.stderr  # the tokenizer beside the model was used
 
     # export streams shard by shard from the map: a sharded package export of the same model, same limit

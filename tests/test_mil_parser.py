@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -267,6 +269,48 @@ def test_syntax_errors_give_line_column_and_a_caret(text, line, column, fragment
     assert (err.line, err.column) == (line, column), str(err)
     assert f"bad.mil:{line}:{column}:" in str(err)
     assert "^" in str(err).splitlines()[-1]
+
+
+# The largest finite value of each float format and the smallest magnitude that rounds to infinity under
+# round-to-nearest-even (IEEE 754-2019 section 7.4: a value at or past max + half an ulp of max overflows):
+# binary16 (10 fraction bits, emax 15), binary32 (23, 127), bfloat16 (7 fraction bits, emax 127).
+FLOAT_EDGES = {
+    "fp16": ((2 - 2**-10) * 2.0**15, (2 - 2**-11) * 2.0**15),  # 65504, 65520
+    "fp32": ((2 - 2**-23) * 2.0**127, (2 - 2**-24) * 2.0**127),
+    "bf16": ((2 - 2**-7) * 2.0**127, (2 - 2**-8) * 2.0**127),
+}
+
+
+def _const_program(literal: str) -> str:
+    return (
+        f"program(1.3)\n{{\n  func main(fp16 x) {{\n    fp32 c = const()[val = {literal}];\n  }} -> (c);\n}}"
+    )
+
+
+@pytest.mark.parametrize("dtype", sorted(FLOAT_EDGES))
+def test_a_finite_float_literal_that_rounds_to_inf_is_refused_at_its_column(dtype):
+    largest, overflows = FLOAT_EDGES[dtype]
+    below = math.nextafter(overflows, 0.0)  # rounds down to the largest finite value
+    for text in (float.hex(below), repr(below), float.hex(-below)):
+        assert abs(float(mil.parse_literal(f"{dtype}({text})").value)) == largest, text
+    for text in (float.hex(overflows), repr(overflows), float.hex(-overflows), "0x1p200", "1e400"):
+        with pytest.raises(MilSyntaxError) as info:
+            mil.parse(_const_program(f"{dtype}({text})"), "big.mil")
+        err = info.value
+        assert (err.line, err.column) == (4, len("    fp32 c = const()[val = ") + len(dtype) + 2), str(err)
+        assert f"value {text} is out of range for {dtype}" in str(err)
+        assert f"largest finite {dtype} is {largest:.8g}" in str(err)
+    for text in ("inf", "-inf", "+inf"):  # an infinity written as one stays allowed
+        assert np.isinf(mil.parse_literal(f"{dtype}({text})").value)
+
+
+def test_a_decimal_just_past_fp16_max_that_rounds_to_it_is_finite():
+    # 65519 lies within half an ulp (16) of 65504: round-to-nearest-even gives 65504, not inf
+    assert float(mil.parse_literal("fp16(65519)").value) == 65504.0
+    lit = mil.parse_literal("tensor<fp16, [3]>([1, 65519.99, -65510])")
+    assert lit.value.tolist() == [1.0, 65504.0, -65504.0]
+    with pytest.raises(MilSyntaxError, match=r"value 7e4 is out of range for fp16"):
+        mil.parse_literal("tensor<fp16, [2]>([1, 7e4])")
 
 
 def test_syntax_error_is_an_anekit_error():

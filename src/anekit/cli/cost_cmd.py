@@ -60,10 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--chip",
-        default="m4",
-        type=flags.device,
+        default=ANY,
+        type=_chip_flag,
         metavar="CHIP",
-        help=f"one of {', '.join(DEVICES)} (default m4)",
+        help=f"any, or one of {', '.join(DEVICES)} (default: any — per kernel, the slowest device's "
+        "prediction: a time every chip is predicted to meet)",
     )
     p.add_argument(
         "--route",
@@ -77,6 +78,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
     p.set_defaults(run=run_cost)
+
+
+# --chip any: the conservative choice, as lint's `any` is (an error only where every chip refuses). The
+# cost model predicts time, so `any` is, kernel by kernel, the slowest prediction over the chip table.
+ANY = "any"
+
+
+def _chip_flag(text: str) -> str:
+    """--chip: any, or a device of the chip table."""
+    return ANY if text == ANY else flags.device(text)
+
+
+def _chips(name: str) -> list[Performance]:
+    """The figures --chip names: one device's, or for ``any`` every device's."""
+    return [chip(d) for d in DEVICES] if name == ANY else [chip(name)]
 
 
 def _program_works(path: Path) -> list[StepKernel]:
@@ -110,15 +126,17 @@ def _program_works(path: Path) -> list[StepKernel]:
 
 
 def _kernel_rows(
-    kernels: list[StepKernel], perf: Performance, params: Params, route: str
+    kernels: list[StepKernel], perfs: list[Performance], params: Params, route: str
 ) -> list[dict[str, Any]]:
+    """One row per kernel: its work and predicted time on the slowest of ``perfs``, named in ``chip``."""
     rows = []
     for k in kernels:
-        t = predict(k.work, perf, params, route)
+        t, slowest = max(((predict(k.work, p, params, route), p) for p in perfs), key=lambda tp: tp[0].ms)
         w = k.work
         rows.append(
             {
                 "name": w.name,
+                "chip": slowest.name,
                 "kind": k.kind,
                 "direction": k.direction,
                 "calls": k.calls,
@@ -255,7 +273,8 @@ def _figures_doc(perf: Performance) -> dict[str, Any]:
 
 
 def run_cost(args: argparse.Namespace) -> int:
-    perf = chip(args.chip)
+    perfs = _chips(args.chip)
+    perf = perfs[0]
     params = fitted()
     if args.calibration and args.target is None and args.config is None:
         if args.json:
@@ -271,7 +290,7 @@ def run_cost(args: argparse.Namespace) -> int:
         kernels, what = step_kernels(cfg, args.weights), f"{cfg.name} training step, {args.weights} weights"
     else:
         kernels, what = _program_works(args.target), str(args.target)
-    rows = _kernel_rows(kernels, perf, params, args.route)
+    rows = _kernel_rows(kernels, perfs, params, args.route)
     total = sum(r["total_ms"] for r in rows)
     share: dict[str, float] = defaultdict(float)
     for r in rows:
@@ -287,15 +306,15 @@ def run_cost(args: argparse.Namespace) -> int:
         parts[larger] += r["calls"] * r[f"{larger}_ms"]
     doc: dict[str, Any] = {
         "what": what,
-        "chip": perf.name,
-        "chip_label": perf.label,
+        "chip": ANY if args.chip == ANY else perf.name,
+        "chip_label": "any chip (per kernel, the slowest device)" if args.chip == ANY else perf.label,
         "route": args.route,
         "kernels": rows,
         "engine_ms": total,
         "share_by_kind": {k: v / total for k, v in share.items()},
         "share_by_part": {k: v / total for k, v in parts.items()},
         "fitted": _params_doc(params),
-        "chip_figures": _figures_doc(perf),
+        "chip_figures": {p.name: _figures_doc(p) for p in perfs} if args.chip == ANY else _figures_doc(perf),
     }
     if args.config is not None:
         doc["host_gflop"] = host_flops(cfg) / 1e9
@@ -305,10 +324,8 @@ def run_cost(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(
-        f"{what} on {perf.label} ({perf.name}, {args.route} route) — predicted engine time "
-        "(a model, not a measurement)"
-    )
+    on = "any chip (per kernel, the slowest device" if args.chip == ANY else f"{perf.label} ({perf.name}"
+    print(f"{what} on {on}, {args.route} route) — predicted engine time (a model, not a measurement)")
     print(
         f"{'kernel':<22} {'calls':>5} {'GFLOP':>7} {'MB moved':>9} {'weight MB':>9} {'ms/call':>8} "
         f"{'ms total':>9}  bound"
@@ -332,11 +349,21 @@ def run_cost(args: argparse.Namespace) -> int:
             f"not timed: the CPU's {doc['host_gflop']:.1f} GFLOP per step (classifier, weight gradients) "
             "and the fp16 conversions"
         )
-    print(
-        f"model: {perf.dispatch_floor.value:g} ms + surfaces + max(work / ({params.compute_efficiency:.2f} x "
-        f"{perf.fp16_peak.value:g} TFLOP/s), bytes / ({params.dram_efficiency:.2f} x "
-        f"{perf.weight_stream.value:g} GB/s)); `anekit cost --calibration` for its error"
-    )
+    if args.chip == ANY:
+        slowest = sorted({r["chip"] for r in rows})
+        compute, dram = params.compute_efficiency, params.dram_efficiency
+        print(
+            f"slowest device per kernel: {', '.join(slowest)}; model per device: dispatch floor + "
+            f"surfaces + max(work / ({compute:.2f} x fp16 peak), bytes / ({dram:.2f} x weight stream)) "
+            "(--chip CHIP for one device's figures); `anekit cost --calibration` for its error"
+        )
+    else:
+        print(
+            f"model: {perf.dispatch_floor.value:g} ms + surfaces + max(work / "
+            f"({params.compute_efficiency:.2f} x {perf.fp16_peak.value:g} TFLOP/s), bytes / "
+            f"({params.dram_efficiency:.2f} x {perf.weight_stream.value:g} GB/s)); `anekit cost "
+            "--calibration` for its error"
+        )
     if args.calibration:
         _print_calibration(params)
     return 0

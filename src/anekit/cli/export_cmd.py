@@ -187,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     from anekit.coreml.model_export import export_mlpackage
 
     tokenizer = _tokenizer_to_copy(args, params.cfg.vocab_size, _tokenizer_source(args))  # before any write
+    if args.quantize == "none":  # the package stores every weight fp16 (coreml.export, Law 1)
+        _check_dtype_range(params, "float16", "the package's fp16 weights")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", QuantizationWarning)
         # a SIGTERM leaves no temporary; a second export to OUT is refused while this one writes
@@ -222,6 +224,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# The smallest magnitude each narrow dtype rounds to inf (round to nearest even: its largest finite value
+# plus half an ulp of it, IEEE 754-2019 section 7.4), and that largest finite value.
+OVERFLOW_AT = {
+    "float16": ((2 - 2**-11) * 2.0**15, (2 - 2**-10) * 2.0**15),  # 65520, 65504
+    "bfloat16": ((2 - 2**-8) * 2.0**127, (2 - 2**-7) * 2.0**127),
+}
+
+
+def _check_dtype_range(params: Params, dtype: str | None, stored: str = "") -> None:
+    """--dtype float16 / bfloat16 (or ``stored``, what else stores ``dtype``) of a tensor holding values that
+    round to inf there is refused, naming the tensor and its largest |value|, before anything is written."""
+    if dtype not in OVERFLOW_AT:
+        return
+    import numpy as np
+
+    from anekit.hf.model import hf_names
+
+    at, largest = OVERFLOW_AT[dtype]
+    for name, key, layer in hf_names(params.cfg, params.wcls is None):
+        if layer is None:
+            a = {"embed": params.embed, "rms_final": params.rms_final}.get(key, params.wcls)
+        else:
+            a = getattr(params.layers[layer], key)
+        peak = float(np.max(np.abs(a))) if np.size(a) else 0.0
+        if peak >= at:
+            what = stored or f"--dtype {dtype}"
+            raise AnekitError(
+                f"[export] {what}: tensor {name} holds values up to |x| = {peak:.6g}, "
+                f"past {dtype}'s largest finite {largest:.8g}: they would be written as inf "
+                f"({'use --quantize int8 or int4' if stored else 'use --dtype float32'})"
+            )
+
+
 def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int:
     """``--to safetensors``: a Hugging Face directory; an imported model keeps its config, dtypes and
     tokenizer files, another gets a LlamaForCausalLM config and its sentencepiece tokenizer.model."""
@@ -244,6 +279,7 @@ def _export_safetensors(args: argparse.Namespace, shard_mb: float | None) -> int
             if not isinstance(found, str):
                 extra["tokenizer.model"] = found.source
     check_finite(params, args.model, "export")
+    _check_dtype_range(params, args.dtype)
     shard = None if shard_mb is None else int(shard_mb * 1e6)
     with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
         written = write_model(

@@ -11,6 +11,7 @@ from typing import Any
 
 from anekit.errors import AnekitError
 from anekit.inspect import dispatch
+from anekit.words import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,4 +58,11 @@ def run(args: argparse.Namespace) -> int:
         _print_json(info)
     else:
         sys.stdout.write("\n".join(dispatch.render(kind, info)) + "\n")
+    found = dispatch.problems(kind, info)
+    if found:  # described above, and failed: the first problem is the one line, the description has all
+        sys.stdout.flush()
+        more = (
+            f" (and {plural(len(found) - 1, 'more problem')}: see the description)" if len(found) > 1 else ""
+        )
+        raise AnekitError(found[0] + more)
     return 0

@@ -17,6 +17,7 @@ from anekit.fileio import (
 )
 from anekit.kernels import ModelConfig, catalog
 from anekit.outputs import OutputError, check_dir, looks_like, writing
+from anekit.words import plural
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
 INDEX = "kernels.json"  # the dump's index; a directory holding it is a previous dump --force may replace
@@ -128,5 +129,5 @@ def run_dump(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     print("\n".join(lines))
-    print(f"wrote {len(names)} kernels of {cfg.name} to {args.out}")
+    print(f"wrote {plural(len(names), 'kernel')} of {cfg.name} to {args.out}")
     return 0

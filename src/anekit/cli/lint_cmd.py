@@ -13,6 +13,7 @@ from anekit.errors import AnekitError
 from anekit.rules import CHIPS, ROUTES
 from anekit.rules.doc import markdown
 from anekit.rules.lint import lint_paths
+from anekit.words import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,7 +83,7 @@ def run_lint(args: argparse.Namespace) -> int:
                 print(line)
         route = _route_said(args.route, args.paths)
         print(
-            f"{len(results)} programs: {errors} errors, {warnings} warnings "
+            f"{plural(len(results), 'program')}: {plural(errors, 'error')}, {plural(warnings, 'warning')} "
             f"(chip: {args.chip}, route: {route})"
         )
     return 1 if errors else 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from anekit import mil
 from anekit.errors import AnekitError
 from anekit.inputs import LIMITS, read_text, stat_input
+from anekit.words import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +47,7 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"{path}: FAIL {e.one_line()}", file=sys.stderr)
             continue
         sigs = "; ".join(fn.signature() for fn in prog.functions.values())
-        print(f"{path}: ok, {prog.op_count()} ops, {sigs}")
+        print(f"{path}: ok, {plural(prog.op_count(), 'op')}, {sigs}")
     return 1 if failed else 0
 
 

@@ -24,12 +24,13 @@ import numpy as np
 
 from anekit import jit, mil, runtime
 from anekit.cli import flags
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, MilSyntaxError
 from anekit.fileio import atomic_write
 from anekit.inputs import LIMITS, load_npy, read_text, stat_input
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
 from anekit.outputs import check_file, writing
+from anekit.words import plural
 
 if TYPE_CHECKING:
     from anekit.coreml.session import Session
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 MODEL_PATH = "@model_path/"
 COMPILED_MIL = "model.mil"  # the program inside a compiled CoreML model (.mlmodelc)
 REPEAT_MAX = 1_000_000
+PYTHON_SUFFIXES = (".py", ".pyw")  # `anekit lint` takes these, `run` does not
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -226,13 +228,35 @@ def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str, 
         if args.weights is not None:
             raise AnekitError("[run] a CoreML package carries its own weights: drop --weights")
         pkg = load_mlpackage(args.program)  # its program carries the route: coreml
-        return pkg.program, dict(pkg.weights), args.function or pkg.default_function, None
+        function = _function(args.function, pkg.program, pkg.default_function)
+        return pkg.program, dict(pkg.weights), function, None
     path = args.program / COMPILED_MIL if kind == "compiled" else args.program
     text = read_text(path, "[run] cannot read", LIMITS["mil"], "a MIL text file")
-    prog = mil.parse(text, str(path))
+    try:
+        prog = mil.parse(text, str(path))
+    except MilSyntaxError:
+        if path.suffix in PYTHON_SUFFIXES:
+            raise AnekitError(
+                f"[run] {path} is a Python file: run takes MIL text (.mil), a CoreML package (.mlpackage) or "
+                f"a compiled .mlmodelc; to check the programs a Python file defines, use `anekit lint {path}`"
+            ) from None
+        raise
     # A compiled CoreML model's buffers are CoreML's, as a package's: its I/O need not be engine surfaces.
     route = "coreml" if kind == "compiled" else None
-    return prog, weight_map(args.weights, prog, path.parent), args.function or "main", route
+    return prog, weight_map(args.weights, prog, path.parent), _function(args.function, prog, "main"), route
+
+
+def _function(given: str | None, prog: mil.Program, default: str) -> str:
+    """The function --function names (default: ``default``); an empty name or one the program lacks is
+    refused, naming the functions it has."""
+    if given is None:
+        return default
+    if given.strip() and given in prog.functions:
+        return given
+    have = ", ".join(prog.functions) or "none"
+    if not given.strip():
+        raise AnekitError(f"[run] --function is empty: name one of the program's functions (it has: {have})")
+    raise AnekitError(f"[run] --function {given}: the program has no function '{given}' (it has: {have})")
 
 
 def nonfinite(value: np.ndarray) -> str:
@@ -309,8 +333,8 @@ def run(args: argparse.Namespace) -> int:
         if sanitizer is not None:
             found = sanitizer.lines()
             print(
-                f"sanitizer ({len(found)} ops departed from the ideal machine over {timing.repeat} runs)"
-                + (":" if found else ": none")
+                f"sanitizer ({plural(len(found), 'op')} departed from the ideal machine over "
+                f"{plural(timing.repeat, 'run')})" + (":" if found else ": none")
             )
             print("\n".join(f"  {line}" for line in found)) if found else None
     bad_outputs = [name for name, value in outputs.items() if nonfinite(value)]
@@ -318,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(bad_outputs)
         print(f"warning: {len(bad_outputs)} of {len(outputs)} outputs hold NaN or inf: {names}")
     if args.state_out is not None and not args.json:
-        print(f"wrote {args.state_out} ({len(session.states)} states)")
+        print(f"wrote {args.state_out} ({plural(len(session.states), 'state')})")
     if args.output is not None:
         with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
             np.savez(f, **outputs)

@@ -31,6 +31,7 @@ from anekit.errors import AnekitError
 from anekit.inputs import LIMITS, check_input, stat_input
 from anekit.kernels.config import preset
 from anekit.llama.params import Params
+from anekit.words import plural
 
 BLZT_MAGIC = 0x424C5A54  # anekit (and the ANE training reference) checkpoint
 AK42_MAGIC = 0x616B3432  # llama2.c's versioned export formats
@@ -387,7 +388,8 @@ def _generate(args: argparse.Namespace, sampler: Any, prompt: str, chat: bool = 
     out.flush()
     s = sampler.stats
     print(
-        f"{s.generated_tokens} tokens generated, {s.positions} positions in {s.seconds:.2f} s: "
+        f"{plural(s.generated_tokens, 'token')} generated, {plural(s.positions, 'position')} in "
+        f"{s.seconds:.2f} s: "
         f"{s.tokens_per_second:.1f} tokens/s; {_why_stopped(s, args.steps, sampler.cfg.seq_len)}",
         file=sys.stderr,
     )

@@ -48,6 +48,7 @@ from anekit.llama.run import (
     TrainOptions,
     flag_names,
 )
+from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
@@ -421,9 +422,10 @@ def _run(args: argparse.Namespace) -> int:
     elif not args.restarted:
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
-            f"{cfg.n_layers} layers, "
+            f"{plural(cfg.n_layers, 'layer')}, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
-            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, {tc.accum} sequences per step, "
+            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, "
+            f"{plural(tc.accum, 'sequence')} per step, "
             f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
         )
 
@@ -516,9 +518,8 @@ def _summary(console: Console, session: Run, result: Any, out: Path) -> None:
     pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
     product = getattr(session, "mode", None)
     made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
-    steps = "1 step" if state.step == 1 else f"{state.step} steps"
     console.print(
-        f"trained {steps}: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
+        f"trained {plural(state.step, 'step')}: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
         f"wrote {session.checkpoint}{made}, {out / 'loss.csv'}{pictures}"
     )
     if result.no_png is not None:

@@ -692,7 +692,32 @@ def _summarize_bundle(src: Source, fmt: str, mil_path: Path | None) -> dict[str,
             info[name] = _json_digest(meta) if "error" not in meta else meta
     if mil_path is None:  # an .mlpackage: read as the simulator and lint read it, and say what is wrong
         info["problems"] = _package_problems(root)
+    else:
+        info["problems"] = _compiled_problems(root, info)
     return info
+
+
+def _compiled_problems(root: Path, info: dict[str, Any]) -> list[str]:
+    """What keeps a compiled bundle from running as ``anekit run`` reads it, causes first: a model.mil that
+    does not parse, an unreadable weight file or metadata.json, a BLOBFILE reference no weight file holds, a
+    model.mil that does not verify."""
+    where = f"[{FMT}] {root}"
+    found = []
+    mil_info = info.get("model_mil", {})
+    if "error" in mil_info:  # the parser's own line names the file, line and column
+        found.append(str(mil_info["error"]).splitlines()[0])
+    found += [f"{where}: {name}: {w['error']}" for name, w in info.get("weights", {}).items() if "error" in w]
+    found += [
+        f"{where}: {meta['error']}"  # the JSON reader's message names the file
+        for name in ("metadata.json", "Manifest.json")
+        if isinstance(meta := info.get(name), dict) and "error" in meta
+    ]
+    found += [
+        f"{where}: model.mil: {ref} names no blob of the bundle's weight files"
+        for ref in mil_info.get("unresolved_blob_refs", [])
+    ]
+    found += [f"{where}: model.mil: {p} (it does not verify)" for p in mil_info.get("problems", [])]
+    return found
 
 
 def _package_problems(root: Path) -> list[str]:
@@ -837,11 +862,19 @@ def _summarize_kernel_dump(src: Source) -> dict[str, Any]:
         item["weight_files"] = len(weights)
         item["weight_bytes"] = sum(p.stat().st_size for p in weights)
         kernels.append(item)
+    where = f"[{FMT}] {root}"
+    found = [f"{where}: {k['name']}: {k['error']}" for k in kernels if "error" in k]
+    found += [
+        f"{where}: {k['name']}/model.mil: {ref} names no blob of the kernel's weight files"
+        for k in kernels
+        for ref in k.get("unresolved_blob_refs", [])
+    ]
     return {
         "format": "anekit kernel dump (`anekit kernels dump`)",
         "config": index.get("config"),
         "kernels": kernels,
         "all_verify": all(k.get("verifies") is True for k in kernels),
+        "problems": found,
     }
 
 
@@ -1228,6 +1261,14 @@ def _render(key: str, value: Any, indent: int) -> Iterator[str]:
             yield f"{pad}  ... {len(value) - LIST_LIMIT} more (--json shows all)"
         return
     yield pad + label + _scalar(value)
+
+
+def problems(kind: Kind, info: dict[str, Any]) -> list[str]:
+    """What ``inspect`` found wrong with a bundle (a package, a compiled model, a kernel dump), each one
+    line: the command describes it, then fails. A lone MIL file's verifier findings are its description
+    (``verifies`` false), not a failure to read it."""
+    found = info.get("problems") if kind.directory else None
+    return [str(p) for p in found] if isinstance(found, list) else []
 
 
 def render(kind: Kind, info: dict[str, Any]) -> list[str]:

@@ -48,6 +48,7 @@ from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
 from anekit.outputs import writing
 from anekit.threads import Background, cores
+from anekit.words import plural
 
 if TYPE_CHECKING:
     # the training loop's modules load when a run is made, not when the CLI starts
@@ -1082,11 +1083,6 @@ class Run:
         return PlotHelper.start()
 
 
-def steps_text(n: int) -> str:
-    """ "1 step", "2 steps"."""
-    return "1 step" if n == 1 else f"{n} steps"
-
-
 class Progress:
     """What ``anekit.train`` prints as it runs (as mlx-lm's trainer does): a line at the first, every 10th
     and the last step (the command's lines, without its terminal redraw), the lines the run has to say
@@ -1115,7 +1111,7 @@ class Progress:
                      "with resume=True to continue")  # fmt: skip
         elif losses:
             done = "trained" if result.reason == "done" else "stopped after"
-            self.say(f"{done} {steps_text(result.step)}: loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved "
+            self.say(f"{done} {plural(result.step, 'step')}: loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved "
                      f"{result.checkpoint}")  # fmt: skip
 
 

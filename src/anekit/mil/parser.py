@@ -13,6 +13,7 @@ MilSyntaxError with line:column and the offending line with a caret.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from functools import lru_cache
 from typing import Any
@@ -55,6 +56,23 @@ _TOKEN = re.compile(
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "r": "\r", "0": "\0"}
 _SCALAR_NAMES = frozenset(T.DTYPES)
 _KEYWORD_FLOATS = {"inf": float("inf"), "nan": float("nan")}
+# The largest finite value of each float dtype (IEEE 754 binary16 / binary32 / binary64; bfloat16 keeps
+# binary32's exponent with 8 significant bits). A value written beyond it is checked by rounding it.
+_FLOAT_MAX = {"fp16": 65504.0, "bf16": (2.0 - 2.0**-7) * 2.0**127, "fp32": float(np.finfo(np.float32).max)}
+_FLOAT_MAX["fp64"] = float(np.finfo(np.float64).max)
+
+
+def _rounds_to_inf(value: float, dt: T.DType) -> bool:
+    """Whether ``value`` (a float64, finite as written) becomes inf when stored as ``dt``, round to nearest
+    even as the literal is stored (fp16 and fp32 by numpy's cast, bf16 in one rounding from float64)."""
+    if math.isinf(value):  # a decimal past float64's range (1e400): float() already gave inf
+        return True
+    with np.errstate(over="ignore"):
+        if dt.name == "bf16":
+            from anekit.fp16 import round_f64_to_bf16
+
+            return bool(np.isinf(round_f64_to_bf16(np.array([value]))[0]))
+        return bool(np.isinf(np.asarray(value, dtype=np.float64).astype(dt.np)))
 
 
 def _unescape(body: str) -> str:
@@ -569,11 +587,15 @@ class _Parser:
                     value = float.fromhex(val)
                 except OverflowError:  # 0x1p99999: beyond every float type, not silently inf
                     self._fail(f"{dt.name} literal {val} is too large: it overflows every float type")
+                self._check_float_range(value, val, dt)
                 self.i += 1
                 return value
             if kind == "num":
+                value = float(val)
+                if not val.lstrip("+-").startswith(("inf", "nan")):  # +inf / -inf are written, not overflow
+                    self._check_float_range(value, val, dt)
                 self.i += 1
-                return float(val)
+                return value
             if kind == "id" and val in _KEYWORD_FLOATS:
                 self.i += 1
                 return _KEYWORD_FLOATS[val]
@@ -593,6 +615,17 @@ class _Parser:
             return int(val == "true")
         self._fail(f"expected a {dt.name} integer, found {self._describe(self.i)}")
         raise AssertionError  # unreachable
+
+    def _check_float_range(self, value: float, text: str, dt: T.DType) -> None:
+        """A finite number written for a float dtype that rounds to inf there is refused at its column, as
+        an integer outside its dtype's range is (an infinity is written ``inf``)."""
+        largest = _FLOAT_MAX.get(dt.name)
+        if largest is None or not abs(value) > largest or not _rounds_to_inf(value, dt):
+            return
+        self._fail(
+            f"value {text} is out of range for {dt.name}: it rounds to inf (largest finite {dt.name} is "
+            f"{largest:.8g}; write inf for an infinity)"
+        )
 
     def blobfile(self) -> BlobRef:
         start = self.starts[self.i]

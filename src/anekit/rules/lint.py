@@ -172,12 +172,22 @@ def _lint_python(path: Path, chip: str, route: str) -> list[LintResult]:
         raise AnekitError(f"[lint] {path}: running it failed: {type(e).__name__}: {e}") from e
     results = []
     for name, value in namespace.items():
-        program = value if isinstance(value, Program) else getattr(value, "program", None)
-        if isinstance(program, Program) and not name.startswith("_"):
+        if name.startswith("_"):
+            continue
+        program = value if isinstance(value, Program) else _program_attribute(value)
+        if isinstance(program, Program):
             results.append(lint_program(program, f"{path}::{name}", chip, route=route))
     if not results:
         raise AnekitError(f"[lint] {path}: defines no module-level Program (or object with a .program)")
     return results
+
+
+def _program_attribute(value: object) -> object:
+    """``value.program``, or None; a function builder (whose attributes build ops) has none."""
+    try:
+        return getattr(value, "program", None)
+    except AnekitError:  # FunctionBuilder: "unknown op 'program'"
+        return None
 
 
 def _blob_refs(program: Program) -> list[tuple[str, str]]:
