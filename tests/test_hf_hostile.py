@@ -114,6 +114,27 @@ def test_a_shape_no_file_can_hold_is_refused_quickly_naming_the_field(base, tmp_
     assert f"{field} {value}" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("weights", [True, False], ids=["with-weights", "config-only"])
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 10**9), ("vocab_size", 10**12)])
+def test_cost_refuses_the_shapes_every_other_command_refuses(base, tmp_path, field, value, weights):
+    """`cost --config` of a Hugging Face directory gets the checks sample, export and train make: a shape
+    no checkpoint holds is one line naming the field, weights or none (a config alone is 2^40 at most)."""
+    model = _copy(base, tmp_path)
+    if not weights:
+        for f in model.glob("*.safetensors*"):
+            f.unlink()
+    _edit_json(model / "config.json", **{field: value})
+    _refused(_cli("cost", "--config", str(model), cwd=tmp_path), f"{field} {value}")
+
+
+def test_cost_of_a_config_alone_still_predicts(base, tmp_path):
+    model = _copy(base, tmp_path)
+    for f in model.glob("*.safetensors*"):
+        f.unlink()
+    result = _cli("cost", "--config", str(model), cwd=tmp_path)
+    assert result.returncode == 0 and "where the time goes" in result.stdout, result.stderr
+
+
 # -- 2. chat templates bounded in time and output -------------------------------------------------------
 
 

@@ -94,11 +94,14 @@ def model(text: str) -> str:
 
 def model_config(value: str, seq: int | None = None) -> ModelConfig:
     """The ModelConfig a ``model`` flag names: the preset's, or the Hugging Face model's with windows of
-    ``seq`` tokens (default ``HF_SEQ``, at most its context)."""
+    ``seq`` tokens (default ``HF_SEQ``, at most its context). A Hugging Face config gets the checks every
+    command makes of it (``anekit.hf.model.check_weights_fit``): the same sizes are refused everywhere."""
     from anekit.hf.config import is_model_dir, read_config
+    from anekit.hf.model import check_weights_fit
 
     if is_model_dir(value):
         hc = read_config(value)
+        check_weights_fit(value, hc)
         return hc.cfg.with_(seq_len=min(seq or HF_SEQ, hc.max_position_embeddings))
     return find_preset(value)
 

@@ -131,6 +131,10 @@ def _shape(cfg: ModelConfig, key: str) -> tuple[int, ...]:
 
 LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
 MIN_ITEMSIZE = 2  # the narrowest float weight anekit reads (F16, BF16): bytes per parameter at the least
+# The most parameters a config may describe (2^40, about 1.1 trillion: past every published checkpoint, whose
+# largest are under 10^12). A shape past it is refused by every command from config.json alone, weights or
+# none: `cost --config` of a directory holding only config.json included.
+MAX_PARAMETERS = 1 << 40
 
 
 def parameter_count(cfg: ModelConfig, tied: bool) -> int:
@@ -139,6 +143,35 @@ def parameter_count(cfg: ModelConfig, tied: bool) -> int:
     per_layer = sum(math.prod(shape) for shape in layer_shapes(cfg).values())
     tables = (1 if tied else 2) * cfg.vocab_size * cfg.dim
     return tables + cfg.n_layers * per_layer + cfg.dim
+
+
+def check_parameter_count(hc: HFConfig) -> None:
+    """The config's shape describes at most ``MAX_PARAMETERS`` parameters (counted in Python integers)."""
+    cfg = hc.cfg
+    count = parameter_count(cfg, hc.tied)
+    if count > MAX_PARAMETERS:
+        fields = (f"num_hidden_layers {cfg.n_layers}, hidden_size {cfg.dim}, intermediate_size "
+                  f"{cfg.hidden_dim}, vocab_size {cfg.vocab_size}")  # fmt: skip
+        raise AnekitError(
+            f"[hf] {CONFIG_FILE}: {fields} describe {count} parameters, over the {MAX_PARAMETERS} "
+            "(2^40) any checkpoint holds"
+        )
+
+
+def check_weights_fit(directory: str | Path, hc: HFConfig) -> None:
+    """What every command checks of a Hugging Face directory's config before it builds anything: the
+    parameter count, then, when the directory holds weights, the config's shape against their headers
+    (``check_shape_fits``) and every tensor name it calls for. A directory of config.json alone passes
+    on its parameter count (a cost prediction needs no weights)."""
+    from anekit.hf.safetensors_io import INDEX_NAME, SINGLE_NAME
+
+    check_parameter_count(hc)
+    directory = Path(directory)
+    if not any((directory / name).exists() for name in (SINGLE_NAME, INDEX_NAME)):
+        return
+    refs = open_checkpoint(directory)
+    check_shape_fits(refs, hc)
+    _check_names(refs, hc)
 
 
 def check_shape_fits(refs: dict[str, TensorRef], hc: HFConfig) -> None:
@@ -209,6 +242,7 @@ def load_model(
     directory = Path(directory)
     hc = read_config(directory, seq_len=seq_len)
     cfg = hc.cfg
+    check_parameter_count(hc)
     refs = open_checkpoint(directory)
     check_shape_fits(refs, hc)
     _check_names(refs, hc)
