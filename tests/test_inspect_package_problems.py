@@ -8,12 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
-from anekit import mil
 from anekit.cli.main import main
-from anekit.mil import tensor
 from tests.conftest import corpus_path
+from tests.test_cli_run import _program_with_weights
 
 
 def _export(tmp_path):
@@ -86,16 +83,7 @@ def test_a_truncated_weight_file_fails_after_the_description(tmp_path, capsys):
 
 def _compiled(folder: Path) -> Path:
     """folder (an .mlmodelc): model.mil multiplying x by a [1, 64, 1, 32] fp16 weight in weights/."""
-    w = np.random.default_rng(3).standard_normal((1, 64, 1, 32)).astype(np.float16)
-    b = mil.Builder(blob_storage=True, blob_threshold=1024)
-    f = b.function("main")
-    x = f.input("x", tensor("fp16", [1, 64, 1, 32]))
-    f.output(f.mul(x=x, y=w, name="y"))
-    program = b.build()
-    ((ref, data),) = b.weights.items()
-    (folder / ref.removeprefix("@model_path/")).parent.mkdir(parents=True)
-    (folder / ref.removeprefix("@model_path/")).write_bytes(data)
-    (folder / "model.mil").write_text(mil.to_text(program))
+    _program_with_weights(folder)
     return folder
 
 
