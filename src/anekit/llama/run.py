@@ -40,6 +40,7 @@ from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
+from anekit.outputs import check_apart
 from anekit.threads import Background, cores
 
 if TYPE_CHECKING:
@@ -449,6 +450,8 @@ class Run:
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
+        inputs = (("--init", options.init), ("--data", options.data), ("--tokenizer", options.tokenizer))
+        check_apart(self.out, "[train] --out", inputs)  # never into, over or around an input, --force or not
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
