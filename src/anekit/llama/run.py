@@ -450,7 +450,8 @@ class Run:
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
-        inputs = (("--init", options.init), ("--data", options.data), ("--tokenizer", options.tokenizer))
+        init = None if options.resume else options.init  # --resume with --init: refused as a contradiction
+        inputs = (("--init", init), ("--data", options.data), ("--tokenizer", options.tokenizer))
         check_apart(self.out, "[train] --out", inputs)  # never into, over or around an input, --force or not
         self._prepare()
 
