@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from anekit.errors import AnekitError
+from anekit.inputs import kind_of, shown
 
 # The points of an atomic write a fault hook is called at, in order ("write" once per write call).
 FAULT_POINTS = ("open", "write", "fsync", "rename", "renamed")
@@ -101,12 +102,68 @@ def is_stale(path: Path, kind: str) -> bool:
     return m["pid"] is None or not _alive(int(m["pid"]))
 
 
+class NotReplaceable(AnekitError):
+    """An output path holding a device, FIFO or socket: anekit renames only over a regular file."""
+
+
+def _special_kind(path: Path, follow: bool) -> tuple[str, int] | None:
+    """What ``path`` is when it is neither a regular file nor a directory (nor, unless ``follow``, a
+    symlink), with its mode; None when it is one of those or nothing is there."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (OSError, ValueError):
+        return None  # nothing there, or a path the write itself will fail on with its own error
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+        return None
+    return kind_of(st.st_mode), st.st_mode
+
+
+def _refuse_special(path: Path, kind: str) -> NotReplaceable:
+    return NotReplaceable(
+        f"[write] {shown(path)}: {kind}, not a regular file; anekit never replaces a device, FIFO, socket or "
+        "link: choose a file name"
+    )
+
+
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
+def _write_into(path: Path) -> Iterator[BinaryIO]:
+    """Write into the character device or FIFO ``path`` as it is: no temporary, no rename, no fsync. A FIFO
+    is opened without blocking: with no reader it fails at once (ENXIO) instead of waiting for one."""
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # writes block
+        f = os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+        f.flush()
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, *, devices: bool = False) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path`` for writing; on a clean exit fsync it and rename it over
     ``path``. On an exception the temporary file is removed and ``path`` is left as it was; a process
-    killed mid-write leaves at most a hidden ``.name.xxxxxxxx.tmp`` file, never a half-written ``path``."""
+    killed mid-write leaves at most a hidden ``.name.xxxxxxxx.tmp`` file, never a half-written ``path``.
+
+    The rename is only ever done over a regular file (or nothing): a symlink is written through (its
+    target is replaced, the link stays), a device, FIFO or socket is refused (``NotReplaceable``), except
+    that with ``devices`` a character device or FIFO (``/dev/null``, a terminal, a pipe) is written into as
+    it is."""
     path = Path(path)
+    special = _special_kind(path, follow=True)
+    if special is not None:
+        if devices and (stat.S_ISCHR(special[1]) or stat.S_ISFIFO(special[1])):
+            with _write_into(path) as f:
+                yield f
+            return
+        raise _refuse_special(path, special[0])
+    if path.is_symlink():  # /dev/stdout redirected to a file: that file is replaced, never the link
+        path = Path(os.path.realpath(path))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
         tmp = temporary_name(path)
@@ -387,8 +444,12 @@ def _same_file(fd: int, path: Path) -> bool:
 
 def replace_path(new: str | os.PathLike, out: str | os.PathLike) -> None:
     """Move the finished file or directory ``new`` to ``out`` (same file system). A previous ``out`` is
-    moved aside first and removed only once ``new`` is in place; if that fails it is put back."""
+    moved aside first and removed only once ``new`` is in place; if that fails it is put back. A device,
+    FIFO or socket at ``out`` is refused (``NotReplaceable``), never moved."""
     new, out = Path(new), Path(out)
+    special = _special_kind(out, follow=False)
+    if special is not None or out.is_symlink():  # moved aside and removed, a node or a link would be gone
+        raise _refuse_special(out, special[0] if special is not None else "a symbolic link")
     aside: Path | None = None
     if out.exists() or out.is_symlink():
         aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))

@@ -12,6 +12,13 @@ work and leaves nothing behind:
    content.
 3. ``writing`` wraps the write: an ``OSError`` (a full disk, a quota, a file size limit, a permission
    that changed) becomes one ``OutputError`` line: "[cmd] --flag PATH: no space left on the device".
+
+Inputs are sacred: ``check_apart`` refuses an output that is, holds or lies inside one of the command's
+inputs, compared by identity (``st_dev`` / ``st_ino``, so a symlink, a hard link or a bind mount of an input
+is the input), whatever ``--force`` says: ``--force`` replaces what OUT holds, never an input. A device, a
+FIFO or a socket is never replaced: ``check_file`` refuses one, except where a command writes its one text
+output straight into it (``devices=True``: ``doctor --json /dev/stdout``), and the writers of
+``anekit.fileio`` never rename over anything but a regular file.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from anekit.errors import AnekitError
-from anekit.inputs import shown
+from anekit.inputs import kind_of, shown
 
 # What an OSError's errno means for an output, in the words the user needs (the strerror text of some
 # platforms, e.g. "File too large", does not say that a limit was hit).
@@ -38,7 +46,15 @@ REASONS = {
     errno.EISDIR: "is a directory",
     errno.ENOENT: "no such file or directory",
     errno.ENAMETOOLONG: "file name too long",
+    errno.ENXIO: "a FIFO that no process reads",
 }
+
+# The bytes a temporary or lock name beside an output adds to the output's own name
+# (".NAME.<kind>-<pid>.<8 hex>.tmp", ".NAME.anekit.lock", ".NAME.<8 chars>.old"): a name within this of
+# the file system's limit would fail only when written, after the work.
+TEMP_NAME_EXTRA = 32
+NAME_MAX_DEFAULT = 255  # a name's bytes where the file system does not say (POSIX systems' usual limit)
+HARD_LINK_SCAN = 4096  # entries of a directory compared for hard links; a model directory holds a few
 
 
 class OutputError(AnekitError):
@@ -65,6 +81,31 @@ def _parent_problem(path: Path) -> str | None:
     return f"directory {parent} does not exist"
 
 
+def _stat(path: Path) -> os.stat_result | None:
+    """``os.stat`` of ``path`` (links followed), None when nothing is there or a link dangles; a path the
+    OS cannot look up raises (``_looking`` turns it into one line)."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # a part of the path a file: _parent_problem says it
+        return None
+
+
+def _name_problem(path: Path) -> str | None:
+    """Why ``path``'s name cannot be written through a temporary name beside it, or None: the temporary
+    (``TEMP_NAME_EXTRA`` bytes longer) must fit the file system's limit on a name."""
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = NAME_MAX_DEFAULT
+    size = len(os.fsencode(path.name))
+    if size + TEMP_NAME_EXTRA <= limit:
+        return None
+    return (
+        f"file name too long: {size} bytes, and its temporary name beside it {TEMP_NAME_EXTRA} more, over "
+        f"the file system's {limit}-byte limit (at most {limit - TEMP_NAME_EXTRA} bytes here)"
+    )
+
+
 @contextlib.contextmanager
 def _looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
     """An ``OSError`` raised while looking at ``path`` (a name too long for the OS, a loop of links)
@@ -77,10 +118,10 @@ def _looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
         raise OutputError(f"{what} {shown(path)}: not a valid path") from e
 
 
-def check_file(path: str | os.PathLike[str], what: str) -> Path:
+def check_file(path: str | os.PathLike[str], what: str, *, devices: bool = False) -> Path:
     """Refuse, before any work, an output file ``path`` that cannot be written (``_check_file``)."""
     with _looking(path, what):
-        return _check_file(path, what)
+        return _check_file(path, what, devices)
 
 
 def check_dir(path: str | os.PathLike[str], what: str) -> Path:
@@ -95,18 +136,32 @@ def check_cache(path: str | os.PathLike[str], what: str) -> Path:
         return _check_cache(path, what)
 
 
-def _check_file(path: str | os.PathLike[str], what: str) -> Path:
+def _check_file(path: str | os.PathLike[str], what: str, devices: bool = False) -> Path:
     """Refuse, before any work, an output file ``path`` that cannot be written; ``what`` names the output
-    in the message ("[run] --output"). An existing file is fine (it is replaced atomically)."""
+    in the message ("[run] --output"). An existing file is fine (it is replaced atomically); a device, FIFO
+    or socket is refused, except a character device or FIFO when ``devices`` (written into, not replaced)."""
     path = Path(path)
     if not path.name or path.name in (".", ".."):
         raise OutputError(f"{what} {path}: names a directory, not a file")
-    if path.is_dir():
+    st = _stat(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"{what} {path}: is a directory, not a file")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if devices and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            if not os.access(path, os.W_OK):
+                raise OutputError(f"{what} {path}: {kind_of(st.st_mode)} that is not writable")
+            return path  # written into as it is, never replaced (anekit.fileio.atomic_write)
+        raise OutputError(
+            f"{what} {path}: {kind_of(st.st_mode)}, not a regular file; anekit writes an output only "
+            "as a regular file and never replaces a device, FIFO or socket: choose a file name"
+        )
     problem = _parent_problem(path)
     if problem:
         raise OutputError(f"{what} {path}: {problem}")
-    if path.exists() and not os.access(path, os.W_OK):
+    problem = _name_problem(path)
+    if problem:
+        raise OutputError(f"{what} {shown(path)}: {problem}")
+    if st is not None and not os.access(path, os.W_OK):
         raise OutputError(f"{what} {path}: the existing file is not writable")
     return path
 
@@ -118,11 +173,16 @@ def _check_dir(path: str | os.PathLike[str], what: str) -> Path:
     path = Path(path)
     if not path.name or path.name in (".", ".."):
         raise OutputError(f"{what} {path}: give the name of a new directory")
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{what} {path}: is a file, not a directory")
+    st = _stat(path)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        kind = "a file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+        raise OutputError(f"{what} {path}: is {kind}, not a directory")
     problem = _parent_problem(path)
     if problem:
         raise OutputError(f"{what} {path}: {problem}")
+    problem = _name_problem(path)
+    if problem:
+        raise OutputError(f"{what} {shown(path)}: {problem}")
     return path
 
 
@@ -159,3 +219,83 @@ def writing(path: str | os.PathLike[str], what: str) -> Iterator[None]:
         yield
     except OSError as e:
         raise OutputError(f"{what} {path}: cannot write: {reason(e)}") from e
+
+
+# --------------------------------------------------------------------------------------------------------
+# inputs are sacred
+
+Identity = tuple[int, int]  # (st_dev, st_ino): one file or directory, whatever names lead to it
+
+
+def _identity(path: str | os.PathLike[str]) -> Identity | None:
+    """The file ``path`` leads to (links followed), None when there is none or the OS cannot look it up."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _above(path: str | os.PathLike[str]) -> set[Identity]:
+    """The directories above ``path`` once its links are resolved, by identity (a bind mount of one is it)."""
+    real = Path(os.path.realpath(path))
+    return {ident for ident in map(_identity, real.parents) if ident is not None}
+
+
+def _files(path: str | os.PathLike[str]) -> dict[Identity, Path]:
+    """The regular files ``path`` is or directly holds (at most ``HARD_LINK_SCAN`` entries), by identity."""
+    found: dict[Identity, Path] = {}
+    try:
+        if not os.path.isdir(path):
+            st = os.stat(path)
+            return {(st.st_dev, st.st_ino): Path(path)} if stat.S_ISREG(st.st_mode) else {}
+        with os.scandir(path) as entries:
+            for _, entry in zip(range(HARD_LINK_SCAN), entries):
+                st = entry.stat()
+                if stat.S_ISREG(st.st_mode):
+                    found[(st.st_dev, st.st_ino)] = Path(entry.path)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def _relation(out: Path, inp: Path) -> str | None:
+    """How the output ``out`` meets the existing input ``inp`` ("is the input {input}" with ``{input}`` to
+    fill in), or None when they are apart."""
+    out_id, in_id = _identity(out), _identity(inp)
+    if in_id is None:
+        return None  # a missing input: its own check says so
+    if out_id == in_id:
+        same = os.path.abspath(out) == os.path.abspath(inp)
+        return "is the input {input}" + ("" if same else " (the same one, by a link or another name)")
+    if in_id in _above(out):
+        return "is inside the input {input}"
+    if out_id is not None and out_id in _above(inp):
+        return "holds the input {input}"
+    if out_id is not None and os.path.isdir(out):
+        held = _files(out)
+        shared = set(held) & set(_files(inp))
+        if shared:
+            return f"holds {shown(held[min(shared)].name)}, a hard link of a file of the input {{input}}"
+    return None
+
+
+def check_apart(
+    out: str | os.PathLike[str], what: str, inputs: Iterable[tuple[str, str | os.PathLike[str] | None]]
+) -> None:
+    """Refuse an output ``out`` that is, holds or lies inside one of ``inputs`` (``(flag, path)`` pairs; a
+    None path is skipped), by identity: a symlink, a hard link or a bind mount of an input is refused as
+    the input is. ``--force`` does not change it: it replaces a previous output, never an input."""
+    out = Path(out)
+    with _looking(out, what):
+        _stat(out)  # a name the OS cannot look up: one line, as the other checks give
+    for flag, inp in inputs:
+        if inp is None:
+            continue
+        relation = _relation(out, Path(inp))
+        if relation is not None:
+            said = relation.format(input=f"{flag} {shown(inp)}")
+            raise OutputError(
+                f"{what} {shown(out)}: {said}; choose another output (an input is never written over or "
+                "into, --force or not)"
+            )

@@ -313,13 +313,14 @@ def check_writable(path: str) -> None:
     """Refuse, before any work, a report path that cannot be written (AnekitError naming it)."""
     if not path:
         raise OutputError("[doctor] --json needs a file name")
-    check_file(path, "[doctor] --json")
+    check_file(path, "[doctor] --json", devices=True)  # /dev/stdout, a pipe: written into, never replaced
 
 
 def write_json(path: str, report: dict[str, Any]) -> None:
-    """The report as JSON in ``path``, written atomically (never half-written)."""
+    """The report as JSON in ``path``, written atomically (never half-written); a character device or FIFO
+    is written into as it is (never replaced by a file)."""
     data = (json.dumps(report, indent=2) + "\n").encode("utf-8")
-    with writing(path, "[doctor] --json"), atomic_write(path) as f:
+    with writing(path, "[doctor] --json"), atomic_write(path, devices=True) as f:
         f.write(data)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from anekit.coreml.quantize import QUANT_MODES
 from anekit.errors import AnekitError
 from anekit.fileio import DirLock, terminate_unwinds
 from anekit.kernels.config import preset
-from anekit.outputs import OutputError, check_dir, check_file, looks_like, writing
+from anekit.outputs import OutputError, check_apart, check_dir, check_file, looks_like, writing
 
 if TYPE_CHECKING:
     from anekit.llama.params import Params
@@ -106,6 +107,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_out(args: argparse.Namespace) -> None:
     """Refuse, before the model is read, an OUT that cannot be written or must not be replaced."""
     what = "[export] OUT"
+    tokenizer = args.tokenizer
+    with contextlib.suppress(OSError, ValueError):  # a MODEL the OS cannot look up is refused when read
+        tokenizer = _tokenizer_file(args)
+    check_apart(  # an output is never an input, nor inside or around one, --force or not
+        args.out, what, (("MODEL", args.model), ("--tokenizer" if args.tokenizer else "tokenizer", tokenizer))
+    )
     if args.to == "safetensors":
         check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
         if args.out.exists() and not args.force:
@@ -121,7 +128,7 @@ def check_out(args: argparse.Namespace) -> None:
         if args.tokenizer is not None or any((args.model.parent / n).is_file() for n in TOKENIZER_FILES):
             check_file(args.out.parent / "tokenizer.bin", what)
         return
-    if args.out.is_dir():  # a previous package or shard directory
+    if os.path.isdir(args.out):  # a previous package or shard directory (a name too long: check_file says)
         check_dir(args.out, what)
     else:
         check_file(args.out, what)

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from anekit.errors import AnekitError
-from anekit.outputs import check_dir, looks_like, writing
+from anekit.outputs import check_apart, check_dir, looks_like, writing
 
 HF_MARKERS = ("model.safetensors", "model.safetensors.index.json")  # what makes OUT a previous fuse
 
@@ -41,6 +41,7 @@ def check_out(args: argparse.Namespace) -> None:
     """Refuse an OUT that cannot be written, or that exists and is not a model directory --force may
     replace."""
     what = "[fuse] OUT"
+    check_apart(args.out, what, (("MODEL", args.model), ("ADAPTERS", args.adapters)))  # even with --force
     check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
     if args.out.exists() and not (args.force and looks_like(args.out, *HF_MARKERS)):
         raise AnekitError(

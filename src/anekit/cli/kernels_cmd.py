@@ -16,7 +16,7 @@ from anekit.fileio import (
     terminate_unwinds,
 )
 from anekit.kernels import ModelConfig, catalog
-from anekit.outputs import OutputError, check_dir, looks_like, writing
+from anekit.outputs import OutputError, check_apart, check_dir, looks_like, writing
 from anekit.words import plural
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
@@ -56,8 +56,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     dump.set_defaults(run=run_dump)
 
 
-def check_out(out: Path, force: bool) -> None:
-    """Refuse, before any kernel is generated, an OUT_DIR that cannot be written or must not be replaced."""
+def check_out(out: Path, force: bool, model: str | None = None) -> None:
+    """Refuse, before any kernel is generated, an OUT_DIR that cannot be written or must not be replaced
+    (``model``: the Hugging Face directory --config names, an input OUT_DIR must stay apart from)."""
+    check_apart(out, "[kernels] OUT_DIR", (("--config", model),))
     check_dir(out, "[kernels] OUT_DIR")
     if not out.exists():
         return
@@ -101,7 +103,8 @@ def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dic
 
 def run_dump(args: argparse.Namespace) -> int:
     cfg = flags.model_config(args.config)
-    check_out(args.out, args.force)
+    model = None if cfg.name == args.config else args.config  # a preset names no directory
+    check_out(args.out, args.force, model)
     if cfg.name == args.config:  # a preset: every kernel, random llama2.c-style weights
         names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
         if args.dynamic:
@@ -119,7 +122,7 @@ def run_dump(args: argparse.Namespace) -> int:
         terminate_unwinds("[kernels] dump"),
         DirLock.beside(args.out, "anekit kernels dump"),  # a second dump to OUT_DIR is refused
     ):
-        check_out(args.out, args.force)  # again under the lock: a dump that finished meanwhile is there now
+        check_out(args.out, args.force, model)  # again under the lock: a dump finished meanwhile is there
         remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:

@@ -29,7 +29,7 @@ from anekit.fileio import atomic_write
 from anekit.inputs import LIMITS, load_npy, read_text, stat_input
 from anekit.mil import types as T
 from anekit.mil.values import BlobRef
-from anekit.outputs import check_file, writing
+from anekit.outputs import check_apart, check_file, writing
 from anekit.words import plural
 
 if TYPE_CHECKING:
@@ -291,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
 
     for path, what in ((args.output, "--output"), (args.state_out, "--state-out")):
         if path is not None:
+            check_apart(path, f"[run] {what}", _input_paths(args, states=what == "--output"))
             check_file(path, f"[run] {what}")
     options: dict[str, object] = flags.numerics_options(args)
     runtime.check_numerics_options(args.backend, options)
@@ -349,6 +350,20 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {args.output}")
     return 0
+
+
+def _input_paths(args: argparse.Namespace, states: bool) -> list[tuple[str, Path | None]]:
+    """The paths ``run`` reads, named by their flags, that an output must stay apart from. ``--state-out``
+    may be ``--state-in`` (``states`` False): the states are read when the session opens and written,
+    atomically, after the call, so the state file is advanced in place, as the README shows."""
+    paths: list[tuple[str, Path | None]] = [("PROGRAM", args.program), ("--weights", args.weights)]
+    if states:
+        paths.append(("--state-in", args.state_in))
+    for item in args.input:
+        name, sep, file = item.partition("=")
+        if sep:
+            paths.append((f"--input {name}=", Path(file)))
+    return paths
 
 
 def _timed_runs(

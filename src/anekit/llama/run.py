@@ -46,7 +46,7 @@ from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
 from anekit.llama.checkpoint import RUN_RECORD_VERSION as RUN_VERSION
-from anekit.outputs import writing
+from anekit.outputs import check_apart, writing
 from anekit.threads import Background, cores
 from anekit.words import plural
 
@@ -661,6 +661,11 @@ class Run:
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
         self._started: list[Path] = []  # the files a new run created beside its step-0 checkpoint
+        init = None if options.resume else options.init  # --resume with --init: refused as a contradiction
+        inputs = ((opt("init"), init), (opt("data"), options.data), (opt("tokenizer"), options.tokenizer))
+        check_apart(
+            self.out, f"[train] {opt('out')}", inputs
+        )  # never into, over or around an input, --force or not
         self._prepare()
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
