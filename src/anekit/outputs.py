@@ -83,7 +83,7 @@ def _parent_problem(path: Path) -> str | None:
 
 def _stat(path: Path) -> os.stat_result | None:
     """``os.stat`` of ``path`` (links followed), None when nothing is there or a link dangles; a path the
-    OS cannot look up raises (``_looking`` turns it into one line)."""
+    OS cannot look up raises (``looking`` turns it into one line)."""
     try:
         return os.stat(path)
     except (FileNotFoundError, NotADirectoryError):  # a part of the path a file: _parent_problem says it
@@ -107,7 +107,7 @@ def _name_problem(path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def _looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
+def looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
     """An ``OSError`` raised while looking at ``path`` (a name too long for the OS, a loop of links)
     becomes one ``OutputError`` line naming the path, shortened."""
     try:
@@ -120,19 +120,19 @@ def _looking(path: str | os.PathLike[str], what: str) -> Iterator[None]:
 
 def check_file(path: str | os.PathLike[str], what: str, *, devices: bool = False) -> Path:
     """Refuse, before any work, an output file ``path`` that cannot be written (``_check_file``)."""
-    with _looking(path, what):
+    with looking(path, what):
         return _check_file(path, what, devices)
 
 
 def check_dir(path: str | os.PathLike[str], what: str) -> Path:
     """Refuse, before any work, an output directory ``path`` that cannot be created (``_check_dir``)."""
-    with _looking(path, what):
+    with looking(path, what):
         return _check_dir(path, what)
 
 
 def check_cache(path: str | os.PathLike[str], what: str) -> Path:
     """Refuse a cache file ``path`` that cannot be created (``_check_cache``)."""
-    with _looking(path, what):
+    with looking(path, what):
         return _check_cache(path, what)
 
 
@@ -287,7 +287,7 @@ def check_apart(
     None path is skipped), by identity: a symlink, a hard link or a bind mount of an input is refused as
     the input is. ``--force`` does not change it: it replaces a previous output, never an input."""
     out = Path(out)
-    with _looking(out, what):
+    with looking(out, what):
         _stat(out)  # a name the OS cannot look up: one line, as the other checks give
     for flag, inp in inputs:
         if inp is None:

@@ -48,6 +48,7 @@ from anekit.llama.run import (
     TrainOptions,
     flag_names,
 )
+from anekit.outputs import looking
 from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
@@ -387,7 +388,8 @@ def _session(args: argparse.Namespace) -> Run:
         ("--val-batches", args.val_batches),
     )
     hf_flags = [flag for flag, value in given if value is not None]
-    resuming_hf = args.resume and (args.out / "state.safetensors").is_file()
+    with looking(args.out, "[train] --out"):  # a name the OS cannot look up is one line
+        resuming_hf = args.resume and (args.out / "state.safetensors").is_file()
     if (args.init is not None and is_model_dir(args.init)) or resuming_hf:
         from anekit.hf.adapters import parse_targets
         from anekit.hf.training import HFOptions, HFRun
