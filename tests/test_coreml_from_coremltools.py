@@ -123,7 +123,7 @@ def test_anekit_run_and_lint_a_package(tmp_path, capsys):
     capsys.readouterr()
     main(["lint", str(path)])
     text = capsys.readouterr().out
-    assert "1 programs" in text and "mil.syntax" not in text
+    assert "1 program:" in text and "mil.syntax" not in text
 
 
 def test_lint_warns_about_a_package_over_the_shard_size(tmp_path, capsys, monkeypatch):

@@ -192,7 +192,7 @@ def test_a_model_twice_the_address_space_is_sampled_a_tensor_at_a_time(tmp_path:
     assert run.returncode == 0, run.stderr
     piece = run.stdout.strip()  # zero weights: zero logits (finite), a uniform draw of a piece " tN"
     assert piece.startswith("t") and 3 <= int(piece[1:]) < 32000, run.stdout
-    assert "1 tokens generated, 1 positions" in run.stderr
+    assert "1 token generated, 1 position " in run.stderr
 
 
 def test_a_model_twice_the_address_space_is_exported_a_tensor_at_a_time(tmp_path: Path):

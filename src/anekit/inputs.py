@@ -114,12 +114,20 @@ def check_input(
 def read_bytes(
     path: str | os.PathLike[str], what: str, limit: int, expected: str = "a regular file"
 ) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them (``check_input`` first)."""
-    check_input(path, what, limit, expected)
+    """The bytes of the regular file ``path``, at most ``limit`` of them (``check_input`` first). The read
+    asks for the file's size plus one byte, not for ``limit``: a read buffer is allocated at the size asked,
+    and a generous limit must not cost its bytes of memory (a file that grew since is still cut at the
+    limit)."""
+    st = check_input(path, what, limit, expected)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(fd, "rb") as f:
-            data = f.read(limit + 1)
+            data = f.read(min(limit, st.st_size) + 1)
+            while st.st_size < len(data) <= limit:  # it grew since: the rest, a MiB at a time
+                more = f.read(min(1 << 20, limit + 1 - len(data)))
+                if not more:
+                    break
+                data += more
     except OSError as e:
         raise InputError(f"{what} {shown(path)}: {_os_reason(e)}") from e
     if len(data) > limit:
