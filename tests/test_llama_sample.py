@@ -479,3 +479,20 @@ def test_cmd_reports_a_mismatched_tokenizer_and_a_short_file(tmp_path: Path) -> 
     short.write_bytes(b"\x01\x02")
     with pytest.raises(AnekitError, match=r"\[sample\] .*short.bin is 2 bytes long"):
         run_sample_cmd([str(short)])
+
+
+def test_the_norm_input_check_refuses_a_column_whose_squares_overflow_and_no_other():
+    """The forward's guard before each RMSNorm: a column whose sum of squares passes float32's max is
+    refused; columns that each fit pass even when their total (the one-pass fast path) overflows."""
+    from anekit.llama.sample import _check_norm_input
+
+    fmax = float(np.finfo(np.float32).max)
+    v = np.float32(math.sqrt(fmax / 6))  # a column of 4: 4 v^2 = 2/3 of the max; 3 columns: twice the max
+    x = np.full((4, 3), v, np.float32)
+    with np.errstate(over="ignore"):
+        _check_norm_input(x, "x", 0)  # each column fits: no refusal
+        x[:, 1] *= np.float32(2)  # 4 (2v)^2 = 8/3 of the max: this column's mean square overflows
+        with pytest.raises(AnekitError, match="x at position 0 is too large for float32"):
+            _check_norm_input(x, "x", 0)
+        with pytest.raises(AnekitError):
+            _check_norm_input(np.float32([[1.0], [np.nan]]), "x", 0)
