@@ -82,3 +82,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     reasons = Counter(_skip_reason(r) for r in terminalreporter.stats.get("skipped", []))
     for reason, count in reasons.most_common():
         terminalreporter.write_line(f"{count} skipped: {reason} (pytest -rs lists each)")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A per-test user cache (ANEKIT_CACHE): what the built-in tokenizer trained (or not) shows in it."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("ANEKIT_CACHE", str(path))
+    return path

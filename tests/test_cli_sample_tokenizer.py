@@ -31,12 +31,6 @@ def ids_printed(text: str, tag: str = "t") -> list[int]:
     return [int(w[len(tag) :]) for w in words]
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ANEKIT_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def sample(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     rc = main(["sample", *argv, "--seed", "3"])
     out, err = capsys.readouterr()

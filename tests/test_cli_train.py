@@ -17,14 +17,6 @@ from tests.conftest import corpus_path
 QUICK = ["--steps", "1", "--accum", "1", "--sample-steps", "0"]
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A per-test tokenizer cache: what the built-in tokenizer trained (or not) shows in it."""
-    path = tmp_path / "cache"
-    monkeypatch.setenv("ANEKIT_CACHE", str(path))
-    return path
-
-
 def _one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("anekit: [train] "), err

@@ -8,8 +8,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from anekit.cli.main import main
 from anekit.kernels import PRESETS
 from anekit.llama import checkpoint
@@ -19,13 +17,6 @@ from tests.conftest import corpus_path
 
 QUICK = ["--steps", "1", "--accum", "1", "--sample-steps", "0"]
 CFG = PRESETS["stories260K"]  # llama2.c's 512-token model
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "cache"
-    monkeypatch.setenv("ANEKIT_CACHE", str(path))
-    return path
 
 
 def _model(folder: Path) -> Path:

@@ -32,13 +32,6 @@ from anekit.threads import Background
 QUICK = ["--accum", "1", "--sample-steps", "0"]
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "cache"
-    monkeypatch.setenv("ANEKIT_CACHE", str(path))
-    return path
-
-
 def needs_matplotlib() -> None:
     pytest.importorskip("matplotlib", reason="the plot extra (pip install 'anekit[plot]') is not installed")
 

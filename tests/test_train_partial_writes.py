@@ -28,13 +28,6 @@ QUICK = ["--accum", "1", "--sample-steps", "0"]
 EFBIG_REASON = "file too large for the file system or the process's file size limit"  # outputs.REASONS
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "cache"
-    monkeypatch.setenv("ANEKIT_CACHE", str(path))
-    return path
-
-
 def _limited(size: int):
     def limit() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -34,7 +34,14 @@ import numpy as np
 from anekit.errors import AnekitError
 from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.hf.config import CONFIG_FILE, HFConfig, read_config
-from anekit.hf.safetensors_io import TensorRef, float32_to_bf16_bits, open_checkpoint, write_checkpoint
+from anekit.hf.safetensors_io import (
+    INDEX_NAME,
+    SINGLE_NAME,
+    TensorRef,
+    float32_to_bf16_bits,
+    open_checkpoint,
+    write_checkpoint,
+)
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import EXTRA_FIELDS, LAYER_FIELDS, LayerParams, Params, layer_shapes
 
@@ -163,8 +170,6 @@ def check_weights_fit(directory: str | Path, hc: HFConfig) -> None:
     parameter count, then, when the directory holds weights, the config's shape against their headers
     (``check_shape_fits``) and every tensor name it calls for. A directory of config.json alone passes
     on its parameter count (a cost prediction needs no weights)."""
-    from anekit.hf.safetensors_io import INDEX_NAME, SINGLE_NAME
-
     check_parameter_count(hc)
     directory = Path(directory)
     if not any((directory / name).exists() for name in (SINGLE_NAME, INDEX_NAME)):

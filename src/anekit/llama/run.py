@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anekit import runtime
+from anekit import addrspace, runtime
 from anekit.errors import AnekitError
 from anekit.fileio import LOCK_FILE, DirLock, remove_stale_temporaries, temporary_name, write_bytes_atomic
+from anekit.inputs import LIMITS, check_input, stat_input
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.llama import checkpoint
 from anekit.llama.checkpoint import RUN_FORMAT
@@ -460,8 +461,6 @@ def _beside(init: Path) -> list[Path]:
 
 
 def _vocab_size(path: Path) -> int:
-    from anekit.inputs import LIMITS, check_input
-
     check_input(path, "[train] cannot read the tokenizer", LIMITS["tokenizer"], "a tokenizer file")
     return int(_open_tokenizer(path).vocab_size)
 
@@ -552,14 +551,14 @@ def _check_init_header(path: Path, cfg: ModelConfig, named: bool) -> bool:
 def _check_training_memory(cfg: ModelConfig, tied: bool, init: Path | None) -> None:
     """Refuse, in words and before anything is allocated, a run whose weights, gradients and two Adam
     moments (four float32 copies of every parameter) cannot fit the address space the process may use."""
-    from anekit.addrspace import check, words
     from anekit.llama.params import layer_shapes
 
     per_layer = sum(math.prod(shape) for shape in layer_shapes(cfg).values())
     n = cfg.n_layers * per_layer + cfg.vocab_size * cfg.dim * (1 if tied else 2) + cfg.dim
     what = f"--init {init}: training it" if init is not None else f"training {cfg.name}"
-    parts = f"at least {words(16 * n)} for the weights, gradients and two Adam moments of {n} parameters"
-    check(16 * n, "train", what, parts)
+    need = addrspace.words(16 * n)
+    parts = f"at least {need} for the weights, gradients and two Adam moments of {n} parameters"
+    addrspace.check(16 * n, "train", what, parts)
 
 
 def _blzt_shape(path: Path, head: bytes) -> dict[str, int]:
@@ -594,8 +593,6 @@ def _check_init_shape(path: Path, found: dict[str, int], cfg: ModelConfig, named
 def check_input_paths(options: TrainOptions) -> None:
     """--data (a regular file, or a directory of shards), --tokenizer and --init (regular files), checked
     without opening them: one line naming the path and what it is."""
-    from anekit.inputs import LIMITS, check_input, stat_input
-
     data = options.data
     if data is not None:
         st = stat_input(data, f"[train] {opt('data')} cannot read")
@@ -618,8 +615,6 @@ def check_record_path(where: Path, field_name: str, path: str | None) -> Path | 
     """A path a run record names (``data.path``, ``tokenizer.path``, ``base.path``), before a resume opens
     it: the checks its flag gets (``check_input_paths``), in one line naming the record's field. Returns
     the path (None for None)."""
-    from anekit.inputs import LIMITS, check_input, stat_input
-
     if path is None:
         return None
     what = f"[train] the run record of {where}: {field_name}"

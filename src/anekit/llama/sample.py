@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from anekit import addrspace
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 from anekit.llama import cpu_ops
@@ -195,27 +196,24 @@ def sampling_need(params: Params, positions: int, prompt_tokens: int = 1) -> tup
     The KV cache is counted at 1.5 times its final size (growing, the old and the new cache are both held
     for a moment); a model read through windows (``anekit.llama.mapped``) adds its largest tensor, the one
     window mapped at a time; the prefill's activations, attention scores and the logits are added."""
-    from anekit.addrspace import words
-
     cfg, t = params.cfg, max(1, prompt_tokens)
     kv = 2 * cfg.n_layers * positions * cfg.kv_dim * 4  # keys and values, float32
     window = getattr(params, "largest_tensor_bytes", lambda: 0)()
     acts = 4 * t * (4 * cfg.dim + 2 * cfg.q_dim + 2 * cfg.kv_dim + 3 * cfg.hidden_dim)  # (C, T) columns
     scores = 4 * 3 * cfg.n_heads * t * positions  # scores, their mask and exp: (heads, T, positions)
     rest = acts + scores + 4 * 4 * cfg.vocab_size + 2 * 4 * cfg.head_dim * positions  # logits, RoPE tables
-    parts = f"a KV cache of {words(kv)} for {positions} positions, {words(kv + kv // 2)} while it grows"
+    growing = addrspace.words(kv + kv // 2)
+    parts = f"a KV cache of {addrspace.words(kv)} for {positions} positions, {growing} while it grows"
     if window:
-        parts += f", {words(window)} for the largest tensor's window"
-    return kv + kv // 2 + window + rest, parts + f", {words(rest)} of activations"
+        parts += f", {addrspace.words(window)} for the largest tensor's window"
+    return kv + kv // 2 + window + rest, parts + f", {addrspace.words(rest)} of activations"
 
 
 def check_sampling_memory(params: Params, positions: int, prompt_tokens: int, what: str) -> None:
     """Refuse, in words and before anything is allocated, a generation that cannot fit the address space
     the process may use (``anekit.addrspace``)."""
-    from anekit.addrspace import check
-
     need, parts = sampling_need(params, positions, prompt_tokens)
-    check(need, "sample", what, parts)
+    addrspace.check(need, "sample", what, parts)
 
 
 TOO_LARGE = "the model's weights are too large for a float32 forward"
