@@ -65,6 +65,10 @@ class RopeScaling:
         return out.astype(inv_freq.dtype)
 
 
+MLP_ACTS = ("silu", "gelu_tanh")
+LAYER_TYPES = ("full", "sliding")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of a llama2.c-style transformer (Llama, Mistral, Qwen 2 / 3 included); every kernel is
@@ -90,6 +94,25 @@ class ModelConfig:
     qkv_bias: bool = False  # q / k / v projections have biases (Qwen 2)
     qk_norm: bool = False  # a per-head RMSNorm of q and k before RoPE, weights (head_dim,) (Qwen 3)
     rope_scaling: RopeScaling | None = None  # Llama 3's frequency scaling; None: plain RoPE
+    # Gemma 3 (anekit.models.gemma3). Defaults are Llama's, so a config without them is unchanged.
+    norm_offset: float = 0.0  # every RMSNorm scales by (norm_offset + w): 1.0 in Gemma (x * (1 + w))
+    post_norms: bool = (
+        False  # each block's output RMS-normalised (post_att_norm / post_ffn_norm) before its residual add
+    )
+    mlp_act: str = (
+        "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh-approximated gelu)
+    )
+    embed_scale: float = (
+        1.0  # embeddings multiplied by this (Gemma: sqrt(dim)); the classifier reads them unscaled
+    )
+    attn_scale: float = (
+        0.0  # attention scores scaled by this; 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+    )
+    sliding_window: int = (
+        0  # 0: every layer attends to every earlier position; else the window of sliding layers
+    )
+    layer_types: tuple[str, ...] = ()  # per layer "full" or "sliding"; empty: every layer "full"
+    rope_local_theta: float = 0.0  # the RoPE base of sliding layers; 0: rope_theta
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -125,6 +148,21 @@ class ModelConfig:
             )
         if not self.norm_eps > 0:
             raise ConfigError(f"[config {self.name}] norm_eps must be > 0, got {self.norm_eps}")
+        if self.mlp_act not in MLP_ACTS:
+            raise ConfigError(f"[config {self.name}] mlp_act must be one of {MLP_ACTS}, got {self.mlp_act!r}")
+        if self.layer_types and (
+            len(self.layer_types) != self.n_layers or any(t not in LAYER_TYPES for t in self.layer_types)
+        ):
+            raise ConfigError(
+                f"[config {self.name}] layer_types must name {self.n_layers} layers, each one of "
+                f"{LAYER_TYPES}, got {self.layer_types!r}"
+            )
+        if "sliding" in self.layer_types and not (
+            isinstance(self.sliding_window, int) and self.sliding_window > 0
+        ):
+            raise ConfigError(
+                f"[config {self.name}] sliding layers need a sliding_window > 0, got {self.sliding_window!r}"
+            )
 
     def check_kernels(self, vocab: bool = True) -> ModelConfig:
         """This config, or ConfigError naming the rule: the surfaces of the fused training kernels
@@ -159,6 +197,20 @@ class ModelConfig:
                 f"{MAX_SPATIAL}"
             )
         return self
+
+    def layer_type(self, layer: int) -> str:
+        """ "full" or "sliding": how far back layer ``layer`` attends."""
+        return self.layer_types[layer] if self.layer_types else "full"
+
+    def layer_window(self, layer: int) -> int:
+        """How many positions (itself included) a query of layer ``layer`` sees; 0: all earlier ones."""
+        return self.sliding_window if self.layer_type(layer) == "sliding" else 0
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """The RoPE base of layer ``layer``: ``rope_local_theta`` for a sliding layer when set."""
+        if self.layer_type(layer) == "sliding" and self.rope_local_theta:
+            return self.rope_local_theta
+        return self.rope_theta
 
     @property
     def head_dim(self) -> int:

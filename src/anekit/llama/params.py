@@ -30,7 +30,8 @@ from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 
 LAYER_FIELDS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3")
-EXTRA_FIELDS = ("bq", "bk", "bv", "q_norm", "k_norm")  # Hugging Face models only (see the docstring)
+# Hugging Face models only (see the docstring); post_att_norm / post_ffn_norm are Gemma 3's post-norms.
+EXTRA_FIELDS = ("bq", "bk", "bv", "q_norm", "k_norm", "post_att_norm", "post_ffn_norm")
 
 
 def map_file(path: str | os.PathLike, what: str) -> np.ndarray:
@@ -75,6 +76,8 @@ class LayerParams:
     bv: np.ndarray | None = None  # (kv_dim,)
     q_norm: np.ndarray | None = None  # (head_dim,) when cfg.qk_norm
     k_norm: np.ndarray | None = None  # (head_dim,)
+    post_att_norm: np.ndarray | None = None  # (dim,) when cfg.post_norms: the attention output's RMSNorm
+    post_ffn_norm: np.ndarray | None = None  # (dim,) when cfg.post_norms: the FFN output's RMSNorm
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """Every array of the layer: llama2.c's nine, then the extras it has."""
@@ -94,6 +97,8 @@ def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes.update(bq=(q,), bk=(kv,), bv=(kv,))
     if cfg.qk_norm:
         shapes.update(q_norm=(cfg.head_dim,), k_norm=(cfg.head_dim,))
+    if cfg.post_norms:
+        shapes.update(post_att_norm=(d,), post_ffn_norm=(d,))
     return shapes
 
 
@@ -190,7 +195,7 @@ class Params:
     @staticmethod
     def init(cfg: ModelConfig, seed: int = 0, tied: bool = True) -> Params:
         """llama2.c model.py's initialisation: normal(0, 0.02), output projections (wo, w2) scaled by
-        1/sqrt(2 * n_layers), RMSNorm scales one.
+        1/sqrt(2 * n_layers), RMSNorm scales one (zero where the norm scales by 1 + w: ``cfg.norm_offset``).
 
         The values are drawn in float32 and scaled in place, in pieces of at most ``INIT_PIECE`` values,
         each from its own stream of ``seed`` (``SeedSequence.spawn``): the pieces are filled on every core
@@ -210,7 +215,7 @@ class Params:
             w = {}
             for key, shape in shapes.items():
                 if key.startswith("rms") or key.endswith("_norm"):
-                    w[key] = np.ones(shape, np.float32)
+                    w[key] = np.full(shape, 1 - cfg.norm_offset, np.float32)
                 elif key.startswith("b"):
                     w[key] = np.zeros(shape, np.float32)
                 else:
@@ -219,4 +224,4 @@ class Params:
         embed = normal((cfg.vocab_size, cfg.dim))
         wcls = None if tied else normal((cfg.vocab_size, cfg.dim))
         _fill_normal(draws, seed)
-        return Params(cfg, embed, layers, np.ones(cfg.dim, np.float32), wcls)
+        return Params(cfg, embed, layers, np.full(cfg.dim, 1 - cfg.norm_offset, np.float32), wcls)
