@@ -1,6 +1,6 @@
 """The macOS backend: kernels compile, load and run on the Neural Engine through AppleNeuralEngine.framework.
 
-The private framework is driven through ``anekit.runtime.objc`` (ctypes, no pyobjc). One module per job:
+The private framework is driven through ``anekit.runtime.ane.objc`` (ctypes, no pyobjc). One module per job:
 
     api           the classes and messages used, declared once as data
     availability  is_available / unavailable_reason / probe (``anekit doctor``)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from anekit.errors import ClassNotFound
 from anekit.rules import CHIPS
 from anekit.runtime.ane.api import ANE_FRAMEWORK, CHAINING, CLASSES, MODEL_UUID, REALTIME, REQUIRED
-from anekit.runtime.objc import ObjCRuntime
+from anekit.runtime.ane.objc import ObjCRuntime
 
 
 def platform_supported() -> bool:

@@ -38,9 +38,9 @@ from anekit.runtime.ane.api import (
     nil_check,
 )
 from anekit.runtime.ane.kernel import AneKernel
+from anekit.runtime.ane.objc import Id, ObjCRuntime
 from anekit.runtime.ane.surfaces import AneSurface, copy_surface
 from anekit.runtime.base import Kernel, Surface
-from anekit.runtime.objc import Id, ObjCRuntime
 
 if TYPE_CHECKING:
     from anekit.runtime.ane.kernel import AneBackend

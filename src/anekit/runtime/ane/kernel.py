@@ -29,10 +29,10 @@ from anekit.runtime.ane.availability import chip_name, native_runtime
 from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.ane.memory import Attempt, Memory, Outcome, now
+from anekit.runtime.ane.objc import Id, ObjCRuntime
 from anekit.runtime.ane.surfaces import AneSurface, copy_surface
 from anekit.runtime.ane.weights import check_weights, weight_files
 from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface, WeightSource, strict_default
-from anekit.runtime.objc import Id, ObjCRuntime
 
 if TYPE_CHECKING:
     from anekit.runtime.ane.chaining import Chain

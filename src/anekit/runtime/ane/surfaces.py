@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from anekit.errors import SurfaceCreationFailed
+from anekit.runtime.ane.objc import ObjCRuntime
 from anekit.runtime.base import Surface
-from anekit.runtime.objc import ObjCRuntime
 
 MIN_SURFACE_BYTES = 49152  # Orion docs/ane_constraints.md §4 ([768, 16] fp32): the allocation floor
 SURFACE_ALIGNMENT = 128  # reported requirement on M5; harmless on earlier chips

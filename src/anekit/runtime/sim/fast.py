@@ -1,6 +1,6 @@
 """Pre-bound runners for the simulator plan's frequent ops: the references' numpy calls, no per-run lookups.
 
-Running a step the plain way (``sim.run_step``) builds a dict of input values, wraps it in ``RefArgs``,
+Running a step the plain way (``steps.run_step``) builds a dict of input values, wraps it in ``RefArgs``,
 and the op's reference then reads its constant parameters back out of it (``a.ints("perm")``,
 ``a.bool("transpose_x")``, ...) on every run. On a small model that bookkeeping costs more than the
 arithmetic. A runner made here reads those constant parameters once, when the plan is built, and on
@@ -71,8 +71,8 @@ class Binding:
         self.out = out
         self.finish = finish
         self.plain = plain
-        # For a step that only moves values (sim.VALUE_MOVING_OPS): from how many elements on ``finish``
-        # stores a float32 result C-contiguous (sim._moved). None for other steps.
+        # For a step that only moves values (store.VALUE_MOVING_OPS): from how many elements on ``finish``
+        # stores a float32 result C-contiguous (store.moved). None for other steps.
         self.contiguous_from = contiguous_from
 
     def has(self, key: str) -> bool:

@@ -16,8 +16,8 @@ changes about it, on top of the ideal machine (fp16 storage, fp32 accumulation, 
   sqrt / rsqrt reading subnormals as 0 or 2^-14, the sign of zero dropped before inverse / rsqrt,
   ``round`` half away through an fp16 add, softmax's max subtraction with inf - inf = +0.
 
-The MAC model is ``runtime.mac_model``, the ops computed here are in ``runtime.engine_tables``, and the
-``runtime.sanitizer.Sanitizer`` counts, per op, every place where the engine's result departs from the
+The MAC model is ``runtime.sim.mac``, the ops computed here are in ``runtime.sim.tables``, and the
+``runtime.sim.sanitizer.Sanitizer`` counts, per op, every place where the engine's result departs from the
 ideal one or loses information (one record per op and hazard: count and the largest offending value).
 """
 
@@ -33,8 +33,7 @@ import numpy as np
 from anekit import jit
 from anekit.engine.numerics import FP16_MAX, FP16_MIN_NORMAL, Profile
 from anekit.mil import types as T
-from anekit.runtime.engine_tables import LIGHT, OVERRIDES
-from anekit.runtime.mac_model import (
+from anekit.runtime.sim.mac import (
     EXACT_MAC_PRODUCTS,
     MAC_OPS,
     accumulation_terms,
@@ -45,7 +44,8 @@ from anekit.runtime.mac_model import (
     round16,
     tiled_product,
 )
-from anekit.runtime.sanitizer import Sanitizer
+from anekit.runtime.sim.sanitizer import Sanitizer
+from anekit.runtime.sim.tables import LIGHT, OVERRIDES
 
 SLICE_OPS = frozenset({"slice_by_size", "slice_by_index"})
 REDUCE_OPS = frozenset({"reduce_sum", "reduce_mean"})

@@ -17,10 +17,10 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.numerics import FP16_MIN_NORMAL, SOFTPLUS_COLLAPSE, TABLES
-from anekit.runtime.mac_model import round16
+from anekit.runtime.sim.mac import round16
 
 if TYPE_CHECKING:
-    from anekit.runtime.engine_numerics import EngineNumerics
+    from anekit.runtime.sim.numerics import EngineNumerics
 
 Values = dict[str, Any]
 Runner = Callable[[list[Any]], None]

@@ -1,7 +1,7 @@
 """The engine's multiply-accumulate unit, modelled: fp16 rounding with either tie rule, the 4-lane first
 stage, the output port's ceiling and the interior partials that reach it.
 
-Used by ``runtime.engine_numerics`` for the MAC ops (matmul, linear, einsum, conv, conv_transpose); the
+Used by ``runtime.sim.numerics`` for the MAC ops (matmul, linear, einsum, conv, conv_transpose); the
 behaviours and their evidence are ``anekit.engine.numerics``' "mac.*" records.
 """
 
