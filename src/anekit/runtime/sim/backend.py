@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from anekit.engine.evidence import check_route
-from anekit.engine.numerics import check_chip as numeric_chip
-from anekit.engine.numerics import profile
 from anekit.errors import CompilationFailed, EvalFailed, OptionError
 from anekit.mil.ir import Function, Program
-from anekit.rules import check_chip
 from anekit.rules.checks import enforce
 from anekit.runtime.base import Backend, Kernel, WeightSource, strict_default
+from anekit.runtime.sim.chip import ChipNumerics, bind, check_chip
 from anekit.runtime.sim.heap import keep_freed_memory
 from anekit.runtime.sim.kernel import SimKernel
 from anekit.runtime.sim.numerics import EngineNumerics
@@ -62,18 +60,20 @@ class SimBackend(Backend):
         super().__init__(compile_budget)
         self.precision = precision
         self.strict = strict_default() if strict is None else bool(strict)
-        self.chip = check_chip(numeric_chip(chip))
+        self.chip = check_chip(chip)
         # whose rules strictness applies (direct, e5rt, coreml); None: the program's own
         self.route = None if route is None else check_route(route, "sim")
         self.numerics = numerics
-        self.profile = profile(self.chip) if numerics == "engine" else None
+        # what the chip computes (``runtime.sim.chip``); None: the ideal machine
+        self.chip_numerics: ChipNumerics | None = bind(self.chip) if numerics == "engine" else None
+        self.profile = None if self.chip_numerics is None else self.chip_numerics.profile
         self.sanitizer = Sanitizer() if sanitize else None
         keep_freed_memory()  # plans allocate all their values anew on each run (runtime.sim.heap)
 
     def _engine(self) -> EngineNumerics | None:
-        if self.profile is None or self.precision != "ane":
+        if self.chip_numerics is None or self.precision != "ane":
             return None
-        return EngineNumerics(self.profile, self.sanitizer)
+        return EngineNumerics(self.chip_numerics, self.sanitizer)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:

@@ -59,7 +59,7 @@ def engine_mac_step(
     if binding is None:
         return None
     plain = finish_of(step)
-    flush = numerics.flush
+    flush = numerics.chip.flush
     cell: list[Any] = [None]
     loops = jit.loops()
 
