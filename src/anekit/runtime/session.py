@@ -83,7 +83,8 @@ class Session:
         self.backend = backend if backend is not None else runtime.open()
         self.types = state_types(program)
         self.states: dict[str, np.ndarray] = {
-            name: np.zeros(t.shape, _buffer_dtype(t)) for name, t in self.types.items()
+            name: np.zeros(t.shape, _buffer_dtype(t))  # type: ignore[arg-type]  # static: ints
+            for name, t in self.types.items()
         }
         self.kernels: dict[str, Kernel] = {}
         if states is not None:
@@ -147,7 +148,7 @@ class Session:
         path = Path(path)
         arrays = {name: self.states[name].astype(_file_dtype(t)) for name, t in self.types.items()}
         with atomic_write(path) as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]
         return path
 
     def close(self) -> None:

@@ -110,7 +110,7 @@ class AneSurface(Surface):
             if not base:
                 raise SurfaceCreationFailed(f"[surface] {self.name}: IOSurfaceGetBaseAddress returned NULL")
             memory = (ctypes.c_char * self._nbytes).from_address(base)
-            data = np.frombuffer(memory, dtype=self.dtype.np, count=self._count).reshape(self.shape)
+            data = np.frombuffer(memory, dtype=self.dtype.np, count=self._count).reshape(self.shape)  # type: ignore[call-overload]
             if read_only:
                 data.flags.writeable = False
             self._data = data

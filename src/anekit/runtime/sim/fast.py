@@ -32,6 +32,7 @@ compares every stored value bit for bit, layout included.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any
 
@@ -103,11 +104,11 @@ class Binding:
     def int(self, key: str) -> int:
         return int(np.asarray(self.value(key)).item())
 
-    def rank(self, key: str) -> int | None:
+    def rank(self, key: str) -> builtins.int | None:
         t = self.in_types.get(key)
         return len(t.shape) if isinstance(t, T.TensorType) else None
 
-    def shape(self, key: str) -> tuple[int, ...] | None:
+    def shape(self, key: str) -> tuple[builtins.int, ...] | None:
         t = self.in_types.get(key)
         if isinstance(t, T.TensorType) and all(isinstance(d, int) for d in t.shape):
             return tuple(int(d) for d in t.shape)
@@ -169,7 +170,7 @@ def _slice_by_size_view(b: Binding) -> View | None:
     return view
 
 
-def _copied(view: View) -> Callable[[Binding], Runner | None]:
+def _copied(view: Callable[[Binding], View | None]) -> Callable[[Binding], Runner | None]:
     """The runner of a value-moving op: its reference's ``np.array(view, copy=True)``, then ``finish``."""
 
     def bind(b: Binding) -> Runner | None:

@@ -52,12 +52,13 @@ class SimKernel(Kernel):
     def _write_input(self, surface: Surface, a: np.ndarray) -> None:
         """float32 into fp16: rounded once to fp16 values (the plan's input), which are encoded exactly."""
         if surface.dtype.name == "fp16" and a.dtype == np.float32:
-            values: np.ndarray | None = np.empty(a.shape, np.float32)
+            rounded = np.empty(a.shape, np.float32)
             with surface.view() as buf:
-                if jit.round_encode_into(a, values, buf.view(np.uint16)):  # one pass: the common case
-                    self._written[surface.id] = values
+                if jit.round_encode_into(a, rounded, buf.view(np.uint16)):  # one pass: the common case
+                    self._written[surface.id] = rounded
                     return
-            if not jit.round_fp16_into(a, values):
+            values: np.ndarray | None = rounded
+            if not jit.round_fp16_into(a, rounded):
                 with np.errstate(all="ignore"):  # None for NaN, inf and |x| >= 65520: numpy casts those
                     values = _round_fp16_fast(a, None)
             if values is not None:

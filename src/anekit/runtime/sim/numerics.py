@@ -270,7 +270,7 @@ class EngineNumerics:
         """A width-offset slice's values on a chip with the x16 crop gain: |v| > 4094 becomes +/-inf. A
         slice of a program input whose largest |value| this run is at most 4094 is left as it is."""
         op = step.op
-        source = dict(step.args).get("x")
+        source: Any = dict(step.args).get("x")  # a slot (an int)
         peaks = self._input_peaks
 
         def saturate(out: Any) -> Any:
@@ -306,7 +306,7 @@ class EngineNumerics:
             return runner  # the clean route: a zero width begin
         saturate = self.slice_saturation(step)
         (out_slot,) = step.out_slots
-        begin_slot = slots.get("begin")
+        begin_slot: Any = slots.get("begin")  # a slot: the begin is a runtime value here
 
         def sliced(env: list[Any]) -> None:
             runner(env)
@@ -404,15 +404,15 @@ class EngineNumerics:
                 runner(env)
             out = env[out_slot]
             if ported is not None and ported[0] is not None and ceiling == port:
-                nans, over, biggest, flushed = ported[0]  # the store was the port
+                nans, over, biggest, n_flushed = ported[0]  # the store was the port
             else:
                 if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
                     out = env[out_slot] = np.array(out, dtype=np.float32)
-                nans, over, biggest, flushed = _port(out, ceiling, flush)
+                nans, over, biggest, n_flushed = _port(out, ceiling, flush)
             if sanitizer is not None:
                 self.note(op, "indeterminate", nans)
                 self.note(op, "mac-ceiling", over, biggest)
-                self.note(op, "subnormal-flush", flushed)
+                self.note(op, "subnormal-flush", n_flushed)
             if largest * terms >= ceiling and self.chip.partials and not single_tap:
                 ops = (
                     mac_operands(op_type, values_of(env)) if op_type in ("matmul", "linear", "conv") else None
@@ -507,10 +507,10 @@ class EngineNumerics:
         out = store(raw)
         if not out.flags.writeable or (np.may_share_memory(out, raw) and out is not raw):
             out = out.copy()
-        nans, over, biggest, flushed = _port(out, ceiling, self.chip.flush)
+        nans, n_over, biggest, n_flushed = _port(out, ceiling, self.chip.flush)
         self.note(op, "indeterminate", nans)
-        self.note(op, "mac-ceiling", over, biggest)
-        self.note(op, "subnormal-flush", flushed)
+        self.note(op, "mac-ceiling", n_over, biggest)
+        self.note(op, "subnormal-flush", n_flushed)
         if self.chip.partials and not single_tap and ops is not None:
             k = ops[0].shape[-1]
             bound = max(largest.values(), default=math.inf)

@@ -9,7 +9,7 @@ works out when each value can be let go. Running fills the input slots and runs 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class Plan:
                 run = then_saturate(run, consumer.out_slots[0], self.slice_checks[pi])
             if run is not None:
                 self.runners[pi], self.runners[ci] = elided, run
-                self.fused_reads[ci] = (p_in,)
+                self.fused_reads[ci] = (cast(int, p_in),)  # a fused view reads one slot
                 self.elided.add(x)
 
     def _mac_only_slots(self) -> frozenset[int]:
