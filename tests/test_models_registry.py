@@ -81,7 +81,10 @@ def test_gemma3_layer_types_from_pattern() -> None:
         ({"layer_types": ["full_attention"] * 3}, "layer_types must name num_hidden_layers"),
         ({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope scaling 'linear'"),
         ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
-        ({"architectures": ["Gemma3ForConditionalGeneration"]}, "architecture Gemma3ForConditionalGeneration"),
+        (
+            {"architectures": ["Gemma3ForConditionalGeneration"]},
+            "architecture Gemma3ForConditionalGeneration",
+        ),
     ],
 )
 def test_gemma3_refusals_name_the_field(change: dict, message: str) -> None:
@@ -107,7 +110,9 @@ def test_family_of_configs_from_any_format() -> None:
 
 
 def test_gemma3_checkpoint_names() -> None:
-    cfg = parse_config(GEMMA_270M | {"num_hidden_layers": 1, "layer_types": ["full_attention"]}, seq_len=8).cfg
+    cfg = parse_config(
+        GEMMA_270M | {"num_hidden_layers": 1, "layer_types": ["full_attention"]}, seq_len=8
+    ).cfg
     names = {key: name for name, key, _ in models.GEMMA3.checkpoint_names(cfg, tied=True)}
     assert names["rms_ffn"] == "model.layers.0.pre_feedforward_layernorm.weight"
     assert names["post_att_norm"] == "model.layers.0.post_attention_layernorm.weight"
