@@ -31,6 +31,7 @@ from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.hf.training import DEFAULT_LR as HF_LR
+from anekit.hf.training import STATE_FILE as HF_STATE_FILE
 from anekit.inputs import shown, stat_input
 from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.outputs import looking
@@ -381,7 +382,7 @@ def _session(args: argparse.Namespace) -> Run:
     )
     hf_flags = [flag for flag, value in given if value is not None]
     with looking(args.out, "[train] --out"):  # a name the OS cannot look up is one line
-        resuming_hf = args.resume and (args.out / "state.safetensors").is_file()
+        resuming_hf = args.resume and (args.out / HF_STATE_FILE).is_file()
     if (args.init is not None and is_model_dir(args.init)) or resuming_hf:
         from anekit.hf.training import HFOptions, hf_run
         from anekit.training.lora import parse_targets
