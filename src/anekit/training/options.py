@@ -32,7 +32,7 @@ class TrainOptions:
     seed: int | None = None
     weights: str | None = None  # "dynamic" (default) or "baked"
     backend: str | None = None  # default: the best available
-    init: Path | None = None  # start from a llama2.c model or an anekit checkpoint
+    init: Path | None = None  # start from a llama2.c model, an anekit checkpoint or a Hugging Face model dir
     resume: bool = False
     force: bool = False
     checkpoint_every: int | None = None
