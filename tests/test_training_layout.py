@@ -20,7 +20,15 @@ TRAINING = "anekit.training"
 # command, which sit above it.
 OWNED = (TRAINING, "anekit.hf.training", "anekit.hf.adapters", "anekit.cli.train_cmd")
 ABOVE = ("anekit.cli", "anekit.cost", "anekit.inspect", "anekit.coreml", "anekit.hf")
-BELOW = ("anekit.llama", "anekit.kernels", "anekit.runtime", "anekit.rules", "anekit.engine", "anekit.mil")
+BELOW = (
+    "anekit.llama",
+    "anekit.kernels",
+    "anekit.models",
+    "anekit.runtime",
+    "anekit.rules",
+    "anekit.engine",
+    "anekit.mil",
+)
 FORMATS = ("anekit.hf", "anekit.fileio", "anekit.inputs", "anekit.jsonio", "anekit.outputs", "anekit.coreml")
 
 
