@@ -268,8 +268,8 @@ class LoraGradients(Gradients):
             self.db[k][...] = db
             self.da[k][...] = da
 
-    def add_to(self, total: LoraGradients) -> None:
-        """A worker's sequence gradient added to the batch's total (``Gradients.add_to``)."""
+    def add_into(self, total: LoraGradients) -> None:
+        """A worker's sequence gradient added to the batch's total (as ``Gradients.add_to`` does)."""
         for k in self.da:
             total.da[k] += self.da[k]
             total.db[k] += self.db[k]
@@ -326,7 +326,7 @@ class LoraTrainable:
         return LoraGradients(self.adapters, accumulate=False)
 
     def add(self, sink: LoraGradients) -> None:
-        sink.add_to(self.grads)
+        sink.add_into(self.grads)
 
     def unscale(self, factor: float) -> bool:
         ok = True
@@ -346,6 +346,6 @@ class LoraTrainable:
         for name, g in grads:
             cpu_ops.adamw_update(
                 weights[name], g, self.adam_m[name], self.adam_v[name], state.adam_t, lr, tc.beta1, tc.beta2,
-                1e-8, tc.weight_decay, apply_decay=True, grad_scale=scale,
+                1e-8, tc.weight_decay, apply_decay=True, grad_scale=float(scale),
             )  # fmt: skip
         self.params.refresh()

@@ -42,7 +42,7 @@ def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int 
         (w, g, m, v), decay = item
         cpu_ops.adamw_update(
             w, g, m, v, state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, tc.weight_decay,
-            apply_decay=decay, grad_scale=scale,
+            apply_decay=decay, grad_scale=float(scale),
         )  # fmt: skip
 
     if threads > 1:
