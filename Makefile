@@ -35,6 +35,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_REPORT)
