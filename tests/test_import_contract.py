@@ -144,11 +144,15 @@ def _ignored(graph: Any, config: dict[str, Any]) -> set[tuple[str, str]]:
     pairs = set()
     for contract in config["contracts"]:
         for expression in contract.get("ignore_imports", []):
-            matched = graph.find_matching_direct_imports(import_expression=expression)
-            assert matched, (
+            importer, _, imported = (part.strip() for part in expression.partition("->"))
+            assert "*" not in expression and importer and imported, (
+                f"[{contract['id']}] ignore_imports: {expression!r} must be 'module -> module' (no wildcards)"
+            )
+            present = {importer, imported} <= graph.modules
+            assert present and graph.direct_import_exists(importer=importer, imported=imported), (
                 f"[{contract['id']}] ignore_imports: {expression!r} matches no import (gone: drop it)"
             )
-            pairs |= {(m["importer"], m["imported"]) for m in matched}
+            pairs.add((importer, imported))
     return pairs
 
 
