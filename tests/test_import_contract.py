@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -139,20 +140,38 @@ def graph() -> Any:
     return grimp.build_graph("anekit", include_external_packages=False, cache_dir=None)
 
 
+def _pattern(expression: str) -> re.Pattern[str]:
+    """A module expression as import-linter reads it: ``*`` one name, ``**`` one or more."""
+    names = {"*": r"[^.]+", "**": r"[^.]+(?:\.[^.]+)*"}
+    return re.compile(r"\.".join(names.get(part, re.escape(part)) for part in expression.split(".")))
+
+
+def test_module_expressions_read_as_import_linter_reads_them():
+    assert _pattern("anekit.models.**").fullmatch("anekit.models.gemma3")
+    assert _pattern("anekit.models.**").fullmatch("anekit.models.sub.deep")
+    assert not _pattern("anekit.models.**").fullmatch("anekit.models")
+    assert _pattern("anekit.*.lora").fullmatch("anekit.llama.lora")
+    assert not _pattern("anekit.*.lora").fullmatch("anekit.a.b.lora")
+    assert not _pattern("anekit.mil").fullmatch("anekit_mil")  # a dot is a dot
+
+
 def _ignored(graph: Any, config: dict[str, Any]) -> set[tuple[str, str]]:
-    """The imports (importer, imported) that the contracts' ``ignore_imports`` name; each must exist."""
+    """The imports (importer, imported) that the contracts' ``ignore_imports`` name; each must match one."""
     pairs = set()
     for contract in config["contracts"]:
         for expression in contract.get("ignore_imports", []):
-            importer, _, imported = (part.strip() for part in expression.partition("->"))
-            assert "*" not in expression and importer and imported, (
-                f"[{contract['id']}] ignore_imports: {expression!r} must be 'module -> module' (no wildcards)"
-            )
-            present = {importer, imported} <= graph.modules
-            assert present and graph.direct_import_exists(importer=importer, imported=imported), (
+            importer, _, imported = (_pattern(part.strip()) for part in expression.partition("->"))
+            matched = {
+                (m, w)
+                for m in graph.modules
+                if importer.fullmatch(m)
+                for w in graph.find_modules_directly_imported_by(m)
+                if imported.fullmatch(w)
+            }
+            assert matched, (
                 f"[{contract['id']}] ignore_imports: {expression!r} matches no import (gone: drop it)"
             )
-            pairs.add((importer, imported))
+            pairs |= matched
     return pairs
 
 
