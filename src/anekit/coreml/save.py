@@ -209,7 +209,7 @@ def _digest(values: Any) -> bytes:
     data = (
         values
         if isinstance(values, (bytes, bytearray))
-        else memoryview(np.ascontiguousarray(values)).cast("B")
+        else np.ascontiguousarray(values).data.cast("B")
     )
     return hashlib.blake2b(data, digest_size=16).digest()
 

@@ -102,7 +102,8 @@ def _feature(v: Var, where: str, output: bool) -> Any:
 
 
 def _features(fn: Function) -> tuple[list[Any], list[Any], list[Any]]:
-    inputs, states = [], []
+    inputs: list[Any] = []  # FeatureDescription messages
+    states: list[Any] = []
     for v in fn.inputs:
         f = _feature(v, f"function '{fn.name}' input", output=False)
         (states if isinstance(v.type, T.StateType) else inputs).append(f)
@@ -289,10 +290,10 @@ class _FunctionReader:
             i += 1
         return ops
 
-    def _args(self, s: Any, key: str, field: str, blob_ok: bool) -> list[Arg]:
+    def _args(self, s: Any, key: str, field: str, blob_ok: bool) -> list[Var | Literal]:
         if key not in s.inputs:
             raise CoreMLFormatError(f"{field}.inputs", f"missing input '{key}'")
-        out: list[Arg] = []
+        out: list[Var | Literal] = []
         for j, b in enumerate(s.inputs[key].arguments):
             bfield = f"{field}.inputs[{key}][{j}]"
             kind = b.WhichOneof("binding")
@@ -343,7 +344,7 @@ class _FunctionReader:
         return op, 2 if merged else 1
 
     @staticmethod
-    def _one(args: list[Arg], field: str, key: str) -> list[Arg]:
+    def _one(args: list[Var | Literal], field: str, key: str) -> list[Var | Literal]:
         if len(args) != 1:
             raise CoreMLFormatError(
                 f"{field}.inputs[{key}]", "expected one binding", expected=1, actual=len(args)

@@ -362,7 +362,7 @@ class TableDef:
     """A table: its name, the dataclass holding it and its slots in index order."""
 
     name: str
-    cls: type
+    cls: type[Any]  # a dataclass whose last field is ``unknown`` (the raw fields kept)
     slots: tuple[Slot, ...]
 
     def __post_init__(self) -> None:
