@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from anekit.errors import AnekitError
 from anekit.inputs import kind_of, shown
@@ -181,7 +181,8 @@ def atomic_write(path: str | os.PathLike, *, devices: bool = False) -> Iterator[
     try:
         with f:
             _fault("open", path)
-            yield _HookedFile(f, path) if fault_hook is not None else f  # type: ignore[misc]
+            # the hooked file stands in for the file: it forwards everything but ``write`` to it
+            yield cast(BinaryIO, _HookedFile(f, path)) if fault_hook is not None else f
             f.flush()
             _fault("fsync", path)
             os.fsync(f.fileno())

@@ -127,12 +127,14 @@ def _operation(op: Op, fn: Function, place: Place) -> list[Any]:
         attrs[key] = place(lit, fn, f"{where}.{key}", op.op_type == "const" and key == "val")
     if op.op_type == "coreml_update_state":  # stored as write_state + read_state (as coremltools does)
         state, value = op.inputs["state"], op.inputs["value"]
+        if isinstance(state, tuple) or isinstance(value, tuple):
+            raise CoreMLFormatError(where, "coreml_update_state takes one state and one value, not a tuple")
         write_attrs = {"name": literal_to_value(string_literal(f"{op.name}_write_state"), where)}
         write = mil.Operation(type="write_state", attributes=write_attrs)
-        write.inputs["input"].arguments.append(_binding(state, fn, where, place, False))  # type: ignore[arg-type]
-        write.inputs["data"].arguments.append(_binding(value, fn, where, place, False))  # type: ignore[arg-type]
+        write.inputs["input"].arguments.append(_binding(state, fn, where, place, False))
+        write.inputs["data"].arguments.append(_binding(value, fn, where, place, False))
         read = mil.Operation(type="read_state", attributes=attrs, outputs=outputs)
-        read.inputs["input"].arguments.append(_binding(state, fn, where, place, False))  # type: ignore[arg-type]
+        read.inputs["input"].arguments.append(_binding(state, fn, where, place, False))
         return [write, read]
     operation = mil.Operation(type=op.op_type, attributes=attrs, outputs=outputs)
     blob_ok = op.op_type.startswith("constexpr_")  # constexpr inputs may live in the weight file

@@ -116,7 +116,7 @@ class Op:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Op) and self._key() == other._key()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
     def __repr__(self) -> str:
         return f"Op({self.where()})"
@@ -138,7 +138,7 @@ class Block:
             and [v.name for v in self.outputs] == [v.name for v in other.outputs]
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
 
 class Function:
@@ -192,7 +192,7 @@ class Function:
             and self.block == other.block
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
 
 class Program:
@@ -235,7 +235,7 @@ class Program:
             and all(self.functions[k] == other.functions[k] for k in self.functions)
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
     def __str__(self) -> str:
         return format_program(self)

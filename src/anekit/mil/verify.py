@@ -206,7 +206,7 @@ def verify(prog: Program) -> Program:
             first.reason + "\n" + "\n".join(f"  - {p}" for p in listing[1:]),
             input_types=first.input_types,
             where=first.where,
+            problems=listing,
         )
-        err.problems = listing  # type: ignore[attr-defined]
         raise err
     raise MilVerifyError(listing)
