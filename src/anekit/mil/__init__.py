@@ -1,5 +1,6 @@
 """The MIL language: types, IR, op registry, builder, text printer and parser, verifier."""
 
+import anekit.mil.ops  # noqa: F401  (registers every op family)
 from anekit.mil.builder import Builder, FunctionBuilder, program
 from anekit.mil.dialect import DIALECTS, dialect_for_chip
 from anekit.mil.ir import Block, Function, Op, Program, Var

@@ -395,8 +395,9 @@ def register_op(cls: _C) -> _C:
 
 
 def get_op(name: str, where: str = "") -> OpDef:
-    """The registered op of that name; UnknownOpError (naming it) otherwise."""
-    _load_ops()
+    """The registered op of that name; UnknownOpError (naming it) otherwise. The op families register
+    themselves when ``anekit.mil`` is imported (its ``__init__`` imports ``anekit.mil.ops``), which any
+    import of this module does first: the registry never imports the ops that import it."""
     try:
         return REGISTRY[name]
     except KeyError:
@@ -404,18 +405,7 @@ def get_op(name: str, where: str = "") -> OpDef:
 
 
 def known_ops() -> list[str]:
-    _load_ops()
     return sorted(REGISTRY)
-
-
-_loaded = False
-
-
-def _load_ops() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import anekit.mil.ops  # noqa: F401  (registers every op family)
 
 
 def unary_same(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[OpDef, RefArgs], np.ndarray]:
