@@ -66,8 +66,9 @@ def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, name: str = "rmsno
     """Input gradient of y = rmsnorm(x) * w, the scale w (dim,) baked from ``weights["w"]``.
 
     One generator serves every RMSNorm (rms_att, rms_ffn, rms_final: pass that vector as "w" and a
-    ``name`` telling the kernels apart); the kernel bakes ``cfg.norm_offset`` + w. Input: concat(dy (dim), x (dim)). Output: dx (dim). With
-    r = (mean(x^2) + eps)^-1/2, xhat = x r and g = dy * w: dx = r (g - xhat * mean(g * xhat)). The
+    ``name`` telling the kernels apart); the kernel bakes ``cfg.norm_offset`` + w as the scale. Input:
+    concat(dy (dim), x (dim)). Output: dx (dim). With r = (mean(x^2) + eps)^-1/2, xhat = x r and
+    g = dy * w: dx = r (g - xhat * mean(g * xhat)). The
     scale's gradient dw = sum over positions of dy * xhat stays on the host (``reference.rmsnorm_bwd``
     returns both).
 

@@ -184,7 +184,9 @@ class ModelConfig:
             "attention score channels n_heads * seq_len": scores,
             "SDPA forward taps 2 * dim + 2 * q_dim + 2 * kv_dim (+ q_dim + kv_dim with a q / k norm, + dim "
             "with post-norms)": taps,
-            "FFN forward taps 2 * dim + 3 * hidden_dim (+ dim with post-norms)": 2 * d + 3 * self.hidden_dim + post,
+            "FFN forward taps 2 * dim + 3 * hidden_dim (+ dim with post-norms)": 2 * d
+            + 3 * self.hidden_dim
+            + post,
             "SDPA backward 1 output kv_dim * 2 + 2 * n_heads * seq_len": 2 * kv + 2 * scores,
         }
         for what, n in channels.items():

@@ -187,9 +187,10 @@ def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     """``forward.ffn_fwd`` with its weights in the input: [1, dim, 1, W] (``ffn_fwd_dynamic_columns``).
 
     Activation part x (dim, S), the residual stream after attention. Output taps as ffn_fwd: ffn_out,
-    h1, h3, silu_out, x2norm (with post-norms also ffn_pre; the gate is ``KernelBuilder.gate``). h1 and h3 are two matmuls sharing one transposed x2norm. W2^T would need
-    hidden rows, more than the dim channels, so W2 (dim, hidden) is packed as is and turned into W2^T
-    by a transpose op in the kernel, as maderix's ffnFused does (mil_dynamic.h).
+    h1, h3, silu_out, x2norm (with post-norms also ffn_pre; the gate is ``KernelBuilder.gate``). h1 and
+    h3 are two matmuls sharing one transposed x2norm. W2^T would need hidden rows, more than the dim
+    channels, so W2 (dim, hidden) is packed as is and turned into W2^T by a transpose op in the kernel,
+    as maderix's ffnFused does (mil_dynamic.h).
     """
     columns = ffn_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)

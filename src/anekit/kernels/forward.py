@@ -74,7 +74,9 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -
     o = kb.conv(att, kb.matrix("wo", "wo", d, qd), "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
     if cfg.post_norms:  # Gemma 3: the block's output normalised before the residual add
         taps["o_pre"] = o
-        o = kb.rmsnorm(o, kb.norm_scale("post_att_norm", "post_att_norm", d), "post_att_norm")  # (1, dim, 1, S)
+        o = kb.rmsnorm(
+            o, kb.norm_scale("post_att_norm", "post_att_norm", d), "post_att_norm"
+        )  # (1, dim, 1, S)
     taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
     return kb.finish(sdpa_fwd_layout(cfg), taps)
 
