@@ -1,5 +1,9 @@
 """Dynamic-weight variants of the fused layer kernels: weights travel in the input, compiled once.
 
+The forward kernels are ``forward.sdpa_forward`` / ``ffn_forward`` given a ``source.Packed`` weight
+source over the column layouts below; the backward kernels, split differently from the baked ones (see
+below), are written here.
+
 Each kernel's single input [1, C, 1, W] holds the activations (channel parts as the baked kernel's
 input) and the trainable weights as named column segments (``composable.SpatialLayout``). A training
 loop compiles each kernel once and writes new weights into the input after every optimizer step: no
@@ -53,7 +57,6 @@ surface of all is ffn_fwd_dynamic's input, 9.5 MiB).
 
 from __future__ import annotations
 
-from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import (
     COLUMN_ALIGN,
     DynamicKernelSpec,
@@ -69,20 +72,9 @@ from anekit.kernels.composable import (
     token_rows,
 )
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.forward import ffn_fwd_layout, sdpa_fwd_layout
+from anekit.kernels.forward import ffn_forward, sdpa_forward
+from anekit.kernels.source import Packed
 from anekit.kernels.spec import Layout
-from anekit.mil import Var
-
-
-def _act_parts(kb: KernelBuilder, columns: SpatialLayout, activations: Layout) -> dict[str, Var]:
-    """Every activation part, by name: channel ranges of the one activation segment, or (one segment
-    per part) each part's own segment."""
-    acts = columns.activation_segments
-    if len(acts) > 1:
-        return {s.name: dynamic_slice(kb, columns, s.name) for s in acts}
-    act = acts[0].name
-    return {n: dynamic_slice(kb, columns, act, activations.range(n), tag=n) for n in activations.names}
-
 
 # -- SDPA forward ------------------------------------------------------------------------------------
 
@@ -132,36 +124,9 @@ def sdpa_fwd_dynamic(cfg: ModelConfig, *, kind: str = "full") -> DynamicKernelSp
     """
     columns = sdpa_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns, kind)
-    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    activations = Layout.of([("x", d)], cfg.seq_len)
-    x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, S): the scale repeated per position
-    xn = kb.rmsnorm(x, scale, "att_norm")  # (1, dim, 1, S)
-    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
-    q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, q_dim, 1, S)
-    k = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wk_t"), "k", at=xnt)  # (1, kv_dim, 1, S)
-    v = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wv_t"), "v", at=xnt)  # (1, kv_dim, 1, S)
-    if cfg.qkv_bias:  # Qwen 2
-        q = kb.f.add(x=q, y=dynamic_slice(kb, columns, "bq"), name="q_bias")  # (1, q_dim, 1, S)
-        k = kb.f.add(x=k, y=dynamic_slice(kb, columns, "bk"), name="k_bias")  # (1, kv_dim, 1, S)
-        v = kb.f.add(x=v, y=dynamic_slice(kb, columns, "bv"), name="v_bias")  # (1, kv_dim, 1, S)
-    taps = {}
-    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
-        taps = {"q_pre": q, "k_pre": k}
-        q = kb.head_rmsnorm(q, cfg.n_heads, dynamic_slice(kb, columns, "q_norm"), "qn")  # (1, q_dim, 1, S)
-        k = kb.head_rmsnorm(k, cfg.n_kv_heads, dynamic_slice(kb, columns, "k_norm"), "kn")  # (1, kv, 1, S)
-    if cfg.rope:
-        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
-        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
-    probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
-    att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = dynamic_linear(kb, att, dynamic_slice(kb, columns, "wo_t"), "o")  # (1, dim, 1, S)
-    if cfg.post_norms:  # Gemma 3: the block's output normalised before the residual add
-        taps["o_pre"] = o
-        o = kb.rmsnorm(o, dynamic_slice(kb, columns, "post_att_norm"), "post_att_norm")  # (1, dim, 1, S)
-    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
+    activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
     offsets = norm_offsets(cfg, ("rms_att", "q_norm", "k_norm", "post_att_norm"))
-    return finish_dynamic(kb, activations, columns, sdpa_fwd_layout(cfg), taps, offsets)
+    return sdpa_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 
 # -- FFN forward -------------------------------------------------------------------------------------
@@ -195,22 +160,8 @@ def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = ffn_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)
     activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
-    x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    xn = kb.rmsnorm(
-        x, dynamic_slice(kb, columns, "rms_ffn"), "ffn_norm"
-    )  # (1, dim, 1, S); scale (1, dim, 1, S)
-    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
-    h1 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w1_t"), "h1", at=xnt)  # (1, hidden, 1, S)
-    h3 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w3_t"), "h3", at=xnt)  # (1, hidden, 1, S)
-    gate = kb.gate(h1, h3)  # (1, hidden, 1, S): SwiGLU or GeGLU
-    w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
-    y = dynamic_linear(kb, gate, w2, "ffn", transposed=False)  # (1, dim, 1, S)
-    taps = {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
-    if cfg.post_norms:  # Gemma 3
-        taps["ffn_pre"] = y
-        taps["ffn_out"] = kb.rmsnorm(y, dynamic_slice(kb, columns, "post_ffn_norm"), "post_ffn_norm")
     offsets = norm_offsets(cfg, ("rms_ffn", "post_ffn_norm"))
-    return finish_dynamic(kb, activations, columns, ffn_fwd_layout(cfg), taps, offsets)
+    return ffn_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 
 # -- FFN backward, part 1: dgate = W2^T dffn ----------------------------------------------------------
@@ -236,7 +187,7 @@ def ffn_bwd_w2t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = ffn_bwd_w2t_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_bwd_w2t_dynamic", cfg, columns)
     activations = Layout.of([("dffn", cfg.dim)], cfg.seq_len)
-    dffn = _act_parts(kb, columns, activations)["dffn"]  # (1, dim, 1, S)
+    dffn = Packed(kb, columns, activations).act("dffn")  # (1, dim, 1, S)
     w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
     dgate = dynamic_linear(kb, dffn, w2, "dgate", name="out")  # (1, hidden, 1, S)
     outputs = Layout.of([("dgate", cfg.hidden_dim)], cfg.seq_len)
@@ -287,8 +238,8 @@ def ffn_bwd_w13t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = ffn_bwd_w13t_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_bwd_w13t_dynamic", cfg, columns)
     activations, outputs = ffn_bwd_w13t_dynamic_layouts(cfg)
-    parts = _act_parts(kb, columns, activations)
-    dgate, h1, h3 = parts["dgate"], parts["h1"], parts["h3"]  # (1, hidden, 1, S) each
+    src = Packed(kb, columns, activations)
+    dgate, h1, h3 = src.act("dgate"), src.act("h1"), src.act("h3")  # (1, hidden, 1, S) each
     dh1, dh3 = kb.gate_grads(dgate, h1, h3)  # (1, hidden, 1, S) each: SwiGLU or GeGLU
     dx1 = rows_product(kb, token_rows(kb, dh1, "dh1"), dynamic_slice(kb, columns, "w1"), "dx1")  # (1,1,S,dim)
     dx3 = rows_product(kb, token_rows(kb, dh3, "dh3"), dynamic_slice(kb, columns, "w3"), "dx3")  # (1,1,S,dim)

@@ -3,8 +3,12 @@
 Weights are given as llama2.c lays them out: matrices (out, in) — wq (q_dim, dim), wk / wv (kv_dim,
 dim), wo (dim, q_dim) (q_dim = n_heads x head_dim, = dim for llama2.c models), w1 / w3 (hidden, dim),
 w2 (dim, hidden) — and vectors rms_att / rms_ffn / rms_final (dim,), embed (vocab, dim); Hugging Face
-models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so.
-``weights=None`` generates the program from shapes only.
+models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so,
+Gemma 3 post_att_norm / post_ffn_norm (dim,). ``weights=None`` generates the program from shapes only.
+
+The layer's two forward kernels are written once, ``sdpa_forward`` and ``ffn_forward``, over a weight
+source (``anekit.kernels.source``): ``sdpa_fwd`` / ``ffn_fwd`` give them baked weights, and
+``dynamic.sdpa_fwd_dynamic`` / ``ffn_fwd_dynamic`` weights packed into the input.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.source import Baked, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout
 
 Weights = Mapping[str, np.ndarray] | None
@@ -51,34 +56,39 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -
     "sliding" bands the mask to ``cfg.sliding_window`` and takes the sliding layers' RoPE tables.
     """
     kb = KernelBuilder("sdpa_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights, kind)
+    return sdpa_forward(cfg, Baked(kb))
+
+
+def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
+    """The SDPA forward kernel written once, its weights from ``src`` (baked: ``sdpa_fwd``; packed:
+    ``dynamic.sdpa_fwd_dynamic``)."""
+    kb = src.kb
     d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    x = kb.part("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, kb.norm_scale("rms_att", "rms_att", d), "att_norm")
-    q = kb.conv(xn, kb.matrix("wq", "wq", qd, d), "q")  # (1, q_dim, 1, S)
-    k = kb.conv(xn, kb.matrix("wk", "wk", kv, d), "k")  # (1, kv_dim, 1, S)
-    v = kb.conv(xn, kb.matrix("wv", "wv", kv, d), "v")
+    x = src.act("x")  # (1, dim, 1, S)
+    xn = kb.rmsnorm(x, src.scale("rms_att", d), "att_norm")  # (1, dim, 1, S)
+    q, k, v = src.project(xn, [("q", "wq", qd), ("k", "wk", kv), ("v", "wv", kv)])  # (1, q_dim | kv, 1, S)
     if cfg.qkv_bias:  # Qwen 2
-        q = kb.f.add(x=q, y=kb.vector("bq", "bq", qd), name="q_bias")  # (1, q_dim, 1, S)
-        k = kb.f.add(x=k, y=kb.vector("bk", "bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
-        v = kb.f.add(x=v, y=kb.vector("bv", "bv", kv), name="v_bias")  # (1, kv_dim, 1, S)
+        q = kb.f.add(x=q, y=src.bias("bq", qd), name="q_bias")  # (1, q_dim, 1, S)
+        k = kb.f.add(x=k, y=src.bias("bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
+        v = kb.f.add(x=v, y=src.bias("bv", kv), name="v_bias")  # (1, kv_dim, 1, S)
     taps = {}
     if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
         taps = {"q_pre": q, "k_pre": k}
-        q = kb.head_rmsnorm(q, cfg.n_heads, kb.head_vector("q_norm", "q_norm", cfg.n_heads), "qn")
-        k = kb.head_rmsnorm(k, cfg.n_kv_heads, kb.head_vector("k_norm", "k_norm", cfg.n_kv_heads), "kn")
+        q = kb.head_rmsnorm(q, cfg.n_heads, src.head_scale("q_norm", cfg.n_heads), "qn")  # (1, q_dim, 1, S)
+        k = kb.head_rmsnorm(
+            k, cfg.n_kv_heads, src.head_scale("k_norm", cfg.n_kv_heads), "kn"
+        )  # (1, kv, 1, S)
     if cfg.rope:
         q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
         k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
     probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
     att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = kb.conv(att, kb.matrix("wo", "wo", d, qd), "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
+    (o,) = src.project(att, [("o", "wo", d)])  # (1, dim, 1, S); att (1, q_dim, 1, S)
     if cfg.post_norms:  # Gemma 3: the block's output normalised before the residual add
         taps["o_pre"] = o
-        o = kb.rmsnorm(
-            o, kb.norm_scale("post_att_norm", "post_att_norm", d), "post_att_norm"
-        )  # (1, dim, 1, S)
+        o = kb.rmsnorm(o, src.scale("post_att_norm", d), "post_att_norm")  # (1, dim, 1, S)
     taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
-    return kb.finish(sdpa_fwd_layout(cfg), taps)
+    return src.finish(sdpa_fwd_layout(cfg), taps)
 
 
 def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
@@ -100,18 +110,24 @@ def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     post_ffn_norm and the tap ffn_pre holds the W2 output itself.
     """
     kb = KernelBuilder("ffn_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
+    return ffn_forward(cfg, Baked(kb))
+
+
+def ffn_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
+    """The FFN forward kernel written once, its weights from ``src`` (baked: ``ffn_fwd``; packed:
+    ``dynamic.ffn_fwd_dynamic``)."""
+    kb = src.kb
     d, h = cfg.dim, cfg.hidden_dim
-    x = kb.part("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, kb.norm_scale("rms_ffn", "rms_ffn", d), "ffn_norm")  # (1, dim, 1, S)
-    h1 = kb.conv(xn, kb.matrix("w1", "w1", h, d), "h1")  # (1, hidden, 1, S)
-    h3 = kb.conv(xn, kb.matrix("w3", "w3", h, d), "h3")  # (1, hidden, 1, S)
-    gate = kb.gate(h1, h3)  # (1, hidden, 1, S)
-    y = kb.conv(gate, kb.matrix("w2", "w2", d, h), "ffn")  # (1, dim, 1, S)
+    x = src.act("x")  # (1, dim, 1, S)
+    xn = kb.rmsnorm(x, src.scale("rms_ffn", d), "ffn_norm")  # (1, dim, 1, S)
+    h1, h3 = src.project(xn, [("h1", "w1", h), ("h3", "w3", h)])  # (1, hidden, 1, S) each
+    gate = kb.gate(h1, h3)  # (1, hidden, 1, S): SwiGLU or GeGLU
+    (y,) = src.project(gate, [("ffn", "w2", d)])  # (1, dim, 1, S)
     taps = {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
     if cfg.post_norms:  # Gemma 3
         taps["ffn_pre"] = y
-        taps["ffn_out"] = kb.rmsnorm(y, kb.norm_scale("post_ffn_norm", "post_ffn_norm", d), "post_ffn_norm")
-    return kb.finish(ffn_fwd_layout(cfg), taps)
+        taps["ffn_out"] = kb.rmsnorm(y, src.scale("post_ffn_norm", d), "post_ffn_norm")  # (1, dim, 1, S)
+    return src.finish(ffn_fwd_layout(cfg), taps)
 
 
 def final_rmsnorm(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
