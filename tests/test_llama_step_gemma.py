@@ -13,7 +13,15 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
-from anekit.llama.step import Timer, first_compiles, forward_layers, make_kernels, train_step, unscale
+from anekit.llama.step import (
+    Timer,
+    eval_loss,
+    first_compiles,
+    forward_layers,
+    make_kernels,
+    train_step,
+    unscale,
+)
 
 # Two layers, the first sliding (window 8 of 32 positions) with RoPE base 10^4, the second full with 10^6;
 # q_dim 64 != dim 32; query_pre_attn_scalar 24 (not head_dim 16).
@@ -177,3 +185,23 @@ def test_dynamic_mode_compiles_each_kinds_attention_once():
     tokens, targets = _window(seed=13)
     train_step(kernels, params, params.zeros_like(), tokens, targets, Timer())
     kernels.close()
+
+
+def test_baked_mode_compiles_each_kinds_sdpa_backward_2_once_and_every_layer_per_batch():
+    params = _params(CFG, seed=14)
+    backend = runtime.open("sim")
+    kernels = make_kernels(backend, CFG, "baked")
+    kernels.compile(params, Timer())
+    assert backend.compile_count == first_compiles(CFG, "baked") == 2 + 5 * CFG.n_layers
+    kernels.close()
+
+
+def test_validation_loss_is_the_float64_models():
+    params = _params(CFG, seed=15)
+    tokens, targets = _window(seed=16)
+    kernels = make_kernels(runtime.open("sim"), CFG, "dynamic")
+    kernels.compile(params, Timer())
+    total, count = eval_loss(kernels, params, tokens, targets, None, Timer())
+    kernels.close()
+    want = _loss({k: v.astype(np.float64) for k, v in params.tensors()}, tokens, targets)
+    assert count == CFG.seq_len and abs(total / count - want) < 5e-3 * want
