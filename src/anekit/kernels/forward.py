@@ -66,7 +66,10 @@ def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
     d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
     x = src.act("x")  # (1, dim, 1, S)
     xn = kb.rmsnorm(x, src.scale("rms_att", d), "att_norm")  # (1, dim, 1, S)
-    q, k, v = src.project(xn, [("q", "wq", qd), ("k", "wk", kv), ("v", "wv", kv)])  # (1, q_dim | kv, 1, S)
+    rows = src.shared_rows(xn)  # the products of xn share its transpose when packed
+    q = src.linear(xn, "wq", "q", rows)  # (1, q_dim, 1, S)
+    k = src.linear(xn, "wk", "k", rows)  # (1, kv_dim, 1, S)
+    v = src.linear(xn, "wv", "v", rows)  # (1, kv_dim, 1, S)
     if cfg.qkv_bias:  # Qwen 2
         q = kb.f.add(x=q, y=src.bias("bq", qd), name="q_bias")  # (1, q_dim, 1, S)
         k = kb.f.add(x=k, y=src.bias("bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
@@ -83,7 +86,7 @@ def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
         k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
     probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
     att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    (o,) = src.project(att, [("o", "wo", d)])  # (1, dim, 1, S); att (1, q_dim, 1, S)
+    o = src.linear(att, "wo", "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
     if cfg.post_norms:  # Gemma 3: the block's output normalised before the residual add
         taps["o_pre"] = o
         o = kb.rmsnorm(o, src.scale("post_att_norm", d), "post_att_norm")  # (1, dim, 1, S)
@@ -116,13 +119,14 @@ def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 def ffn_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
     """The FFN forward kernel written once, its weights from ``src`` (baked: ``ffn_fwd``; packed:
     ``dynamic.ffn_fwd_dynamic``)."""
-    kb = src.kb
-    d, h = cfg.dim, cfg.hidden_dim
+    kb, d = src.kb, cfg.dim
     x = src.act("x")  # (1, dim, 1, S)
     xn = kb.rmsnorm(x, src.scale("rms_ffn", d), "ffn_norm")  # (1, dim, 1, S)
-    h1, h3 = src.project(xn, [("h1", "w1", h), ("h3", "w3", h)])  # (1, hidden, 1, S) each
+    rows = src.shared_rows(xn)
+    h1 = src.linear(xn, "w1", "h1", rows)  # (1, hidden, 1, S)
+    h3 = src.linear(xn, "w3", "h3", rows)  # (1, hidden, 1, S)
     gate = kb.gate(h1, h3)  # (1, hidden, 1, S): SwiGLU or GeGLU
-    (y,) = src.project(gate, [("ffn", "w2", d)])  # (1, dim, 1, S)
+    y = src.linear(gate, "w2", "ffn")  # (1, dim, 1, S)
     taps = {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
     if cfg.post_norms:  # Gemma 3
         taps["ffn_pre"] = y

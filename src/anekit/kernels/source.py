@@ -15,7 +15,7 @@ the programs the two hand-written twins gave, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
 from anekit.kernels.blocks import KernelBuilder
@@ -27,6 +27,7 @@ from anekit.kernels.composable import (
     finish_dynamic,
     token_rows,
 )
+from anekit.kernels.config import ModelConfig
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import Var
 
@@ -52,13 +53,35 @@ class WeightSource(Protocol):
         """The bias ``key`` (channels,), to add to a projection."""
         ...
 
-    def project(self, x: Var, products: Sequence[tuple[str, str, int]]) -> list[Var]:
-        """W @ x for each ``(tag, key, out_channels)``: several products of one input [1, in, 1, S]."""
+    def shared_rows(self, x: Var) -> Var | None:
+        """What several products of ``x`` share (packed: its token rows, made once), or None."""
+        ...
+
+    def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
+        """W @ x for the matrix ``key`` (llama2.c's (out, in)): [1, in, 1, S] -> [1, out, 1, S], its ops
+        named after ``tag``; ``rows`` what ``shared_rows(x)`` gave when x feeds several products."""
         ...
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> KernelSpec:
         """The kernel: ``taps`` in ``outputs``' order as its output."""
         ...
+
+
+def matrix_shape(cfg: ModelConfig, key: str) -> tuple[int, int]:
+    """(out, in) of a layer's matrix ``key`` as llama2.c stores it."""
+    d, q, kv, h = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim
+    shapes = {
+        "wq": (q, d),
+        "wk": (kv, d),
+        "wv": (kv, d),
+        "wo": (d, q),
+        "w1": (h, d),
+        "w3": (h, d),
+        "w2": (d, h),
+    }
+    if key not in shapes:
+        raise LayoutError(f"[weights] no layer matrix '{key}' (known: {', '.join(shapes)})")
+    return shapes[key]
 
 
 class Baked:
@@ -79,9 +102,12 @@ class Baked:
     def bias(self, key: str, channels: int) -> Var:
         return self.kb.vector(key, key, channels)  # (1, C, 1, 1)
 
-    def project(self, x: Var, products: Sequence[tuple[str, str, int]]) -> list[Var]:
-        channels = x.type.shape[1]  # type: ignore[attr-defined]
-        return [self.kb.conv(x, self.kb.matrix(key, key, out, channels), tag) for tag, key, out in products]
+    def shared_rows(self, x: Var) -> Var | None:
+        return None
+
+    def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
+        out, channels = matrix_shape(self.kb.cfg, key)
+        return self.kb.conv(x, self.kb.matrix(key, key, out, channels), tag)  # (1, out, 1, S)
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> KernelSpec:
         return self.kb.finish(outputs, taps)
@@ -90,10 +116,11 @@ class Baked:
 class Packed:
     """Weights as column segments of the input (``columns``), products as matmuls of token rows.
 
-    A weight ``key`` is found as the segment it fills: a scale or a bias as a full [1, C, 1, S] segment
-    (the vector repeated per position, multiplied or added elementwise), a matrix W as its transpose
-    (K rows x N columns, the usual packing) or as W itself (``transposed`` False: W2, whose transpose
-    would need more rows than the surface has). Products of one input share its token rows (tag ``xn``).
+        A weight ``key`` is found as the segment it fills: a scale or a bias as a full [1, C, 1, S] segment
+        (the vector repeated per position, multiplied or added elementwise), a matrix W as its transpose
+        (K rows x N columns, the usual packing) or as W itself (``transposed`` False: W2, whose transpose
+        would need more rows than the surface has). Products of one input may share its token rows (tag
+    ``xn``, ``shared_rows``).
     """
 
     def __init__(
@@ -106,6 +133,7 @@ class Packed:
         self.kb, self.columns, self.activations = kb, columns, activations
         self.offsets = dict(offsets or {})
         self._acts: dict[str, Var] | None = None
+        self._rows: dict[int, Var] = {}  # id of an input -> its token rows
 
     def act(self, name: str) -> Var:
         if self._acts is None:
@@ -138,19 +166,17 @@ class Packed:
     def bias(self, key: str, channels: int) -> Var:
         return self._vector(key)
 
-    def project(self, x: Var, products: Sequence[tuple[str, str, int]]) -> list[Var]:
-        if len(products) == 1:  # the weight's slice, then the input's token rows, as dynamic_linear does
-            ((tag, key, _),) = products
-            name, transposed = self._segment(key)
-            w = dynamic_slice(self.kb, self.columns, name)
-            return [dynamic_linear(self.kb, x, w, tag, transposed)]
-        rows = token_rows(self.kb, x, "xn")  # (1, 1, S, K), shared by the products
-        out = []
-        for tag, key, _ in products:
-            name, transposed = self._segment(key)
-            w = dynamic_slice(self.kb, self.columns, name)
-            out.append(dynamic_linear(self.kb, None, w, tag, transposed, at=rows))
-        return out
+    def shared_rows(self, x: Var) -> Var | None:
+        if id(x) not in self._rows:
+            self._rows[id(x)] = token_rows(self.kb, x, "xn")  # (1, 1, S, K)
+        return self._rows[id(x)]
+
+    def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
+        name, transposed = self._segment(key)
+        w = dynamic_slice(self.kb, self.columns, name)  # (1, K, 1, N) or (1, N, 1, K)
+        if rows is not None:
+            return dynamic_linear(self.kb, None, w, tag, transposed, at=rows)  # (1, N, 1, S)
+        return dynamic_linear(self.kb, x, w, tag, transposed)  # (1, N, 1, S)
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> DynamicKernelSpec:
         return finish_dynamic(self.kb, self.activations, self.columns, outputs, taps, self.offsets)
