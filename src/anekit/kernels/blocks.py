@@ -191,7 +191,7 @@ class KernelBuilder:
 
     def conv(self, x: Var, weight: Var, name: str) -> Var:
         """A 1x1 conv: the engine's matmul, [1, in, 1, S] -> [1, out, 1, S] (in <= 2048 channels)."""
-        channels = weight.type.shape[1]  # type: ignore[union-attr]
+        channels = weight.type.shape[1]  # type: ignore[attr-defined]
         if channels > MAX_CONV_INPUT_CHANNELS:
             raise LayoutError(
                 f"[{self.name}] conv '{name}' reads {channels} input channels; the widest conv with "
@@ -202,7 +202,7 @@ class KernelBuilder:
     def reshape(self, x: Var, shape: list[int], name: str) -> Var:
         """``reshape`` to ``shape``; ``x`` itself when it already has that shape (no same-shape reshapes:
         they have no hardware precedent)."""
-        if list(x.type.shape) == list(shape):  # type: ignore[union-attr]
+        if list(x.type.shape) == list(shape):  # type: ignore[attr-defined]
             return x
         return self.f.reshape(x=x, shape=shape, name=name)
 
@@ -227,7 +227,7 @@ class KernelBuilder:
         reduce_sum + pow(-0.5) tail is maderix/ANE training/stories_mil.h's, which ran on hardware.
         """
         f = self.f
-        channels = x.type.shape[axis]  # type: ignore[union-attr]
+        channels = x.type.shape[axis]  # type: ignore[attr-defined]
         peak = f.reduce_max(x=f.abs(x=x, name=f"{tag}_abs"), axes=[axis], keep_dims=True, name=f"{tag}_peak")
         m = f.maximum(x=peak, y=2.0**-14, name=f"{tag}_m")  # (1, 1, 1, S)
         y = f.real_div(x=x, y=m, name=f"{tag}_y")  # (1, C, 1, S), |y| <= 1
@@ -361,7 +361,7 @@ class KernelBuilder:
         C = 768) and C*C*S multiply-adds, as much as one projection; the swap weight and the tables are
         shared by every rotation of C channels in a kernel.
         """
-        if channels != x.type.shape[1]:  # type: ignore[union-attr]
+        if channels != x.type.shape[1]:  # type: ignore[attr-defined]
             raise LayoutError(f"[{self.name}] rope '{tag}': {x.type} does not have {channels} channels")
         swap, c, s = self._rope_consts(channels)
         xc = self.f.mul(x=x, y=c, name=f"{tag}_xc")  # (1, C, 1, S)
@@ -388,13 +388,13 @@ class KernelBuilder:
         """[1, H, S, X] -> [1, KVH, G*S, X]: the query heads sharing a kv head, stacked along rows
         (``q`` itself without grouping: G = 1)."""
         cfg = self.cfg
-        last = q.type.shape[3]  # type: ignore[union-attr]
+        last = q.type.shape[3]  # type: ignore[attr-defined]
         return self.reshape(q, [1, cfg.n_kv_heads, cfg.kv_group * cfg.seq_len, last], tag)
 
     def ungroup(self, x: Var, tag: str) -> Var:
         """[1, KVH, G*S, X] -> [1, H, S, X] (``x`` itself without grouping)."""
         cfg = self.cfg
-        last = x.type.shape[3]  # type: ignore[union-attr]
+        last = x.type.shape[3]  # type: ignore[attr-defined]
         return self.reshape(x, [1, cfg.n_heads, cfg.seq_len, last], tag)
 
     def attention_probs(self, qh: Var, kh: Var, tag: str) -> Var:
@@ -443,7 +443,7 @@ class KernelBuilder:
         """
         values = tuple(parts[n] for n in outputs.names)
         for (n, c), v in zip(outputs.parts, values):
-            if v.type.shape != (1, c, 1, outputs.spatial):  # type: ignore[union-attr]
+            if v.type.shape != (1, c, 1, outputs.spatial):  # type: ignore[attr-defined]
                 raise LayoutError(
                     f"[{self.name}] output part '{n}' is {v.type}, layout says [1, {c}, 1, {outputs.spatial}]"
                 )

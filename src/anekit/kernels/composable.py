@@ -370,7 +370,7 @@ def finish_dynamic(
     """
     if len(outputs.parts) == 1:
         (part, channels), v = outputs.parts[0], parts[outputs.names[0]]
-        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[union-attr]
+        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[attr-defined]
             raise LayoutError(
                 f"[{kb.name}] the single output '{part}' must be [1, {channels}, 1, {outputs.spatial}] "
                 f"and produced by an op named 'out'; got {v.name}: {v.type}"
@@ -418,7 +418,7 @@ _SWAP_LAST = [0, 1, 3, 2]
 
 def token_rows(kb: KernelBuilder, a: Var, tag: str) -> Var:
     """Activations [1, K, 1, S] as a matmul's left operand [1, 1, S, K]: one row per token."""
-    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[union-attr]
+    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[attr-defined]
     a4 = kb.f.reshape(x=a, shape=[1, 1, k, seq], name=f"{tag}_a")  # (1, 1, K, S)
     return kb.f.transpose(x=a4, perm=_SWAP_LAST, name=f"{tag}_at")  # (1, 1, S, K)
 
@@ -431,7 +431,7 @@ def rows_product(kb: KernelBuilder, at: Var, w: Var, tag: str, transposed: bool 
     M^T first, as maderix's ffnFused kernel does with W2 (mil_dynamic.h). Either way the matmul has
     transpose_x = transpose_y = false.
     """
-    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[union-attr]
+    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[attr-defined]
     w4 = kb.f.reshape(x=w, shape=[1, 1, rows, cols], name=f"{tag}_w")  # (1, 1, K, N) or (1, 1, N, K)
     if not transposed:
         w4 = kb.f.transpose(x=w4, perm=_SWAP_LAST, name=f"{tag}_wt")  # (1, 1, K, N)
@@ -440,7 +440,7 @@ def rows_product(kb: KernelBuilder, at: Var, w: Var, tag: str, transposed: bool 
 
 def rows_to_channels(kb: KernelBuilder, y: Var, tag: str, name: str | None = None) -> Var:
     """[1, 1, S, N] token rows back to channels [1, N, 1, S]; the reshape is named ``name`` or ``tag``."""
-    seq, n = y.type.shape[2], y.type.shape[3]  # type: ignore[union-attr]
+    seq, n = y.type.shape[2], y.type.shape[3]  # type: ignore[attr-defined]
     yt = kb.f.transpose(x=y, perm=_SWAP_LAST, name=f"{tag}_t")  # (1, 1, N, S)
     return kb.f.reshape(x=yt, shape=[1, n, 1, seq], name=name or tag)  # (1, N, 1, S)
 

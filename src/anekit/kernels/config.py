@@ -267,7 +267,7 @@ class ModelConfig:
         """freq_j = 1 / theta^(2j / head_dim) for the head_dim / 2 pairs (computed in ``dtype``, as run.c
         computes them in float32), Llama 3's scaling applied when the model has it."""
         hd = self.head_dim
-        pair = np.arange(0, hd, 2, dtype=dtype)
+        pair: np.ndarray = np.arange(0, hd, 2, dtype=dtype)
         freq = dtype(1.0) / np.power(dtype(self.rope_theta), pair / dtype(hd))
         return freq if self.rope_scaling is None else self.rope_scaling.apply(freq)
 

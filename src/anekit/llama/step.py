@@ -106,21 +106,17 @@ class Kernels:
     def compile(self, params: Params, timer: Timer) -> None:
         """(Re)compile every weight-bearing kernel with the current weights."""
         self.close_layers()
-        gens = {
-            "sdpa_fwd": forward.sdpa_fwd,
-            "ffn_fwd": forward.ffn_fwd,
-            "ffn_bwd": backward.ffn_bwd,
-            "sdpa_bwd1": attention_bwd.sdpa_bwd1,
-            "qkv_bwd": attention_bwd.qkv_bwd,
-        }
-        by_kind = ("sdpa_fwd", "sdpa_bwd1")  # the kernels whose mask / RoPE tables depend on the layer kind
+        cfg = self.cfg
         with timer.phase("compile"):
-            for i in range(self.cfg.n_layers):
+            for i in range(cfg.n_layers):
                 w = params.kernel_weights(i)
-                kind = self.cfg.layer_type(i)
+                kind = cfg.layer_type(i)  # the attention kernels' mask and RoPE tables are the kind's
                 specs = {
-                    name: gen(self.cfg, w, kind=kind) if name in by_kind else gen(self.cfg, w)
-                    for name, gen in gens.items()
+                    "sdpa_fwd": forward.sdpa_fwd(cfg, w, kind=kind),
+                    "ffn_fwd": forward.ffn_fwd(cfg, w),
+                    "ffn_bwd": backward.ffn_bwd(cfg, w),
+                    "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, w, kind=kind),
+                    "qkv_bwd": attention_bwd.qkv_bwd(cfg, w),
                 }
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
@@ -182,7 +178,7 @@ class DynamicKernels(Kernels):
         if self.dynamic:
             return
         cfg = self.cfg
-        specs = {
+        specs: dict[str, KernelSpec] = {
             "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg),
             "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
             "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
@@ -205,7 +201,7 @@ class DynamicKernels(Kernels):
         tail = "" if kind == "full" else f":{kind}"
         if name == "sdpa_bwd1":
             spec, kernel = self.dynamic["wo_t"]
-            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (q_dim, T) = Wo^T @ do
+            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # type: ignore[call-arg]  # Wo^T @ do
             spec, kernel = self.dynamic[f"sdpa_bwd1{tail}"]
             last = spec.inputs.names[-1]  # "do" (Wo = I baked) or "da"
             return spec.run(kernel, q=parts["q"], k=parts["k"], v=parts["v"], **{last: da})
