@@ -212,11 +212,12 @@ class ModelConfig:
         return self.sliding_window if kind == "sliding" else 0
 
     def kind_rope(self, kind: str) -> tuple[float, RopeScaling | None]:
-        """The RoPE base and frequency scaling of a ``kind`` layer. A sliding layer with a base of its own
-        (``rope_local_theta``, Gemma 3) turns by plain RoPE at that base, as transformers' Gemma 3 builds
-        its local rotary embedding with the default rope type; otherwise every layer has the model's."""
-        if kind == "sliding" and self.rope_local_theta:
-            return self.rope_local_theta, None
+        """The RoPE base and frequency scaling of a ``kind`` layer: a sliding layer turns by plain RoPE at
+        ``rope_local_theta`` (when set, else ``rope_theta``), as transformers' Gemma 3 builds its local
+        rotary embedding with the default rope type (``anekit.models.blocks.layer_plan``); a full layer
+        by the model's base and scaling."""
+        if kind == "sliding":
+            return self.rope_local_theta or self.rope_theta, None
         return self.rope_theta, self.rope_scaling
 
     def layer_type(self, layer: int) -> str:

@@ -6,21 +6,28 @@ w2 (dim, hidden) — and vectors rms_att / rms_ffn / rms_final (dim,), embed (vo
 models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so,
 Gemma 3 post_att_norm / post_ffn_norm (dim,). ``weights=None`` generates the program from shapes only.
 
-The layer's two forward kernels are written once, ``sdpa_forward`` and ``ffn_forward``, over a weight
-source (``anekit.kernels.source``): ``sdpa_fwd`` / ``ffn_fwd`` give them baked weights, and
-``dynamic.sdpa_fwd_dynamic`` / ``ffn_fwd_dynamic`` weights packed into the input.
+The layer's two forward kernels are no writing of the layer of their own: ``sdpa_forward`` and
+``ffn_forward`` lower the model family's attention and MLP blocks (``anekit.models``: Llama, Qwen,
+Gemma 3) through ``mil_blocks.MilBlocks``, over a weight source (``anekit.kernels.source``):
+``sdpa_fwd`` / ``ffn_fwd`` give them baked weights, ``dynamic.sdpa_fwd_dynamic`` / ``ffn_fwd_dynamic``
+weights packed into the input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.mil_blocks import MilBlocks
 from anekit.kernels.source import Baked, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout
+from anekit.mil import Var
+from anekit.models import model_for
+from anekit.models.blocks import LayerPlan, Rope
 
 Weights = Mapping[str, np.ndarray] | None
 
@@ -60,38 +67,13 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -
 
 
 def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
-    """The SDPA forward kernel written once, its weights from ``src`` (baked: ``sdpa_fwd``; packed:
-    ``dynamic.sdpa_fwd_dynamic``)."""
-    kb = src.kb
-    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    x = src.act("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, src.scale("rms_att", d), "att_norm")  # (1, dim, 1, S)
-    rows = src.shared_rows(xn)  # the products of xn share its transpose when packed
-    q = src.linear(xn, "wq", "q", rows)  # (1, q_dim, 1, S)
-    k = src.linear(xn, "wk", "k", rows)  # (1, kv_dim, 1, S)
-    v = src.linear(xn, "wv", "v", rows)  # (1, kv_dim, 1, S)
-    if cfg.qkv_bias:  # Qwen 2
-        q = kb.f.add(x=q, y=src.bias("bq", qd), name="q_bias")  # (1, q_dim, 1, S)
-        k = kb.f.add(x=k, y=src.bias("bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
-        v = kb.f.add(x=v, y=src.bias("bv", kv), name="v_bias")  # (1, kv_dim, 1, S)
-    taps = {}
-    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
-        taps = {"q_pre": q, "k_pre": k}
-        q = kb.head_rmsnorm(q, cfg.n_heads, src.head_scale("q_norm", cfg.n_heads), "qn")  # (1, q_dim, 1, S)
-        k = kb.head_rmsnorm(
-            k, cfg.n_kv_heads, src.head_scale("k_norm", cfg.n_kv_heads), "kn"
-        )  # (1, kv, 1, S)
-    if cfg.rope:
-        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
-        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
-    probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
-    att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = src.linear(att, "wo", "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
-    if cfg.post_norms:  # Gemma 3: the block's output normalised before the residual add
-        taps["o_pre"] = o
-        o = kb.rmsnorm(o, src.scale("post_att_norm", d), "post_att_norm")  # (1, dim, 1, S)
-    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
-    return src.finish(sdpa_fwd_layout(cfg), taps)
+    """The SDPA forward kernel: the family's attention block (``anekit.models``) lowered to MIL by
+    ``MilBlocks``, its weights from ``src`` (baked: ``sdpa_fwd``; packed: ``dynamic.sdpa_fwd_dynamic``),
+    the layer kind's plan (mask, RoPE, score scale) that of ``src.kb.kind``."""
+    blocks = MilBlocks(src)
+    model = model_for(cfg)
+    out = model.attention(blocks, src.act("x"), kind_plan(model, cfg, src.kb.kind))  # (1, dim, 1, S)
+    return src.finish(sdpa_fwd_layout(cfg), block_taps(blocks.taps, out, "o_out", "o_pre"))
 
 
 def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
@@ -117,21 +99,33 @@ def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 
 
 def ffn_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
-    """The FFN forward kernel written once, its weights from ``src`` (baked: ``ffn_fwd``; packed:
-    ``dynamic.ffn_fwd_dynamic``)."""
-    kb, d = src.kb, cfg.dim
-    x = src.act("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, src.scale("rms_ffn", d), "ffn_norm")  # (1, dim, 1, S)
-    rows = src.shared_rows(xn)
-    h1 = src.linear(xn, "w1", "h1", rows)  # (1, hidden, 1, S)
-    h3 = src.linear(xn, "w3", "h3", rows)  # (1, hidden, 1, S)
-    gate = kb.gate(h1, h3)  # (1, hidden, 1, S): SwiGLU or GeGLU
-    y = src.linear(gate, "w2", "ffn")  # (1, dim, 1, S)
-    taps = {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
-    if cfg.post_norms:  # Gemma 3
-        taps["ffn_pre"] = y
-        taps["ffn_out"] = kb.rmsnorm(y, src.scale("post_ffn_norm", d), "post_ffn_norm")  # (1, dim, 1, S)
-    return src.finish(ffn_fwd_layout(cfg), taps)
+    """The FFN forward kernel: the family's MLP block lowered to MIL by ``MilBlocks``, its weights from
+    ``src`` (baked: ``ffn_fwd``; packed: ``dynamic.ffn_fwd_dynamic``)."""
+    blocks = MilBlocks(src)
+    model = model_for(cfg)
+    out = model.mlp(blocks, src.act("x"), kind_plan(model, cfg, "full"))  # (1, dim, 1, S)
+    return src.finish(ffn_fwd_layout(cfg), block_taps(blocks.taps, out, "ffn_out", "ffn_pre"))
+
+
+def kind_plan(model: Any, cfg: ModelConfig, kind: str) -> LayerPlan:
+    """The family's plan of the first layer of type ``kind``; a model without such a layer (a kernel of
+    every kind is generated for ``kernels dump``) gets that kind's plan from the config."""
+    for i in range(cfg.n_layers):
+        if cfg.layer_type(i) == kind:
+            return model.plan(i)
+    theta, scaling = cfg.kind_rope(kind)
+    return LayerPlan(0, kind, cfg.kind_window(kind), Rope(theta, scaling), cfg.scores_scale)
+
+
+def block_taps(taps: Mapping[str, Var], out: Var, name: str, pre: str) -> dict[str, Var]:
+    """A kernel's taps from a block's: the block's result is the tap ``name`` (what the residual adds);
+    where the family tapped ``name`` on a value before it (Gemma 3's post-norm follows Wo / W2), that
+    value is the tap ``pre``, which the norm's backward on the host reads."""
+    out_taps = dict(taps)
+    if out_taps.get(name, out) is not out:
+        out_taps[pre] = out_taps[name]
+    out_taps[name] = out
+    return out_taps
 
 
 def final_rmsnorm(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
