@@ -139,7 +139,7 @@ def adamw_update(
         w[i] = np.float32(wi - np.float32(step * np.float32(mi / denom)))
 
 
-# -- the engine numerics' passes (``runtime.engine_numerics``) ---------------------------------------
+# -- the engine numerics' passes (``runtime.sim.numerics``) ---------------------------------------
 
 _MIN_NORMAL_F = np.float32(2.0**-14)
 _MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2**-14 as a float32 pattern: fp16's smallest normal
