@@ -17,7 +17,6 @@ on the host, which holds the forward taps. ``weights=None`` generates the progra
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -57,7 +56,9 @@ def qkv_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
     return Layout.of([("dq", q), ("dk", kv), ("dv", kv)], s), Layout.of([("dx", cfg.dim)], s)
 
 
-def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None, *, da_input: bool = False) -> KernelSpec:
+def sdpa_bwd1(
+    cfg: ModelConfig, weights: Weights = None, *, da_input: bool = False, kind: str = "full"
+) -> KernelSpec:
     """Gradient of o_out back to v, and the two score-sized operands of the softmax backward.
 
     Input: concat(q (q_dim), k (kv_dim), v (kv_dim), do (dim)): q and k after RoPE (the forward taps),
@@ -65,9 +66,11 @@ def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None, *, da_input: bool = Fal
     is da = Wo^T do (q_dim) itself, computed elsewhere (the dynamic pipeline's matmul), and no Wo is
     baked. Output: concat(dv (kv_dim), probs (H*S), dp (H*S)); probs and dp are [1, H, S, S] score
     tensors flattened to [1, H*S, 1, S] (channel h*S + i holds query i of head h, spatial j is key j).
+    ``kind`` "sliding" recomputes the probabilities under the banded mask of a sliding layer. With
+    post-norms, do is the gradient of Wo's output before post_att_norm (the tap o_pre).
     """
     inputs, outputs = sdpa_bwd1_layouts(cfg, da_input)
-    kb = KernelBuilder("sdpa_bwd1", cfg, inputs, weights)
+    kb = KernelBuilder("sdpa_bwd1", cfg, inputs, weights, kind)
     d, qd, h, kvh = cfg.dim, cfg.q_dim, cfg.n_heads, cfg.n_kv_heads
     qh = kb.heads(kb.part("q"), h, "qh")  # (1, H, S, hd)
     kh = kb.heads(kb.part("k"), kvh, "kh")  # (1, KVH, S, hd)
@@ -92,15 +95,15 @@ def sdpa_bwd1(cfg: ModelConfig, weights: Weights = None, *, da_input: bool = Fal
     )
 
 
-def sdpa_bwd1_weightless(cfg: ModelConfig) -> KernelSpec:
+def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full") -> KernelSpec:
     """SDPA backward 1 without trained weights (the dynamic pipeline's, fed da = Wo^T do by a dynamic
     matmul): baked with Wo = I where Wo is square (llama2.c), else taking da (q_dim) as its input."""
     if cfg.q_dim == cfg.dim:
-        return sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)})
-    return sdpa_bwd1(cfg, None, da_input=True)
+        return sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}, kind=kind)
+    return sdpa_bwd1(cfg, None, da_input=True, kind=kind)
 
 
-def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -> KernelSpec:
     """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
 
     Input: concat(probs (H*S), dp (H*S), q (q_dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
@@ -108,10 +111,11 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     before RoPE when it is enabled (the transposed rotation, baked cos / sin tables, is the kernel's only
     weight data): the projections Wq xnorm (+ bq) and Wk xnorm (+ bk), or, with a q / k norm, that
     norm's outputs (the host carries them back through the norm). ``weights`` is unused (the kernel bakes no
-    model weight) and accepted for a uniform generator signature.
+    model weight) and accepted for a uniform generator signature. The scores' scale is
+    ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables.
     """
     inputs, outputs = sdpa_bwd2_layouts(cfg)
-    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights)
+    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind)
     qd, kv, h, kvh = cfg.q_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     probs = kb.score_heads(kb.part("probs"), "probs")  # (1, H, S, S)
     dp = kb.score_heads(kb.part("dp"), "dp")  # (1, H, S, S)
@@ -121,7 +125,7 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     row = kb.f.reduce_sum(x=pdp, axes=[-1], keep_dims=True, name="p_dp_sum")  # (1, H, S, 1)
     centred = kb.f.sub(x=dp, y=row, name="dp_centred")  # (1, H, S, S)
     ds = kb.f.mul(x=probs, y=centred, name="ds_raw")  # (1, H, S, S): gradient of the softmax input
-    ds = kb.f.mul(x=ds, y=1.0 / math.sqrt(cfg.head_dim), name="ds")  # (1, H, S, S): of the raw q.k
+    ds = kb.f.mul(x=ds, y=cfg.scores_scale, name="ds")  # (1, H, S, S): of the raw q.k
     dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
     dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
     dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, q_dim, 1, S)

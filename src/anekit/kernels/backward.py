@@ -38,7 +38,9 @@ def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     forward taps. Output: concat(dx (dim), dh1 (hidden), dh3 (hidden)), dx the gradient w.r.t. the
     normalised input x2norm (W1^T dh1 + W3^T dh3), dh1 / dh3 the gradients of the W1 / W3 outputs.
     With sig = sigmoid(h1) and g = W2^T dffn: dh1 = g * h3 * sig * (1 + h1 (1 - sig)),
-    dh3 = g * h1 * sig.
+    dh3 = g * h1 * sig; with Gemma's GeGLU (``cfg.mlp_act`` "gelu_tanh") dh1 = g * h3 * gelu'(h1),
+    dh3 = g * gelu(h1) (``KernelBuilder.geglu_grads``). With post-norms dffn is the gradient of the W2
+    output (the tap ffn_pre), which the host carries back through post_ffn_norm.
     """
     inputs, outputs = ffn_bwd_layouts(cfg)
     kb = KernelBuilder("ffn_bwd", cfg, inputs, weights)
@@ -47,7 +49,7 @@ def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     h1 = kb.part("h1")  # (1, hidden, 1, S)
     h3 = kb.part("h3")  # (1, hidden, 1, S)
     dgate = kb.conv(dffn, kb.matrix("w2t", "w2", h, d, transpose=True), "dgate")  # (1, hidden, 1, S)
-    dh1, dh3 = kb.swiglu_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
+    dh1, dh3 = kb.gate_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
     dx1 = kb.conv(dh1, kb.matrix("w1t", "w1", d, h, transpose=True), "dx_w1")  # (1, dim, 1, S)
     dx3 = kb.conv(dh3, kb.matrix("w3t", "w3", d, h, transpose=True), "dx_w3")  # (1, dim, 1, S)
     dx = kb.f.add(x=dx1, y=dx3, name="dx")  # (1, dim, 1, S)
@@ -64,8 +66,9 @@ def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, name: str = "rmsno
     """Input gradient of y = rmsnorm(x) * w, the scale w (dim,) baked from ``weights["w"]``.
 
     One generator serves every RMSNorm (rms_att, rms_ffn, rms_final: pass that vector as "w" and a
-    ``name`` telling the kernels apart). Input: concat(dy (dim), x (dim)). Output: dx (dim). With
-    r = (mean(x^2) + eps)^-1/2, xhat = x r and g = dy * w: dx = r (g - xhat * mean(g * xhat)). The
+    ``name`` telling the kernels apart); the kernel bakes ``cfg.norm_offset`` + w as the scale. Input:
+    concat(dy (dim), x (dim)). Output: dx (dim). With r = (mean(x^2) + eps)^-1/2, xhat = x r and
+    g = dy * w: dx = r (g - xhat * mean(g * xhat)). The
     scale's gradient dw = sum over positions of dy * xhat stays on the host (``reference.rmsnorm_bwd``
     returns both).
 
@@ -83,7 +86,7 @@ def rmsnorm_bwd(cfg: ModelConfig, weights: Weights = None, *, name: str = "rmsno
     x = kb.part("x")  # (1, dim, 1, S)
     r = kb.rms_inverse(x, "norm")  # (1, 1, 1, S)
     xhat = kb.f.mul(x=x, y=r, name="xhat")  # (1, dim, 1, S)
-    g = kb.f.mul(x=dy, y=kb.vector("w", "w", d), name="g")  # (1, dim, 1, S)
+    g = kb.f.mul(x=dy, y=kb.norm_scale("w", "w", d), name="g")  # (1, dim, 1, S)
     xhat_s = kb.f.mul(x=xhat, y=root, name="xhat_s")  # (1, dim, 1, S): xhat / sqrt(dim)
     gx = kb.f.mul(x=g, y=xhat_s, name="g_xhat_s")  # (1, dim, 1, S)
     total = kb.f.reduce_sum(x=gx, axes=[1], keep_dims=True, name="g_xhat_sum")  # (1, 1, 1, S)

@@ -34,34 +34,47 @@ MAX_CONV_INPUT_CHANNELS = 2048
 
 
 @lru_cache(maxsize=16)
-def causal_mask_blob(seq: int) -> bytes:
-    """The causal mask [1, 1, seq, seq] as a cached fp16 MILBlob: 0 on/below the diagonal, -65504 above."""
-    return build_blob_bytes([(causal_mask(seq), "fp16")])[0]
+def causal_mask_blob(seq: int, window: int = 0) -> bytes:
+    """The causal mask [1, 1, seq, seq] as a cached fp16 MILBlob: 0 on/below the diagonal, -65504 above
+    (``window`` > 0: the banded mask of a sliding layer, ``causal_mask``)."""
+    return build_blob_bytes([(causal_mask(seq, window), "fp16")])[0]
 
 
-def causal_mask(seq: int) -> np.ndarray:
-    """[1, 1, seq, seq] float32: 0 where key position <= query position, -65504 elsewhere."""
-    return np.triu(np.full((seq, seq), MASK_VALUE, dtype=np.float32), k=1).reshape(1, 1, seq, seq)
+def mask_file(window: int = 0) -> str:
+    """The weight file of the mask: ``MASK_FILE`` for the causal one, a file per window for banded ones."""
+    return MASK_FILE if not window else f"@model_path/weights/mask_window{window}.bin"
 
 
-def rope_tables(cfg: ModelConfig, channels: int) -> tuple[np.ndarray, np.ndarray]:
+def causal_mask(seq: int, window: int = 0) -> np.ndarray:
+    """[1, 1, seq, seq] float32: 0 where key position j <= query position i, -65504 elsewhere; with a
+    ``window`` > 0 (a sliding layer) also -65504 where j <= i - window, so each query sees the last
+    ``window`` positions, itself included (transformers' sliding-window mask)."""
+    mask = np.triu(np.full((seq, seq), MASK_VALUE, dtype=np.float32), k=1)
+    if window:
+        mask += np.tril(np.full((seq, seq), MASK_VALUE, dtype=np.float32), k=-window)
+    return mask.reshape(1, 1, seq, seq)
+
+
+def rope_tables(cfg: ModelConfig, channels: int, kind: str = "full") -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [1, channels / 2, 1, seq] for rotating channel pairs (2i, 2i + 1), as llama2.c does.
 
-    Pair i sits at position (2i) % head_dim within its head; its frequency is theta^(-(2i % hd) / hd).
+    Pair i sits at position (2i) % head_dim within its head; its frequency is theta^(-(2i % hd) / hd),
+    theta and the frequency scaling those of a ``kind`` layer (``ModelConfig.kind_rope``).
     """
     hd = cfg.head_dim
+    theta, scaling = cfg.kind_rope(kind)
     pair = np.arange(channels // 2)
-    freq = cfg.rope_theta ** (-((2 * pair) % hd) / hd)  # (channels / 2,)
-    if cfg.rope_scaling is not None:  # Llama 3's frequency bands
-        freq = cfg.rope_scaling.apply(freq)
+    freq = theta ** (-((2 * pair) % hd) / hd)  # (channels / 2,)
+    if scaling is not None:  # Llama 3's frequency bands
+        freq = scaling.apply(freq)
     angle = freq[:, None] * np.arange(cfg.seq_len)[None, :]  # (channels / 2, seq)
     shape = (1, channels // 2, 1, cfg.seq_len)
     return np.cos(angle).reshape(shape), np.sin(angle).reshape(shape)
 
 
-def rope_full_tables(cfg: ModelConfig, channels: int) -> tuple[np.ndarray, np.ndarray]:
+def rope_full_tables(cfg: ModelConfig, channels: int, kind: str = "full") -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [1, channels, 1, seq]: ``rope_tables`` with each pair's row written for both members."""
-    cos, sin = rope_tables(cfg, channels)  # (1, C/2, 1, S) each
+    cos, sin = rope_tables(cfg, channels, kind)  # (1, C/2, 1, S) each
     return np.repeat(cos, 2, axis=1), np.repeat(sin, 2, axis=1)  # (1, C, 1, S) each
 
 
@@ -78,12 +91,21 @@ def pair_swap_matrix(channels: int) -> np.ndarray:
 
 
 class KernelBuilder:
-    """One kernel being generated: MIL function ``main(x) -> out`` plus its fp16 weight file."""
+    """One kernel being generated: MIL function ``main(x) -> out`` plus its fp16 weight file.
+
+    ``kind`` is the layer type the kernel serves ("full" or "sliding", ``ModelConfig.layer_types``): it
+    chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables."""
 
     def __init__(
-        self, name: str, cfg: ModelConfig, inputs: Layout, weights: Mapping[str, np.ndarray] | None
+        self,
+        name: str,
+        cfg: ModelConfig,
+        inputs: Layout,
+        weights: Mapping[str, np.ndarray] | None,
+        kind: str = "full",
     ) -> None:
         self.name = name
+        self.kind = kind
         # the engine's channel / spatial limits for kernels of this model (the vocabulary: the head's own)
         self.cfg = cfg.check_kernels(vocab=False)
         self.inputs = inputs
@@ -139,28 +161,37 @@ class KernelBuilder:
             a = a.T if transpose else a
         return self.weight(name, (rows, cols, 1, 1), None if a is None else np.ascontiguousarray(a))
 
-    def vector(self, name: str, key: str, channels: int) -> Var:
-        """A per-channel [1, channels, 1, 1] weight (e.g. an RMSNorm scale)."""
+    def vector(self, name: str, key: str, channels: int, offset: float = 0.0) -> Var:
+        """A per-channel [1, channels, 1, 1] weight (e.g. an RMSNorm scale), ``offset`` added to it."""
         a = self.value(key)
         if a is not None and a.shape != (channels,):
             raise LayoutError(
                 f"[{self.name}] weight '{key}' has shape {list(a.shape)}, expected [{channels}]"
             )
+        if a is not None and offset:
+            a = a + np.float32(offset)
         return self.weight(name, (1, channels, 1, 1), a)
 
+    def norm_scale(self, name: str, key: str, channels: int) -> Var:
+        """An RMSNorm's scale [1, channels, 1, 1]: weight ``key`` plus ``cfg.norm_offset`` (Gemma's
+        x * (1 + w) bakes 1 + w; the scale's gradient is w's)."""
+        return self.vector(name, key, channels, self.cfg.norm_offset)
+
     def mask(self) -> Var:
-        """The causal mask [1, 1, S, S] (0 allowed, -65504 masked), from the cached mask blob file."""
+        """The attention mask [1, 1, S, S] (0 allowed, -65504 masked) from a cached mask blob file: causal,
+        or banded for a sliding layer (``causal_mask``)."""
         if self._mask is None:
-            seq = self.cfg.seq_len
-            self.shared_files[MASK_FILE] = causal_mask_blob(seq)
-            self._mask = self.f.weight(tensor("fp16", [1, 1, seq, seq]), MASK_FILE, 64, name="mask")
+            seq, window = self.cfg.seq_len, self.cfg.kind_window(self.kind)
+            path = mask_file(window)
+            self.shared_files[path] = causal_mask_blob(seq, window)
+            self._mask = self.f.weight(tensor("fp16", [1, 1, seq, seq]), path, 64, name="mask")
         return self._mask
 
     # -- blocks ------------------------------------------------------------------------------------
 
     def conv(self, x: Var, weight: Var, name: str) -> Var:
         """A 1x1 conv: the engine's matmul, [1, in, 1, S] -> [1, out, 1, S] (in <= 2048 channels)."""
-        channels = weight.type.shape[1]  # type: ignore[union-attr]
+        channels = weight.type.shape[1]  # type: ignore[attr-defined]
         if channels > MAX_CONV_INPUT_CHANNELS:
             raise LayoutError(
                 f"[{self.name}] conv '{name}' reads {channels} input channels; the widest conv with "
@@ -171,7 +202,7 @@ class KernelBuilder:
     def reshape(self, x: Var, shape: list[int], name: str) -> Var:
         """``reshape`` to ``shape``; ``x`` itself when it already has that shape (no same-shape reshapes:
         they have no hardware precedent)."""
-        if list(x.type.shape) == list(shape):  # type: ignore[union-attr]
+        if list(x.type.shape) == list(shape):  # type: ignore[attr-defined]
             return x
         return self.f.reshape(x=x, shape=shape, name=name)
 
@@ -196,7 +227,7 @@ class KernelBuilder:
         reduce_sum + pow(-0.5) tail is maderix/ANE training/stories_mil.h's, which ran on hardware.
         """
         f = self.f
-        channels = x.type.shape[axis]  # type: ignore[union-attr]
+        channels = x.type.shape[axis]  # type: ignore[attr-defined]
         peak = f.reduce_max(x=f.abs(x=x, name=f"{tag}_abs"), axes=[axis], keep_dims=True, name=f"{tag}_peak")
         m = f.maximum(x=peak, y=2.0**-14, name=f"{tag}_m")  # (1, 1, 1, S)
         y = f.real_div(x=x, y=m, name=f"{tag}_y")  # (1, C, 1, S), |y| <= 1
@@ -234,7 +265,58 @@ class KernelBuilder:
             if a.shape != (hd,):
                 raise LayoutError(f"[{self.name}] weight '{key}' has shape {list(a.shape)}, expected [{hd}]")
             a = np.tile(a, n_heads)  # (n*hd,)
+            if self.cfg.norm_offset:  # a q / k norm's scale: offset + w, as ``norm_scale``
+                a = a + np.float32(self.cfg.norm_offset)
         return self.weight(name, (1, n_heads * hd, 1, 1), a)
+
+    def gate(self, h1: Var, h3: Var) -> Var:
+        """The gated unit act(h1) * h3 of the FFN, act ``cfg.mlp_act``; all (1, hidden, 1, S).
+
+        "silu": SwiGLU, silu composed as h1 * sigmoid(h1) (maderix/ANE training/stories_mil.h). "gelu_tanh":
+        GeGLU with the tanh-approximated gelu, one ``gelu`` op with its mode written: the engine runs gelu
+        natively on M1 through M5 (sbryngelson/ane-guide's op matrix, a lookup table) and gelu(mode =
+        "TANH_APPROXIMATION") ran against a reference on an M4 Max (rule 'op.gelu-mode'; only a gelu
+        without its mode was refused)."""
+        f = self.f
+        if self.cfg.mlp_act == "gelu_tanh":
+            act = f.gelu(x=h1, mode="TANH_APPROXIMATION", name="h1_gelu")  # (1, hidden, 1, S)
+        else:
+            sig = f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
+            act = f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
+        return f.mul(x=act, y=h3, name="gate")  # (1, hidden, 1, S)
+
+    def gate_grads(self, dgate: Var, h1: Var, h3: Var) -> tuple[Var, Var]:
+        """Gradients of ``gate`` w.r.t. h1 and h3, given dgate: ``swiglu_grads`` or ``geglu_grads``."""
+        if self.cfg.mlp_act == "gelu_tanh":
+            return self.geglu_grads(dgate, h1, h3)
+        return self.swiglu_grads(dgate, h1, h3)
+
+    def geglu_grads(self, dgate: Var, h1: Var, h3: Var) -> tuple[Var, Var]:
+        """Gradients of gate = gelu_tanh(h1) * h3 w.r.t. h1 and h3, given dgate; all (1, hidden, 1, S).
+
+        With u = c x (1 + a x^2), c = sqrt(2 / pi), a = 0.044715 and t = tanh(u): gelu = x (1 + t) / 2 and
+        d gelu / dx = (1 + t) / 2 + x (1 - t^2) c (1 + 3 a x^2) / 2. No MIL op gives the derivative, so it
+        is composed of tanh, clip, mul and add (each native on M1 through M5, sbryngelson/ane-guide's op
+        matrix). x is clipped to [-8, 8] first: beyond, t is +-1 in fp16 and the slope exactly 1 or 0,
+        and x^2 stays <= 64 (x^3 overflows fp16 from |x| = 40). gelu itself (for dh3) is x (1 + t) / 2 of
+        the unclipped x, which equals it everywhere.
+        """
+        f = self.f
+        c, a = math.sqrt(2.0 / math.pi), 0.044715
+        xc = f.clip(x=h1, alpha=-8.0, beta=8.0, name="h1_clip")  # (1, hidden, 1, S), |xc| <= 8
+        x2 = f.mul(x=xc, y=xc, name="h1_sq")  # (1, hidden, 1, S), <= 64
+        poly = f.add(x=f.mul(x=x2, y=a, name="h1_sq_a"), y=1.0, name="h1_poly")  # 1 + a x^2
+        u = f.mul(x=f.mul(x=xc, y=poly, name="h1_inner"), y=c, name="h1_u")  # c x (1 + a x^2)
+        t = f.tanh(x=u, name="h1_tanh")  # (1, hidden, 1, S)
+        half = f.mul(x=f.add(x=t, y=1.0, name="h1_1pt"), y=0.5, name="h1_half")  # (1 + t) / 2
+        gelu = f.mul(x=h1, y=half, name="h1_gelu")  # (1, hidden, 1, S)
+        sech2 = f.sub(x=1.0, y=f.mul(x=t, y=t, name="h1_t2"), name="h1_sech2")  # 1 - t^2
+        du = f.add(x=f.mul(x=x2, y=3 * a * c, name="h1_du_sq"), y=c, name="h1_du")  # c (1 + 3 a x^2)
+        tail = f.mul(x=f.mul(x=xc, y=sech2, name="h1_x_sech2"), y=du, name="h1_tail_full")
+        slope = f.add(x=half, y=f.mul(x=tail, y=0.5, name="h1_tail"), name="gelu_slope")  # d gelu / dx
+        dh1 = f.mul(x=f.mul(x=dgate, y=h3, name="dgate_h3"), y=slope, name="dh1")
+        dh3 = f.mul(x=dgate, y=gelu, name="dh3")
+        return dh1, dh3
 
     def swiglu_grads(self, dgate: Var, h1: Var, h3: Var) -> tuple[Var, Var]:
         """Gradients of gate = silu(h1) * h3 w.r.t. h1 and h3, given dgate; all (1, hidden, 1, S).
@@ -279,7 +361,7 @@ class KernelBuilder:
         C = 768) and C*C*S multiply-adds, as much as one projection; the swap weight and the tables are
         shared by every rotation of C channels in a kernel.
         """
-        if channels != x.type.shape[1]:  # type: ignore[union-attr]
+        if channels != x.type.shape[1]:  # type: ignore[attr-defined]
             raise LayoutError(f"[{self.name}] rope '{tag}': {x.type} does not have {channels} channels")
         swap, c, s = self._rope_consts(channels)
         xc = self.f.mul(x=x, y=c, name=f"{tag}_xc")  # (1, C, 1, S)
@@ -293,7 +375,7 @@ class KernelBuilder:
         """The pair swap [C, C, 1, 1] and the cos / sin tables [1, C, 1, S] for ``channels``, made once."""
         if channels not in self._rope:
             seq = self.cfg.seq_len
-            cos, sin = rope_full_tables(self.cfg, channels)  # (1, C, 1, S) each
+            cos, sin = rope_full_tables(self.cfg, channels, self.kind)  # (1, C, 1, S) each
             swap = pair_swap_matrix(channels).reshape(channels, channels, 1, 1)
             self._rope[channels] = (
                 self.weight(f"rope_swap_{channels}", (channels, channels, 1, 1), swap),
@@ -306,17 +388,18 @@ class KernelBuilder:
         """[1, H, S, X] -> [1, KVH, G*S, X]: the query heads sharing a kv head, stacked along rows
         (``q`` itself without grouping: G = 1)."""
         cfg = self.cfg
-        last = q.type.shape[3]  # type: ignore[union-attr]
+        last = q.type.shape[3]  # type: ignore[attr-defined]
         return self.reshape(q, [1, cfg.n_kv_heads, cfg.kv_group * cfg.seq_len, last], tag)
 
     def ungroup(self, x: Var, tag: str) -> Var:
         """[1, KVH, G*S, X] -> [1, H, S, X] (``x`` itself without grouping)."""
         cfg = self.cfg
-        last = x.type.shape[3]  # type: ignore[union-attr]
+        last = x.type.shape[3]  # type: ignore[attr-defined]
         return self.reshape(x, [1, cfg.n_heads, cfg.seq_len, last], tag)
 
     def attention_probs(self, qh: Var, kh: Var, tag: str) -> Var:
-        """softmax(Q K^T / sqrt(hd) + causal mask) over keys.
+        """softmax(Q K^T * scale + mask) over keys: scale ``cfg.scores_scale`` (1 / sqrt(hd) unless the model
+        names its own), the mask causal or banded (``mask``).
 
         [1, H, S, hd] and [1, KVH, S, hd] -> [1, H, S, S].
         """
@@ -326,7 +409,7 @@ class KernelBuilder:
             x=qg, y=kh, transpose_x=False, transpose_y=True, name=f"{tag}_qk"
         )  # (1,KVH,G*S,S)
         scores = self.ungroup(scores, f"{tag}_scores")  # (1, H, S, S)
-        scaled = self.f.mul(x=scores, y=1.0 / math.sqrt(cfg.head_dim), name=f"{tag}_scaled")
+        scaled = self.f.mul(x=scores, y=cfg.scores_scale, name=f"{tag}_scaled")
         masked = self.f.add(x=scaled, y=self.mask(), name=f"{tag}_masked")
         return self.f.softmax(x=masked, axis=-1, name=f"{tag}_probs")
 
@@ -360,7 +443,7 @@ class KernelBuilder:
         """
         values = tuple(parts[n] for n in outputs.names)
         for (n, c), v in zip(outputs.parts, values):
-            if v.type.shape != (1, c, 1, outputs.spatial):  # type: ignore[union-attr]
+            if v.type.shape != (1, c, 1, outputs.spatial):  # type: ignore[attr-defined]
                 raise LayoutError(
                     f"[{self.name}] output part '{n}' is {v.type}, layout says [1, {c}, 1, {outputs.spatial}]"
                 )

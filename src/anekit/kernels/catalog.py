@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.kernels.config import ModelConfig
+from anekit.kernels.config import LAYER_TYPES, ModelConfig
 from anekit.kernels.spec import KernelSpec
 
 # name -> (module, function). Per-layer kernels first, then the head (final norm and classifier).
@@ -42,6 +42,10 @@ DYNAMIC_HELPERS = {
     "wo_t_dynamic": ("anekit.kernels.dynamic", "wo_t_dynamic"),
     "sdpa_bwd1_weightless": ("anekit.kernels.attention_bwd", "sdpa_bwd1_weightless"),
 }
+# The kernels whose program depends on the layer type (the attention mask, the RoPE tables): a model with
+# sliding layers (ModelConfig.layer_types) has each of them once per kind, "<name>_<kind>" for kinds other
+# than "full" (``with_kinds``).
+BY_KIND = ("sdpa_fwd", "sdpa_bwd1", "sdpa_bwd2", "sdpa_fwd_dynamic", "sdpa_bwd1_weightless")
 # Which RMSNorm scale each rmsnorm_bwd instance bakes.
 RMSNORM_SCALE = {"rmsnorm_att_bwd": "rms_att", "rmsnorm_ffn_bwd": "rms_ffn", "rmsnorm_final_bwd": "rms_final"}
 
@@ -55,9 +59,35 @@ def generator(name: str) -> Callable[..., KernelSpec]:
     return getattr(importlib.import_module(module), func)
 
 
+def with_kinds(cfg: ModelConfig, names: list[str]) -> list[str]:
+    """``names`` and, after each kernel of ``BY_KIND`` among them, its variant for every other layer kind
+    ``cfg`` has ("sdpa_fwd_sliding" for Gemma 3's sliding layers); ``names`` itself for one kind."""
+    out = []
+    for name in names:
+        out.append(name)
+        if name in BY_KIND:
+            out += [f"{name}_{kind}" for kind in cfg.layer_kinds if kind != "full"]
+    return out
+
+
+def split_kind(name: str) -> tuple[str, str]:
+    """(cataloged name, layer kind) of a kernel name: "sdpa_fwd_sliding" -> ("sdpa_fwd", "sliding")."""
+    for kind in LAYER_TYPES:
+        base = name.removesuffix(f"_{kind}")
+        if base != name and base in BY_KIND:
+            return base, kind
+    return name, "full"
+
+
 def build(name: str, cfg: ModelConfig, weights: dict[str, np.ndarray] | None) -> KernelSpec:
-    """Generate a cataloged kernel for ``cfg`` (dynamic kernels take no baked weights)."""
+    """Generate a cataloged kernel for ``cfg`` (dynamic kernels take no baked weights); a name of
+    ``with_kinds`` generates that kind's variant."""
+    name, kind = split_kind(name)
     gen = generator(name)
+    if name in BY_KIND and kind != "full":
+        if name in DYNAMIC_KERNELS or name in DYNAMIC_HELPERS:
+            return gen(cfg, kind=kind)
+        return gen(cfg, weights, kind=kind)
     if name in DYNAMIC_KERNELS or name in DYNAMIC_HELPERS:
         return gen(cfg)
     if name in RMSNORM_SCALE:

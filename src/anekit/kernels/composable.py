@@ -241,11 +241,13 @@ class DynamicKernelSpec(KernelSpec):
     stacked along channels, or one activation segment per part, named after it (parts side by side
     along columns, so that a surface whose channels are the widest part has no empty rows).
     ``pack(weights, **parts)`` builds the input from llama2.c-layout weights and the named activations,
-    and ``run(k, weights, **parts)`` packs and runs.
+    and ``run(k, weights, **parts)`` packs and runs. ``offsets`` maps a weight to a constant added to it
+    when it is packed (an RMSNorm scale x * (offset + w), Gemma's 1 + w): the kernel reads the scale.
     """
 
     activations: Layout | None = None
     columns: SpatialLayout | None = None
+    offsets: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.activations is None or self.columns is None:
@@ -265,7 +267,17 @@ class DynamicKernelSpec(KernelSpec):
     def weight_columns(self, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The weight segments' blocks (what changes after an optimizer step)."""
         assert self.columns is not None
-        return self.columns.weight_blocks(weights)
+        return self.columns.weight_blocks(self.offset(weights))
+
+    def offset(self, weights: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``weights`` with each of ``offsets`` added to its weight (``weights`` itself without offsets)."""
+        if not self.offsets:
+            return weights
+        out = dict(weights)
+        for key, off in self.offsets.items():
+            if key in out:
+                out[key] = np.asarray(out[key], np.float32) + np.float32(off)
+        return out
 
     def pack(self, weights: Mapping[str, Any], **parts: Any) -> np.ndarray:
         """The [1, C, 1, W] input: the activation parts in their segment(s), the weights in theirs.
@@ -292,7 +304,7 @@ class DynamicKernelSpec(KernelSpec):
             starts = {s.name: o for s, o in zip(columns.segments, columns.offsets)}
             for name, _, c, rows in self.activations.part_rows(parts):
                 out[:c, starts[name] : starts[name] + spatial] = rows
-        for s, start, row, block in columns.weight_sources(weights):
+        for s, start, row, block in columns.weight_sources(self.offset(weights)):
             out[row : row + block.shape[0], start : start + s.columns] = block
         return out.reshape(1, columns.channels, 1, columns.columns)
 
@@ -329,8 +341,9 @@ def check_channels(name: str, **counts: int) -> None:
             )
 
 
-def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout) -> KernelBuilder:
-    """A KernelBuilder whose input ``x`` is the whole packed surface [1, C, 1, W]; checks the width first."""
+def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout, kind: str = "full") -> KernelBuilder:
+    """A KernelBuilder whose input ``x`` is the whole packed surface [1, C, 1, W]; checks the width first.
+    ``kind``: the layer type the kernel serves (``KernelBuilder``)."""
     act = sum(s.columns for s in columns.activation_segments)
     weights = columns.columns - act - columns.padded_columns
     check_spatial(
@@ -338,11 +351,16 @@ def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout) -> Kern
         columns.columns,
         f"activation columns {act} + packed weight columns {weights} + padding {columns.padded_columns}",
     )
-    return KernelBuilder(name, cfg, Layout.of([("x", columns.channels)], columns.columns), None)
+    return KernelBuilder(name, cfg, Layout.of([("x", columns.channels)], columns.columns), None, kind)
 
 
 def finish_dynamic(
-    kb: KernelBuilder, activations: Layout, columns: SpatialLayout, outputs: Layout, parts: Mapping[str, Var]
+    kb: KernelBuilder,
+    activations: Layout,
+    columns: SpatialLayout,
+    outputs: Layout,
+    parts: Mapping[str, Var],
+    offsets: Mapping[str, float] | None = None,
 ) -> DynamicKernelSpec:
     """``KernelBuilder.finish`` for a dynamic kernel: the spec also carries its column layout.
 
@@ -352,7 +370,7 @@ def finish_dynamic(
     """
     if len(outputs.parts) == 1:
         (part, channels), v = outputs.parts[0], parts[outputs.names[0]]
-        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[union-attr]
+        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[attr-defined]
             raise LayoutError(
                 f"[{kb.name}] the single output '{part}' must be [1, {channels}, 1, {outputs.spatial}] "
                 f"and produced by an op named 'out'; got {v.name}: {v.type}"
@@ -370,6 +388,7 @@ def finish_dynamic(
         spec.shared_files,
         activations=activations,
         columns=columns,
+        offsets=dict(offsets or {}),
     )
 
 
@@ -399,7 +418,7 @@ _SWAP_LAST = [0, 1, 3, 2]
 
 def token_rows(kb: KernelBuilder, a: Var, tag: str) -> Var:
     """Activations [1, K, 1, S] as a matmul's left operand [1, 1, S, K]: one row per token."""
-    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[union-attr]
+    k, seq = a.type.shape[1], a.type.shape[3]  # type: ignore[attr-defined]
     a4 = kb.f.reshape(x=a, shape=[1, 1, k, seq], name=f"{tag}_a")  # (1, 1, K, S)
     return kb.f.transpose(x=a4, perm=_SWAP_LAST, name=f"{tag}_at")  # (1, 1, S, K)
 
@@ -412,7 +431,7 @@ def rows_product(kb: KernelBuilder, at: Var, w: Var, tag: str, transposed: bool 
     M^T first, as maderix's ffnFused kernel does with W2 (mil_dynamic.h). Either way the matmul has
     transpose_x = transpose_y = false.
     """
-    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[union-attr]
+    rows, cols = w.type.shape[1], w.type.shape[3]  # type: ignore[attr-defined]
     w4 = kb.f.reshape(x=w, shape=[1, 1, rows, cols], name=f"{tag}_w")  # (1, 1, K, N) or (1, 1, N, K)
     if not transposed:
         w4 = kb.f.transpose(x=w4, perm=_SWAP_LAST, name=f"{tag}_wt")  # (1, 1, K, N)
@@ -421,7 +440,7 @@ def rows_product(kb: KernelBuilder, at: Var, w: Var, tag: str, transposed: bool 
 
 def rows_to_channels(kb: KernelBuilder, y: Var, tag: str, name: str | None = None) -> Var:
     """[1, 1, S, N] token rows back to channels [1, N, 1, S]; the reshape is named ``name`` or ``tag``."""
-    seq, n = y.type.shape[2], y.type.shape[3]  # type: ignore[union-attr]
+    seq, n = y.type.shape[2], y.type.shape[3]  # type: ignore[attr-defined]
     yt = kb.f.transpose(x=y, perm=_SWAP_LAST, name=f"{tag}_t")  # (1, 1, N, S)
     return kb.f.reshape(x=yt, shape=[1, n, 1, seq], name=name or tag)  # (1, N, 1, S)
 

@@ -175,14 +175,18 @@ class ModelConfig:
         dim (queries and the attention output have q_dim channels) and Llama 3's rope scaling (in the
         baked RoPE tables)."""
         q, kv, d, scores = self.q_dim, self.kv_dim, self.dim, self.n_heads * self.seq_len
-        taps = 2 * d + 2 * q + 2 * kv + (q + kv if self.qk_norm else 0)
+        post = d if self.post_norms else 0  # the o_pre / ffn_pre taps of the post-norms
+        taps = 2 * d + 2 * q + 2 * kv + (q + kv if self.qk_norm else 0) + post
         channels = {
             "dim": d,
             "hidden_dim": self.hidden_dim,
             **({"vocab_size": self.vocab_size} if vocab else {}),
             "attention score channels n_heads * seq_len": scores,
-            "SDPA forward taps 2 * dim + 2 * q_dim + 2 * kv_dim (+ q_dim + kv_dim with a q / k norm)": taps,
-            "FFN forward taps 2 * dim + 3 * hidden_dim": 2 * d + 3 * self.hidden_dim,
+            "SDPA forward taps 2 * dim + 2 * q_dim + 2 * kv_dim (+ q_dim + kv_dim with a q / k norm, + dim "
+            "with post-norms)": taps,
+            "FFN forward taps 2 * dim + 3 * hidden_dim (+ dim with post-norms)": 2 * d
+            + 3 * self.hidden_dim
+            + post,
             "SDPA backward 1 output kv_dim * 2 + 2 * n_heads * seq_len": 2 * kv + 2 * scores,
         }
         for what, n in channels.items():
@@ -198,19 +202,40 @@ class ModelConfig:
             )
         return self
 
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """The layer types the model has, each once, in order of first use: ("full",) for Llama."""
+        return tuple(dict.fromkeys(self.layer_type(i) for i in range(self.n_layers)))
+
+    def kind_window(self, kind: str) -> int:
+        """How many positions (itself included) a query of a ``kind`` layer sees; 0: all earlier ones."""
+        return self.sliding_window if kind == "sliding" else 0
+
+    def kind_rope(self, kind: str) -> tuple[float, RopeScaling | None]:
+        """The RoPE base and frequency scaling of a ``kind`` layer: a sliding layer turns by plain RoPE at
+        ``rope_local_theta`` (when set, else ``rope_theta``), as transformers' Gemma 3 builds its local
+        rotary embedding with the default rope type (``anekit.models.blocks.layer_plan``); a full layer
+        by the model's base and scaling."""
+        if kind == "sliding":
+            return self.rope_local_theta or self.rope_theta, None
+        return self.rope_theta, self.rope_scaling
+
     def layer_type(self, layer: int) -> str:
         """ "full" or "sliding": how far back layer ``layer`` attends."""
         return self.layer_types[layer] if self.layer_types else "full"
 
     def layer_window(self, layer: int) -> int:
         """How many positions (itself included) a query of layer ``layer`` sees; 0: all earlier ones."""
-        return self.sliding_window if self.layer_type(layer) == "sliding" else 0
+        return self.kind_window(self.layer_type(layer))
 
     def layer_rope_theta(self, layer: int) -> float:
         """The RoPE base of layer ``layer``: ``rope_local_theta`` for a sliding layer when set."""
-        if self.layer_type(layer) == "sliding" and self.rope_local_theta:
-            return self.rope_local_theta
-        return self.rope_theta
+        return self.kind_rope(self.layer_type(layer))[0]
+
+    @property
+    def scores_scale(self) -> float:
+        """What attention scores q . k are multiplied by: ``attn_scale``, or 1 / sqrt(head_dim)."""
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
 
     @property
     def head_dim(self) -> int:
@@ -243,7 +268,7 @@ class ModelConfig:
         """freq_j = 1 / theta^(2j / head_dim) for the head_dim / 2 pairs (computed in ``dtype``, as run.c
         computes them in float32), Llama 3's scaling applied when the model has it."""
         hd = self.head_dim
-        pair = np.arange(0, hd, 2, dtype=dtype)
+        pair: np.ndarray = np.arange(0, hd, 2, dtype=dtype)
         freq = dtype(1.0) / np.power(dtype(self.rope_theta), pair / dtype(hd))
         return freq if self.rope_scaling is None else self.rope_scaling.apply(freq)
 

@@ -1,5 +1,9 @@
 """Dynamic-weight variants of the fused layer kernels: weights travel in the input, compiled once.
 
+The forward kernels are ``forward.sdpa_forward`` / ``ffn_forward`` given a ``source.Packed`` weight
+source over the column layouts below; the backward kernels, split differently from the baked ones (see
+below), are written here.
+
 Each kernel's single input [1, C, 1, W] holds the activations (channel parts as the baked kernel's
 input) and the trainable weights as named column segments (``composable.SpatialLayout``). A training
 loop compiles each kernel once and writes new weights into the input after every optimizer step: no
@@ -36,9 +40,10 @@ naming the rule).
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
 sdpa_fwd_dynamic      max(dim,  act dim x S, wq_t dim x q_dim, wk_t dim x kv, wv_t dim x kv,
                       q_dim)    wo_t q_dim x dim, rms_att dim x S; with biases bq q_dim x S,
-                                bk / bv kv x S; with a q / k norm q_norm q_dim x S, k_norm kv x S
+                                bk / bv kv x S; with a q / k norm q_norm q_dim x S, k_norm kv x S;
+                                with post-norms post_att_norm dim x S
 ffn_fwd_dynamic       dim       act dim x S, w1_t dim x hidden, w3_t dim x hidden, w2 dim x hidden
-                                (W2 itself), rms_ffn dim x S
+                                (W2 itself), rms_ffn dim x S (+ post_ffn_norm dim x S)
 ffn_bwd_w2t_dynamic   dim       act (dffn) dim x S, w2 dim x hidden (= (W2^T)^T)
 ffn_bwd_w13t_dynamic  hidden    dgate, h1, h3 hidden x S each, w1 hidden x dim, w3 hidden x dim
 qkv_bwd_dynamic       q_dim     act (dq; dk; dv) (q_dim + 2 kv) x S, wqkv (q_dim + 2 kv) x dim
@@ -52,7 +57,6 @@ surface of all is ffn_fwd_dynamic's input, 9.5 MiB).
 
 from __future__ import annotations
 
-from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import (
     COLUMN_ALIGN,
     DynamicKernelSpec,
@@ -68,20 +72,9 @@ from anekit.kernels.composable import (
     token_rows,
 )
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.forward import ffn_fwd_layout, sdpa_fwd_layout
+from anekit.kernels.forward import ffn_forward, sdpa_forward
+from anekit.kernels.source import Packed
 from anekit.kernels.spec import Layout
-from anekit.mil import Var
-
-
-def _act_parts(kb: KernelBuilder, columns: SpatialLayout, activations: Layout) -> dict[str, Var]:
-    """Every activation part, by name: channel ranges of the one activation segment, or (one segment
-    per part) each part's own segment."""
-    acts = columns.activation_segments
-    if len(acts) > 1:
-        return {s.name: dynamic_slice(kb, columns, s.name) for s in acts}
-    act = acts[0].name
-    return {n: dynamic_slice(kb, columns, act, activations.range(n), tag=n) for n in activations.names}
-
 
 # -- SDPA forward ------------------------------------------------------------------------------------
 
@@ -106,10 +99,18 @@ def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
         segments += [Segment(b, n, s, ((b, n, False),)) for b, n in (("bq", q), ("bk", kv), ("bv", kv))]
     if cfg.qk_norm:
         segments += [Segment(w, n, s, ((w, n, False),)) for w, n in (("q_norm", q), ("k_norm", kv))]
+    if cfg.post_norms:
+        segments.append(Segment("post_att_norm", d, s, (("post_att_norm", d, False),)))
     return SpatialLayout.of(max(d, q), segments, align=COLUMN_ALIGN)
 
 
-def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
+def norm_offsets(cfg: ModelConfig, keys: tuple[str, ...]) -> dict[str, float]:
+    """The packing offsets of a kernel's RMSNorm scales ``keys``: each packed as ``cfg.norm_offset`` + w
+    (none when the offset is 0, so a Llama kernel's input is packed as it always was)."""
+    return {k: cfg.norm_offset for k in keys} if cfg.norm_offset else {}
+
+
+def sdpa_fwd_dynamic(cfg: ModelConfig, *, kind: str = "full") -> DynamicKernelSpec:
     """``forward.sdpa_fwd`` with its weights in the input: [1, max(dim, q_dim), 1, W]
     (``sdpa_fwd_dynamic_columns``).
 
@@ -117,82 +118,50 @@ def sdpa_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     the q / k norm and RoPE), v, attn_out, xnorm, and with a q / k norm q_pre, k_pre (the projections
     before it). Q, K and V are three matmuls sharing one transposed xnorm, as maderix's sdpaFwd
     (mil_dynamic.h); the biases are added and the norm scales multiplied as full [1, C, 1, S] segments,
-    as the RMSNorm scale is.
+    as the RMSNorm scale is. Gemma 3: post_att_norm as a segment like rms_att (the o_pre tap as in
+    ``forward.sdpa_fwd``), every norm scale packed as ``cfg.norm_offset`` + w, and ``kind`` choosing
+    the mask and the RoPE tables of a sliding layer.
     """
     columns = sdpa_fwd_dynamic_columns(cfg)
-    kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns)
-    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    activations = Layout.of([("x", d)], cfg.seq_len)
-    x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    scale = dynamic_slice(kb, columns, "rms_att")  # (1, dim, 1, S): the scale repeated per position
-    xn = kb.rmsnorm(x, scale, "att_norm")  # (1, dim, 1, S)
-    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
-    q = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wq_t"), "q", at=xnt)  # (1, q_dim, 1, S)
-    k = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wk_t"), "k", at=xnt)  # (1, kv_dim, 1, S)
-    v = dynamic_linear(kb, None, dynamic_slice(kb, columns, "wv_t"), "v", at=xnt)  # (1, kv_dim, 1, S)
-    if cfg.qkv_bias:  # Qwen 2
-        q = kb.f.add(x=q, y=dynamic_slice(kb, columns, "bq"), name="q_bias")  # (1, q_dim, 1, S)
-        k = kb.f.add(x=k, y=dynamic_slice(kb, columns, "bk"), name="k_bias")  # (1, kv_dim, 1, S)
-        v = kb.f.add(x=v, y=dynamic_slice(kb, columns, "bv"), name="v_bias")  # (1, kv_dim, 1, S)
-    taps = {}
-    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
-        taps = {"q_pre": q, "k_pre": k}
-        q = kb.head_rmsnorm(q, cfg.n_heads, dynamic_slice(kb, columns, "q_norm"), "qn")  # (1, q_dim, 1, S)
-        k = kb.head_rmsnorm(k, cfg.n_kv_heads, dynamic_slice(kb, columns, "k_norm"), "kn")  # (1, kv, 1, S)
-    if cfg.rope:
-        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
-        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
-    probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
-    att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = dynamic_linear(kb, att, dynamic_slice(kb, columns, "wo_t"), "o")  # (1, dim, 1, S)
-    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
-    return finish_dynamic(kb, activations, columns, sdpa_fwd_layout(cfg), taps)
+    kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns, kind)
+    activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
+    offsets = norm_offsets(cfg, ("rms_att", "q_norm", "k_norm", "post_att_norm"))
+    return sdpa_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 
 # -- FFN forward -------------------------------------------------------------------------------------
 
 
 def ffn_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
-    """Columns of the dynamic FFN forward input: x, then W1^T, W3^T, W2 (untransposed) and rms_ffn."""
+    """Columns of the dynamic FFN forward input: x, then W1^T, W3^T, W2 (untransposed) and rms_ffn (with
+    post-norms then post_ffn_norm)."""
     d, h = cfg.dim, cfg.hidden_dim
-    return SpatialLayout.of(
-        d,
-        [
-            Segment("act", d, cfg.seq_len),
-            Segment("w1_t", d, h, (("w1", d, True),)),
-            Segment("w3_t", d, h, (("w3", d, True),)),
-            Segment("w2", d, h, (("w2", d, False),)),
-            Segment("rms_ffn", d, cfg.seq_len, (("rms_ffn", d, False),)),
-        ],
-        align=COLUMN_ALIGN,
-    )
+    segments = [
+        Segment("act", d, cfg.seq_len),
+        Segment("w1_t", d, h, (("w1", d, True),)),
+        Segment("w3_t", d, h, (("w3", d, True),)),
+        Segment("w2", d, h, (("w2", d, False),)),
+        Segment("rms_ffn", d, cfg.seq_len, (("rms_ffn", d, False),)),
+    ]
+    if cfg.post_norms:
+        segments.append(Segment("post_ffn_norm", d, cfg.seq_len, (("post_ffn_norm", d, False),)))
+    return SpatialLayout.of(d, segments, align=COLUMN_ALIGN)
 
 
 def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     """``forward.ffn_fwd`` with its weights in the input: [1, dim, 1, W] (``ffn_fwd_dynamic_columns``).
 
     Activation part x (dim, S), the residual stream after attention. Output taps as ffn_fwd: ffn_out,
-    h1, h3, silu_out, x2norm. h1 and h3 are two matmuls sharing one transposed x2norm. W2^T would need
-    hidden rows, more than the dim channels, so W2 (dim, hidden) is packed as is and turned into W2^T
-    by a transpose op in the kernel, as maderix's ffnFused does (mil_dynamic.h).
+    h1, h3, silu_out, x2norm (with post-norms also ffn_pre; the gate is ``KernelBuilder.gate``). h1 and
+    h3 are two matmuls sharing one transposed x2norm. W2^T would need hidden rows, more than the dim
+    channels, so W2 (dim, hidden) is packed as is and turned into W2^T by a transpose op in the kernel,
+    as maderix's ffnFused does (mil_dynamic.h).
     """
     columns = ffn_fwd_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)
     activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
-    x = _act_parts(kb, columns, activations)["x"]  # (1, dim, 1, S)
-    xn = kb.rmsnorm(
-        x, dynamic_slice(kb, columns, "rms_ffn"), "ffn_norm"
-    )  # (1, dim, 1, S); scale (1, dim, 1, S)
-    xnt = token_rows(kb, xn, "xn")  # (1, 1, S, dim)
-    h1 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w1_t"), "h1", at=xnt)  # (1, hidden, 1, S)
-    h3 = dynamic_linear(kb, None, dynamic_slice(kb, columns, "w3_t"), "h3", at=xnt)  # (1, hidden, 1, S)
-    sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
-    silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
-    gate = kb.f.mul(x=silu, y=h3, name="gate")  # (1, hidden, 1, S)
-    w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
-    y = dynamic_linear(kb, gate, w2, "ffn", transposed=False)  # (1, dim, 1, S)
-    taps = {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn}
-    return finish_dynamic(kb, activations, columns, ffn_fwd_layout(cfg), taps)
+    offsets = norm_offsets(cfg, ("rms_ffn", "post_ffn_norm"))
+    return ffn_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 
 # -- FFN backward, part 1: dgate = W2^T dffn ----------------------------------------------------------
@@ -218,7 +187,7 @@ def ffn_bwd_w2t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = ffn_bwd_w2t_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_bwd_w2t_dynamic", cfg, columns)
     activations = Layout.of([("dffn", cfg.dim)], cfg.seq_len)
-    dffn = _act_parts(kb, columns, activations)["dffn"]  # (1, dim, 1, S)
+    dffn = Packed(kb, columns, activations).act("dffn")  # (1, dim, 1, S)
     w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
     dgate = dynamic_linear(kb, dffn, w2, "dgate", name="out")  # (1, hidden, 1, S)
     outputs = Layout.of([("dgate", cfg.hidden_dim)], cfg.seq_len)
@@ -269,9 +238,9 @@ def ffn_bwd_w13t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = ffn_bwd_w13t_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_bwd_w13t_dynamic", cfg, columns)
     activations, outputs = ffn_bwd_w13t_dynamic_layouts(cfg)
-    parts = _act_parts(kb, columns, activations)
-    dgate, h1, h3 = parts["dgate"], parts["h1"], parts["h3"]  # (1, hidden, 1, S) each
-    dh1, dh3 = kb.swiglu_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
+    src = Packed(kb, columns, activations)
+    dgate, h1, h3 = src.act("dgate"), src.act("h1"), src.act("h3")  # (1, hidden, 1, S) each
+    dh1, dh3 = kb.gate_grads(dgate, h1, h3)  # (1, hidden, 1, S) each: SwiGLU or GeGLU
     dx1 = rows_product(kb, token_rows(kb, dh1, "dh1"), dynamic_slice(kb, columns, "w1"), "dx1")  # (1,1,S,dim)
     dx3 = rows_product(kb, token_rows(kb, dh3, "dh3"), dynamic_slice(kb, columns, "w3"), "dx3")  # (1,1,S,dim)
     dxs = kb.f.add(x=dx1, y=dx3, name="dx_sum")  # (1, 1, S, dim)

@@ -3,37 +3,51 @@
 Weights are given as llama2.c lays them out: matrices (out, in) — wq (q_dim, dim), wk / wv (kv_dim,
 dim), wo (dim, q_dim) (q_dim = n_heads x head_dim, = dim for llama2.c models), w1 / w3 (hidden, dim),
 w2 (dim, hidden) — and vectors rms_att / rms_ffn / rms_final (dim,), embed (vocab, dim); Hugging Face
-models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so.
-``weights=None`` generates the program from shapes only.
+models add bq (q_dim,), bk / bv (kv_dim,) and q_norm / k_norm (head_dim,) where their config says so,
+Gemma 3 post_att_norm / post_ffn_norm (dim,). ``weights=None`` generates the program from shapes only.
+
+The layer's two forward kernels are no writing of the layer of their own: ``sdpa_forward`` and
+``ffn_forward`` lower the model family's attention and MLP blocks (``anekit.models``: Llama, Qwen,
+Gemma 3) through ``mil_blocks.MilBlocks``, over a weight source (``anekit.kernels.source``):
+``sdpa_fwd`` / ``ffn_fwd`` give them baked weights, ``dynamic.sdpa_fwd_dynamic`` / ``ffn_fwd_dynamic``
+weights packed into the input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.mil_blocks import MilBlocks
+from anekit.kernels.source import Baked, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout
+from anekit.mil import Var
+from anekit.models import model_for
+from anekit.models.blocks import LayerPlan, Rope
 
 Weights = Mapping[str, np.ndarray] | None
 
 
 def sdpa_fwd_layout(cfg: ModelConfig) -> Layout:
     """Taps of the SDPA forward kernel, in order: o_out (dim), q (q_dim), k, v (kv_dim), attn_out (q_dim),
-    xnorm (dim), then, with a q / k norm only, q_pre (q_dim) and k_pre (kv_dim). New taps go at the end,
-    so the offsets of the others never move."""
+    xnorm (dim), then, with a q / k norm only, q_pre (q_dim) and k_pre (kv_dim), and with post-norms only
+    o_pre (dim). New taps go at the end, so the offsets of the others never move."""
     d, q, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
     taps = [("o_out", d), ("q", q), ("k", kv), ("v", kv), ("attn_out", q), ("xnorm", d)]
     if cfg.qk_norm:
         taps += [("q_pre", q), ("k_pre", kv)]
+    if cfg.post_norms:
+        taps += [("o_pre", d)]
     return Layout.of(taps, cfg.seq_len)
 
 
-def sdpa_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -> KernelSpec:
     """RMSNorm, Q/K/V projections (plus biases), the per-head q / k RMSNorm, RoPE (when enabled), causal
-    attention, Wo.
+    attention, Wo, and the post-attention RMSNorm (Gemma 3).
 
     Weights: rms_att (dim,), wq (q_dim, dim), wk / wv (kv_dim, dim), wo (dim, q_dim); with
     ``cfg.qkv_bias`` also bq (q_dim,), bk / bv (kv_dim,), added after the projections; with
@@ -42,57 +56,76 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     (``sdpa_fwd_layout``): o_out (Wo @ attention), q and k (after the norm and RoPE), v, attn_out
     (attention before Wo), xnorm (the normalised input); with a q / k norm also q_pre and k_pre, the
     projections (biases included) before the norm, which the host needs for the norm's backward.
+
+    Gemma 3 (``cfg.post_norms``): o_out is Wo @ attention RMS-normalised by post_att_norm (dim,), the value
+    the residual adds, and the tap o_pre holds Wo @ attention before that norm (the host's backward of
+    it). Every norm scale is ``cfg.norm_offset`` + its weight (``KernelBuilder.norm_scale``); ``kind``
+    "sliding" bands the mask to ``cfg.sliding_window`` and takes the sliding layers' RoPE tables.
     """
-    kb = KernelBuilder("sdpa_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
-    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    x = kb.part("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, kb.vector("rms_att", "rms_att", d), "att_norm")
-    q = kb.conv(xn, kb.matrix("wq", "wq", qd, d), "q")  # (1, q_dim, 1, S)
-    k = kb.conv(xn, kb.matrix("wk", "wk", kv, d), "k")  # (1, kv_dim, 1, S)
-    v = kb.conv(xn, kb.matrix("wv", "wv", kv, d), "v")
-    if cfg.qkv_bias:  # Qwen 2
-        q = kb.f.add(x=q, y=kb.vector("bq", "bq", qd), name="q_bias")  # (1, q_dim, 1, S)
-        k = kb.f.add(x=k, y=kb.vector("bk", "bk", kv), name="k_bias")  # (1, kv_dim, 1, S)
-        v = kb.f.add(x=v, y=kb.vector("bv", "bv", kv), name="v_bias")  # (1, kv_dim, 1, S)
-    taps = {}
-    if cfg.qk_norm:  # Qwen 3: each head of q and k RMS-normalised before RoPE
-        taps = {"q_pre": q, "k_pre": k}
-        q = kb.head_rmsnorm(q, cfg.n_heads, kb.head_vector("q_norm", "q_norm", cfg.n_heads), "qn")
-        k = kb.head_rmsnorm(k, cfg.n_kv_heads, kb.head_vector("k_norm", "k_norm", cfg.n_kv_heads), "kn")
-    if cfg.rope:
-        q = kb.rope(q, qd, "q_rope")  # (1, q_dim, 1, S)
-        k = kb.rope(k, kv, "k_rope")  # (1, kv_dim, 1, S)
-    probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), "att")
-    att = kb.merge_heads(kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), "att"), cfg.n_heads, "att")
-    o = kb.conv(att, kb.matrix("wo", "wo", d, qd), "o")  # (1, dim, 1, S); att (1, q_dim, 1, S)
-    taps.update({"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn})
-    return kb.finish(sdpa_fwd_layout(cfg), taps)
+    kb = KernelBuilder("sdpa_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights, kind)
+    return sdpa_forward(cfg, Baked(kb))
+
+
+def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
+    """The SDPA forward kernel: the family's attention block (``anekit.models``) lowered to MIL by
+    ``MilBlocks``, its weights from ``src`` (baked: ``sdpa_fwd``; packed: ``dynamic.sdpa_fwd_dynamic``),
+    the layer kind's plan (mask, RoPE, score scale) that of ``src.kb.kind``."""
+    blocks = MilBlocks(src)
+    model = model_for(cfg)
+    out = model.attention(blocks, src.act("x"), kind_plan(model, cfg, src.kb.kind))  # (1, dim, 1, S)
+    return src.finish(sdpa_fwd_layout(cfg), block_taps(blocks.taps, out, "o_out", "o_pre"))
 
 
 def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
-    """Taps of the FFN forward kernel, in order."""
+    """Taps of the FFN forward kernel, in order (with post-norms, ffn_pre (dim) last)."""
     d, h = cfg.dim, cfg.hidden_dim
-    return Layout.of([("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h), ("x2norm", d)], cfg.seq_len)
+    taps = [("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h), ("x2norm", d)]
+    if cfg.post_norms:
+        taps += [("ffn_pre", d)]
+    return Layout.of(taps, cfg.seq_len)
 
 
 def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
-    """RMSNorm (rms_ffn), W1 and W3 projections, SiLU gate, W2.
+    """RMSNorm (rms_ffn), W1 and W3 projections, the gate (SwiGLU, or Gemma's GeGLU), W2, and the
+    post-FFN RMSNorm (Gemma 3).
 
     Input x: [1, dim, 1, S], the residual stream after attention. Output taps: ffn_out (W2 output),
-    h1 (W1 output), h3 (W3 output), silu_out (silu(h1) * h3, the W2 input), x2norm (the normalised
-    input).
+    h1 (W1 output), h3 (W3 output), silu_out (act(h1) * h3, the W2 input, whatever ``cfg.mlp_act``),
+    x2norm (the normalised input). With ``cfg.post_norms`` ffn_out is the W2 output RMS-normalised by
+    post_ffn_norm and the tap ffn_pre holds the W2 output itself.
     """
     kb = KernelBuilder("ffn_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
-    d, h = cfg.dim, cfg.hidden_dim
-    x = kb.part("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, kb.vector("rms_ffn", "rms_ffn", d), "ffn_norm")  # (1, dim, 1, S)
-    h1 = kb.conv(xn, kb.matrix("w1", "w1", h, d), "h1")  # (1, hidden, 1, S)
-    h3 = kb.conv(xn, kb.matrix("w3", "w3", h, d), "h3")  # (1, hidden, 1, S)
-    sig = kb.f.sigmoid(x=h1, name="h1_sigmoid")  # (1, hidden, 1, S)
-    silu = kb.f.mul(x=h1, y=sig, name="h1_silu")  # (1, hidden, 1, S)
-    gate = kb.f.mul(x=silu, y=h3, name="gate")  # (1, hidden, 1, S)
-    y = kb.conv(gate, kb.matrix("w2", "w2", d, h), "ffn")  # (1, dim, 1, S)
-    return kb.finish(ffn_fwd_layout(cfg), {"ffn_out": y, "h1": h1, "h3": h3, "silu_out": gate, "x2norm": xn})
+    return ffn_forward(cfg, Baked(kb))
+
+
+def ffn_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
+    """The FFN forward kernel: the family's MLP block lowered to MIL by ``MilBlocks``, its weights from
+    ``src`` (baked: ``ffn_fwd``; packed: ``dynamic.ffn_fwd_dynamic``)."""
+    blocks = MilBlocks(src)
+    model = model_for(cfg)
+    out = model.mlp(blocks, src.act("x"), kind_plan(model, cfg, "full"))  # (1, dim, 1, S)
+    return src.finish(ffn_fwd_layout(cfg), block_taps(blocks.taps, out, "ffn_out", "ffn_pre"))
+
+
+def kind_plan(model: Any, cfg: ModelConfig, kind: str) -> LayerPlan:
+    """The family's plan of the first layer of type ``kind``; a model without such a layer (a kernel of
+    every kind is generated for ``kernels dump``) gets that kind's plan from the config."""
+    for i in range(cfg.n_layers):
+        if cfg.layer_type(i) == kind:
+            return model.plan(i)
+    theta, scaling = cfg.kind_rope(kind)
+    return LayerPlan(0, kind, cfg.kind_window(kind), Rope(theta, scaling), cfg.scores_scale)
+
+
+def block_taps(taps: Mapping[str, Var], out: Var, name: str, pre: str) -> dict[str, Var]:
+    """A kernel's taps from a block's: the block's result is the tap ``name`` (what the residual adds);
+    where the family tapped ``name`` on a value before it (Gemma 3's post-norm follows Wo / W2), that
+    value is the tap ``pre``, which the norm's backward on the host reads."""
+    out_taps = dict(taps)
+    if out_taps.get(name, out) is not out:
+        out_taps[pre] = out_taps[name]
+    out_taps[name] = out
+    return out_taps
 
 
 def final_rmsnorm(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
@@ -103,7 +136,7 @@ def final_rmsnorm(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     layout = Layout.of([("x", cfg.dim)], cfg.seq_len)
     kb = KernelBuilder("final_rmsnorm", cfg, layout, weights)
     x = kb.part("x")  # (1, dim, 1, S)
-    xn = kb.rmsnorm(x, kb.vector("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, S)
+    xn = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, S)
     return kb.finish(Layout.of([("xnorm", cfg.dim)], cfg.seq_len), {"xnorm": xn})
 
 

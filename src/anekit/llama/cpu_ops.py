@@ -63,7 +63,7 @@ def rmsnorm_bwd(dy: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> tup
     g = dy * w[:, None]  # (C, S)
     dot = np.mean(g * x, axis=0, keepdims=True, dtype=np.float32)  # (1, S)
     dx = r * g - x * (r * r * r * dot)  # (C, S)
-    dw = np.sum(dy * x * r, axis=1, dtype=np.float32)  # (C,)
+    dw = np.asarray(np.sum(dy * x * r, axis=1, dtype=np.float32))  # (C,)
     return dx.astype(np.float32, copy=False), dw
 
 
@@ -94,7 +94,7 @@ def head_rmsnorm_bwd(
     g = dyh * w[None, :, None]  # (heads, hd, S)
     dot = np.mean(g * xh, axis=1, keepdims=True, dtype=np.float32)  # (heads, 1, S)
     dx = r * g - xh * (r * r * r * dot)  # (heads, hd, S)
-    dw = np.sum(dyh * xh * r, axis=(0, 2), dtype=np.float32)  # (hd,)
+    dw = np.asarray(np.sum(dyh * xh * r, axis=(0, 2), dtype=np.float32))  # (hd,)
     return dx.reshape(c, t).astype(np.float32, copy=False), dw
 
 

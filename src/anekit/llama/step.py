@@ -9,7 +9,14 @@ Where the time goes, per micro-step of T tokens and L layers:
   every weight gradient as an outer-product sgemm (dW = dY @ X^T) from the kernels' taps; for Hugging
   Face attention also the backward of Qwen 3's per-head q / k norm (from the taps q_pre / k_pre, before
   the weight gradients and QKV backward, which take the projections' gradients) and the q / k / v bias
-  gradients (row sums).
+  gradients (row sums); for Gemma 3 the backward of the post-attention / post-FFN RMSNorms (from the
+  taps o_pre / ffn_pre, ``cpu_ops.rmsnorm_bwd``: a norm's backward runs on the host as the other
+  RMSNorms' do), the embedding's scale (lookup and gradient) and every norm scale read as offset + w.
+
+Layer types: a model with sliding-window layers beside full ones (Gemma 3) compiles each kind's
+attention kernels (the mask and the RoPE tables differ; the weights are the layer's own): baked, each
+layer's kernels of its kind as before and one SDPA backward 2 per kind; dynamic, the SDPA forward and
+backward 1 once per kind.
 
 Two weight modes (DESIGN.md): baked — weights are BLOBFILE consts (``Kernels``), so the kernels of a
 layer are compiled again whenever its weights change (once per accumulation batch); dynamic — weights
@@ -56,8 +63,25 @@ class Timer:
             self.seconds[name] += time.perf_counter() - t0
 
 
+def norm_scale(cfg: ModelConfig, w: np.ndarray) -> np.ndarray:
+    """What an RMSNorm with weight w scales by: ``cfg.norm_offset`` + w (w itself for Llama). Its gradient
+    is w's."""
+    return w + np.float32(cfg.norm_offset) if cfg.norm_offset else w
+
+
+def first_compiles(cfg: ModelConfig, weights: str) -> int:
+    """Programs a fresh kernel set compiles before its first step completes: one SDPA backward 2 per layer
+    kind, then the weight-bearing kernels (all per layer when baked; dynamic: five once, and the SDPA
+    forward and backward 1 once per kind)."""
+    kinds = len(cfg.layer_kinds)
+    if weights == "dynamic":
+        return kinds + DynamicKernels.compiles_for(cfg)
+    return kinds + Kernels.compiles_per_batch(cfg)
+
+
 class Kernels:
-    """The compiled kernels for one set of weights: ``layers[i][name]`` and the shared ``sdpa_bwd2``."""
+    """The compiled kernels for one set of weights: ``layers[i][name]`` and ``sdpa_bwd2``, shared by the
+    layers of a kind (``bwd2[kind]``; ``sdpa_bwd2`` is the first kind's)."""
 
     def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
         self.backend = backend
@@ -65,8 +89,11 @@ class Kernels:
         self.specs: list[dict[str, KernelSpec]] = []
         self.layers: list[dict[str, Kernel]] = []
         self._buffers: dict[str, np.ndarray] = {}
-        spec2 = attention_bwd.sdpa_bwd2(cfg)
-        self.sdpa_bwd2 = (spec2, spec2.compile(backend).load())
+        self.bwd2: dict[str, tuple[KernelSpec, Kernel]] = {}
+        for kind in cfg.layer_kinds:
+            spec2 = attention_bwd.sdpa_bwd2(cfg, kind=kind)
+            self.bwd2[kind] = (spec2, spec2.compile(backend).load())
+        self.sdpa_bwd2 = self.bwd2[cfg.layer_kinds[0]]
 
     @staticmethod
     def compiles_per_batch(cfg: ModelConfig) -> int:
@@ -79,23 +106,24 @@ class Kernels:
     def compile(self, params: Params, timer: Timer) -> None:
         """(Re)compile every weight-bearing kernel with the current weights."""
         self.close_layers()
-        gens = {
-            "sdpa_fwd": forward.sdpa_fwd,
-            "ffn_fwd": forward.ffn_fwd,
-            "ffn_bwd": backward.ffn_bwd,
-            "sdpa_bwd1": attention_bwd.sdpa_bwd1,
-            "qkv_bwd": attention_bwd.qkv_bwd,
-        }
+        cfg = self.cfg
         with timer.phase("compile"):
-            for i in range(self.cfg.n_layers):
+            for i in range(cfg.n_layers):
                 w = params.kernel_weights(i)
-                specs = {name: gen(self.cfg, w) for name, gen in gens.items()}
+                kind = cfg.layer_type(i)  # the attention kernels' mask and RoPE tables are the kind's
+                specs = {
+                    "sdpa_fwd": forward.sdpa_fwd(cfg, w, kind=kind),
+                    "ffn_fwd": forward.ffn_fwd(cfg, w),
+                    "ffn_bwd": backward.ffn_bwd(cfg, w),
+                    "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, w, kind=kind),
+                    "qkv_bwd": attention_bwd.qkv_bwd(cfg, w),
+                }
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         if name == "sdpa_bwd2":
-            spec, kernel = self.sdpa_bwd2
+            spec, kernel = self.bwd2[self.cfg.layer_type(layer)]
         else:
             spec, kernel = self.specs[layer][name], self.layers[layer][name]
         return spec.run(kernel, **parts)
@@ -116,7 +144,8 @@ class Kernels:
 
     def close(self) -> None:
         self.close_layers()
-        self.sdpa_bwd2[1].close()
+        for _, kernel in self.bwd2.values():
+            kernel.close()
         self._buffers.clear()
 
 
@@ -135,8 +164,13 @@ class DynamicKernels(Kernels):
         self.params: Params | None = None
         self.dynamic: dict[str, tuple[KernelSpec, Kernel]] = {}
 
+    @staticmethod
+    def compiles_for(cfg: ModelConfig) -> int:
+        """The weight-bearing programs of the dynamic set (seven for a model of one layer kind)."""
+        return 5 + 2 * len(cfg.layer_kinds)
+
     def compiles_needed(self) -> int:
-        return 0 if self.dynamic else 7
+        return 0 if self.dynamic else self.compiles_for(self.cfg)
 
     def compile(self, params: Params, timer: Timer) -> None:
         """Remember the current weights; compile the kernels the first time only."""
@@ -144,15 +178,17 @@ class DynamicKernels(Kernels):
         if self.dynamic:
             return
         cfg = self.cfg
-        specs = {
-            "sdpa_fwd": dynamic.sdpa_fwd_dynamic(cfg),
+        specs: dict[str, KernelSpec] = {
             "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg),
             "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
             "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
             "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
             "wo_t": dynamic.wo_t_dynamic(cfg),  # da = Wo^T do: (q_dim, T)
-            "sdpa_bwd1": attention_bwd.sdpa_bwd1_weightless(cfg),
         }
+        for kind in cfg.layer_kinds:  # "sdpa_fwd" / "sdpa_bwd1" for full layers, "sdpa_fwd:sliding" ...
+            tail = "" if kind == "full" else f":{kind}"
+            specs[f"sdpa_fwd{tail}"] = dynamic.sdpa_fwd_dynamic(cfg, kind=kind)
+            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind)
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
 
@@ -161,10 +197,12 @@ class DynamicKernels(Kernels):
             return super().run(layer, name, **parts)
         assert self.params is not None, "compile() first"
         w = self.params.kernel_weights(layer)
+        kind = self.cfg.layer_type(layer)
+        tail = "" if kind == "full" else f":{kind}"
         if name == "sdpa_bwd1":
             spec, kernel = self.dynamic["wo_t"]
-            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # (q_dim, T) = Wo^T @ do
-            spec, kernel = self.dynamic["sdpa_bwd1"]
+            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # type: ignore[call-arg]  # Wo^T @ do
+            spec, kernel = self.dynamic[f"sdpa_bwd1{tail}"]
             last = spec.inputs.names[-1]  # "do" (Wo = I baked) or "da"
             return spec.run(kernel, q=parts["q"], k=parts["k"], v=parts["v"], **{last: da})
         if name == "ffn_bwd":
@@ -172,7 +210,7 @@ class DynamicKernels(Kernels):
             dgate = spec.run(kernel, w, dffn=parts["dffn"])["dgate"]  # type: ignore[call-arg]  # (hidden, T)
             spec, kernel = self.dynamic["ffn_bwd_w13t"]
             return spec.run(kernel, w, dgate=dgate, h1=parts["h1"], h3=parts["h3"])  # type: ignore[call-arg]
-        spec, kernel = self.dynamic[name]
+        spec, kernel = self.dynamic[f"sdpa_fwd{tail}" if name == "sdpa_fwd" else name]
         return spec.run(kernel, w, **parts)  # type: ignore[call-arg]
 
     def close(self) -> None:
@@ -324,13 +362,19 @@ def forward_layers(
     cfg = kernels.cfg
     with timer.phase("cpu"):
         x = cpu_ops.embed_lookup(params.embed, tokens)  # (dim, T)
+        if (
+            cfg.embed_scale != 1.0
+        ):  # Gemma: the embeddings times sqrt(dim); the tied classifier reads them unscaled
+            x *= np.float32(cfg.embed_scale)
     saved = []
     for i in range(cfg.n_layers):
         with timer.phase("kernels"):
-            att = kernels.run(i, "sdpa_fwd", x=x)  # taps o_out, q, k, v, attn_out, xnorm (q_pre, k_pre)
+            att = kernels.run(
+                i, "sdpa_fwd", x=x
+            )  # taps o_out, q, k, v, attn_out, xnorm (q_pre, k_pre, o_pre)
         x2 = x + att["o_out"]  # (dim, T) residual
         with timer.phase("kernels"):
-            ffn = kernels.run(i, "ffn_fwd", x=x2)  # taps ffn_out, h1, h3, silu_out, x2norm
+            ffn = kernels.run(i, "ffn_fwd", x=x2)  # taps ffn_out, h1, h3, silu_out, x2norm (ffn_pre)
         saved.append((x, att, x2, ffn))
         x = x2 + ffn["ffn_out"]  # (dim, T)
     return x, saved
@@ -356,7 +400,7 @@ def eval_loss(
     """The forward alone (validation): (sum of the weighted per-position losses, sum of the weights)."""
     x, _ = forward_layers(kernels, params, tokens, timer)
     with timer.phase("cpu"):
-        xf = cpu_ops.rmsnorm(x, params.rms_final, kernels.cfg.norm_eps)  # (dim, T)
+        xf = cpu_ops.rmsnorm(x, norm_scale(kernels.cfg, params.rms_final), kernels.cfg.norm_eps)  # (dim, T)
         logits = params.classifier @ xf  # (vocab, T)
         w = np.ones(tokens.shape[0], np.float32) if weights is None else weights
         loss, _ = cpu_ops.weighted_cross_entropy(logits, targets, w)
@@ -383,7 +427,8 @@ def train_step(
 
     # -- head on the CPU: final RMSNorm, tied classifier, cross-entropy ------------------------------
     with timer.phase("cpu"):
-        xf = cpu_ops.rmsnorm(x, params.rms_final, eps)  # (dim, T)
+        final_scale = norm_scale(cfg, params.rms_final)  # (dim,)
+        xf = cpu_ops.rmsnorm(x, final_scale, eps)  # (dim, T)
         classifier = params.classifier  # (vocab, dim)
         # The vocab-sized arrays live in buffers kept across steps: fresh ones (tens of MB, beyond the
         # heap's mmap threshold) would be mapped and faulted in again every step. Same products.
@@ -394,7 +439,7 @@ def train_step(
         # The classifier's input gradient contracts over the vocabulary: a float32 sgemm here, as
         # maderix/ANE training/train_large.m does it (no hardware-run kernel reads vocab channels).
         dxf = classifier.T @ dlogits  # (dim, T), float32
-        dx, drms = cpu_ops.rmsnorm_bwd(dxf, x, params.rms_final, eps)
+        dx, drms = cpu_ops.rmsnorm_bwd(dxf, x, final_scale, eps)
         sink.vector(None, "rms_final", drms)
 
     # -- backward through the layers -------------------------------------------------------------
@@ -402,24 +447,36 @@ def train_step(
     for i in reversed(range(cfg.n_layers)):
         x, att, x2, ffn = saved[i]
         w = params.layers[i]
+        dffn = dx  # (dim, T): the gradient of W2's output
+        if cfg.post_norms:  # Gemma 3: back through post_ffn_norm to W2's output (the tap ffn_pre)
+            with timer.phase("cpu"):
+                scale = norm_scale(cfg, w.post_ffn_norm)  # type: ignore[arg-type]
+                dffn, drms = cpu_ops.rmsnorm_bwd(dx, ffn["ffn_pre"], scale, eps)
+                sink.vector(i, "post_ffn_norm", drms)
         with timer.phase("kernels"):
-            fb = kernels.run(i, "ffn_bwd", dffn=dx, h1=ffn["h1"], h3=ffn["h3"])  # dx (wrt x2norm), dh1, dh3
+            fb = kernels.run(i, "ffn_bwd", dffn=dffn, h1=ffn["h1"], h3=ffn["h3"])  # dx (wrt x2norm), dh1, dh3
         with timer.phase("cpu"):
-            sink.matrix(i, "w2", dx, ffn["silu_out"])  # (dim, hidden)
+            sink.matrix(i, "w2", dffn, ffn["silu_out"])  # (dim, hidden)
             sink.matrix(i, "w1", fb["dh1"], ffn["x2norm"])  # (hidden, dim)
             sink.matrix(i, "w3", fb["dh3"], ffn["x2norm"])
-            dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, w.rms_ffn, eps)
+            dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, norm_scale(cfg, w.rms_ffn), eps)
             sink.vector(i, "rms_ffn", drms)
             dx2 = dx + dnorm  # (dim, T): the residual and the FFN branch
-            sink.matrix(i, "wo", dx2, att["attn_out"])  # (dim, q_dim)
+            do = dx2  # (dim, T): the gradient of Wo's output
+            if cfg.post_norms:  # back through post_att_norm to Wo's output (the tap o_pre)
+                scale = norm_scale(cfg, w.post_att_norm)  # type: ignore[arg-type]
+                do, drms = cpu_ops.rmsnorm_bwd(dx2, att["o_pre"], scale, eps)
+                sink.vector(i, "post_att_norm", drms)
+            sink.matrix(i, "wo", do, att["attn_out"])  # (dim, q_dim)
         with timer.phase("kernels"):
-            b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=dx2)  # dv, probs, dp
+            b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=do)  # dv, probs, dp
             b2 = kernels.run(i, "sdpa_bwd2", probs=b1["probs"], dp=b1["dp"], q=att["q"], k=att["k"])  # dq, dk
         with timer.phase("cpu"):
             dq, dk, dv = b2["dq"], b2["dk"], b1["dv"]  # (q_dim, T), (kv_dim, T) x 2: before RoPE
             if cfg.qk_norm:  # back through Qwen 3's per-head norm to the projections
-                dq, dqn = cpu_ops.head_rmsnorm_bwd(dq, att["q_pre"], w.q_norm, eps, cfg.head_dim)
-                dk, dkn = cpu_ops.head_rmsnorm_bwd(dk, att["k_pre"], w.k_norm, eps, cfg.head_dim)
+                qs, ks = norm_scale(cfg, w.q_norm), norm_scale(cfg, w.k_norm)  # type: ignore[arg-type]
+                dq, dqn = cpu_ops.head_rmsnorm_bwd(dq, att["q_pre"], qs, eps, cfg.head_dim)
+                dk, dkn = cpu_ops.head_rmsnorm_bwd(dk, att["k_pre"], ks, eps, cfg.head_dim)
                 sink.vector(i, "q_norm", dqn)  # (head_dim,)
                 sink.vector(i, "k_norm", dkn)
             if cfg.qkv_bias:  # a bias's gradient: its projection's, summed over positions
@@ -433,13 +490,20 @@ def train_step(
             sink.matrix(i, "wq", dq, xn)  # (q_dim, dim)
             sink.matrix(i, "wk", dk, xn)  # (kv_dim, dim)
             sink.matrix(i, "wv", dv, xn)
-            dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, w.rms_att, eps)
+            dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, norm_scale(cfg, w.rms_att), eps)
             sink.vector(i, "rms_att", drms)
             dx = dx2 + dnorm  # (dim, T)
             normed = (dq, dk) if cfg.qk_norm else ()  # the gradients entering qkv_bwd, when they differ
-            peak = max(peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], dv, b2["dq"], b2["dk"], *normed, dxn))
+            post = (
+                (dffn, do) if cfg.post_norms else ()
+            )  # the gradients entering ffn_bwd / sdpa_bwd1, when they differ
+            peak = max(
+                peak, _peak(dx2, fb["dx"], fb["dh1"], fb["dh3"], dv, b2["dq"], b2["dk"], *normed, *post, dxn)
+            )
 
     with timer.phase("cpu"):
+        if cfg.embed_scale != 1.0:  # the lookup was scaled: so is its gradient
+            dx = dx * np.float32(cfg.embed_scale)
         sink.embedding(dx, tokens)
         finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
     return StepResult(float(loss), finite, peak)

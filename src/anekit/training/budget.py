@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from anekit.errors import AnekitError
-from anekit.llama.step import Kernels
+from anekit.kernels.config import ModelConfig
+from anekit.llama.step import first_compiles
 from anekit.training.options import opt
 
 
-def first_step_compiles(cfg: object, weights: str) -> int:
+def first_step_compiles(cfg: ModelConfig, weights: str) -> int:
     """Programs a fresh process compiles before its first step completes (the shared SDPA backward, then
-    the weight-bearing kernels: all per layer when baked, the seven dynamic ones once)."""
-    return 1 + (7 if weights == "dynamic" else Kernels.compiles_per_batch(cfg))  # type: ignore[arg-type]
+    the weight-bearing kernels: all per layer when baked, the seven dynamic ones once; a model with
+    sliding layers beside full ones compiles each kind's attention kernels: ``step.first_compiles``)."""
+    return first_compiles(cfg, weights)
 
 
 class BudgetTooSmall(AnekitError):
     """The compile budget cannot hold one optimizer step: restarting would never make progress."""
 
 
-def check_budget(budget: int, cfg: object, weights: str) -> None:
+def check_budget(budget: int, cfg: ModelConfig, weights: str) -> None:
     """BudgetTooSmall unless a fresh process with ``budget`` compiles can complete one step."""
     need = first_step_compiles(cfg, weights)
     if budget < need:
