@@ -9,7 +9,7 @@ import pytest
 
 from anekit import mil, runtime
 from anekit.cli.main import main
-from anekit.cli.run_cmd import weight_map
+from anekit.tools.weights import weight_map
 from anekit.kernels import catalog
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import stat
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,8 +29,9 @@ from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, StepKernel, host_flops, step_kernels
 from anekit.cost.work import count
 from anekit.errors import AnekitError
+from anekit.inputs import InputError
 from anekit.kernels.config import preset
-from anekit.mil import parse, verify
+from anekit.tools.loader import locate, read_mil, read_package
 
 SPLIT = (
     f"{FIT}: the M1 generation on the e5rt route (the guide's M1 convolutions, conv ramp and channel-group "
@@ -96,31 +96,18 @@ def _chips(name: str) -> list[Performance]:
 
 
 def _program_works(path: Path) -> list[StepKernel]:
-    from anekit.inputs import LIMITS, read_text, stat_input
-
-    st = stat_input(path, "[cost] cannot read")
-    if st is None:
-        raise AnekitError(f"[cost] {path}: no such file or directory")
-    if stat.S_ISDIR(st.st_mode):
-        kernels = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-        missing = [k.name for k in kernels if not (k / "model.mil").is_file()]
-        if kernels and missing and len(missing) < len(kernels):  # a kernels dump with kernels lost
-            raise AnekitError(f"[cost] {path}: kernel folder(s) {', '.join(missing)} hold no model.mil")
-        files = sorted(path.glob("*/model.mil")) or sorted(path.glob("*.mil"))
-        if not files:
-            raise AnekitError(f"[cost] {path}: no model.mil or .mil files in this directory")
-    else:
-        files = [path]
+    """The work of every program ``path`` holds (a MIL file, a kernels dump, a CoreML package), one
+    evaluation each; a file that is not a MIL program is refused, naming it."""
     out = []
-    for f in files:
-        text = read_text(f, "[cost] cannot read", LIMITS["mil"], "a MIL text file")
-        name = f.parent.name if f.name == "model.mil" else f.stem
+    for kind, file in locate(path, "[cost]", "dump", expected="a MIL text file"):
         try:
-            program = verify(parse(text, str(f)))  # an ill-formed (e.g. cyclic) program is not timed
-            work = count(program, name)
+            loaded = read_package(file) if kind == "package" else read_mil(file, "[cost] cannot read")
+            work = count(loaded.program, loaded.name)  # an ill-formed (e.g. cyclic) program is not timed
+        except InputError:
+            raise
         except (AnekitError, KeyError) as e:  # a syntax error's caret lines stay out of the one-line message
             first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-            raise AnekitError(f"[cost] {f}: not a MIL program: {first}") from None
+            raise AnekitError(f"[cost] {file}: not a MIL program: {first}") from None
         out.append(StepKernel(work, 1, 1, "program", "-"))
     return out
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import stat
 import statistics
 import time
 import warnings
@@ -26,19 +25,16 @@ from anekit import jit, mil, runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError, MilSyntaxError
 from anekit.fileio import atomic_write
-from anekit.inputs import LIMITS, load_npy, read_text, stat_input
+from anekit.inputs import load_npy
 from anekit.mil import types as T
-from anekit.mil.values import BlobRef
 from anekit.outputs import check_apart, check_file, writing
+from anekit.tools.loader import PYTHON_SUFFIXES, Loaded, is_package, open_program
 from anekit.words import plural
 
 if TYPE_CHECKING:
     from anekit.coreml.session import Session
 
-MODEL_PATH = "@model_path/"
-COMPILED_MIL = "model.mil"  # the program inside a compiled CoreML model (.mlmodelc)
 REPEAT_MAX = 1_000_000
-PYTHON_SUFFIXES = (".py", ".pyw")  # `anekit lint` takes these, `run` does not
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -122,52 +118,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def blobfile_paths(prog: mil.Program) -> dict[str, str]:
-    """Every weight file a program's BLOBFILE values refer to, with the first const that refers to it."""
-    paths: dict[str, str] = {}
-    for fn in prog.functions.values():
-        for op in fn.ops:
-            values = list(op.attributes.values()) + [
-                a for a in op.inputs.values() if isinstance(a, mil.Literal)
-            ]
-            for v in values:
-                if isinstance(v, mil.Literal) and isinstance(v.value, BlobRef):
-                    paths.setdefault(v.value.path, op.outputs[0].name if op.outputs else op.op_type)
-    return paths
-
-
-def weight_map(source: Path | None, prog: mil.Program, beside: Path | None = None) -> dict[str, Path]:
-    """``{"@model_path/weights/x.bin": path}`` for the weight files the program needs: from ``source``
-    (--weights), else each ``@model_path/...`` file under ``beside`` (the program's folder, as ``anekit
-    lint`` resolves them); a file that is not there is refused, naming the const and --weights."""
-    needed = blobfile_paths(prog)
-    if source is None:
-        if beside is None:
-            return {}
-        found = {p: beside / p.removeprefix(MODEL_PATH) for p in needed if p.startswith(MODEL_PATH)}
-        for path, file in sorted(found.items()):
-            if not file.is_file():
-                raise AnekitError(
-                    f"[run] const '{needed[path]}' refers to weight file '{path}', which is not beside the "
-                    f"program ({file} does not exist): give --weights DIR_OR_FILE"
-                )
-        return found
-    if stat_input(source, "[run] --weights") is None:  # a name too long for the OS: one line too
-        raise AnekitError(f"[run] weights '{source}' do not exist")
-    if source.is_file():
-        matches = {p: source for p in needed if Path(p).name == source.name}
-        if not matches and len(needed) == 1:
-            matches = {next(iter(needed)): source}
-        return matches
-    found = {}
-    for f in sorted(source.rglob("*")):
-        if f.is_file():
-            rel = f.relative_to(source).as_posix()
-            found[MODEL_PATH + rel] = f
-            found.setdefault(MODEL_PATH + "weights/" + rel, f)
-    return found
-
-
 def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]:
     """The tensor inputs of ``fn``: --input files, the rest from --random. States are not inputs: they
     start at zero or from --state-in."""
@@ -202,48 +152,23 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
     return given
 
 
-def _kind(path: Path) -> str:
-    """What PROGRAM is: "package" (.mlpackage / .mlmodel), "compiled" (a directory holding model.mil,
-    as an .mlmodelc) or "mil" (text)."""
-    if path.suffix in (".mlpackage", ".mlmodel"):
-        return "package"
-    st = stat_input(path, "[run] cannot read")
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        if not (path / COMPILED_MIL).is_file():
-            raise AnekitError(
-                f"[run] cannot read {path}: a directory without a {COMPILED_MIL} "
-                "(give a .mil file, a .mlpackage or a compiled .mlmodelc)"
-            )
-        return "compiled"
-    return "mil"
-
-
-def _load(args: argparse.Namespace) -> tuple[mil.Program, dict[str, Path], str, str | None]:
-    """The program, its weight files, the function to run and the route it takes (None: the program's
-    own, "direct" for MIL text), from MIL text, a CoreML package or a compiled .mlmodelc."""
-    kind = _kind(args.program)
-    if kind == "package":
-        from anekit.coreml import load_mlpackage
-
-        if args.weights is not None:
-            raise AnekitError("[run] a CoreML package carries its own weights: drop --weights")
-        pkg = load_mlpackage(args.program)  # its program carries the route: coreml
-        function = _function(args.function, pkg.program, pkg.default_function)
-        return pkg.program, dict(pkg.weights), function, None
-    path = args.program / COMPILED_MIL if kind == "compiled" else args.program
-    text = read_text(path, "[run] cannot read", LIMITS["mil"], "a MIL text file")
+def _load(args: argparse.Namespace) -> tuple[Loaded, str]:
+    """The program PROGRAM names, with its weight files, and the function to run."""
+    if args.weights is not None and is_package(args.program):
+        raise AnekitError("[run] a CoreML package carries its own weights: drop --weights")
     try:
-        prog = mil.parse(text, str(path))
+        loaded = open_program(
+            args.program, args.weights, where="[run]", hint=": give --weights DIR_OR_FILE", label="--weights"
+        )
     except MilSyntaxError:
-        if path.suffix in PYTHON_SUFFIXES:
+        if args.program.suffix in PYTHON_SUFFIXES:
             raise AnekitError(
-                f"[run] {path} is a Python file: run takes MIL text (.mil), a CoreML package (.mlpackage) or "
-                f"a compiled .mlmodelc; to check the programs a Python file defines, use `anekit lint {path}`"
+                f"[run] {args.program} is a Python file: run takes MIL text (.mil), a CoreML package "
+                "(.mlpackage) or a compiled .mlmodelc; to check the programs a Python file defines, use "
+                f"`anekit lint {args.program}`"
             ) from None
         raise
-    # A compiled CoreML model's buffers are CoreML's, as a package's: its I/O need not be engine surfaces.
-    route = "coreml" if kind == "compiled" else None
-    return prog, weight_map(args.weights, prog, path.parent), _function(args.function, prog, "main"), route
+    return loaded, _function(args.function, loaded.program, loaded.function)
 
 
 def _function(given: str | None, prog: mil.Program, default: str) -> str:
@@ -297,14 +222,15 @@ def run(args: argparse.Namespace) -> int:
     runtime.check_numerics_options(args.backend, options)
     if args.route not in (None, "direct") and (args.backend or "sim") != "sim":
         raise AnekitError(f"[run] backend '{args.backend}' takes the direct route, not '{args.route}'")
-    prog, weights, function, route = _load(args)
+    loaded, function = _load(args)
+    prog = loaded.program
     if (args.backend or "sim") == "sim":
         options.update(precision=args.precision, **({"strict": False} if args.no_strict else {}))
-        if args.route or route:
-            options["route"] = args.route or route
+        if args.route or loaded.route:
+            options["route"] = args.route or loaded.route
     backend = runtime.open(args.backend, **options)
     sanitizer = getattr(backend, "sanitizer", None)
-    with Session(prog, weights, backend, states=args.state_in) as session:
+    with Session(prog, dict(loaded.weights), backend, states=args.state_in) as session:
         jit.loops()  # the process's one-time set-up (importing the compiled loops) is not the compile's
         t0 = time.perf_counter()
         kernel = session.kernel(function)
