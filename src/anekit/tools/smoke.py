@@ -1,5 +1,5 @@
-"""The smoke ladder of ``anekit doctor --smoke``: programs from the smallest proven shape upward, each run
-on a backend and compared with the simulator.
+"""The smoke ladder (``anekit doctor --smoke``, ``anekit.tools.doctor.smoke``): programs from the smallest
+proven shape upward, each run on a backend and compared with the simulator.
 
 Rungs, in order (each one adds one thing the engine must get right):
 
