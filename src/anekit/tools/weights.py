@@ -52,6 +52,17 @@ def blob_consts(program: Program) -> list[BlobConst]:
     return found
 
 
+def const_blobs(program: Program) -> list[BlobConst]:
+    """The values of ``const`` ops (their ``val``) read from a weight file, in op order."""
+    found = []
+    for fn in program.functions.values():
+        for op in fn.ops:
+            val = op.attributes.get("val")
+            if isinstance(val, Literal) and isinstance(val.value, BlobRef):
+                found.append(BlobConst(op.outputs[0].name if op.outputs else op.name, val.value.path))
+    return found
+
+
 def blob_paths(program: Program) -> dict[str, str]:
     """Every weight file the program refers to, with the first const that refers to it."""
     paths: dict[str, str] = {}
@@ -61,11 +72,12 @@ def blob_paths(program: Program) -> dict[str, str]:
 
 
 def beside(program: Program, folder: Path) -> Resolved:
-    """The ``@model_path/...`` files under ``folder`` (the program's own folder); the values whose file
-    is not there (or whose path is not an ``@model_path`` one) are listed in ``missing``."""
+    """The ``@model_path/...`` files under ``folder`` (the program's own folder) that its consts read;
+    the consts whose file is not there (or whose path is not an ``@model_path`` one) are listed in
+    ``missing``."""
     files: dict[str, Path] = {}
     missing = []
-    for c in blob_consts(program):
+    for c in const_blobs(program):
         file = folder / c.path.removeprefix(MODEL_PATH)
         if c.path.startswith(MODEL_PATH) and (c.path in files or file.is_file()):
             files[c.path] = file
