@@ -135,7 +135,7 @@ def _inputs(args: argparse.Namespace, fn: mil.Function) -> dict[str, np.ndarray]
         dt = getattr(var.type, "dtype", None) if var is not None else None
         expect = tuple(shape) if shape is not None and all(isinstance(d, int) for d in shape) else None
         kind = dt.kind if dt is not None and dt.kind in ("int", "uint", "bool") else "float"
-        limits = dt.int_range() if kind in ("int", "uint") else None
+        limits = dt.int_range() if dt is not None and kind in ("int", "uint") else None
         given[name] = load_npy(
             file, f"[run] cannot load input '{name}' from", expect, kind=kind, int_range=limits
         )
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.state_out} ({plural(len(session.states), 'state')})")
     if args.output is not None:
         with writing(args.output, "[run] --output"), atomic_write(args.output) as f:
-            np.savez(f, **outputs)
+            np.savez(f, **outputs)  # type: ignore[arg-type]  # numpy's stubs type **kwds as allow_pickle
         if not args.json:
             print(f"wrote {args.output}")
     return 0
