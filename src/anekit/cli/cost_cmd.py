@@ -32,6 +32,7 @@ from anekit.errors import AnekitError
 from anekit.inputs import InputError
 from anekit.kernels.config import preset
 from anekit.tools.loader import locate, read_mil, read_package
+from anekit.tools.models import model_config
 
 SPLIT = (
     f"{FIT}: the M1 generation on the e5rt route (the guide's M1 convolutions, conv ramp and channel-group "
@@ -273,7 +274,7 @@ def run_cost(args: argparse.Namespace) -> int:
     if (args.target is None) == (args.config is None):
         raise AnekitError("[cost] name one of --config NAME or FILE.mil / DUMP_DIR (or --calibration)")
     if args.config is not None:
-        cfg = flags.model_config(args.config)
+        cfg = model_config(args.config)
         kernels, what = step_kernels(cfg, args.weights), f"{cfg.name} training step, {args.weights} weights"
     else:
         kernels, what = _program_works(args.target), str(args.target)
