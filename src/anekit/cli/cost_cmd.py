@@ -16,8 +16,8 @@ from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, step_kernels
 from anekit.errors import AnekitError
 from anekit.kernels.config import preset
+from anekit.tools.config import model_config
 from anekit.tools.cost_report import ANY, SPLIT, calibration_doc, chips, program_works, report, step
-from anekit.tools.models import model_config
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

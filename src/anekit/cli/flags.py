@@ -19,7 +19,7 @@ from anekit.engine.chips import device as find_device
 from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
 from anekit.kernels.config import preset as find_preset
-from anekit.tools.models import HF_SEQ
+from anekit.tools.config import HF_SEQ
 
 WHERE = re.compile(r"^\[[^\]]*\] ")  # the "[layer] " an anekit message starts with
 SEED_MAX = 2**32 - 1  # seeds are 32-bit unsigned everywhere anekit takes one (as numpy's legacy seeding)

@@ -15,8 +15,8 @@ from anekit.fileio import (
     terminate_unwinds,
 )
 from anekit.outputs import OutputError, check_apart, check_dir, looks_like, writing
+from anekit.tools.config import is_preset, model_config
 from anekit.tools.dump import INDEX, DumpedKernel, kernels_of, write_kernels
-from anekit.tools.models import is_preset, model_config
 from anekit.words import plural
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from anekit.kernels import ModelConfig, catalog
-from anekit.tools.models import is_preset
+from anekit.tools.config import is_preset
 from anekit.tools.weights import MODEL_PATH
 
 INDEX = "kernels.json"  # the dump's index; a directory holding it is a previous dump
