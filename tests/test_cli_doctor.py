@@ -8,6 +8,7 @@ it, so every line of the report is produced here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import types
@@ -17,8 +18,9 @@ import pytest
 
 from anekit import runtime
 from anekit.cli import doctor_cmd
-from anekit.cli.doctor_cmd import Host
 from anekit.runtime.sim import SimBackend
+from anekit.tools import doctor
+from anekit.tools.doctor import Host
 
 KEYS = {
     "trials",
@@ -219,7 +221,7 @@ def test_an_is_available_that_raises_is_reported(no_env, fake_ane):
         raise RuntimeError("boom")
 
     fake_ane.is_available = is_available
-    info = doctor_cmd.engine()["module"]
+    info = dataclasses.asdict(doctor.engine().module)
     assert info == {
         "imports": True,
         "error": "is_available() raised RuntimeError: boom",
@@ -248,8 +250,8 @@ def test_open_uses_the_engine_where_it_is_available(no_env, fake_ane, capsys):
 def test_a_mac_report_lists_classes_and_selectors(no_env, fake_objc, monkeypatch):
     fake_objc.remove_class("_ANEClient")
     fake_objc.remove_method("_ANEInMemoryModel", "-", "evaluateWithQoS:options:request:error:")
-    monkeypatch.setattr(doctor_cmd, "host", lambda: MAC)
-    report = doctor_cmd.collect(objc_runtime=fake_objc.runtime())
+    monkeypatch.setattr(doctor, "host", lambda: MAC)
+    report = doctor.diagnose(objc_runtime=fake_objc.runtime()).to_json()
     assert report["os"]["macos"] == "15.1" and report["os"]["machine"] == "arm64"
     assert report["framework"]["loaded"] is True and report["framework"]["status"].startswith("loaded ")
     assert report["classes"]["_ANEInMemoryModel"] is True and report["classes"]["_ANEClient"] is False
@@ -275,7 +277,7 @@ def test_a_mac_report_lists_classes_and_selectors(no_env, fake_objc, monkeypatch
 
 def test_a_mac_without_a_required_class(no_env, fake_objc):
     fake_objc.remove_class("_ANERequest")
-    report = doctor_cmd.collect(objc_runtime=fake_objc.runtime())
+    report = doctor.diagnose(objc_runtime=fake_objc.runtime()).to_json()
     assert report["classes"]["_ANERequest"] is False and report["engine_ready"] is False
     text = doctor_cmd.format_report(report)
     assert "MISSING _ANERequest (required)" in [v for k, v in _lines(text) if k == "class"]
@@ -286,7 +288,7 @@ def test_a_framework_that_does_not_load(no_env, tmp_path):
     from tests.fake_objc import FakeObjC
 
     fake = FakeObjC(tmp_path, framework_loads=False)
-    report = doctor_cmd.collect(objc_runtime=fake.runtime())
+    report = doctor.diagnose(objc_runtime=fake.runtime()).to_json()
     assert report["framework"]["loaded"] is False
     assert report["framework"]["status"].startswith("did not load: ")
     assert report["classes"] == dict.fromkeys(CLASSES) and report["selectors"] == {}
@@ -296,14 +298,14 @@ def test_a_framework_that_does_not_load(no_env, tmp_path):
 
 
 def test_host_facts_on_a_mac(monkeypatch):
-    monkeypatch.setattr(doctor_cmd.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(doctor_cmd.platform, "release", lambda: "24.1.0")
-    monkeypatch.setattr(doctor_cmd.platform, "machine", lambda: "arm64")
-    monkeypatch.setattr(doctor_cmd.platform, "mac_ver", lambda: ("15.1", ("", "", ""), "arm64"))
-    assert doctor_cmd.host() == MAC
-    monkeypatch.setattr(doctor_cmd.platform, "mac_ver", lambda: ("", ("", "", ""), ""))
-    assert doctor_cmd.host().macos is None
-    report = doctor_cmd.collect()
+    monkeypatch.setattr(doctor.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(doctor.platform, "release", lambda: "24.1.0")
+    monkeypatch.setattr(doctor.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(doctor.platform, "mac_ver", lambda: ("15.1", ("", "", ""), "arm64"))
+    assert doctor.host() == MAC
+    monkeypatch.setattr(doctor.platform, "mac_ver", lambda: ("", ("", "", ""), ""))
+    assert doctor.host().macos is None
+    report = doctor.diagnose().to_json()
     report["os"] = {**report["os"], "system": "Darwin", "macos": None}
     assert _line(doctor_cmd.format_report(report), "macOS") == "unknown"
 

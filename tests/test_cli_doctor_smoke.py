@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anekit.cli import doctor_cmd, smoke
+from anekit.cli import doctor_cmd
 from anekit.errors import CompilationFailed, EvalFailed
 from anekit.kernels import preset
 from anekit.runtime.sim import SimBackend, SimKernel
+from anekit.tools import smoke
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RUNG_KEYS = {

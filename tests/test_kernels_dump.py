@@ -9,8 +9,8 @@ import pytest
 
 from anekit import mil, runtime
 from anekit.cli.main import main
-from anekit.cli.run_cmd import weight_map
 from anekit.kernels import catalog
+from anekit.tools.weights import weight_map
 
 
 def test_dump_writes_every_kernel_readable_by_check_and_run(tmp_path, capsys):

@@ -143,7 +143,7 @@ def _export_programs() -> Iterator[tuple[str, Callable[[], str]]]:
 
 
 def _smoke_programs() -> Iterator[tuple[str, Callable[[], str]]]:
-    from anekit.cli import smoke
+    from anekit.tools import smoke
 
     for i, name in enumerate(("elementwise", "conv1x1", "multi_io")):
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from anekit.cli import smoke_numerics
 from anekit.runtime.sim import SimBackend
+from anekit.tools import smoke_numerics
 
 
 @pytest.mark.parametrize(

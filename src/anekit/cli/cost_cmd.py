@@ -6,40 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import stat
 import sys
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from anekit.cli import flags
-from anekit.cost import (
-    CONTEXT,
-    DEVICES,
-    NOT_USED,
-    Params,
-    Performance,
-    chip,
-    error_table,
-    fitted,
-    predict,
-    summary,
-)
-from anekit.cost.calibration import FIGURE, FIT, HELD_OUT
+from anekit.cost import CONTEXT, DEVICES, NOT_USED, Params, chip, error_table, fitted, predict, summary
+from anekit.cost.calibration import HELD_OUT
 from anekit.cost.model import MODELLED_ROUTES
-from anekit.cost.step import WEIGHT_MODES, StepKernel, host_flops, step_kernels
-from anekit.cost.work import count
+from anekit.cost.step import WEIGHT_MODES, step_kernels
 from anekit.errors import AnekitError
 from anekit.kernels.config import preset
-from anekit.mil import parse, verify
-
-SPLIT = (
-    f"{FIT}: the M1 generation on the e5rt route (the guide's M1 convolutions, conv ramp and channel-group "
-    "step; ANEForge's M1 / M1 Max workload map, saturation sweep and surface streams)",
-    f"{FIGURE}: a timing that sets a device figure (a peak rate, a dispatch floor): shown, not an error",
-    f"{HELD_OUT}: other generations on the same route (M2 Pro, M5), the direct route (maderix/ANE, Orion: "
-    "M1 Pro to M5) and whole pipelines (stories110M per step)",
-)
+from anekit.tools.config import model_config
+from anekit.tools.cost_report import ANY, SPLIT, calibration_doc, chips, program_works, report, step
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,131 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_cost)
 
 
-# --chip any: the conservative choice, as lint's `any` is (an error only where every chip refuses). The
-# cost model predicts time, so `any` is, kernel by kernel, the slowest prediction over the chip table.
-ANY = "any"
-
-
 def _chip_flag(text: str) -> str:
     """--chip: any, or a device of the chip table."""
     return ANY if text == ANY else flags.device(text)
-
-
-def _chips(name: str) -> list[Performance]:
-    """The figures --chip names: one device's, or for ``any`` every device's."""
-    return [chip(d) for d in DEVICES] if name == ANY else [chip(name)]
-
-
-def _program_works(path: Path) -> list[StepKernel]:
-    from anekit.inputs import LIMITS, read_text, stat_input
-
-    st = stat_input(path, "[cost] cannot read")
-    if st is None:
-        raise AnekitError(f"[cost] {path}: no such file or directory")
-    if stat.S_ISDIR(st.st_mode):
-        kernels = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-        missing = [k.name for k in kernels if not (k / "model.mil").is_file()]
-        if kernels and missing and len(missing) < len(kernels):  # a kernels dump with kernels lost
-            raise AnekitError(f"[cost] {path}: kernel folder(s) {', '.join(missing)} hold no model.mil")
-        files = sorted(path.glob("*/model.mil")) or sorted(path.glob("*.mil"))
-        if not files:
-            raise AnekitError(f"[cost] {path}: no model.mil or .mil files in this directory")
-    else:
-        files = [path]
-    out = []
-    for f in files:
-        text = read_text(f, "[cost] cannot read", LIMITS["mil"], "a MIL text file")
-        name = f.parent.name if f.name == "model.mil" else f.stem
-        try:
-            program = verify(parse(text, str(f)))  # an ill-formed (e.g. cyclic) program is not timed
-            work = count(program, name)
-        except (AnekitError, KeyError) as e:  # a syntax error's caret lines stay out of the one-line message
-            first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-            raise AnekitError(f"[cost] {f}: not a MIL program: {first}") from None
-        out.append(StepKernel(work, 1, 1, "program", "-"))
-    return out
-
-
-def _kernel_rows(
-    kernels: list[StepKernel], perfs: list[Performance], params: Params, route: str
-) -> list[dict[str, Any]]:
-    """One row per kernel: its work and predicted time on the slowest of ``perfs``, named in ``chip``."""
-    rows = []
-    for k in kernels:
-        t, slowest = max(((predict(k.work, p, params, route), p) for p in perfs), key=lambda tp: tp[0].ms)
-        w = k.work
-        rows.append(
-            {
-                "name": w.name,
-                "chip": slowest.name,
-                "kind": k.kind,
-                "direction": k.direction,
-                "calls": k.calls,
-                "gflop": (w.flops + w.element_ops) / 1e9,
-                "mb_moved": w.bytes_moved / 1e6,
-                "weight_mb": w.weight_bytes / 1e6,
-                "ms": t.ms,
-                "total_ms": t.ms * k.calls,
-                "bound": t.bound,
-                "compute_ms": t.compute_ms,
-                "memory_ms": t.memory_ms,
-                "surface_ms": t.surface_ms,
-                "overhead_ms": t.overhead_ms,
-                "spills": t.spills,
-            }
-        )
-    return rows
-
-
-def _params_doc(params: Params) -> dict[str, float]:
-    return {
-        "compute_efficiency": params.compute_efficiency,
-        "dram_efficiency": params.dram_efficiency,
-        "surface_efficiency": params.surface_efficiency,
-    }
-
-
-def _calibration_doc(params: Params) -> dict[str, Any]:
-    rows = error_table(params)
-    s = summary(rows)
-    return {
-        "fitted": _params_doc(params),
-        "split": list(SPLIT),
-        "held_out": {
-            "count": s.held_out,
-            "median_abs_error": s.median_error,
-            "within_30_percent": s.within_30,
-            "worst": {
-                "id": s.worst.measurement.id,
-                "chip": s.worst.measurement.device,
-                "error": s.worst.error,
-                "explanation": s.worst.measurement.explanation,
-            },
-        },
-        "fit_median_abs_error": s.fit_median_error,
-        "measurements": [
-            {
-                "id": r.measurement.id,
-                "kernel": r.measurement.what,
-                "chip": r.measurement.device,
-                "route": r.measurement.route,
-                "measured_ms": r.measurement.ms,
-                "predicted_ms": r.predicted_ms,
-                "error": r.error,
-                "role": r.measurement.role,
-                "held_out": r.measurement.role == HELD_OUT,
-                "source": r.measurement.source,
-                "quote": r.measurement.quote,
-                "explanation": r.measurement.explanation,
-            }
-            for r in rows
-        ],
-        "context_whole_step": [
-            {"what": what, "chip": dev, "weights": mode, "published_ms_per_step": ms, "source": src}
-            for what, dev, mode, ms, src in CONTEXT
-        ],
-        "not_used": list(NOT_USED),
-    }
 
 
 def _ms(value: float) -> str:
@@ -259,67 +115,28 @@ def _print_calibration(params: Params) -> None:
         print(f"  {line}")
 
 
-def _figures_doc(perf: Performance) -> dict[str, Any]:
-    return {
-        name: {
-            "value": f.value,
-            "unit": f.unit,
-            "status": f.status,
-            "source": f.source,
-            "observed": f.evidence.observed,
-        }
-        for name, f in perf.figures().items()
-    }
-
-
 def run_cost(args: argparse.Namespace) -> int:
-    perfs = _chips(args.chip)
-    perf = perfs[0]
+    perf = chips(args.chip)[0]
     params = fitted()
     if args.calibration and args.target is None and args.config is None:
         if args.json:
-            json.dump(_calibration_doc(params), sys.stdout, indent=2)
+            json.dump(calibration_doc(params), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
             _print_calibration(params)
         return 0
     if (args.target is None) == (args.config is None):
         raise AnekitError("[cost] name one of --config NAME or FILE.mil / DUMP_DIR (or --calibration)")
-    if args.config is not None:
-        cfg = flags.model_config(args.config)
-        kernels, what = step_kernels(cfg, args.weights), f"{cfg.name} training step, {args.weights} weights"
+    cfg = None if args.config is None else model_config(args.config)
+    if cfg is not None:
+        kernels, what = step(cfg, args.weights)
     else:
-        kernels, what = _program_works(args.target), str(args.target)
-    rows = _kernel_rows(kernels, perfs, params, args.route)
-    total = sum(r["total_ms"] for r in rows)
-    share: dict[str, float] = defaultdict(float)
-    for r in rows:
-        share[r["kind"]] += r["total_ms"]
-    parts = {
-        "dispatch": sum(r["calls"] * r["overhead_ms"] for r in rows),
-        "surfaces": sum(r["calls"] * r["surface_ms"] for r in rows),
-        "compute": 0.0,
-        "memory": 0.0,
-    }
-    for r in rows:
-        larger = "compute" if r["compute_ms"] >= r["memory_ms"] else "memory"
-        parts[larger] += r["calls"] * r[f"{larger}_ms"]
-    doc: dict[str, Any] = {
-        "what": what,
-        "chip": ANY if args.chip == ANY else perf.name,
-        "chip_label": "any chip (per kernel, the slowest device)" if args.chip == ANY else perf.label,
-        "route": args.route,
-        "kernels": rows,
-        "engine_ms": total,
-        "share_by_kind": {k: v / total for k, v in share.items()},
-        "share_by_part": {k: v / total for k, v in parts.items()},
-        "fitted": _params_doc(params),
-        "chip_figures": {p.name: _figures_doc(p) for p in perfs} if args.chip == ANY else _figures_doc(perf),
-    }
-    if args.config is not None:
-        doc["host_gflop"] = host_flops(cfg) / 1e9
+        kernels, what = program_works(args.target), str(args.target)
+    doc = report(kernels, what, args.chip, args.route, params, cfg)
+    rows = doc["kernels"]
+    total = doc["engine_ms"]
     if args.calibration:
-        doc["calibration"] = _calibration_doc(params)
+        doc["calibration"] = calibration_doc(params)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

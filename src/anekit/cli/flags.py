@@ -18,8 +18,8 @@ from anekit.engine.chips import check_generation
 from anekit.engine.chips import device as find_device
 from anekit.engine.evidence import check_route
 from anekit.errors import AnekitError
-from anekit.kernels.config import ModelConfig
 from anekit.kernels.config import preset as find_preset
+from anekit.tools.config import HF_SEQ
 
 WHERE = re.compile(r"^\[[^\]]*\] ")  # the "[layer] " an anekit message starts with
 SEED_MAX = 2**32 - 1  # seeds are 32-bit unsigned everywhere anekit takes one (as numpy's legacy seeding)
@@ -80,7 +80,6 @@ def table_name(lookup: Callable[[str], object], what: str) -> Callable[[str], st
 
 
 preset = table_name(find_preset, "preset")  # --config: a model preset
-HF_SEQ = 256  # the window a Hugging Face model's kernels are generated for (anekit train --seq's default)
 
 
 def model(text: str) -> str:
@@ -90,20 +89,6 @@ def model(text: str) -> str:
     if is_model_dir(text):
         return text
     return preset(text)
-
-
-def model_config(value: str, seq: int | None = None) -> ModelConfig:
-    """The ModelConfig a ``model`` flag names: the preset's, or the Hugging Face model's with windows of
-    ``seq`` tokens (default ``HF_SEQ``, at most its context). A Hugging Face config gets the checks every
-    command makes of it (``anekit.hf.model.check_weights_fit``): the same sizes are refused everywhere."""
-    from anekit.hf.config import is_model_dir, read_config
-    from anekit.hf.model import check_weights_fit
-
-    if is_model_dir(value):
-        hc = read_config(value)
-        check_weights_fit(value, hc)
-        return hc.cfg.with_(seq_len=min(seq or HF_SEQ, hc.max_position_embeddings))
-    return find_preset(value)
 
 
 chip = table_name(check_generation, "chip")  # --chip: any, or a generation m1 .. m5

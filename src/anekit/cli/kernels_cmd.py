@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
@@ -15,12 +14,12 @@ from anekit.fileio import (
     temporary_dir,
     terminate_unwinds,
 )
-from anekit.kernels import ModelConfig, catalog
 from anekit.outputs import OutputError, check_apart, check_dir, looks_like, writing
+from anekit.tools.config import is_preset, model_config
+from anekit.tools.dump import INDEX, DumpedKernel, kernels_of, write_kernels
 from anekit.words import plural
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
-INDEX = "kernels.json"  # the dump's index; a directory holding it is a previous dump --force may replace
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,49 +71,17 @@ def check_out(out: Path, force: bool, model: str | None = None) -> None:
         )
 
 
-def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dict) -> list[str]:
-    """Each kernel's model.mil and weights/ under ``folder``, and its index; returns a line per kernel."""
-    index, lines = {}, []
-    for name in names:
-        spec = catalog.build(name, cfg, weights)
-        (folder / name / "weights").mkdir(parents=True)
-        (folder / name / "model.mil").write_text(spec.text(), encoding="utf-8")
-        for path, data in spec.weight_files().items():
-            (folder / name / path.removeprefix("@model_path/")).write_bytes(data)
-        index[name] = {
-            "ops": spec.program.op_count(),
-            "input": {
-                "channels": spec.inputs.channels,
-                "spatial": spec.inputs.spatial,
-                "parts": spec.inputs.parts,
-            },
-            "output": {
-                "channels": spec.outputs.channels,
-                "spatial": spec.outputs.spatial,
-                "parts": spec.outputs.parts,
-            },
-        }
-        shape_in = f"[1, {spec.inputs.channels}, 1, {spec.inputs.spatial}]"
-        shape_out = f"[1, {spec.outputs.channels}, 1, {spec.outputs.spatial}]"
-        lines.append(f"{name:>18}: {index[name]['ops']:4d} ops, in {shape_in} -> out {shape_out}")
-    (folder / INDEX).write_text(json.dumps({"config": cfg.name, "kernels": index}, indent=2) + "\n")
-    return lines
+def _line(k: DumpedKernel) -> str:
+    shape_in = f"[1, {k.input.channels}, 1, {k.input.spatial}]"
+    shape_out = f"[1, {k.output.channels}, 1, {k.output.spatial}]"
+    return f"{k.name:>18}: {k.ops:4d} ops, in {shape_in} -> out {shape_out}"
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    cfg = flags.model_config(args.config)
-    model = None if cfg.name == args.config else args.config  # a preset names no directory
+    cfg = model_config(args.config)
+    model = None if is_preset(args.config) else args.config  # a preset names no directory
     check_out(args.out, args.force, model)
-    if cfg.name == args.config:  # a preset: every kernel, random llama2.c-style weights
-        names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
-        if args.dynamic:
-            names += list(catalog.DYNAMIC_KERNELS)
-        weights = catalog.random_weights(cfg, args.seed)
-    else:  # a Hugging Face model: what its training runs (dynamic weights; the head is the CPU's)
-        from anekit.hf.model import load_model
-
-        names = [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS, "sdpa_bwd2"]
-        weights = load_model(args.config, seq_len=cfg.seq_len).params.kernel_weights(0)
+    names, weights = kernels_of(args.config, cfg, args.seed, args.dynamic)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
     # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
     with (
@@ -126,7 +93,7 @@ def run_dump(args: argparse.Namespace) -> int:
         remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:
-            lines = write_kernels(tmp, names, cfg, weights)
+            lines = [_line(k) for k in write_kernels(tmp, names, cfg, weights)]
             replace_path(tmp, args.out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -12,7 +12,8 @@ from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.rules import CHIPS, ROUTES
 from anekit.rules.doc import markdown
-from anekit.rules.lint import lint_paths
+from anekit.tools.lint import lint_paths
+from anekit.tools.loader import is_package
 from anekit.words import plural
 
 
@@ -93,5 +94,5 @@ def _route_said(route: str | None, paths: list[Path]) -> str:
     """The route(s) the programs were judged for: the one asked, else direct (coreml for packages)."""
     if route is not None:
         return route
-    packages = any(p.suffix in (".mlpackage", ".mlmodel") for p in paths)
+    packages = any(is_package(p) for p in paths)
     return "direct (coreml for packages)" if packages else "direct"

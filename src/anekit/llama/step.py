@@ -250,7 +250,7 @@ class StepResult:
 
 class Gradients:
     """Where a step's parameter gradients go: every weight's gradient into a ``Params`` of the model's
-    shapes (full training). LoRA (``anekit.llama.lora``) overrides it to keep only its adapters'
+    shapes (full training). LoRA (``anekit.training.lora``) overrides it to keep only its adapters'
     gradients, computed from the same (dy, x) pairs, so a frozen weight's gradient is never formed.
 
     One order of summation, whatever the number of threads: a batch's gradient is each sequence's own

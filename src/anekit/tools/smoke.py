@@ -1,5 +1,5 @@
-"""The smoke ladder of ``anekit doctor --smoke``: programs from the smallest proven shape upward, each run
-on a backend and compared with the simulator.
+"""The smoke ladder (``anekit doctor --smoke``, ``anekit.tools.doctor.smoke``): programs from the smallest
+proven shape upward, each run on a backend and compared with the simulator.
 
 Rungs, in order (each one adds one thing the engine must get right):
 
@@ -30,6 +30,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,7 @@ def conv_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
 
 
 def multi_io_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
-    shape = [1, CHANNELS, 1, SPATIAL]
+    shape: list[int | str] = [1, CHANNELS, 1, SPATIAL]
     b = Builder()
     f = b.function("main")
     # Declared z, a, m: alphabetical binding order (a, m, z) differs from declaration order.
@@ -177,7 +178,7 @@ def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Itera
     ]
     weights = catalog.random_weights(cfg, seed)
     for i, name in enumerate(kernel_names()):
-        builders.append((name, lambda name=name, i=i: kernel_rung(name, cfg, weights, dialect, seed + 1 + i)))
+        builders.append((name, partial(kernel_rung, name, cfg, weights, dialect, seed + 1 + i)))
     for name, build in builders:
         try:
             yield build()

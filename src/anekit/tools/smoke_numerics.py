@@ -1,7 +1,8 @@
-"""The numeric rungs of ``anekit doctor --smoke``: probes that tell the chips' numeric profiles apart.
+"""The numeric rungs of the smoke ladder (``anekit doctor --smoke``): probes that tell the chips' numeric
+profiles apart.
 
 Each rung is a program of the smoke ladder's proven shape ([1, 64, 1, 32] fp16 surfaces, see
-``anekit.cli.smoke``) whose one probed output element reads one behaviour of ``anekit.engine.numerics``:
+``anekit.tools.smoke``) whose one probed output element reads one behaviour of ``anekit.engine.numerics``:
 
 * ``mac_ceiling``: a 1x1 conv summing 64 channels of 512 (32768) and of 511.75 (32752): the 2^15 port;
 * ``nan_coercion``: x * 1 of a NaN: +inf on the engine, NaN on an IEEE machine;
