@@ -255,6 +255,8 @@ def _check_dtype_range(params: Params, dtype: str | None, stored: str = "") -> N
             a = {"embed": params.embed, "rms_final": params.rms_final}.get(key, params.wcls)
         else:
             a = getattr(params.layers[layer], key)
+        if a is None:  # hf_names names the tensors the config has: one the params lack has no values
+            continue
         peak = float(np.max(np.abs(a))) if np.size(a) else 0.0
         if peak >= at:
             what = stored or f"--dtype {dtype}"

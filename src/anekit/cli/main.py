@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 SIZED_BY_MODEL = ("train", "sample")
 
 
-def _run(args: argparse.Namespace) -> object:
+def _run(args: argparse.Namespace) -> int | None:
     from anekit.threads import blas_threads
 
     if args.command in SIZED_BY_MODEL:

@@ -24,7 +24,7 @@ import contextvars
 import operator
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import jinja2
 from jinja2 import nodes
@@ -78,7 +78,7 @@ def _sized(value: Any) -> int | None:
     return len(value) if isinstance(value, (str, list, tuple)) else None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -606,7 +606,7 @@ class HFTokenizer:
         _check_messages(messages)
         if self._template is None:
             self._template = _compile_template(self._template_text, self._template_source)
-        variables = dict(self._special)
+        variables: dict[str, Any] = dict(self._special)
         variables.update(
             messages=messages, add_generation_prompt=bool(add_generation_prompt), tools=None, documents=None
         )

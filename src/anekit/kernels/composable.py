@@ -308,7 +308,7 @@ class DynamicKernelSpec(KernelSpec):
             out[row : row + block.shape[0], start : start + s.columns] = block
         return out.reshape(1, columns.channels, 1, columns.columns)
 
-    def run(  # type: ignore[override]
+    def run(
         self, kernel_or_backend: Kernel | Backend, weights: Mapping[str, Any] | None = None, **parts: Any
     ) -> dict[str, np.ndarray]:
         """With ``weights``: pack them and the named activation parts, then run; without: ``x=packed``."""

@@ -337,7 +337,7 @@ def _write_array(f: BinaryIO, a: np.ndarray) -> None:
     if a.nbytes >= HOLE_MIN_BYTES and not a.view(np.uint32).any():
         f.seek(a.nbytes, os.SEEK_CUR)
         return
-    f.write(memoryview(a).cast("B"))
+    f.write(a.data.cast("B"))
 
 
 def _run_bytes(run: dict[str, Any] | None) -> bytes:

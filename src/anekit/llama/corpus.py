@@ -115,6 +115,7 @@ class _Teller:
 
     def character(self, avoid: str = "") -> Character:
         kind = self.rng.randrange(5)  # 2 in 5 girls, 2 in 5 boys, 1 in 5 animals
+        names: Sequence[str]
         if kind < 2:
             names, noun, pron = GIRL_NAMES, "girl", ("she", "her", "her")
         elif kind < 4:

@@ -246,7 +246,7 @@ def _read_header(buf: np.ndarray) -> tuple[dict[str, int], int, int, bool]:
         raise FormatError(
             FORMAT, "header", "file too short for the header", offset=0, expected=28, actual=int(buf.size)
         )
-    (first,) = struct.unpack_from("<I", buf, 0)
+    (first,) = struct.unpack_from("<I", buf.data, 0)
     if first != AK42_MAGIC:
         h = LEGACY_HEADER.parse(buf)
         _positive_dims(h, 0)
@@ -262,9 +262,9 @@ def _read_header(buf: np.ndarray) -> tuple[dict[str, int], int, int, bool]:
             expected=256,
             actual=int(buf.size),
         )
-    (version,) = struct.unpack_from("<i", buf, 4)
+    (version,) = struct.unpack_from("<i", buf.data, 4)
     if version == 2:
-        group = struct.unpack_from("<i", buf, 37)[0] if buf.size >= 41 else "unknown"
+        group = struct.unpack_from("<i", buf.data, 37)[0] if buf.size >= 41 else "unknown"
         raise FormatError(
             FORMAT,
             "version",
@@ -332,7 +332,17 @@ def _checked_header(head: np.ndarray, size: int, name: str) -> tuple[ModelConfig
     bytes are ``head``; FormatError when the header's counts do not give exactly ``size`` bytes.
     Only the header is looked at: nothing is allocated from its counts."""
     h, version, start, shared = _read_header(head)
-    cfg = ModelConfig(**h, rope=True, name=name)
+    cfg = ModelConfig(
+        dim=h["dim"],
+        hidden_dim=h["hidden_dim"],
+        n_layers=h["n_layers"],
+        n_heads=h["n_heads"],
+        n_kv_heads=h["n_kv_heads"],
+        vocab_size=h["vocab_size"],
+        seq_len=h["seq_len"],
+        rope=True,
+        name=name,
+    )
     extents = _extents(_ORDERS[version], cfg, shared)
     need = start + 4 * sum(n * k for _, _, n, k in extents)
     if size != need:
@@ -392,7 +402,8 @@ def _windowed_model(path: str | os.PathLike, header: Llama2cHeader) -> Llama2cMo
         windows.array(runs[k][0], runs[k][2], k) for k in ("freq_cis_real", "freq_cis_imag") if k in runs
     ]
     params = MappedParams(cfg, windows, runs)
-    return Llama2cModel(params, *(tables or (None, None)), header.version)
+    real, imag = tables if tables else (None, None)
+    return Llama2cModel(params, real, imag, header.version)
 
 
 def _model_of(buf: np.ndarray, name: str) -> Llama2cModel:
@@ -507,7 +518,7 @@ def _arrays_to_write(model: Llama2cModel) -> tuple[bytes, list[Callable[[], np.n
             return np.asarray(a)
         return np.asarray(getattr(p if layer is None else p.layers[layer], key))
 
-    out = []
+    out: list[Callable[[], np.ndarray]] = []
     for label, key, layer, shape in _layout(_ORDERS[model.version], cfg, shared):
         got = fetch(key, layer).shape
         if got != shape:
@@ -538,7 +549,7 @@ def write_llama2c(
         with atomic_write(path) as f:
             f.write(header)
             for a in arrays:
-                f.write(memoryview(np.ascontiguousarray(a(), dtype="<f4")).cast("B"))
+                f.write(np.ascontiguousarray(a(), dtype="<f4").data.cast("B"))
     except OSError as e:
         raise AnekitError(f"[{FORMAT}] cannot write model file {path}: {e}") from e
 
@@ -708,7 +719,8 @@ def parse_tokenizer_bin(data: bytes | bytearray | memoryview) -> Tokenizer:
             expected=f"1..{MAX_TOKEN_LENGTH}",
             actual=max_len,
         )
-    vocab, scores = [], []
+    vocab: list[bytes] = []
+    scores: list[float] = []
     off = 4
     while off < len(mv):
         i = len(vocab)

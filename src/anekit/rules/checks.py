@@ -9,6 +9,7 @@ says which rule, where (function, op, line), why, and the source of the rule.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,8 @@ SHARD_WEIGHT_BYTES = 250 * 10**6  # package.shard-size: law 4's ~250 MB ceiling 
 # every public project writes there, and the compiler's own net.plist and data.
 RESERVED_WEIGHT_NAMES = frozenset({"model.mil", "net.plist", "data"})
 
-WeightFiles = Mapping[str, "bytes | str | Path"]
+# A weight file's bytes, or the path of the file holding them.
+WeightFiles = Mapping[str, "bytes | bytearray | memoryview | str | os.PathLike[str]"]
 
 
 @dataclass(frozen=True)
@@ -810,7 +812,7 @@ def _blobfile(ctx: _Context, op: Op) -> None:
         )
 
 
-def _weight_bytes(weights: WeightFiles | None, path: str) -> bytes | memoryview | None:
+def _weight_bytes(weights: WeightFiles | None, path: str) -> bytes | bytearray | memoryview | None:
     if not weights or path not in weights:
         return None
     source = weights[path]

@@ -53,7 +53,7 @@ from anekit.words import plural
 if TYPE_CHECKING:
     # the training loop's modules load when a run trains, not when the CLI starts
     from anekit.llama.plot_helper import PlotHelper
-    from anekit.runtime.sanitizer import Sanitizer
+    from anekit.runtime.sim.sanitizer import Sanitizer
     from anekit.training.state import StepReport
 
 __all__ = [

@@ -413,9 +413,9 @@ class ObjCRuntime:
         else:
             exc = fails(f"{what} failed without an NSError ({self.os_version})")
         exc.nserror = info  # type: ignore[attr-defined]
-        exc.domain = info.domain if info else None  # type: ignore[attr-defined]
-        exc.code = info.code if info else None  # type: ignore[attr-defined]
-        exc.description = info.description if info else None  # type: ignore[attr-defined]
+        exc.domain = info.domain if info else None
+        exc.code = info.code if info else None
+        exc.description = info.description if info else None
         exc.user_info = info.user_info if info else None  # type: ignore[attr-defined]
         exc.underlying = info.underlying if info else None  # type: ignore[attr-defined]
         return exc
