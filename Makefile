@@ -32,9 +32,11 @@ run: $(STAMP)
 		$(BIN)/anekit train --out '$(OUT)' $(ARGS); \
 	fi
 
+# lint-imports checks pyproject.toml's layer contract ([tool.importlinter]) on this checkout's source.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PYTHONPATH=src $(BIN)/lint-imports --no-cache
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_REPORT)

@@ -147,7 +147,7 @@ def thread_rates(config: str, repeat: int, steps: int = 4, accum: int = 4) -> di
     from anekit import runtime
     from anekit.kernels import preset
     from anekit.llama import Params
-    from anekit.llama.trainer import TrainConfig, TrainState, train
+    from anekit.training.loop import TrainConfig, TrainState, train
 
     cfg = preset(config)
     tc = TrainConfig(steps=steps, accum=accum, weights="dynamic")

@@ -103,9 +103,9 @@ def measure_lora(directory: Path, seq: int) -> dict:
     from anekit import runtime
     from anekit.hf.adapters import Adapters, LoraSpec
     from anekit.hf.model import load_model
-    from anekit.llama.lora import LoraTrainable, frozen_base
     from anekit.llama.step import Timer, make_kernels, train_step
-    from anekit.llama.trainer import TrainConfig, TrainState
+    from anekit.training.lora import LoraTrainable, frozen_base
+    from anekit.training.state import TrainConfig, TrainState
 
     out: dict = {}
     base = frozen_base(load_model(directory, seq_len=seq, matrix_dtype=np.float16).params)

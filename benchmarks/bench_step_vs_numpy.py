@@ -30,7 +30,7 @@ from anekit import runtime
 from anekit.kernels import ModelConfig, preset
 from anekit.llama import Params
 from anekit.llama.step import Timer, make_kernels, train_step
-from anekit.llama.trainer import TrainConfig, TrainState, apply_adamw
+from anekit.training.loop import TrainConfig, TrainState, apply_adamw
 
 F32 = np.float32
 

@@ -1,6 +1,6 @@
 """A fake Objective-C runtime: ctypes callbacks standing in for libobjc, Foundation, IOSurface and the engine.
 
-``FakeObjC`` is a ``Libraries`` object for ``anekit.runtime.objc.ObjCRuntime``: it answers every symbol
+``FakeObjC`` is a ``Libraries`` object for ``anekit.runtime.ane.objc.ObjCRuntime``: it answers every symbol
 lookup with a ctypes callback built for the exact prototype asked for, so calls go through real C
 marshalling (typed arguments, ``NSError **`` written through its pointer, IOSurface memory at a real
 address). It checks each prototype against the true signature (written here independently, as
@@ -57,14 +57,14 @@ from typing import Any
 
 import numpy as np
 
-from anekit.engine.numerics import profile
 from anekit.errors import AnekitError
 from anekit.mil.parser import parse_program
 from anekit.mil.verify import verify
 from anekit.rules.checks import MIN_ROW_BYTES  # rule surface.min-row-bytes
-from anekit.runtime.engine_numerics import EngineNumerics
-from anekit.runtime.objc import ObjCRuntime
+from anekit.runtime.ane.objc import ObjCRuntime
 from anekit.runtime.sim import Plan
+from anekit.runtime.sim.chip import bind
+from anekit.runtime.sim.numerics import EngineNumerics
 
 ANE_FRAMEWORK = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
 ANE_DOMAIN = "com.apple.appleneuralengine"
@@ -759,7 +759,7 @@ class FakeObjC:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
             # The engine computes with its chip's numerics: the fake's chip is unnamed, so it takes the
             # conservative profile ("any"), as the simulator does off a Mac.
-            numerics = EngineNumerics(profile("any"))
+            numerics = EngineNumerics(bind("any"))
             v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", numerics)
         except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")

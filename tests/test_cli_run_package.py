@@ -1,4 +1,4 @@
-"""An exported model runs prefill, then decode, from ``anekit run`` and from ``anekit.coreml.session``,
+"""An exported model runs prefill, then decode, from ``anekit run`` and from ``anekit.coreml.open_session``,
 its KV caches carried between calls, and picks the same greedy tokens as ``anekit sample`` on the source
 model with its weights rounded to fp16 (what the package stores).
 
@@ -132,19 +132,19 @@ def test_api_runs_prefill_then_decode_like_anekit_sample(
     capsys: pytest.CaptureFixture,
 ) -> None:
     from anekit import runtime
-    from anekit.coreml.session import Session
+    from anekit.coreml import open_session
 
     params, fp16_file = fp16_source
     tok, tok_file = tokenizer
     ids, want = reference(params, tok, API_TOKENS)
     got: list[int] = []
-    with Session.open(package, runtime.open("sim")) as s:
+    with open_session(package, runtime.open("sim")) as s:
         got.append(greedy(s.run("prefill", **prefill_inputs(ids, params.cfg.seq_len))["logits"]))
         for pos in range(len(ids), len(ids) + API_TOKENS // 2):
             got.append(greedy(s.run("decode", **decode_inputs(got[-1], pos))["logits"]))
         s.save_states(tmp_path / "half.npz")
     # a new session carries on from the saved caches
-    with Session.open(package, runtime.open("sim"), states=tmp_path / "half.npz") as s:
+    with open_session(package, runtime.open("sim"), states=tmp_path / "half.npz") as s:
         for pos in range(len(ids) + API_TOKENS // 2, len(ids) + API_TOKENS - 1):
             got.append(greedy(s.run("decode", **decode_inputs(got[-1], pos))["logits"]))
     assert got == want
@@ -165,10 +165,10 @@ def test_run_fills_inputs_but_not_states_at_random(package: Path, capsys: pytest
 
 
 def test_states_start_at_zero_and_state_in_replaces_them(tmp_path: Path, package: Path) -> None:
-    from anekit.coreml.session import Session
+    from anekit.coreml import open_session
 
     inputs = decode_inputs(7, 3)
-    with Session.open(package) as s:
+    with open_session(package) as s:
         fresh = s.run("decode", **inputs)["logits"]
         assert all(b[:, :, 3].any() and not b[:, :, 4:].any() for b in s.states.values())
         s.save_states(tmp_path / "one.npz")

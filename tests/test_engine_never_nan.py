@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anekit.runtime.engine_numerics import NAN_FREE
+from anekit.runtime.sim.numerics import NAN_FREE
 from tests.numerics_probe import fp16, probe
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0**-24, -(2.0**-20), 65504.0, -65504.0, 1.5, -2.0, 300.0]

@@ -15,9 +15,9 @@ from anekit.cli.main import main
 from anekit.errors import AnekitError
 from anekit.hf.adapters import read_adapters
 from anekit.hf.model import load_model
-from anekit.hf.training import HFOptions, HFRun
-from anekit.llama.run import TrainOptions
+from anekit.hf.training import HFOptions, hf_run
 from anekit.llama.sample import forward_logits
+from anekit.training.options import TrainOptions
 from tests.hf_fixtures import make_checkpoint, make_tokenizer, small
 
 pytest.importorskip("tokenizers")
@@ -78,7 +78,6 @@ def test_lora_fine_tuning_lowers_the_validation_loss_and_writes_peft_adapters(wo
 
 def test_fused_adapters_give_the_trained_models_logits(workspace, tmp_path, capsys):
     from anekit.hf.adapters import fuse
-    from anekit.hf.training import HFRun
 
     model, data = workspace
     out = tmp_path / "run"
@@ -87,7 +86,7 @@ def test_fused_adapters_give_the_trained_models_logits(workspace, tmp_path, caps
         main(["fuse", str(model), str(out / "adapters"), str(tmp_path / "fused"), "--dtype", "float32"]) == 0
     )
     capsys.readouterr()
-    run = HFRun(TrainOptions(out=out, resume=True), HFOptions())  # the trained adapters, from the state
+    run = hf_run(TrainOptions(out=out, resume=True), HFOptions())  # the trained adapters, from the state
     tokens = np.array([5, 40, 300, 7, 99])
     want = forward_logits(fuse(load_model(model).params, run.trainable.adapters), tokens)
     got = forward_logits(load_model(tmp_path / "fused").params, tokens)
@@ -104,7 +103,7 @@ def test_a_stopped_lora_run_resumes_to_the_uninterrupted_adapters(workspace, tmp
     model, data = workspace
     assert main(_lora_args(model, data, tmp_path / "whole", steps=6)) == 0
     options = TrainOptions(out=tmp_path / "part", init=model, data=data, steps=6, lr=5e-3)
-    run = HFRun(options, HFOptions(lora=4, seq=32, val_every=4))
+    run = hf_run(options, HFOptions(lora=4, seq=32, val_every=4))
     try:
         assert run.train(should_stop=lambda: run.state.step >= 2).reason == "stopped"
     finally:
@@ -167,7 +166,7 @@ def test_resume_refuses_a_contradicting_rank(workspace, tmp_path, capsys):
     with pytest.raises(
         AnekitError, match=r"^\[train\] resume=True: lora=8 contradicts the run in .* \(lora=4\)"
     ):
-        HFRun(TrainOptions(out=out, resume=True), HFOptions(lora=8))  # Python names its parameters
+        hf_run(TrainOptions(out=out, resume=True), HFOptions(lora=8))  # Python names its parameters
     assert main(["train", "--out", str(out), "--resume", "--lora", "8", "--sample-steps", "0"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"anekit: [train] --resume: --lora 8 contradicts the run in {out} (--lora 4); ")

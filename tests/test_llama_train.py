@@ -11,7 +11,7 @@ from anekit.cli.main import main
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
 from anekit.llama.checkpoint import load_checkpoint_file
-from anekit.llama.trainer import TrainConfig, TrainingDiverged, TrainState, train
+from anekit.training.loop import TrainConfig, TrainingDiverged, TrainState, train
 
 
 def _tiny_state(seed: int = 0) -> tuple[ModelConfig, TrainState]:
@@ -117,7 +117,7 @@ def test_a_loss_scale_past_the_mac_headroom_is_halved_before_it_overflows():
 def test_a_budget_smaller_than_one_step_is_an_error_before_the_first_step():
     """A budget below one step's compiles (1 shared + 5 per layer, baked) would re-execute forever without a
     step: it is refused before anything compiles, naming the budget needed."""
-    from anekit.llama.trainer import BudgetTooSmall, first_step_compiles
+    from anekit.training.loop import BudgetTooSmall, first_step_compiles
 
     cfg, state = _tiny_state()
     need = first_step_compiles(cfg, "baked")
@@ -136,7 +136,7 @@ def test_weight_decay_shrinks_the_matrices_and_never_the_rmsnorm_scales():
     """AdamW with zero gradients moves a weight only by its decay: every 2-D matrix shrinks by lr * wd,
     every RMSNorm scale (rms_att, rms_ffn, rms_final) stays exactly as it was (llama2.c decays only the
     matrices)."""
-    from anekit.llama.trainer import apply_adamw
+    from anekit.training.loop import apply_adamw
 
     _cfg, state = _tiny_state()
     before = {k: a.copy() for k, a in state.params.tensors()}
@@ -154,9 +154,9 @@ def test_weight_decay_shrinks_the_matrices_and_never_the_rmsnorm_scales():
 def test_a_skipped_step_does_not_advance_the_adam_step_in_the_checkpoint_header(tmp_path):
     """An overflowed step (skipped: no update) counts as a step but not as an Adam step: the header's and
     the run record's adam_t are the number of applied updates, so a resumed run's bias correction is right."""
-    from anekit.llama.run import RunRecord as Run
-    from anekit.llama.run import Source
-    from anekit.llama.run import save_run as _save
+    from anekit.training.blzt import RunRecord as Run
+    from anekit.training.blzt import save_run as _save
+    from anekit.training.identity import Source
 
     state, skipped, tc = _train_past_the_headroom(8)
     assert any(skipped) and not all(skipped)

@@ -17,7 +17,7 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
-from anekit.llama.trainer import TrainConfig, TrainState, train
+from anekit.training.loop import TrainConfig, TrainState, train
 from tests import llama_reference as ref
 
 CFG = ModelConfig(32, 64, 2, 4, 2, 64, 32, name="tiny")

@@ -9,8 +9,8 @@ import pytest
 
 from anekit import runtime
 from anekit.hf.adapters import FIELDS, Adapters, LoraSpec
-from anekit.llama.lora import LoraTrainable, MergedParams, frozen_base
 from anekit.llama.step import Timer, make_kernels, train_step
+from anekit.training.lora import LoraTrainable, MergedParams, frozen_base
 from tests.test_llama_step_hf import BASE, CONFIGS, _loss, _params, _window
 
 SPEC = LoraSpec(rank=4, alpha=8.0, targets=tuple(FIELDS))  # every matrix adapted: scale 2
@@ -91,7 +91,7 @@ def test_merged_weights_are_the_fp16_base_plus_scale_b_a_and_follow_the_adapters
 
 def test_an_adam_step_moves_only_the_adapters():
     cfg = BASE
-    from anekit.llama.trainer import TrainConfig, TrainState
+    from anekit.training.loop import TrainConfig, TrainState
 
     params = _params(cfg, seed=8)
     base = frozen_base(params)

@@ -48,7 +48,7 @@ from pathlib import Path
 import pytest
 
 from anekit.cli.main import build_parser, main
-from anekit.llama import run as train_run
+from anekit.training import blzt as train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -194,7 +194,7 @@ def _shortened_training(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _interrupting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The next training run gets a real SIGINT after step STOP_AT, as a Ctrl-C would send it."""
-    from anekit.llama import trainer
+    from anekit.training import loop as trainer
 
     real = trainer.train
 

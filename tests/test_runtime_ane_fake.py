@@ -43,8 +43,8 @@ from anekit.errors import (
 )
 from anekit.mil import tensor
 from anekit.mil.parser import parse_program
-from anekit.runtime import ane, objc
-from anekit.runtime.ane import AneBackend, AneSurface, binding, lifecycle, memory
+from anekit.runtime import ane
+from anekit.runtime.ane import AneBackend, AneSurface, binding, lifecycle, memory, objc
 from tests.fake_objc import ANE_DOMAIN, STATUS_0X1D, FakeObjC
 
 COMPILE = "-[_ANEInMemoryModel compileWithQoS:options:error:]"
@@ -152,7 +152,7 @@ def no_dlopen(*args, **kwargs):
 ctypes.CDLL = no_dlopen
 import anekit.runtime.ane as ane
 from anekit import runtime
-from anekit.runtime.objc import ObjCRuntime
+from anekit.runtime.ane.objc import ObjCRuntime
 
 ObjCRuntime()  # constructing the real runtime loads nothing either
 if platform.system() != "Darwin":
@@ -709,7 +709,7 @@ def test_nil_results_raise_and_release_what_was_built(fake, backend, tmpdir_ns, 
 
 
 def test_an_nserror_carries_its_user_info_and_underlying_error(fake, backend):
-    """The one NSError conversion (anekit.runtime.objc) keeps description, code, domain, the rendered
+    """The one NSError conversion (anekit.runtime.ane.objc) keeps description, code, domain, the rendered
     userInfo and the NSUnderlyingErrorKey chain."""
     k = backend.compile(_add_program())
     for _ in range(2):  # the load and its retry

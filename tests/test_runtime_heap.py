@@ -1,4 +1,4 @@
-"""runtime.heap: glibc's heap tuned once per process, a no-op elsewhere or when switched off."""
+"""runtime.sim.heap: glibc's heap tuned once per process, a no-op elsewhere or when switched off."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import platform
 import pytest
 
 from anekit import runtime
-from anekit.runtime import heap
+from anekit.runtime.sim import heap
 
 
 def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

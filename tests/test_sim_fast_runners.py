@@ -1,4 +1,4 @@
-"""The plan's pre-bound runners (runtime.sim_fast) against the plain ``run_step``: every simulator test case
+"""The plan's pre-bound runners (runtime.sim.fast) against the plain ``run_step``: every simulator test case
 and every cataloged kernel, one step at a time, each stored value equal in bits, dtype, shape and layout."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def assert_runners_match_run_step(plan: Plan, inputs: list[np.ndarray]) -> int:
     n_fast = 0
     with np.errstate(all="ignore"):
         for step, runner in zip(plan.steps, plan.runners):
-            n_fast += runner.__module__ == "anekit.runtime.sim_fast"
+            n_fast += runner.__module__ == "anekit.runtime.sim.fast"
             for slot, value in zip(step.out_slots, run_step(step, plain)):
                 plain[slot] = value
             runner(fast)
@@ -98,7 +98,7 @@ def test_a_failing_fast_runner_names_its_op() -> None:
     f.output(f.op("reshape", x=x, shape=np.array([3, 4], np.int32)))
     kernel = runtime.open("sim", numerics="ieee", strict=False).compile(b.build())
     assert isinstance(kernel, SimKernel)
-    assert kernel.plan.runners[0].__module__ == "anekit.runtime.sim_fast"
+    assert kernel.plan.runners[0].__module__ == "anekit.runtime.sim.fast"
     with pytest.raises(EvalFailed, match=r"^\[reshape\] \(.*\) failed: ValueError"):
         kernel.plan.run([np.zeros((5, 5), np.float16)])
 
@@ -120,7 +120,7 @@ def test_a_signed_permutation_conv_is_the_products_bits(precision: str, special:
     f.output(f.conv1x1(x, f.const(weight, name="swap")))
     kernel = runtime.open("sim", numerics="ieee", strict=False, precision=precision).compile(b.build())
     assert isinstance(kernel, SimKernel)
-    assert any(r.__module__ == "anekit.runtime.sim_fast" for r in kernel.plan.runners)
+    assert any(r.__module__ == "anekit.runtime.sim.fast" for r in kernel.plan.runners)
     rng = np.random.default_rng(7)
     xs = rng.standard_normal((1, channels, 1, seq)).astype(np.float16)
     xs[0, ::3, 0, ::5] = 0.0

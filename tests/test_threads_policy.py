@@ -7,7 +7,7 @@ import pytest
 
 from anekit import threads
 from anekit.kernels import preset
-from anekit.llama.accumulate import THREADS_MIN_FLOPS, blas_share, default_threads, sequence_flops
+from anekit.training.accumulate import THREADS_MIN_FLOPS, blas_share, default_threads, sequence_flops
 
 
 def _blas() -> list[int]:
@@ -31,7 +31,7 @@ def test_a_count_the_user_set_is_left_alone(monkeypatch):
 
 
 def test_small_models_train_on_one_thread_large_ones_on_every_core(monkeypatch):
-    from anekit.llama import accumulate
+    from anekit.training import accumulate
 
     monkeypatch.setattr(accumulate, "cores", lambda: 8)
     small, large = preset("default"), preset("stories15M")

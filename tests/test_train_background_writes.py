@@ -23,11 +23,12 @@ import pytest
 from anekit.cli.main import main
 from anekit.errors import AnekitError
 from anekit.kernels import preset
-from anekit.llama import checkpoint, run
+from anekit.llama import checkpoint
 from anekit.llama.params import Params
 from anekit.llama.plot import PlotUnavailable, write_loss_png
 from anekit.llama.plot_helper import PlotHelper
 from anekit.threads import Background
+from anekit.training import run
 
 QUICK = ["--accum", "1", "--sample-steps", "0"]
 
@@ -221,7 +222,7 @@ def test_a_long_run_draws_through_a_helper_and_ends_it(
     assert len(started) == 1 and started[0].proc is None  # asked to draw, then gone
     assert (out / "loss.png").read_bytes().startswith(b"\x89PNG") and "loss.png" in capsys.readouterr().out
     # a run that fails after the helper started ends it too
-    from anekit.llama import trainer
+    from anekit.training import loop as trainer
 
     def boom(*args, **kwargs):
         raise AnekitError("[train] the backend refused a kernel")

@@ -21,7 +21,8 @@ import pytest
 
 from anekit import fileio
 from anekit.cli.main import main
-from anekit.llama import checkpoint, run
+from anekit.llama import checkpoint
+from anekit.training import run
 from tests.conftest import PROJECT_ROOT
 
 QUICK = ["--accum", "1", "--sample-steps", "0"]

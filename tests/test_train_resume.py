@@ -349,7 +349,7 @@ def test_only_regular_files_are_hashed_a_fifo_is_refused_without_opening_it(tmp_
     import os
 
     from anekit.errors import AnekitError
-    from anekit.llama.run import sha256_file as _sha256_file
+    from anekit.training.identity import sha256_file as _sha256_file
 
     fifo = tmp_path / "tok.fifo"
     os.mkfifo(fifo)

@@ -1,4 +1,4 @@
-"""The sequences of a batch on several threads (``anekit.llama.accumulate``): the same checkpoint, bit for
+"""The sequences of a batch on several threads (``anekit.training.accumulate``): the same checkpoint, bit for
 bit, as one thread, for full training (tied and untied classifiers) and for LoRA; a worker's error
 reaches the caller."""
 
@@ -11,7 +11,7 @@ from anekit import runtime
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
-from anekit.llama.trainer import TrainConfig, TrainState, train
+from anekit.training.loop import TrainConfig, TrainState, train
 
 CFG = ModelConfig(64, 176, 2, 4, 2, 512, 64, name="tiny")
 
@@ -45,7 +45,7 @@ def test_two_and_three_threads_train_the_same_bits_as_one(tied):
 
 def test_lora_on_threads_trains_the_same_adapters_as_one_thread():
     from anekit.hf.adapters import Adapters, LoraSpec
-    from anekit.llama.lora import LoraTrainable, frozen_base
+    from anekit.training.lora import LoraTrainable, frozen_base
 
     results = []
     for threads in (1, 2):
@@ -78,7 +78,7 @@ def test_an_error_in_a_worker_thread_reaches_the_caller():
 
 
 def test_the_optimizer_in_chunks_on_threads_updates_the_same_bits(monkeypatch):
-    from anekit.llama import trainer
+    from anekit.training import optimizer as trainer
 
     one = _run(1, tied=True, steps=2)
     monkeypatch.setattr(trainer, "ADAM_CHUNK", 1000)  # every matrix split over the threads
@@ -91,7 +91,7 @@ class _ZeroedTotal:
     """``FullTrainable`` as it was: the total zeroed before every batch and every gradient added to it."""
 
     def __init__(self, state: TrainState) -> None:
-        from anekit.llama.lora import FullTrainable
+        from anekit.training.trainable import FullTrainable
 
         self.inner = FullTrainable(state)
         self.params, self.grads = self.inner.params, self.inner.grads

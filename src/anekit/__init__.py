@@ -1,7 +1,7 @@
 """anekit: program the Apple Neural Engine directly, with a faithful simulator everywhere else.
 
 ``anekit.train(out, ...)`` and ``anekit.Run`` train from Python as ``anekit train`` does (see
-``anekit.llama.run``); they load on first use, so importing anekit stays cheap.
+``anekit.training.run``); they load on first use, so importing anekit stays cheap.
 """
 
 from typing import Any
@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = ["AnekitError", "Run", "TrainOptions", "__version__", "train"]
 
-_LAZY = {"train": "anekit.llama.run", "Run": "anekit.llama.run", "TrainOptions": "anekit.llama.run"}
+_LAZY = {"train": "anekit.training.run", "Run": "anekit.training.run", "TrainOptions": "anekit.training.run"}
 
 
 def __getattr__(name: str) -> Any:

@@ -14,18 +14,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# The bit layout constants are fp16's own, so both paths read one definition.
-from anekit.fp16 import _F16_LOW_BITS as _LOW13
-from anekit.fp16 import _F16_REBIAS_SHIFTED as _REBIAS
-from anekit.fp16 import _F16_SUBNORMAL_LIMIT as _MIN_NORMAL
-from anekit.fp16 import _F32_ABS as _ABS
-from anekit.fp16 import _F32_EXP as _EXP
-from anekit.fp16 import _F32_FP16_MAX as _FP16_MAX
-from anekit.fp16 import _F32_HALF_BITS as _HALF_BITS
-from anekit.fp16 import _F32_INF as _INF
-from anekit.fp16 import _F32_QUIET as _QUIET
-from anekit.fp16 import _F32_SIGN as _SIGN
-from anekit.fp16 import _FP16_ROUND_LIMIT, _MAGIC_MIN, _MAGIC_OFFSET
+# The bit layout constants are fp16_bits', which anekit.fp16 reads too, so both paths read one definition.
+from anekit.fp16_bits import F16_LOW_BITS as _LOW13
+from anekit.fp16_bits import F16_REBIAS_SHIFTED as _REBIAS
+from anekit.fp16_bits import F16_SUBNORMAL_LIMIT as _MIN_NORMAL
+from anekit.fp16_bits import F32_ABS as _ABS
+from anekit.fp16_bits import F32_EXP as _EXP
+from anekit.fp16_bits import F32_FP16_MAX as _FP16_MAX
+from anekit.fp16_bits import F32_HALF_BITS as _HALF_BITS
+from anekit.fp16_bits import F32_INF as _INF
+from anekit.fp16_bits import F32_QUIET as _QUIET
+from anekit.fp16_bits import F32_SIGN as _SIGN
+from anekit.fp16_bits import FP16_ROUND_LIMIT as _FP16_ROUND_LIMIT
+from anekit.fp16_bits import MAGIC_MIN as _MAGIC_MIN
+from anekit.fp16_bits import MAGIC_OFFSET as _MAGIC_OFFSET
 
 _LOW13_CLEAR = np.uint32(0xFFFFE000)
 # |x| of 65520 and more rounds to inf (NaN patterns lie above too): fp16's limit as a float32 pattern.
@@ -139,7 +141,7 @@ def adamw_update(
         w[i] = np.float32(wi - np.float32(step * np.float32(mi / denom)))
 
 
-# -- the engine numerics' passes (``runtime.engine_numerics``) ---------------------------------------
+# -- the engine numerics' passes (``runtime.sim.numerics``) ---------------------------------------
 
 _MIN_NORMAL_F = np.float32(2.0**-14)
 _MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2**-14 as a float32 pattern: fp16's smallest normal

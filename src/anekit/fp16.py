@@ -11,6 +11,21 @@ import numpy.typing as npt
 
 from anekit import jit
 from anekit.errors import AnekitError
+from anekit.fp16_bits import (
+    F16_LOW_BITS,
+    F16_REBIAS_SHIFTED,
+    F16_SUBNORMAL_LIMIT,
+    F32_ABS,
+    F32_EXP,
+    F32_FP16_MAX,
+    F32_HALF_BITS,
+    F32_INF,
+    F32_QUIET,
+    F32_SIGN,
+    FP16_ROUND_LIMIT,
+    MAGIC_MIN,
+    MAGIC_OFFSET,
+)
 
 __all__ = [
     "BF16_MAX",
@@ -58,14 +73,6 @@ _CHUNK = 1 << 15
 _DENSE_FRACTION = 16
 
 _U32 = np.uint32
-_F32_SIGN = _U32(0x80000000)
-_F32_ABS = _U32(0x7FFFFFFF)
-_F32_INF = _U32(0x7F800000)
-_F32_QUIET = _U32(0x00400000)
-# float32 pattern of 65504, the largest finite half.
-_F32_FP16_MAX = _U32(0x477FE000)
-# |x| patterns below this (2**-14) give a subnormal half or zero.
-_F16_SUBNORMAL_LIMIT = _U32(0x38800000)
 # Exponent rebias 127 - 15 = 112, i.e. 112 << 23, less the 0x0FFF rounding bias added in the same step.
 _F16_REBIAS_MINUS_HALF = _U32(0x38000000 - 0x0FFF)
 
@@ -227,7 +234,7 @@ def _encode_f16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
     """Encode float32 patterns ``u`` as binary16 patterns into uint16 ``dst``, round to nearest even."""
     a, r = w.a, w.r
     r_signed = r.view(np.int32)
-    np.bitwise_and(u, _F32_ABS, out=a)
+    np.bitwise_and(u, F32_ABS, out=a)
     # Normal results: rebias the exponent and round away 13 mantissa bits, ties to even. A carry out of the
     # mantissa bumps the exponent, which is exactly right, up to and including inf (clipped below). Under
     # the rebias point the difference goes negative as int32 and the clip makes it +0.
@@ -237,11 +244,11 @@ def _encode_f16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
     np.subtract(r, _F16_REBIAS_MINUS_HALF, out=r)
     np.right_shift(r_signed, 13, out=r_signed)
     np.clip(r_signed, 0, 0x7C00, out=r_signed)
-    np.greater(a, _F32_INF, out=w.m1)
+    np.greater(a, F32_INF, out=w.m1)
     _patch(r, w.m1, a, _fix_f16_nan, w)
     # 0 < |x| < 2**-14 (subtracting 1 first moves zero out of the range; zero is already right).
     np.subtract(a, 1, out=w.t1)
-    np.less(w.t1, _F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
+    np.less(w.t1, F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
     _patch(r, w.m1, a, _fix_f16_small, w)
     np.right_shift(u, 16, out=a)
     np.bitwise_and(a, 0x8000, out=a)
@@ -252,10 +259,10 @@ def _fix_round_fp16_special(
     s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray
 ) -> None:
     """float32 patterns for |x| patterns past the half range: inf, or NaN narrowed to a quiet half NaN."""
-    np.maximum(s, _F32_INF, out=out)
+    np.maximum(s, F32_INF, out=out)
     np.bitwise_and(out, _U32(0xFFFFE000), out=out)
-    np.greater(s, _F32_INF, out=mb)
-    np.multiply(mb, _F32_QUIET, out=t)
+    np.greater(s, F32_INF, out=mb)
+    np.multiply(mb, F32_QUIET, out=t)
     np.bitwise_or(out, t, out=out)
 
 
@@ -273,7 +280,7 @@ def _round_fp16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
     Stays in the float32 format, so there is no encode/decode round trip; ``dst`` may alias ``u``.
     """
     a, r = w.a, w.r
-    np.bitwise_and(u, _F32_ABS, out=a)
+    np.bitwise_and(u, F32_ABS, out=a)
     # Round away the low 13 mantissa bits, nearest even, a carry bumping the exponent: right for every
     # half-normal result and for zero. Results past 65504, NaN and subnormal halves are fixed up below.
     np.right_shift(a, 13, out=r)
@@ -281,23 +288,16 @@ def _round_fp16_kernel(u: np.ndarray, dst: np.ndarray, w: _Scratch) -> None:
     np.add(r, 0x0FFF, out=r)
     np.add(r, a, out=r)
     np.bitwise_and(r, _U32(0xFFFFE000), out=r)
-    np.greater(r, _F32_FP16_MAX, out=w.m1)
+    np.greater(r, F32_FP16_MAX, out=w.m1)
     _patch(r, w.m1, a, _fix_round_fp16_special, w)
     np.subtract(a, 1, out=w.t1)
-    np.less(w.t1, _F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
+    np.less(w.t1, F16_SUBNORMAL_LIMIT - _U32(1), out=w.m1)
     _patch(r, w.m1, a, _fix_round_fp16_small, w)
-    np.bitwise_and(u, _F32_SIGN, out=a)
+    np.bitwise_and(u, F32_SIGN, out=a)
     np.bitwise_or(r, a, out=dst)
 
 
-# The one-pass-per-step path of round_to_fp16 (see _round_fp16_fast): x + C - C with C = 1.5 * 2**(e + 13)
-# for x in binade 2**e, so that x + C falls in a binade whose float32 ulp is the half's ulp at 2**e.
-_F32_EXP = _U32(0x7F800000)
-_MAGIC_OFFSET = _U32((13 << 23) | 0x00400000)  # exponent + 13, mantissa 0.5: times 1.5 * 2**13
-# Binades below 2**-14 (subnormal halves, zero) share C = 0.75: ulp 2**-24 in [0.5, 1), the subnormal step.
-_MAGIC_MIN = _U32(0x38800000 + ((13 << 23) | 0x00400000))
-# |x| >= 65520 rounds past 65504 (65520 itself is a tie that goes to the even 65536, i.e. inf).
-_FP16_ROUND_LIMIT = np.float32(65520.0)
+# The one-pass-per-step path of round_to_fp16 (see _round_fp16_fast): the constants are fp16_bits'.
 
 
 def _round_fp16_fast(x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
@@ -315,32 +315,27 @@ def _round_fp16_fast(x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None
     if x.ndim == 0 or x.size == 0:  # numpy hands back scalars for 0-d operands: not worth a special case
         return None
     lo, hi = np.minimum.reduce(x, axis=None), np.maximum.reduce(x, axis=None)
-    if not (lo > -_FP16_ROUND_LIMIT and hi < _FP16_ROUND_LIMIT):  # also False for NaN
+    if not (lo > -FP16_ROUND_LIMIT and hi < FP16_ROUND_LIMIT):  # also False for NaN
         return None
     u = x.view(_U32)
-    c = np.bitwise_and(u, _F32_EXP)
-    sign = np.bitwise_and(u, _F32_SIGN) if out is x else None  # in place: keep the sign before overwriting
-    np.add(c, _MAGIC_OFFSET, out=c)
-    np.maximum(c, _MAGIC_MIN, out=c)
+    c = np.bitwise_and(u, F32_EXP)
+    sign = np.bitwise_and(u, F32_SIGN) if out is x else None  # in place: keep the sign before overwriting
+    np.add(c, MAGIC_OFFSET, out=c)
+    np.maximum(c, MAGIC_MIN, out=c)
     cf = c.view(np.float32)
     r = np.add(x, cf, out=np.empty(x.shape, dtype=np.float32) if out is None else out)
     np.subtract(r, cf, out=r)
     if sign is None:
-        sign = np.bitwise_and(u, _F32_SIGN, out=c)
+        sign = np.bitwise_and(u, F32_SIGN, out=c)
     rb = r.view(_U32)
     np.bitwise_or(rb, sign, out=rb)
     return r
 
 
-# encode_fp16_values: a half's float32 pattern has its low 13 bits clear.
-_F16_LOW_BITS = _U32(0x1FFF)
-# A normal half's pattern is its |x| pattern >> 13 less the exponent rebias 112 << 10.
-_F16_REBIAS_SHIFTED = np.int32(112 << 10)
 # Below this many elements numpy's own cast costs less than the encoder's fixed calls.
 _SMALL_ENCODE = 2048
 # Elements per block of encode_fp16_values: its three scratch words per element stay in cache.
 _ENCODE_CHUNK = 1 << 16
-_F32_HALF_BITS = np.int32(0x3F000000)  # 0.5
 _SUBNORMAL_CAP = np.full(_ENCODE_CHUNK, 0x0400, dtype=np.int32)
 _SUBNORMAL_CAP.setflags(write=False)
 
@@ -383,15 +378,15 @@ def _encode_f16_exact_block(
     u: np.ndarray, dst: np.ndarray, a: np.ndarray, t: np.ndarray, s: np.ndarray
 ) -> bool:
     """``encode_fp16_values`` on one block of float32 patterns ``u`` (``a``, ``t``, ``s``: uint32 scratch)."""
-    np.bitwise_and(u, _F32_ABS, out=a)
-    if np.maximum.reduce(a) > _F32_FP16_MAX:  # inf, NaN or past the half range
+    np.bitwise_and(u, F32_ABS, out=a)
+    if np.maximum.reduce(a) > F32_FP16_MAX:  # inf, NaN or past the half range
         return False
-    np.bitwise_and(a, _F16_LOW_BITS, out=t)
+    np.bitwise_and(a, F16_LOW_BITS, out=t)
     if np.maximum.reduce(t):  # bits a half does not have
         return False
     r = t.view(np.int32)
     np.right_shift(a, _U32(13), out=t)
-    np.subtract(r, _F16_REBIAS_SHIFTED, out=r)  # a normal half's exponent and mantissa, at least 0x400
+    np.subtract(r, F16_REBIAS_SHIFTED, out=r)  # a normal half's exponent and mantissa, at least 0x400
     if np.minimum.reduce(r) < 0x0400:  # zero or subnormal halves: below 0x400 here, negative for zero
         # |x| + 0.5 rounds |x| to the subnormal step 2**-24 (the float32 ulp in [0.5, 1)), ties to even,
         # so its pattern less 0.5's is the subnormal half (or zero, or 0x400 for the smallest normal), and
@@ -401,7 +396,7 @@ def _encode_f16_exact_block(
         sf = s.view(np.float32)
         np.add(a.view(np.float32), np.float32(0.5), out=sf)
         sub = s.view(np.int32)
-        np.subtract(sub, _F32_HALF_BITS, out=sub)
+        np.subtract(sub, F32_HALF_BITS, out=sub)
         np.minimum(sub, _SUBNORMAL_CAP[: sub.size], out=sub)
         np.maximum(r, sub, out=r)
     np.right_shift(u, _U32(16), out=a)
@@ -445,7 +440,7 @@ _F16_TO_F32_BITS = _decode_f16_table()
 
 def _fix_bf16_nan(s: np.ndarray, out: np.ndarray, t: np.ndarray, t2: np.ndarray, mb: np.ndarray) -> None:
     """NaN patterns with the quiet bit set, so truncating the payload can never leave inf."""
-    np.bitwise_or(s, _F32_QUIET, out=out)
+    np.bitwise_or(s, F32_QUIET, out=out)
 
 
 def _round_bf16_common(u: np.ndarray, w: _Scratch) -> np.ndarray:

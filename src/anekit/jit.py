@@ -31,6 +31,7 @@ def _load() -> ModuleType | None:
     with _lock:
         if not _tried:
             if os.environ.get("ANEKIT_JIT", "1").strip().lower() not in ("0", "false", "no", "off"):
+                loops: ModuleType | None
                 try:
                     from anekit import _jit_loops as loops
                 except Exception:  # numba absent, broken, or with nowhere to cache: the numpy paths serve
@@ -239,12 +240,3 @@ def count_nan(x: np.ndarray) -> int | None:
 def round_fp16_away(x: np.ndarray) -> np.ndarray | None:
     """float32 ``x`` rounded to binary16 values with ties away from zero (a new array), or None."""
     return _into(x, "round_fp16_away_into")
-
-
-def scan_flush_inplace(x: np.ndarray) -> tuple[int, float] | None:
-    """``scan_operand`` that also flushes the fp16 subnormals of float32 ``x`` to +0 in place, or None."""
-    found = _f32(x, writes=True)
-    if found is None:
-        return None
-    n, big = found[0].scan_flush_inplace(found[1])
-    return int(n), float(big)

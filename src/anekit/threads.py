@@ -5,7 +5,7 @@ save there (a training step of the default model ran about 3x faster on one BLAS
 (stories15M: 256 x 288 activations against 32000 x 288 classifiers) runs its sgemms faster on every core.
 So anekit leaves BLAS its default (every core) at start-up and limits it, through threadpoolctl, for the
 span of each task: one thread for small work, the cores left over for worker threads otherwise
-(``anekit.llama.accumulate``). A limit can only lower the thread count BLAS started with, which is why the
+(``anekit.training.accumulate``). A limit can only lower the thread count BLAS started with, which is why the
 process must not start with one thread.
 
 A user who sets OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS, MKL_NUM_THREADS) decides: anekit then never

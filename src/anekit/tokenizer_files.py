@@ -15,12 +15,14 @@ package's metadata), so that ``sample`` reads exactly the files the export carri
 already in the folder is kept when it holds the same bytes; a different one is refused unless --force,
 which replaces it (and removes the Hugging Face files the carried tokenizer does not have, which the
 loader would read with it).
+
+This module knows the files only: loading a tokenizer of a kind is ``anekit.hf.tokenizer_kinds``' job,
+reading the record back from a package or shards.json ``anekit.coreml.tokenizer_record``'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 from anekit.errors import AnekitError
 from anekit.fileio import write_bytes_atomic
 from anekit.inputs import LIMITS, read_bytes, stat_input
+from anekit.outputs import writing
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE = "tokenizer.model"
@@ -58,9 +61,6 @@ class TokenizerFiles:
     def record(self) -> dict[str, Any]:
         """What the export records: the kind and each file's sha256."""
         return {"kind": self.kind, "files": {n: hashlib.sha256(d).hexdigest() for n, d in self.files.items()}}
-
-    def load(self) -> Any:
-        return load_tokenizer_at(self.source, self.kind)
 
 
 def kind_of(path: Path) -> str:
@@ -94,22 +94,6 @@ def from_path(path: Path, what: str) -> TokenizerFiles:
         looked = f"looked for {TOKENIZER_JSON} and {SENTENCEPIECE}"
         raise AnekitError(f"{what} {path}: no tokenizer in it ({looked})")
     return TokenizerFiles(kind, files, path)
-
-
-def load_tokenizer_at(path: Path, kind: str) -> Any:
-    """The tokenizer object of ``path`` of ``kind``: anekit.hf's for a Hugging Face one, else
-    anekit.llama.tokenizer's."""
-    if kind == "hf":
-        from anekit.hf.tokenizer import load_hf_tokenizer
-
-        return load_hf_tokenizer(path)
-    from anekit.llama.tokenizer import load_tokenizer
-
-    if kind == "sentencepiece" and path.suffix != ".model":
-        from anekit.llama.tokenizer import SentencePieceTokenizer
-
-        return SentencePieceTokenizer(path)
-    return load_tokenizer(path)
 
 
 # -- beside an export ------------------------------------------------------------------------------------
@@ -163,8 +147,6 @@ def write_beside(folder: Path, carried: TokenizerFiles) -> list[str]:
     """Write ``carried`` into ``folder`` (after ``refuse_conflicts``): each file atomically, those already
     holding the bytes left alone, the Hugging Face files it does not carry removed. Lines saying what was
     done."""
-    from anekit.outputs import writing
-
     lines = []
     for path in conflicts(folder, carried):
         if path.name not in carried.files:
@@ -185,30 +167,8 @@ def write_beside(folder: Path, carried: TokenizerFiles) -> list[str]:
 # -- found again by sample -------------------------------------------------------------------------------
 
 
-def export_record(path: Path) -> dict[str, Any] | None:
-    """The tokenizer record of an export (a package, a shard directory or its shards.json), None when it
-    records none (an older export, or one whose model had no tokenizer at hand)."""
-    from anekit.coreml.shards import SHARDS_FILE, read_manifest
-
-    manifest = path / SHARDS_FILE if path.is_dir() and (path / SHARDS_FILE).is_file() else path
-    if manifest.name == SHARDS_FILE:
-        return _checked_record(read_manifest(manifest).get(RECORD_KEY), manifest)
-    from anekit.coreml.load import _read_spec
-    from anekit.coreml.manifest import model_file
-    from anekit.coreml.manifest import read_manifest as read_package
-
-    root, _ = read_package(path)
-    raw = _read_spec(model_file(path, root)).description.metadata.userDefined.get(RECORD_KEY)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return _checked_record(value, path)
-
-
-def _checked_record(value: Any, where: Path) -> dict[str, Any] | None:
+def checked_record(value: Any, where: Path) -> dict[str, Any] | None:
+    """``value``, an export's tokenizer record read from ``where``, checked (None stays None)."""
     if value is None:
         return None
     files = value.get("files") if isinstance(value, dict) else None

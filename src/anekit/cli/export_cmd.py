@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     check_finite(params, args.model, "export")
     if args.to == "llama2c":
         from anekit.coreml.model_export import export_llama2c
+        from anekit.hf.tokenizer_kinds import load_tokenizer_at
 
         # the tokenizer.bin written beside the model must be the model's: the package path's check
         found = _tokenizer_to_copy(args, params.cfg.vocab_size, _tokenizer_file(args))  # before any write
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                 f"[export] --tokenizer {found.source}: a Hugging Face tokenizer.json has no llama2.c form "
                 "(run.c reads sentencepiece-style vocabularies: give a tokenizer.model or tokenizer.bin)"
             )
-        tok = None if isinstance(found, str) else found.load()
+        tok = None if isinstance(found, str) else load_tokenizer_at(found.source, found.kind)
         source = None if isinstance(found, str) else found.source
         with writing(args.out, "[export]"), terminate_unwinds("[export]"), _lock(args):
             written = export_llama2c(params, args.out, tok, force=args.force, source=source)
@@ -346,13 +347,14 @@ def _tokenizer_to_copy(
     """The model's tokenizer files at ``source``, read and checked, to carry with the export; else the
     line to print. A tokenizer whose vocabulary is not the model's (more ids than the model, or for one
     that is not Hugging Face's, another count) is not carried (an error when --tokenizer named it)."""
+    from anekit.hf.tokenizer_kinds import load_tokenizer_at
     from anekit.tokenizer_files import from_path
 
     if source is None:
         return "no tokenizer beside MODEL: give `anekit sample` the model's tokenizer with --tokenizer"
     what = "[export] --tokenizer" if args.tokenizer is not None else "[export] tokenizer"
     carried = from_path(source, what)
-    size = carried.load().vocab_size
+    size = load_tokenizer_at(carried.source, carried.kind).vocab_size
     if size > vocab_size or (size != vocab_size and carried.kind != "hf"):
         said = f"the tokenizer {source} has {size} tokens, the model {vocab_size}"
         if args.tokenizer is not None:

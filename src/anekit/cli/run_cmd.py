@@ -4,7 +4,7 @@ PROGRAM is MIL text (its BLOBFILE weights found beside it, as ``anekit lint`` fi
 ``--weights``), a CoreML package (``MODEL.mlpackage``, its weights inside) or a compiled ``.mlmodelc``
 (its ``model.mil`` and weights). A stateful function's states start at zero or from ``--state-in``, and
 ``--state-out`` saves them after the call, so an exported model runs prefill, then decode, one call per
-command (``anekit.coreml.session``). Compile, the first run (which includes one-time setup) and the
+command (``anekit.runtime.session``). Compile, the first run (which includes one-time setup) and the
 median of ``--repeat`` warm runs are timed separately; every timed run starts from the same states.
 """
 
@@ -33,7 +33,7 @@ from anekit.outputs import check_apart, check_file, writing
 from anekit.words import plural
 
 if TYPE_CHECKING:
-    from anekit.coreml.session import Session
+    from anekit.runtime.session import Session
 
 MODEL_PATH = "@model_path/"
 COMPILED_MIL = "model.mil"  # the program inside a compiled CoreML model (.mlmodelc)
@@ -287,7 +287,7 @@ def summary(name: str, value: np.ndarray) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.coreml.session import Session
+    from anekit.runtime.session import Session
 
     for path, what in ((args.output, "--output"), (args.state_out, "--state-out")):
         if path is not None:

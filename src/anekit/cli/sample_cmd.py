@@ -222,8 +222,9 @@ def _pass_hint(cfg: Any, recorded: tuple[str | None, str] | None) -> str:
 def _checked_tokenizer(path: Path, how: str, cfg: Any, recorded: tuple[str | None, str] | None) -> Any:
     """The tokenizer at ``path`` when it is the model's: the run record's (by sha256) when there is one,
     and a vocabulary of exactly the model's vocab_size; a one-line AnekitError naming what to pass else."""
+    from anekit.hf.tokenizer_kinds import load_tokenizer_at
     from anekit.llama import tokenizer
-    from anekit.tokenizer_files import kind_of, load_tokenizer_at
+    from anekit.tokenizer_files import kind_of
 
     if kind_of(path) == "hf":  # a Hugging Face tokenizer: a model's vocabulary may be padded past it
         hf = load_tokenizer_at(path, "hf")
@@ -257,7 +258,8 @@ def load_tokenizer(args: argparse.Namespace, cfg: Any, run: dict[str, Any] | Non
     if args.tokenizer is not None:
         return _checked_tokenizer(args.tokenizer, "--tokenizer", cfg, recorded)
     if is_export(args.model):
-        from anekit.tokenizer_files import carried_path, export_record
+        from anekit.coreml.tokenizer_record import export_record
+        from anekit.tokenizer_files import carried_path
 
         record = export_record(args.model)
         if record is not None:  # exactly the files the export carried, checked by their sha256

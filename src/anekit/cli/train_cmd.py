@@ -4,7 +4,7 @@ With no arguments it trains the default model on the embedded corpus (generated 
 BPE tokenizer trained on it and cached per user), shows progress, writes the checkpoint, a loss-curve
 CSV and PNG into the output directory, and ends by sampling a short story.
 
-The checkpoint (``OUT/ckpt.bin``) is the run: a BLZT file whose run record (``anekit.llama.checkpoint``)
+The checkpoint (``OUT/ckpt.bin``) is the run: a BLZT file whose run record (``anekit.llama.run_record``)
 holds the model and training configs, the loss history, the restarts, and the identities (sha256) of
 the data and the tokenizer, written in one atomic rename. ``--resume`` continues from it alone and
 refuses flags that contradict it. When the backend's compile budget runs out the run checkpoints and
@@ -31,11 +31,11 @@ from anekit import runtime
 from anekit.cli import flags
 from anekit.errors import AnekitError
 from anekit.hf.training import DEFAULT_LR as HF_LR
+from anekit.hf.training import STATE_FILE as HF_STATE_FILE
 from anekit.inputs import shown, stat_input
 from anekit.kernels import PRESETS, ModelConfig, preset
-from anekit.llama.run import (
-    AUTO_CHECKPOINT_SECONDS,
-    AUTO_CHECKPOINT_STEPS,
+from anekit.outputs import looking
+from anekit.training.blzt import (
     BUILT_IN_VOCAB_MAX,
     CHECKPOINT,
     DEFAULT_ACCUM,
@@ -43,12 +43,9 @@ from anekit.llama.run import (
     DEFAULT_STEPS,
     GENERIC_LR,
     GENERIC_STEPS,
-    INT32_MAX,
-    Run,
-    TrainOptions,
-    flag_names,
 )
-from anekit.outputs import looking
+from anekit.training.options import INT32_MAX, TrainOptions, flag_names
+from anekit.training.run import AUTO_CHECKPOINT_SECONDS, AUTO_CHECKPOINT_STEPS, Run
 from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
@@ -332,8 +329,8 @@ def _resume_hint(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        with flag_names():  # the library's messages name its options as this command's flags
-            return _run(args)
+        with flag_names(), contextlib.ExitStack() as exits:  # the library's messages name its options as
+            return _run(args, exits)  # this command's flags; the run's lock is released on the way out
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         if sys.stdout.isatty():
             with contextlib.suppress(OSError, ValueError):
@@ -344,10 +341,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             _err("interrupted before the first checkpoint; nothing was saved")
         return 128 + signal.SIGINT
-    finally:
-        session = getattr(args, "lock", None)
-        if session is not None:
-            session.close()
 
 
 def _options(args: argparse.Namespace) -> TrainOptions:
@@ -389,16 +382,16 @@ def _session(args: argparse.Namespace) -> Run:
     )
     hf_flags = [flag for flag, value in given if value is not None]
     with looking(args.out, "[train] --out"):  # a name the OS cannot look up is one line
-        resuming_hf = args.resume and (args.out / "state.safetensors").is_file()
+        resuming_hf = args.resume and (args.out / HF_STATE_FILE).is_file()
     if (args.init is not None and is_model_dir(args.init)) or resuming_hf:
-        from anekit.hf.adapters import parse_targets
-        from anekit.hf.training import HFOptions, HFRun
+        from anekit.hf.training import HFOptions, hf_run
+        from anekit.training.lora import parse_targets
 
         targets = parse_targets(args.lora_targets) if args.lora_targets is not None else None
         if args.lora is None and (args.lora_alpha is not None or targets is not None):
             raise AnekitError("[train] --lora-alpha and --lora-targets need --lora RANK")
         hf = HFOptions(args.lora, args.lora_alpha, targets, args.seq, args.val_every, args.val_batches)
-        return HFRun(_options(args), hf)
+        return hf_run(_options(args), hf)
     if args.init is not None:  # not a model directory: say why before blaming a flag
         from anekit.hf.config import check_model_dir
 
@@ -410,10 +403,10 @@ def _session(args: argparse.Namespace) -> Run:
     return Run(_options(args))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
     out: Path = args.out
     session = _session(args)  # everything read and checked; nothing written yet
-    args.lock = session  # released by run()'s finally, whatever happens
+    exits.callback(session.close)  # the lock released whatever happens
     session.open()  # the directory locked before anything is printed: a second writer says nothing else
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
     console = Console()
@@ -426,7 +419,7 @@ def _run(args: argparse.Namespace) -> int:
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
             f"{plural(cfg.n_layers, 'layer')}, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
-            f"'{backend.name}'{_numerics_of(backend)}, {tc.weights} weights, "
+            f"'{backend.name}'{_numerics_of(session)}, {tc.weights} weights, "
             f"{plural(tc.accum, 'sequence')} per step, "
             f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
         )
@@ -518,8 +511,7 @@ def _summary(console: Console, session: Run, result: Any, out: Path) -> None:
     """What the run did: its steps and losses, the files written, the time per phase."""
     state = session.state
     pictures = f", {out / 'loss.png'}" if result.no_png is None else ""
-    product = getattr(session, "mode", None)
-    made = {"lora": f", {out / 'adapters'}", "full": f", {out / 'model'}"}.get(product or "", "")
+    made = "".join(f", {path}" for path in session.products())
     console.print(
         f"trained {plural(state.step, 'step')}: loss {state.losses[0]:.3f} -> {state.losses[-1]:.3f}; "
         f"wrote {session.checkpoint}{made}, {out / 'loss.csv'}{pictures}"
@@ -537,7 +529,7 @@ class ClosingSample:
 
     PROMPT = "Once upon a time"
 
-    def __init__(self, session: Any, steps: int, seed: int) -> None:
+    def __init__(self, session: Run, steps: int, seed: int) -> None:
         self.session, self.steps, self.seed = session, steps, seed
         self.started = False
         self._pieces: list[str] = []
@@ -549,7 +541,7 @@ class ClosingSample:
         self.started = True
         session = self.session
         # the weights are read once here, in the caller's thread: they do not change after the last step
-        weights = session.sample_params() if hasattr(session, "sample_params") else session.state.params
+        weights = session.sample_weights()
         self._job = Background(lambda: self._generate(weights), "anekit-sample")
 
     def _generate(self, weights: Any) -> None:
@@ -567,7 +559,7 @@ class ClosingSample:
         return self._pieces
 
 
-def _numerics_of(backend: Any) -> str:
+def _numerics_of(session: Run) -> str:
     """ " (chip any, engine numerics)" for the simulator; "" for the engine itself."""
-    numerics = getattr(backend, "numerics", None)
-    return "" if numerics is None else f" (chip {backend.chip}, {numerics} numerics)"
+    numerics = session.numerics
+    return "" if numerics is None else f" (chip {numerics.chip}, {numerics.numerics} numerics)"

@@ -8,6 +8,7 @@ read as a whole: ``MLPackage.weights`` maps each ``@model_path/...`` name to its
 simulator maps again when it compiles. Every problem is a ``CoreMLFormatError`` naming the file and the
 field (or op). The program is a ``PackageProgram``: it carries its route ("coreml"), so
 ``runtime.open("sim").compile(pkg.program, pkg.weights)`` applies the CoreML route's rules.
+``open_session`` gives a package's functions, their states kept between calls, as one ``Session``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from anekit.mil import types as T
 from anekit.mil.ir import Program
 from anekit.mil.values import Literal, blob_literal
 from anekit.mil.verify import verify
+from anekit.runtime.base import Backend
+from anekit.runtime.session import Session, StatesSource
 
 MAX_SPEC_BYTES = 2 << 30  # protobuf's own limit on one message
 
@@ -175,3 +178,12 @@ def _load(path: Path) -> MLPackage:
 
 
 __all__ = ["MODEL_PATH", "MLPackage", "PackageProgram", "load_mlpackage"]
+
+
+def open_session(
+    path: str | os.PathLike[str], backend: Backend | None = None, states: StatesSource | None = None
+) -> Session:
+    """A ``Session`` (``anekit.runtime.session``) over a CoreML package: its program, weights and route;
+    ``backend`` default ``runtime.open()``, ``states`` a states file or mapping to start from."""
+    pkg = load_mlpackage(path)
+    return Session(pkg.program, pkg.weights, backend, states)

@@ -158,7 +158,7 @@ def model_config(manifest: dict[str, Any]) -> ModelConfig:
         model = dict(manifest["model"])
         if isinstance(model.get("rope_scaling"), dict):  # Llama 3's rope scaling, written by asdict
             model["rope_scaling"] = RopeScaling(**model["rope_scaling"])
-        if isinstance(model.get("layer_types"), list):  # a tuple, written by asdict as a JSON list
+        if isinstance(model.get("layer_types"), list):  # Gemma 3: a JSON list, a tuple in the config
             model["layer_types"] = tuple(model["layer_types"])
         return ModelConfig(**model, name="shards")
     except (KeyError, TypeError) as e:

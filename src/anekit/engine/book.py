@@ -273,7 +273,7 @@ _WEIGHT_RULES = (
                 routes=DIRECT,
             ),
         ),
-        checked_by="anekit.llama.trainer (baked mode recompiles every batch)",
+        checked_by="anekit.training.loop (baked mode recompiles every batch)",
     ),
     Rule(
         "weights.reserved-name",
@@ -341,7 +341,7 @@ _PROCESS_RULES = (
                 "after about 119 ANECompile() calls the compiler fails",
             ),
         ),
-        checked_by="anekit.runtime.base.Backend.compile; anekit.llama.trainer",
+        checked_by="anekit.runtime.base.Backend.compile; anekit.training.loop",
     ),
     Rule(
         "process.request-per-load",

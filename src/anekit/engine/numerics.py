@@ -5,7 +5,7 @@ every numeric behaviour anekit models, in the evidence form of the rule book (``
 per chip a ``Finding`` (value, status, source, note), an ``evidence`` line recording where sources
 disagree and what was decided, and a ``conservative`` value that chips without data (and the ``any``
 profile) take. ``profile(chip)`` resolves one value per behaviour; the simulator computes with it
-(``anekit.runtime.engine_numerics``) and the sanitizer reports where it departs from IEEE.
+(``anekit.runtime.sim.numerics``) and the sanitizer reports where it departs from IEEE.
 
 Statuses: ``measured`` (run on hardware by the source), ``decompile-derived`` (read out of Apple's
 compiled tables or code), ``predicted`` (stated or modelled by a source without a measurement for that
@@ -86,7 +86,7 @@ class Behaviour:
     findings: Mapping[str, Finding]
     conservative: Any  # what chips without data and the "any" profile take
     evidence: str = ""  # disagreements between sources and the decision taken
-    applied_by: str = "anekit.runtime.engine_numerics"
+    applied_by: str = "anekit.runtime.sim.numerics"
 
     def __post_init__(self) -> None:
         unknown = set(self.findings) - set(CHIPS)

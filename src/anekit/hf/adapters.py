@@ -1,7 +1,9 @@
 """LoRA adapters in and out in PEFT's format: adapter_config.json + adapter_model.safetensors.
 
-What LoRA adds to a Linear ``W`` (out, in) — huggingface/peft ``src/peft/tuners/lora/layer.py``,
-``LoraLayer.update_layer`` and ``Linear.get_delta_weight``::
+The adapters themselves (``LoraSpec``, ``Adapters``, ``fuse``) are ``anekit.training.lora``'s, which
+knows no file format; this module reads and writes them. What LoRA adds to a Linear ``W`` (out, in) —
+huggingface/peft ``src/peft/tuners/lora/layer.py``, ``LoraLayer.update_layer`` and
+``Linear.get_delta_weight``::
 
     y = W x + scale * B (A x)          A = lora_A.weight (r, in), B = lora_B.weight (out, r)
     scale = lora_alpha / r             (use_rslora: lora_alpha / sqrt(r))
@@ -39,20 +41,40 @@ import math
 import re
 import shutil
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError
 from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.hf.model import to_interleaved, to_rotate_half
 from anekit.hf.safetensors_io import TensorRef, read_header, write_safetensors
 from anekit.inputs import LIMITS, kind_of, read_bytes, shown, stat_input
 from anekit.jsonio import loads
 from anekit.kernels.config import ModelConfig
-from anekit.llama.params import Params, layer_shapes
+from anekit.training.lora import (
+    FIELDS,
+    AdapterError,
+    Adapters,
+    LoraSpec,
+    factor_shapes,
+    fuse,
+    is_number,
+    parse_targets,
+)
+
+__all__ = [
+    "FIELDS",
+    "AdapterError",
+    "Adapters",
+    "LoraSpec",
+    "adapter_config",
+    "fuse",
+    "parse_targets",
+    "peft_key",
+    "read_adapters",
+    "write_adapters",
+]
 
 WEIGHTS_NAME = "adapter_model.safetensors"  # peft utils/constants.py SAFETENSORS_WEIGHTS_NAME
 CONFIG_NAME = "adapter_config.json"  # peft utils/constants.py CONFIG_NAME
@@ -70,163 +92,12 @@ TARGETS = {
     "up": "mlp.up_proj",
     "down": "mlp.down_proj",
 }
-# anekit's short name -> its field of LayerParams
-FIELDS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"}
 ROTATED_OUT = ("q", "k")  # lora_B rows in rotate-half order per head in PEFT's file (module docstring)
 ALL_LINEAR = "all-linear"  # PEFT's target_modules wildcard: every Linear but the output layer
 READ_DTYPES = ("F32", "F16", "BF16")
 
 _BY_MODULE = {module.rsplit(".", 1)[1]: name for name, module in TARGETS.items()}  # "q_proj" -> "q"
 _DEFAULT_NAME = re.compile(r"\.lora_([AB])\.default\.weight$")  # an adapter name left in a key
-
-
-class AdapterError(AnekitError, ValueError):
-    """A LoRA spec, adapter set or adapter directory that anekit cannot use: names the key or field."""
-
-
-# -- spec -----------------------------------------------------------------------------------------------
-
-
-def parse_targets(text: str) -> tuple[str, ...]:
-    """The targets named in ``text`` ("q,k,v,o"), in ``TARGETS`` order; an unknown or repeated name is one
-    error naming it and listing the known ones."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise AdapterError(f"[lora] no targets given in {text!r}; known: {', '.join(TARGETS)}")
-    return LoraSpec._checked_targets(names)
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """What a LoRA adapter set is: rank, alpha, which matrices of every layer it adapts, dropout.
-
-    ``targets`` is kept in ``TARGETS`` order whatever order it was given in, so two specs of the same
-    adapters compare equal."""
-
-    rank: int  # r: A is (r, in), B (out, r)
-    alpha: float  # lora_alpha
-    targets: tuple[str, ...]  # keys of TARGETS
-    dropout: float = 0.0  # lora_dropout: recorded for PEFT; anekit trains without dropout
-    use_rslora: bool = False  # scale alpha / sqrt(r) (rank-stabilised LoRA) instead of alpha / r
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank <= 0:
-            raise AdapterError(f"[lora] rank must be a positive integer, got {self.rank!r}")
-        if not _is_number(self.alpha) or not math.isfinite(self.alpha) or self.alpha <= 0:
-            raise AdapterError(f"[lora] alpha must be a finite number > 0, got {self.alpha!r}")
-        if not _is_number(self.dropout) or not 0 <= self.dropout < 1:
-            raise AdapterError(f"[lora] dropout must be a number with 0 <= p < 1, got {self.dropout!r}")
-        if not isinstance(self.use_rslora, bool):
-            raise AdapterError(f"[lora] use_rslora must be true or false, got {self.use_rslora!r}")
-        if isinstance(self.targets, str) or not isinstance(self.targets, (tuple, list)):
-            raise AdapterError(f"[lora] targets must be a tuple of names, got {self.targets!r}")
-        object.__setattr__(self, "targets", self._checked_targets(list(self.targets)))
-        object.__setattr__(self, "alpha", float(self.alpha))
-        object.__setattr__(self, "dropout", float(self.dropout))
-
-    @staticmethod
-    def _checked_targets(names: list[Any]) -> tuple[str, ...]:
-        if not names:
-            raise AdapterError(f"[lora] targets is empty; known: {', '.join(TARGETS)}")
-        for name in names:
-            if name not in TARGETS:
-                raise AdapterError(f"[lora] unknown target {name!r}; known: {', '.join(TARGETS)}")
-        for name in names:
-            if names.count(name) > 1:
-                raise AdapterError(f"[lora] target {name!r} is given more than once")
-        return tuple(t for t in TARGETS if t in names)
-
-    @property
-    def scale(self) -> float:
-        """What B A is multiplied by: alpha / r, or alpha / sqrt(r) with use_rslora."""
-        return self.alpha / (math.sqrt(self.rank) if self.use_rslora else self.rank)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# -- adapters -------------------------------------------------------------------------------------------
-
-
-def _lora_shapes(spec: LoraSpec, cfg: ModelConfig, target: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The shapes of A (r, in) and B (out, r) for ``target`` of ``cfg``."""
-    out, inp = layer_shapes(cfg)[FIELDS[target]]
-    return (spec.rank, inp), (out, spec.rank)
-
-
-@dataclass
-class Adapters:
-    """LoRA factors of every adapted matrix, in anekit's layout (q / k rows interleaved per head).
-
-    ``a[layer, field]`` is A (r, in), ``b[layer, field]`` is B (out, r), float32; ``field`` is
-    LayerParams' name (``FIELDS``: wq, wk, wv, wo, w1, w3, w2)."""
-
-    spec: LoraSpec
-    n_layers: int
-    a: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
-    b: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
-
-    @staticmethod
-    def init(spec: LoraSpec, cfg: ModelConfig, rng: np.random.Generator) -> Adapters:
-        """PEFT's initialisation: A uniform(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform_ with a = sqrt(5)),
-        B zeros, so the adapted model starts as the base model."""
-        out = Adapters(spec, cfg.n_layers)
-        for layer in range(cfg.n_layers):
-            for target in spec.targets:
-                a_shape, b_shape = _lora_shapes(spec, cfg, target)
-                bound = 1.0 / math.sqrt(a_shape[1])
-                key = (layer, FIELDS[target])
-                out.a[key] = rng.uniform(-bound, bound, a_shape).astype(np.float32)  # (r, in)
-                out.b[key] = np.zeros(b_shape, np.float32)  # (out, r)
-        return out
-
-    def matrices(self) -> list[tuple[int, str]]:
-        """(layer, field) of every adapted matrix, layer by layer, in ``TARGETS`` order."""
-        return [(i, FIELDS[t]) for i in range(self.n_layers) for t in self.spec.targets]
-
-    def delta(self, layer: int, field: str) -> np.ndarray:
-        """scale * B @ A (out, in), float32: what fusing adds to the matrix."""
-        key = (layer, field)
-        if key not in self.a:
-            raise AdapterError(f"[lora] no adapter for layer {layer} {field}")
-        return (np.float32(self.spec.scale) * (self.b[key] @ self.a[key])).astype(np.float32)  # (out, in)
-
-    def check(self, cfg: ModelConfig) -> None:
-        """Every expected (layer, field) is there with float32 factors of the shapes ``cfg`` gives, and
-        nothing else; else one error naming the key."""
-        if self.n_layers != cfg.n_layers:
-            raise AdapterError(f"[lora] adapters for {self.n_layers} layers, the model has {cfg.n_layers}")
-        wanted = self.matrices()
-        for name, table in (("A", self.a), ("B", self.b)):
-            extra = [k for k in table if k not in wanted]
-            if extra:
-                raise AdapterError(f"[lora] {name} of layer {extra[0][0]} {extra[0][1]} is not a target")
-        for layer, target in ((i, t) for i in range(self.n_layers) for t in self.spec.targets):
-            key = (layer, FIELDS[target])
-            for name, table, shape in zip(("A", "B"), (self.a, self.b), _lora_shapes(self.spec, cfg, target)):
-                where = f"[lora] {name} of layer {layer} {key[1]}"
-                if key not in table:
-                    raise AdapterError(f"{where} is missing")
-                array = table[key]
-                if not isinstance(array, np.ndarray) or array.dtype != np.float32:
-                    raise AdapterError(f"{where}: a float32 array is needed, not {_what(array)}")
-                if array.shape != shape:
-                    raise AdapterError(f"{where}: shape {list(array.shape)}, expected {list(shape)}")
-
-
-def _what(value: Any) -> str:
-    return f"{value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
-
-
-def fuse(params: Params, adapters: Adapters) -> Params:
-    """A new Params with W + scale * B @ A for every adapted matrix; ``params`` is left untouched."""
-    adapters.check(params.cfg)
-    fused = params.copy()
-    for layer, name in adapters.matrices():
-        w = getattr(fused.layers[layer], name)  # (out, in)
-        setattr(fused.layers[layer], name, (w + adapters.delta(layer, name)).astype(np.float32))
-    return fused
 
 
 # -- PEFT's names and config ----------------------------------------------------------------------------
@@ -320,10 +191,10 @@ def _spec_from_config(config: Any, where: str) -> LoraSpec:
     if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
         raise bad("r", "must be a positive integer")
     alpha = config["lora_alpha"]
-    if not _is_number(alpha) or not math.isfinite(alpha) or alpha <= 0:
+    if not is_number(alpha) or not math.isfinite(alpha) or alpha <= 0:
         raise bad("lora_alpha", "must be a number > 0")
     dropout = config.get("lora_dropout", 0.0)
-    if not _is_number(dropout) or not 0 <= dropout < 1:
+    if not is_number(dropout) or not 0 <= dropout < 1:
         raise bad("lora_dropout", "must be a number with 0 <= p < 1")
     rslora = config.get("use_rslora", False)
     if not isinstance(rslora, bool):
@@ -428,7 +299,7 @@ def read_adapters(directory: str | Path, cfg: ModelConfig) -> Adapters:
     wanted = {}
     for layer in range(cfg.n_layers):
         for target in spec.targets:
-            for which, shape in zip("AB", _lora_shapes(spec, cfg, target)):
+            for which, shape in zip("AB", factor_shapes(spec, cfg, target)):
                 plain = peft_key(layer, target, which).removeprefix(KEY_PREFIX)
                 wanted[plain] = (layer, target, which, shape)
     extra = [name for name in refs if name not in wanted]

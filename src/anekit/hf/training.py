@@ -1,8 +1,10 @@
 """Fine-tuning a Hugging Face model with the training kernels: LoRA (``lora`` rank given) or full.
 
-``HFRun`` is ``anekit.llama.run.Run`` for a model read from a Hugging Face directory (``init``): the same
-promises (everything checked before anything is written, one writer per output directory, a run that a
-kill at any instant leaves resumable, stopping between steps), with what such a model needs:
+``HFSource`` is the source (``anekit.training.source.RunSource``) of an ``anekit.training.run.Run`` of a
+model read from a Hugging Face directory (``init``): ``hf_run(options, hf)`` makes one. The run keeps
+the promises every run makes (everything checked before anything is written, one writer per output
+directory, a run that a kill at any instant leaves resumable, stopping between steps); the source brings
+what such a model needs:
 
 * data in mlx-lm's formats (``anekit.hf.datasets``: a directory with train.jsonl and valid.jsonl, or one
   .jsonl file), the loss only where the format says (a completion, the last assistant message); without
@@ -13,7 +15,8 @@ kill at any instant leaves resumable, stopping between steps), with what such a 
 * the validation loss (token-weighted over the first ``val_batches`` validation examples) before the
   first step, every ``val_every`` steps and after the last; loss.csv gets a ``val_loss`` column;
 * the run's state in ``OUT/state.safetensors``: the trained tensors and their Adam moments (F32) with the
-  run record (JSON) in the file's metadata under ``anekit.run``, written in one atomic rename;
+  run record (JSON, ``anekit.llama.run_record.HF_RUN_SCHEMA``) in the file's metadata under
+  ``anekit.run``, written in one atomic rename;
 * the result: LoRA adapters in PEFT's format in ``OUT/adapters`` (rewritten at every checkpoint), or,
   for full fine-tuning, the model as a Hugging Face directory ``OUT/model`` (written at the end and when
   the run stops), with the tokenizer files copied beside it.
@@ -27,7 +30,7 @@ import hashlib
 import json
 import math
 import os
-import time
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -35,25 +38,35 @@ from typing import Any
 
 import numpy as np
 
-from anekit import runtime
 from anekit.errors import AnekitError
 from anekit.jsonio import loads
-from anekit.llama.run import (
-    INT32_MAX,
-    Run,
-    StagedCurves,
-    TrainOptions,
+from anekit.llama.params import Params
+from anekit.llama.run_record import HF_RUN_FORMAT, HF_RUN_SCHEMA, HF_RUN_VERSION
+from anekit.outputs import writing
+from anekit.training.identity import (
+    FileIdentity,
+    check_input_paths,
     check_record_path,
-    opt,
-    raise_contradiction,
+    file_identity,
     sha256_file,
 )
-from anekit.outputs import writing
+from anekit.training.lora import (
+    Adapters,
+    LoraSpec,
+    LoraTrainable,
+    adapter_tensors,
+    frozen_base,
+    fuse,
+    parse_targets,
+)
+from anekit.training.options import INT32_MAX, TrainOptions, opt, raise_contradiction
+from anekit.training.run import Run
+from anekit.training.source import Validation
+from anekit.training.state import TrainConfig, TrainState
+from anekit.training.trainable import FullTrainable, Trainable
 
 STATE_FILE = "state.safetensors"
 RUN_KEY = "anekit.run"  # the run record's key in the state file's metadata
-HF_RUN_FORMAT = "anekit.hf-run"
-HF_RUN_VERSION = 1
 DEFAULT_SEQ = 256
 DEFAULT_STEPS = 100
 DEFAULT_ACCUM = 4
@@ -63,43 +76,6 @@ DEFAULT_VAL_BATCHES = 25  # validation examples evaluated (mlx-lm's --val-batche
 DEFAULT_TARGETS = ("q", "v")  # PEFT's default LoRA targets for Llama-family models
 VALID_SHARE = 0.05  # of the built-in corpus's stories, held out for validation
 MODEL_FILES_HASHED = ("config.json", "model.safetensors.index.json")  # with every *.safetensors
-
-
-def _hf_run_schema() -> Any:
-    """The fields of an HF run record that a resume reads (``anekit.llama.checkpoint``'s schema types)."""
-    from anekit.llama.checkpoint import RUN_SCHEMA, Int, ListOf, MapOf, Null, Num, Obj, Pair, Str
-
-    i32 = Int(0, INT32_MAX)
-    source = Obj({"path": Null(Str()), "sha256": Str(hex_length=64)}, {})
-    lora = Obj({"rank": Int(1, 4096), "alpha": Num(0.0, open_lo=True), "targets": ListOf(Str())}, {})
-    state = Obj(
-        {
-            "step": i32,
-            "adam_t": i32,
-            "loss_scale": Num(0.0, open_lo=True),
-            "losses": ListOf(Num()),
-            "val_losses": MapOf(Num()),
-            "seconds": MapOf(Num(0.0)),
-        },
-        {"wall": Num(0.0)},
-    )
-    return Obj(
-        {
-            "base": Obj({"path": Str(), "sha256": Str(hex_length=64)}, {}),
-            "tokenizer": source,
-            "data": source,
-            "train": RUN_SCHEMA.required["train"],
-            "lora": Null(lora),
-            "seq": Int(1, 32767),
-            "val_every": i32,
-            "val_batches": Int(-1, INT32_MAX),
-            "state": state,
-        },
-        {"marks": ListOf(Pair(i32, Str(("budget", "resume"))))},
-    )
-
-
-HF_RUN_SCHEMA = _hf_run_schema()
 
 
 @dataclass(frozen=True)
@@ -163,24 +139,31 @@ def tokens_digest(examples: list[Any]) -> str:
     for e in examples:
         a = np.ascontiguousarray(e.tokens, dtype="<i4")
         h.update(len(a).to_bytes(8, "little") + int(e.loss_from).to_bytes(8, "little"))
-        h.update(memoryview(a).cast("B"))
+        h.update(a.data.cast("B"))
     return h.hexdigest()
 
 
-class HFRun(Run):
-    """A fine-tuning run of a Hugging Face model (see the module docstring)."""
+def hf_run(options: TrainOptions, hf: HFOptions | None = None) -> Run:
+    """A run fine-tuning the Hugging Face model ``options.init`` (or resuming one: ``options.resume``)."""
+    return Run(options, HFSource(hf or HFOptions()))
 
-    def __init__(self, options: TrainOptions, hf: HFOptions) -> None:
+
+class HFSource:
+    """The source of a fine-tuning run of a Hugging Face model (see the module docstring)."""
+
+    checkpoint_name = STATE_FILE
+
+    def __init__(self, hf: HFOptions) -> None:
         self.hf = hf
-        super().__init__(options)
+        self.resumed_wall = 0.0
+        self.seen: FileIdentity | None = None
+        self.marks: list[tuple[int, str]] = []
+        self._refs: dict[str, Any] = {}
 
     # -- preparing: nothing written -----------------------------------------------------------------
 
-    def _prepare(self) -> None:
-        from anekit.llama.run import _identity, check_input_paths
-
-        o = self.options
-        self.checkpoint = self.out / STATE_FILE
+    def check_inputs(self, options: TrainOptions) -> None:
+        o = options
         if o.tokenizer is not None or o.config is not None:
             flag = opt("tokenizer") if o.tokenizer is not None else opt("config")
             raise AnekitError(f"[train] {flag} does not apply to a Hugging Face model: it names its own")
@@ -189,14 +172,12 @@ class HFRun(Run):
                 "[train] a Hugging Face model trains with dynamic weights (it validates as it goes)"
             )
         check_input_paths(TrainOptions(data=o.data))  # a FIFO or a device never gets opened
-        if self.out.exists() and not self.out.is_dir():
-            raise AnekitError(f"[train] {opt('out', self.out)} is a file, not a directory")
-        runtime.check_numerics_options(o.backend, o.numerics)
-        self.seen = _identity(self.checkpoint)
-        self.resumed_wall = 0.0
-        stored = self._stored() if o.resume else None
+
+    def prepare(self, options: TrainOptions, out: Path, checkpoint: Path) -> None:
+        self.options, self.out, self.checkpoint = options, out, checkpoint
+        self.seen = file_identity(checkpoint)
+        stored = self._stored() if options.resume else None
         self._setup(stored)
-        self._open_backend()
 
     def _stored(self) -> dict[str, Any]:
         """The run record of ``OUT/state.safetensors`` (resume)."""
@@ -232,10 +213,8 @@ class HFRun(Run):
         return rec
 
     def _setup(self, stored: dict[str, Any] | None) -> None:
-        from anekit.hf.adapters import Adapters, LoraSpec, parse_targets
         from anekit.hf.model import load_model
         from anekit.hf.tokenizer import load_hf_tokenizer
-        from anekit.llama.trainer import TrainConfig, TrainState
 
         o, hf = self.options, self.hf
         try:
@@ -316,15 +295,15 @@ class HFRun(Run):
                 f"[train] {opt('resume')}: the data {data_path or 'built-in corpus'} is not the run's"
             )
         self.cfg.check_kernels(vocab=False)  # the head (classifier) runs on the CPU
+        self.trainable: Trainable
         if mode == "lora":
-            from anekit.llama.lora import LoraTrainable, frozen_base
-
             base = frozen_base(model.params)  # already float16: the same arrays
             if stored is not None:
                 rec = stored["lora"]
                 spec = LoraSpec(int(rec["rank"]), float(rec["alpha"]), tuple(rec["targets"]))
                 adapters, moments = self._read_lora(spec)
             else:
+                assert lora is not None  # mode "lora"
                 rank = int(lora)
                 targets = hf.lora_targets or DEFAULT_TARGETS
                 if isinstance(targets, str):
@@ -332,12 +311,11 @@ class HFRun(Run):
                 spec = LoraSpec(rank, float(hf.lora_alpha or 2 * rank), tuple(targets))
                 adapters = Adapters.init(spec, self.cfg, np.random.default_rng([tc.seed, 7]))
                 moments = None
-            self.spec_lora = spec
-            self.trainable = LoraTrainable(base, adapters, moments)
+            self.spec_lora: LoraSpec | None = spec
+            self.lora_trainable = LoraTrainable(base, adapters, moments)
+            self.trainable = self.lora_trainable
             self.state = TrainState(base, None, None, loss_scale=tc.loss_scale)
         else:
-            from anekit.llama.lora import FullTrainable
-
             params = model.params  # the float32 master weights: arrays of their own, trained in place
             m, v = params.zeros_like(), params.zeros_like()
             if stored is not None:
@@ -345,7 +323,6 @@ class HFRun(Run):
             self.spec_lora = None
             self.state = TrainState(params, m, v, loss_scale=tc.loss_scale)
             self.trainable = FullTrainable(self.state)
-        self.marks: list[tuple[int, str]] = []
         if stored is not None:
             st = stored["state"]
             s = self.state
@@ -407,14 +384,12 @@ class HFRun(Run):
 
     # -- the state file -------------------------------------------------------------------------------
 
-    def _read_lora(self, spec: Any) -> tuple[Any, tuple[dict, dict]]:
-        from anekit.hf.adapters import Adapters
-        from anekit.llama.lora import adapter_tensors
-
+    def _read_lora(self, spec: LoraSpec) -> tuple[Adapters, tuple[dict, dict]]:
         template = Adapters.init(spec, self.cfg, np.random.default_rng(0))
         names = [n for n, _ in adapter_tensors(template)]
         table = {n: a for n, a in adapter_tensors(template)}
-        m, v = {}, {}
+        m: dict[str, np.ndarray] = {}
+        v: dict[str, np.ndarray] = {}
         for name in names:
             for prefix, into in (("", table), ("m.", m), ("v.", v)):
                 ref = self._refs.get(prefix + name)
@@ -441,7 +416,7 @@ class HFRun(Run):
                     )
                 a[...] = ref.to_float32()
 
-    def record(self) -> dict[str, Any]:
+    def record(self, wall: float) -> dict[str, Any]:
         s = self.state
         lora = None
         if self.spec_lora is not None:
@@ -470,58 +445,65 @@ class HFRun(Run):
                 "losses": s.losses,
                 "val_losses": {str(k): x for k, x in s.val_losses.items()},
                 "seconds": s.seconds,
-                "wall": time.perf_counter() - self._wall0,
+                "wall": wall,
             },
         }
 
-    def _write_checkpoint(self) -> None:
-        """The state file (trained tensors, moments, run record) in one atomic write; LoRA adapters too."""
+    def write_checkpoint(self, path: Path, wall: float) -> list[Path]:
+        """The state file (trained tensors, moments, run record) in one atomic write; LoRA adapters too
+        (returned when this write created them)."""
         from anekit.hf.safetensors_io import write_safetensors
 
         tensors: dict[str, tuple[str, np.ndarray]] = {}
         if self.mode == "lora":
-            from anekit.llama.lora import adapter_tensors
-
-            t = self.trainable
+            t = self.lora_trainable
             for name, a in adapter_tensors(t.adapters):
                 tensors[name] = ("F32", np.ascontiguousarray(a))
                 tensors["m." + name] = ("F32", np.ascontiguousarray(t.adam_m[name]))
                 tensors["v." + name] = ("F32", np.ascontiguousarray(t.adam_v[name]))
         else:
-            for prefix, container in (("p.", self.state.params), ("m.", self.state.adam_m),
-                                      ("v.", self.state.adam_v)):  # fmt: skip
+            s = self.state
+            assert s.adam_m is not None and s.adam_v is not None  # full fine-tuning keeps them
+            for prefix, container in (("p.", s.params), ("m.", s.adam_m), ("v.", s.adam_v)):
                 for name, a in container.tensors():
                     tensors[prefix + name] = ("F32", np.ascontiguousarray(a, np.float32))
-        with writing(self.checkpoint, "[train]"):
-            write_safetensors(self.checkpoint, tensors, {RUN_KEY: json.dumps(self.record())})
-        if self.mode == "lora":
-            adapters = self.out / "adapters"
-            new = self.state.step == 0 and not os.path.lexists(adapters)
-            with writing(adapters, "[train]"):
-                self.write_result()
-            if new and adapters not in self._started:
-                self._started.append(adapters)  # removed if the run fails before its first step
+        with writing(path, "[train]"):
+            write_safetensors(path, tensors, {RUN_KEY: json.dumps(self.record(wall))})
+        if self.mode != "lora":
+            return []
+        adapters = self.out / "adapters"
+        new = self.state.step == 0 and not os.path.lexists(adapters)
+        with writing(adapters, "[train]"):
+            self.write_result()
+        return [adapters] if new else []  # removed if the run fails before its first step
 
     def write_result(self) -> list[Path]:
         """The run's product: OUT/adapters (LoRA, PEFT's format) or OUT/model (a Hugging Face directory)."""
         if self.mode == "lora":
             from anekit.hf.adapters import write_adapters
 
-            return write_adapters(self.out / "adapters", self.trainable.adapters, self.cfg,
+            return write_adapters(self.out / "adapters", self.lora_trainable.adapters, self.cfg,
                                   str(self.model.directory), force=True)  # fmt: skip
         from anekit.hf.model import write_model
 
         return write_model(self.state.params, self.out / "model", source=self.model)  # built aside, renamed
 
-    def sample_params(self) -> Any:
+    def sample_weights(self) -> Params:
         """The weights to sample from after training: the fused model (LoRA) or the trained one."""
         if self.mode == "lora":
-            from anekit.hf.adapters import fuse
-
-            return fuse(self.state.params, self.trainable.adapters)  # float16 base + float32 deltas
+            return fuse(self.state.params, self.lora_trainable.adapters)  # float16 base + float32 deltas
         return self.state.params
 
+    def products(self, out: Path) -> list[Path]:
+        return [out / ("adapters" if self.mode == "lora" else "model")]
+
     # -- training ---------------------------------------------------------------------------------------
+
+    def validation(self, log: Callable[[str], None] | None) -> Validation | None:
+        """The validation loss over the held-out examples every ``val_every`` steps (None: none)."""
+        if not self.valid or self.val_every <= 0:
+            return None
+        return self._validate(log), self.val_every
 
     def _validate(self, log: Callable[[str], None] | None) -> Callable[[Any, Any], float]:
         from anekit.hf.datasets import validation_windows
@@ -539,35 +521,31 @@ class HFRun(Run):
 
         return validate
 
-    def title(self) -> str:
+    def title(self, out: Path) -> str:
         what = f"LoRA rank {self.spec_lora.rank}" if self.spec_lora is not None else "full fine-tuning"
-        return f"anekit train run '{self.out.resolve().name}': {self.cfg.name}, {what}, lr {self.tc.lr:g}"
+        return f"anekit train run '{out.resolve().name}': {self.cfg.name}, {what}, lr {self.tc.lr:g}"
 
-    def _start_files(self) -> None:
+    def start_files(self, out: Path) -> list[tuple[Path, bytes]]:
         """The tokenizer's files beside the run, where ``anekit sample`` looks for them."""
         from anekit.hf.model import SIDE_FILES
 
+        files = []
         for name in SIDE_FILES:
             source = Path(self.model.directory) / name
             if source.is_file():
-                self._write_started(self.out / name, source.read_bytes())
+                files.append((out / name, source.read_bytes()))
+        return files
 
-    def _loop_options(self, log: Callable[[str], None] | None) -> dict[str, Any]:
-        validate = self._validate(log) if self.valid and self.val_every > 0 else None
-        return {"trainable": self.trainable, "validate": validate, "val_every": self.val_every}
-
-    def _finish(self, reason: str) -> None:
-        if self.mode == "full" and reason != "budget":
-            with writing(self.out / "model", "[train]"):
+    def finish(self, out: Path, reason: str) -> None:
+        """Full fine-tuning: the model as a Hugging Face directory (LoRA's adapters are kept current at
+        every checkpoint)."""
+        if self.mode == "full":
+            with writing(out / "model", "[train]"):
                 self.write_result()
 
-    def _curves(self, draw: bool) -> StagedCurves:
-        val = self.state.val_losses if self.valid else None
-        return StagedCurves(self.out, self.state.losses, self.title(), self.marks, draw=draw, val_losses=val,
-                            painter=self._painter)  # fmt: skip
+    def val_losses(self) -> dict[int, float] | None:
+        return self.state.val_losses if self.valid else None
 
-    def _remove_new_out(self) -> None:
+    def remove_new_out(self, out: Path) -> None:
         """A refused start removes the directory it made, with the tokenizer files it copied there."""
-        import shutil
-
-        shutil.rmtree(self.out, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)

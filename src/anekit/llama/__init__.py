@@ -1,4 +1,5 @@
-"""The llama2.c-style model and its training: parameters, CPU ops, the step, trainer, file formats."""
+"""The llama2.c-style model: parameters, CPU ops, the step, the sampler, file formats (its training is
+``anekit.training``)."""
 
 from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes
 

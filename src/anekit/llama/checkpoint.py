@@ -69,7 +69,8 @@ file, replaced by one rename::
                         end of file: size = checkpoint_size(cfg) + n + 24
 
 A record whose ``format`` is ``RUN_FORMAT`` (the one ``anekit train`` writes) is checked on every load
-against ``RUN_SCHEMA`` — every field, its type and its range, declared once as data below — so a damaged
+against ``RUN_SCHEMA`` — every field, its type and its range, declared once as data in
+``anekit.llama.run_record`` — so a damaged
 record, even one with a valid CRC, is one FormatError naming the field path; the JSON is read with
 ``anekit.jsonio``'s size and depth limits.
 
@@ -83,7 +84,6 @@ larger hidden_dim), so it is never silently inferred here (``anekit inspect`` sh
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import zlib
@@ -100,6 +100,7 @@ from anekit.jsonio import JsonError
 from anekit.jsonio import loads as json_loads
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import LAYER_FIELDS, LayerParams, Params, layer_shapes, map_file
+from anekit.llama.run_record import RUN_FORMAT, RUN_SCHEMA, check_run_record
 
 __all__ = [
     "BLZT_LAYER_ORDER",
@@ -201,228 +202,6 @@ class CheckpointMeta:
 
 
 _META_FIELDS = tuple(f.name for f in fields(CheckpointMeta))
-
-
-# --------------------------------------------------------------------------------------------------------
-# the run record's schema, declared once as data: every field, its type and its range
-# --------------------------------------------------------------------------------------------------------
-
-RUN_FORMAT = "anekit train run"  # the "format" of the records ``anekit train`` writes (RUN_SCHEMA)
-RUN_RECORD_VERSION = 1
-_MAX_LIST = 1 << 31  # a list longer than any run (steps are int32)
-
-
-@dataclass(frozen=True)
-class Int:
-    """An integer (not a bool) in lo .. hi."""
-
-    lo: int = _INT32[0]
-    hi: int = _INT32[1]
-
-    def check(self, v: Any, path: str) -> None:
-        if isinstance(v, bool) or not isinstance(v, int) or not self.lo <= v <= self.hi:
-            _schema_error(path, f"an integer in {self.lo} .. {self.hi}", v)
-
-
-@dataclass(frozen=True)
-class Num:
-    """A finite number in [lo, hi] (lo excluded when ``open_lo``, hi when ``open_hi``)."""
-
-    lo: float = -math.inf
-    hi: float = math.inf
-    open_lo: bool = False
-    open_hi: bool = False
-
-    def check(self, v: Any, path: str) -> None:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = (
-            ok
-            and (self.lo < v if self.open_lo else self.lo <= v)
-            and (v < self.hi if self.open_hi else v <= self.hi)
-        )
-        if not ok:
-            left, right = "(["[not self.open_lo], ")]"[not self.open_hi]
-            _schema_error(path, f"a finite number in {left}{self.lo:g}, {self.hi:g}{right}", v)
-
-
-@dataclass(frozen=True)
-class Str:
-    """A string, one of ``choices`` when given, of ``length`` lowercase hex digits when given."""
-
-    choices: tuple[str, ...] = ()
-    hex_length: int = 0
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, str):
-            _schema_error(path, "a string", v)
-        if self.choices and v not in self.choices:
-            _schema_error(path, f"one of {', '.join(map(repr, self.choices))}", v)
-        if self.hex_length and (len(v) != self.hex_length or v.strip("0123456789abcdef")):
-            _schema_error(path, f"{self.hex_length} lowercase hex digits", v)
-
-
-@dataclass(frozen=True)
-class Bool:
-    """true or false."""
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, bool):
-            _schema_error(path, "true or false", v)
-
-
-@dataclass(frozen=True)
-class Null:
-    """``inner`` or null."""
-
-    inner: Any
-
-    def check(self, v: Any, path: str) -> None:
-        if v is not None:
-            self.inner.check(v, path)
-
-
-@dataclass(frozen=True)
-class Nothing:
-    """Only null: a field the record's kind never sets (``Null(Nothing())`` is null and nothing else)."""
-
-    def check(self, v: Any, path: str) -> None:
-        _schema_error(path, "null", v)
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list whose every item is ``item``."""
-
-    item: Any
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, list) or len(v) > _MAX_LIST:
-            _schema_error(path, "a list", v)
-        for i, x in enumerate(v):
-            self.item.check(x, f"{path}[{i}]")
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A two-item list: ``first``, ``second``."""
-
-    first: Any
-    second: Any
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, list) or len(v) != 2:
-            _schema_error(path, "a list of two items", v)
-        self.first.check(v[0], f"{path}[0]")
-        self.second.check(v[1], f"{path}[1]")
-
-
-@dataclass(frozen=True)
-class MapOf:
-    """An object of string keys whose every value is ``value``."""
-
-    value: Any
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, dict):
-            _schema_error(path, "an object", v)
-        for k, x in v.items():
-            self.value.check(x, f"{path}.{k}")
-
-
-@dataclass(frozen=True)
-class Obj:
-    """An object with these fields: ``required`` must be present, ``optional`` may be (a reader takes its
-    default); other keys are kept unchecked (a newer writer's additions)."""
-
-    required: dict[str, Any]
-    optional: dict[str, Any]
-
-    def check(self, v: Any, path: str) -> None:
-        if not isinstance(v, dict):
-            _schema_error(path, "an object", v)
-        for key in self.required:
-            if key not in v:
-                where = f"{path}.{key}" if path else key
-                raise FormatError(FORMAT, f"run record {where}", "must be present, but is missing")
-        for key, spec in (*self.required.items(), *self.optional.items()):
-            if key in v:
-                spec.check(v[key], f"{path}.{key}" if path else key)
-
-
-def _schema_error(path: str, expected: str, actual: Any) -> None:
-    shown = actual if not isinstance(actual, (list, dict, str)) else json.dumps(actual)[:40]
-    raise FormatError(FORMAT, f"run record {path}", f"must be {expected}, got {shown}")
-
-
-_SHA256 = Str(hex_length=64)
-_SOURCE = Obj({"path": Null(Str()), "sha256": _SHA256}, {})
-_POSITIVE = Int(1, _INT32[1])
-_RATE = Num(0.0, 1.0, open_lo=True)
-
-# Every field of the record ``anekit train`` writes, with its type and range; ``check_run_record`` checks a
-# record against it on every load, so a reader never meets a missing key, a wrong type or a zero divisor.
-# The ``train`` fields are optional: a missing one takes TrainConfig's default (older records).
-RUN_SCHEMA = Obj(
-    required={
-        "format": Str((RUN_FORMAT,)),
-        "version": Int(RUN_RECORD_VERSION, RUN_RECORD_VERSION),
-        "config": Obj(
-            {
-                k: _POSITIVE
-                for k in ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
-            },
-            {
-                "rope": Bool(),
-                "norm_eps": Num(0.0, 1.0, open_lo=True),
-                "rope_theta": Num(0.0, open_lo=True),
-                "name": Str(),
-                # a BLZT checkpoint holds llama2.c's tensors only (``_checked``): these stay at their defaults
-                "attn_head_dim": Int(0, 0),
-                "qkv_bias": Bool(),
-                "qk_norm": Bool(),
-                "rope_scaling": Null(Nothing()),
-            },
-        ),
-        "train": Obj(
-            {},
-            {
-                "steps": _POSITIVE,
-                "accum": Int(1, 65536),
-                "lr": _RATE,
-                "min_lr": Num(0.0, 1.0),
-                "warmup": Int(0, _INT32[1]),
-                "weight_decay": Num(0.0, 1.0),
-                "beta1": Num(0.0, 1.0, open_hi=True),  # 1 would divide by zero in Adam's bias correction
-                "beta2": Num(0.0, 1.0, open_hi=True),
-                "grad_clip": Num(0.0, open_lo=True),
-                "loss_scale": Num(0.0, open_lo=True),
-                "seed": Int(0, 2**32 - 1),
-                "weights": Str(("baked", "dynamic")),
-            },
-        ),
-        "data": _SOURCE,
-        "tokenizer": Obj(
-            {"path": Null(Str()), "sha256": _SHA256, "file": Str(("tokenizer.model", "tokenizer.bin"))}, {}
-        ),
-        "state": Obj(
-            {
-                "step": Int(0, _INT32[1]),
-                "adam_t": Int(0, _INT32[1]),
-                "loss_scale": Num(0.0, open_lo=True),
-                "losses": ListOf(Num()),
-            },
-            {"seconds": MapOf(Num(0.0))},
-        ),
-    },
-    optional={"init": Null(_SOURCE), "marks": ListOf(Pair(Int(0, _INT32[1]), Str(("budget", "resume"))))},
-)
-
-
-def check_run_record(rec: Any) -> dict[str, Any]:
-    """``rec`` when it follows ``RUN_SCHEMA``; else FormatError naming the first wrong field's path and what
-    was expected (e.g. ``[blzt] run record state.loss_scale: must be a finite number in (0, inf]``)."""
-    RUN_SCHEMA.check(rec, "")
-    return rec
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ class _LockedView:
         self.surface._lock.__enter__()
         return self.surface._data
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.surface._lock.__exit__(*exc)
 
 

@@ -1,7 +1,8 @@
 """The macOS backend: kernels compile, load and run on the Neural Engine through AppleNeuralEngine.framework.
 
-The private framework is driven through ``anekit.runtime.objc`` (ctypes, no pyobjc). One module per job:
+The private framework is driven through ``objc`` (ctypes, no pyobjc). One module per job:
 
+    objc          the Objective-C runtime through ctypes: classes, messages, pools, NSError conversion
     api           the classes and messages used, declared once as data
     availability  is_available / unavailable_reason / probe (``anekit doctor``)
     surfaces      IOSurface-backed ``Surface``s and their allocation sizes (uniform per direction)
@@ -9,8 +10,10 @@ The private framework is driven through ``anekit.runtime.objc`` (ctypes, no pyob
     weights       weight files in the model directory; reserved names refused
     request       the _ANERequest, built after every load
     lifecycle     one _ANEInMemoryModel: compile, load, evaluate (standard / real-time), unload
-    kernel        AneBackend and AneKernel (with its per-kernel lock)
+    memory        which MIL dialect compiled, per chip and macOS, remembered in a per-user file
+    kernel        AneKernel (with its per-kernel lock)
     chaining      _ANEChainingRequest, opt-in, with a sequential fallback
+    backend       AneBackend: compile (the MIL dialect trial), kernels, chains
 
 Every engine fact applied here names its public source in the module that applies it (mechramc/Orion
 docs/ane_constraints.md, maderix/ANE training/*), with the anekit rule id. None of them has been
@@ -39,9 +42,10 @@ from anekit.runtime.ane.api import (
     REQUIRED,
 )
 from anekit.runtime.ane.availability import AneProbe, is_available, probe, unavailable_reason
+from anekit.runtime.ane.backend import AneBackend
 from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.chaining import Chain
-from anekit.runtime.ane.kernel import AneBackend, AneKernel
+from anekit.runtime.ane.kernel import AneKernel
 from anekit.runtime.ane.surfaces import MIN_SURFACE_BYTES, SURFACE_ALIGNMENT, AneSurface, uniform_allocation
 from anekit.runtime.ane.weights import RESERVED_NAMES
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from anekit.errors import AneRuntimeError
-from anekit.runtime.objc import Id, Message, ObjCRuntime, msg
+from anekit.runtime.ane.objc import Id, Message, ObjCRuntime, msg
 
 ANE_FRAMEWORK = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine"
 QOS = 21  # the quality-of-service class public working code passes to every call (maderix/ANE, Orion)

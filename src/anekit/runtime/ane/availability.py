@@ -7,11 +7,12 @@ import platform
 import re
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from anekit.errors import ClassNotFound
 from anekit.rules import CHIPS
 from anekit.runtime.ane.api import ANE_FRAMEWORK, CHAINING, CLASSES, MODEL_UUID, REALTIME, REQUIRED
-from anekit.runtime.objc import ObjCRuntime
+from anekit.runtime.ane.objc import ObjCRuntime
 
 
 def platform_supported() -> bool:
@@ -99,7 +100,7 @@ def chip_name(brand: str | None = None) -> str:
 
 def probe(runtime: ObjCRuntime | None = None) -> AneProbe:
     """Look for the framework, its classes and selectors (loads nothing off Darwin arm64 unless given one)."""
-    base = {"system": platform.system(), "machine": platform.machine(), "chip": chip()}
+    base: dict[str, Any] = {"system": platform.system(), "machine": platform.machine(), "chip": chip()}
     if runtime is None and not platform_supported():
         os_version = platform.mac_ver()[0] or f"{platform.system()} {platform.release()}"
         return AneProbe(os_version=os_version, framework="not tried (needs macOS on Apple silicon)", **base)

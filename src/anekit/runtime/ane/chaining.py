@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -38,14 +38,19 @@ from anekit.runtime.ane.api import (
     nil_check,
 )
 from anekit.runtime.ane.kernel import AneKernel
+from anekit.runtime.ane.objc import Id, ObjCRuntime
 from anekit.runtime.ane.surfaces import AneSurface, copy_surface
 from anekit.runtime.base import Kernel, Surface
-from anekit.runtime.objc import Id, ObjCRuntime
-
-if TYPE_CHECKING:
-    from anekit.runtime.ane.kernel import AneBackend
 
 STATS_SURFACE_BYTES = 64  # the statistics surface a chaining output set needs (reported sufficient)
+
+
+class ChainingBackend(Protocol):
+    """What a chain needs of its backend (``AneBackend``): the objc runtime, and whether chaining was asked
+    for."""
+
+    runtime: ObjCRuntime
+    chaining: bool
 
 
 class ChainState:
@@ -81,7 +86,10 @@ class Chain:
     """
 
     def __init__(
-        self, backend: AneBackend, kernels: Sequence[Kernel], links: Sequence[tuple[Surface, Surface]] | None
+        self,
+        backend: ChainingBackend,
+        kernels: Sequence[Kernel],
+        links: Sequence[tuple[Surface, Surface]] | None,
     ) -> None:
         if not kernels:
             raise AneRuntimeError("[chain] a chain needs at least one kernel")

@@ -63,9 +63,9 @@ from anekit.runtime.ane.api import (
     MODEL_WITH_DESCRIPTOR,
     nil_check,
 )
+from anekit.runtime.ane.objc import Id, Message, ObjCRuntime
 from anekit.runtime.ane.request import build_request
 from anekit.runtime.ane.surfaces import AneSurface
-from anekit.runtime.objc import Id, Message, ObjCRuntime
 
 LOAD_ATTEMPTS = 2
 LOAD_RETRY_DELAY = 0.1  # seconds between load attempts

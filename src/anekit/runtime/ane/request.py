@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from anekit.errors import SurfaceCreationFailed
 from anekit.runtime.ane.api import REQUEST, SURFACE_OBJECT, nil_check
+from anekit.runtime.ane.objc import Id, ObjCRuntime
 from anekit.runtime.ane.surfaces import AneSurface
-from anekit.runtime.objc import Id, ObjCRuntime
 
 
 def build_request(

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from anekit.errors import SurfaceCreationFailed
+from anekit.runtime.ane.objc import ObjCRuntime
 from anekit.runtime.base import Surface
-from anekit.runtime.objc import ObjCRuntime
 
 MIN_SURFACE_BYTES = 49152  # Orion docs/ane_constraints.md §4 ([768, 16] fp32): the allocation floor
 SURFACE_ALIGNMENT = 128  # reported requirement on M5; harmless on earlier chips
@@ -110,7 +110,7 @@ class AneSurface(Surface):
             if not base:
                 raise SurfaceCreationFailed(f"[surface] {self.name}: IOSurfaceGetBaseAddress returned NULL")
             memory = (ctypes.c_char * self._nbytes).from_address(base)
-            data = np.frombuffer(memory, dtype=self.dtype.np, count=self._count).reshape(self.shape)
+            data = np.frombuffer(memory, dtype=self.dtype.np, count=self._count).reshape(self.shape)  # type: ignore[call-overload]
             if read_only:
                 data.flags.writeable = False
             self._data = data

@@ -1,16 +1,17 @@
 """A stateful runner: the functions of one program compiled once each, their states shared and kept.
 
-An exported model's ``prefill`` and ``decode`` (``anekit.coreml.export``) read and write the same KV-cache
-states, as CoreML's one ``MLState`` passed to each function's prediction. A ``Session`` holds those
-states, one buffer per name, zero at the start, and gives it to every function that declares a state of
-that name; each call reads and updates them in place::
+A program's functions that declare states of one name share them: an exported model's ``prefill`` and
+``decode`` (``anekit.coreml.export``) read and write the same KV-cache states, as CoreML's one ``MLState``
+passed to each function's prediction. A ``Session`` holds those states, one buffer per name, zero at the
+start, and gives them to every function that declares a state of that name; each call reads and updates
+them in place. Every MIL program with states runs through here, on any backend::
 
-    with Session.open("model.mlpackage") as s:                      # or Session(program, weights)
+    with Session(program, weights) as s:        # a package: anekit.coreml.open_session("model.mlpackage")
         logits = s.run("prefill", tokens=tokens, last=last)["logits"]   # writes the caches
         s.save_states("state.npz")                                  # the caches, one array per name
         logits = s.run("decode", token=token, pos=pos)["logits"]      # reads and updates them
 
-    with Session.open("model.mlpackage", states="state.npz") as s:  # carry on where it stopped
+    with Session(program, weights, states="state.npz") as s:    # carry on where it stopped
         ...
 
 The states file is a numpy ``.npz`` holding one array per state, in its declared dtype (fp16 as
@@ -82,21 +83,12 @@ class Session:
         self.backend = backend if backend is not None else runtime.open()
         self.types = state_types(program)
         self.states: dict[str, np.ndarray] = {
-            name: np.zeros(t.shape, _buffer_dtype(t)) for name, t in self.types.items()
+            name: np.zeros(t.shape, _buffer_dtype(t))  # type: ignore[arg-type]  # static: ints
+            for name, t in self.types.items()
         }
         self.kernels: dict[str, Kernel] = {}
         if states is not None:
             self.load_states(states)
-
-    @classmethod
-    def open(
-        cls, path: str | os.PathLike[str], backend: Backend | None = None, states: StatesSource | None = None
-    ) -> Session:
-        """A session over a CoreML package (``.mlpackage``): its program, weights and route."""
-        from anekit.coreml.load import load_mlpackage
-
-        pkg = load_mlpackage(path)
-        return cls(pkg.program, pkg.weights, backend, states)
 
     def kernel(self, function: str) -> Kernel:
         """The loaded kernel of ``function`` (compiled on first use), using the shared states."""
@@ -156,7 +148,7 @@ class Session:
         path = Path(path)
         arrays = {name: self.states[name].astype(_file_dtype(t)) for name, t in self.types.items()}
         with atomic_write(path) as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]
         return path
 
     def close(self) -> None:

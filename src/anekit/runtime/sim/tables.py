@@ -4,27 +4,38 @@ Each ``OVERRIDES`` function takes the op's input values (and its own numpy refer
 that are the ideal op on changed inputs) and returns its unrounded outputs; each ``LIGHT`` binder wraps
 the op's own fast runner with the profile's change where that gives the same result (sigmoid on clipped
 inputs, softmax on finite rows, real_div by an unsigned zero). Table values, clamps and collapses come
-from ``anekit.engine.numerics.TABLES``.
+from the chip's binding (``runtime.sim.chip``: its ``activation.tables``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from anekit import jit
-from anekit.engine.numerics import FP16_MIN_NORMAL, SOFTPLUS_COLLAPSE, TABLES
-from anekit.runtime.mac_model import round16
-
-if TYPE_CHECKING:
-    from anekit.runtime.engine_numerics import EngineNumerics
+from anekit.engine.numerics import FP16_MIN_NORMAL, SOFTPLUS_COLLAPSE
+from anekit.runtime.sim.chip import ChipNumerics
+from anekit.runtime.sim.mac import round16
 
 Values = dict[str, Any]
 Runner = Callable[[list[Any]], None]
 Reference = Callable[[Values], list[Any]]
+
+
+class Numerics(Protocol):
+    """What an op computed here asks of the numerics it runs under (``runtime.sim.numerics.EngineNumerics``):
+    the chip's values, the sanitizer's ``note``, NaN -> +0 of a result, and the op computed in full."""
+
+    chip: ChipNumerics
+
+    def note(self, op: Any, hazard: str, count: int, largest: float = 0.0) -> None: ...
+
+    def no_nan(self, op: Any, v: Any) -> Any: ...
+
+    def evaluate(self, step: Any, values: Values, reference: Reference) -> list[Any]: ...
 
 
 def _x(values: Values) -> np.ndarray:
@@ -37,13 +48,9 @@ def _eps(values: Values, default: float) -> float:
     return float(np.float16(default if e is None else float(np.asarray(e))))
 
 
-def _table(name: str) -> Any:
-    return TABLES[name]
-
-
-def _sigmoid(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _sigmoid(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = np.asarray(values["x"])
-    lo, hi = SIGMOID_KNOTS
+    lo, hi = num.chip.sigmoid_knots
     out_of = (x < lo) | (x > hi)
     n = int(np.count_nonzero(out_of))
     if n:
@@ -52,8 +59,8 @@ def _sigmoid(num: EngineNumerics, step: Any, values: Values, reference: Referenc
     return reference(values)
 
 
-def _with_origin(num: EngineNumerics, step: Any, x: np.ndarray, y: np.ndarray, table: str) -> np.ndarray:
-    origin = _table(table).origin
+def _with_origin(num: Numerics, step: Any, x: np.ndarray, y: np.ndarray, table: str) -> np.ndarray:
+    origin = num.chip.tables[table].origin
     zero = x == 0
     n = int(np.count_nonzero(zero))
     if n and origin is not None:
@@ -62,7 +69,7 @@ def _with_origin(num: EngineNumerics, step: Any, x: np.ndarray, y: np.ndarray, t
     return y
 
 
-def _gelu(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _gelu(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     from anekit.mil.ops.activation import erf_np
 
     x = _x(values)
@@ -79,7 +86,7 @@ def _gelu(num: EngineNumerics, step: Any, values: Values, reference: Reference) 
     return [_with_origin(num, step, x, y, "gelu")]
 
 
-def _silu(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _silu(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     with np.errstate(all="ignore"):
         y = x / (1.0 + np.exp(-x))
@@ -87,7 +94,7 @@ def _silu(num: EngineNumerics, step: Any, values: Values, reference: Reference) 
     return [_with_origin(num, step, x, y, "silu")]
 
 
-def _softplus(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _softplus(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     collapse = x >= SOFTPLUS_COLLAPSE
     num.note(
@@ -101,7 +108,7 @@ def _softplus(num: EngineNumerics, step: Any, values: Values, reference: Referen
     return [np.where(collapse, 0.0, y)]
 
 
-def _softsign(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _softsign(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
     inf = np.isposinf(x)
     num.note(step.op, "table-collapse", int(np.count_nonzero(inf)), math.inf)
@@ -111,18 +118,18 @@ def _softsign(num: EngineNumerics, step: Any, values: Values, reference: Referen
     return [np.where(inf, 0.0, y)]
 
 
-def _log(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _log(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _x(values) + _eps(values, 1e-45)
     zero = v == 0
     num.note(step.op, "table-collapse", int(np.count_nonzero(zero)))
     with np.errstate(all="ignore"):
         y = np.log(v)
-    return [np.where(zero, _table("log").special[0.0], y)]
+    return [np.where(zero, num.chip.tables["log"].special[0.0], y)]
 
 
-def _table_input(num: EngineNumerics, step: Any, v: np.ndarray) -> np.ndarray:
+def _table_input(num: Numerics, step: Any, v: np.ndarray) -> np.ndarray:
     """sqrt / rsqrt read a subnormal as the nearer of 0 and 2^-14; the sign of a zero is dropped."""
-    if num.sqrt_subnormals:
+    if num.chip.sqrt_subnormals:
         a = np.abs(v)
         sub = (a > 0) & (a < FP16_MIN_NORMAL)
         n = int(np.count_nonzero(sub))
@@ -132,8 +139,8 @@ def _table_input(num: EngineNumerics, step: Any, v: np.ndarray) -> np.ndarray:
     return v
 
 
-def _unsigned_zero(num: EngineNumerics, step: Any, v: np.ndarray) -> np.ndarray:
-    if not num.signed_zero:
+def _unsigned_zero(num: Numerics, step: Any, v: np.ndarray) -> np.ndarray:
+    if not num.chip.signed_zero:
         return v
     neg0 = (v == 0) & np.signbit(v)
     n = int(np.count_nonzero(neg0))
@@ -143,27 +150,27 @@ def _unsigned_zero(num: EngineNumerics, step: Any, v: np.ndarray) -> np.ndarray:
     return v
 
 
-def _sqrt(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _sqrt(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _table_input(num, step, _x(values))
     with np.errstate(all="ignore"):
         return [np.sqrt(np.where(v == 0, 0.0, v))]  # sqrt(-0) is +0 on the engine
 
 
-def _rsqrt(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _rsqrt(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _unsigned_zero(num, step, _table_input(num, step, _x(values) + _eps(values, 1e-12)))
     with np.errstate(all="ignore"):
         return [1.0 / np.sqrt(v)]
 
 
-def _inverse(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _inverse(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     v = _unsigned_zero(num, step, _x(values) + _eps(values, 1e-4))
     with np.errstate(all="ignore"):
         return [1.0 / v]
 
 
-def _round(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _round(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     x = _x(values)
-    if not num.round_away:
+    if not num.chip.round_away:
         return [np.round(x)]
     a = np.abs(x)
     big = (a >= 1024) & np.isfinite(a) & (a != np.floor(a) + 0.5)
@@ -172,7 +179,7 @@ def _round(num: EngineNumerics, step: Any, values: Values, reference: Reference)
         return [np.copysign(np.floor(round16(a + 0.5, "away")), x)]
 
 
-def _softmax(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _softmax(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     if np.isfinite(values["x"]).all():
         return reference(values)  # max-subtracted already: the engine's softmax on finite rows
     x = _x(values)
@@ -184,11 +191,11 @@ def _softmax(num: EngineNumerics, step: Any, values: Values, reference: Referenc
         return [e / np.sum(e, axis=axis, keepdims=True)]
 
 
-def _reduce(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _reduce(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     """The reduction's wide (float32) result, rounded to fp16 with the chip's ties (away: 2049 -> 2050)."""
     (raw,) = reference(values)
     raw = np.asarray(raw, dtype=np.float32)
-    if num.reduce_ties != "away":
+    if num.chip.reduce_ties != "away":
         return [raw]
     away = jit.round_fp16_away(raw)
     return [round16(raw, "away").astype(np.float32) if away is None else away]
@@ -205,7 +212,7 @@ def run_with(runner: Runner, env: list[Any], slot: int, value: Any) -> None:
 
 
 def _light_sigmoid(
-    num: EngineNumerics,
+    num: Numerics,
     step: Any,
     runner: Runner,
     values_of: Any,
@@ -216,7 +223,7 @@ def _light_sigmoid(
     x_slot = slots.get("x")
     if not isinstance(x_slot, int):
         return None
-    lo, hi = SIGMOID_KNOTS
+    lo, hi = num.chip.sigmoid_knots
     op = step.op
 
     def run(env: list[Any]) -> None:
@@ -232,7 +239,7 @@ def _light_sigmoid(
 
 
 def _light_softmax(
-    num: EngineNumerics,
+    num: Numerics,
     step: Any,
     runner: Runner,
     values_of: Any,
@@ -262,7 +269,7 @@ def _all_finite(x: Any) -> bool:
     return bool(np.isfinite(x).all()) if n is None else n == 0
 
 
-def _real_div(num: EngineNumerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
+def _real_div(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
     y = np.asarray(values["y"])
     if y.dtype.kind == "f":
         neg0 = (y == 0) & np.signbit(y)
@@ -273,7 +280,7 @@ def _real_div(num: EngineNumerics, step: Any, values: Values, reference: Referen
 
 
 def _light_real_div(
-    num: EngineNumerics,
+    num: Numerics,
     step: Any,
     runner: Runner,
     values_of: Any,
@@ -283,7 +290,7 @@ def _light_real_div(
     """real_div's own runner, its divisor's -0 read as +0 (the reciprocal path drops the sign of a zero),
     then NaN -> +0 (0 / 0, inf / inf)."""
     y_slot, (out_slot,) = slots.get("y"), step.out_slots
-    if not isinstance(y_slot, int) or not num.signed_zero:
+    if not isinstance(y_slot, int) or not num.chip.signed_zero:
         return None
     op = step.op
 
@@ -301,9 +308,8 @@ def _light_real_div(
 
 
 LIGHT = {"sigmoid": _light_sigmoid, "softmax": _light_softmax, "real_div": _light_real_div}
-SIGMOID_KNOTS = tuple(float(np.float16(e)) for e in TABLES["sigmoid"].domain)  # the end knots' fp16 inputs
 
-OVERRIDES: dict[str, Callable[[EngineNumerics, Any, Values, Reference], list[np.ndarray]]] = {
+OVERRIDES: dict[str, Callable[[Numerics, Any, Values, Reference], list[np.ndarray]]] = {
     "sigmoid": _sigmoid,
     "gelu": _gelu,
     "silu": _silu,

@@ -1,7 +1,7 @@
 """The engine's multiply-accumulate unit, modelled: fp16 rounding with either tie rule, the 4-lane first
 stage, the output port's ceiling and the interior partials that reach it.
 
-Used by ``runtime.engine_numerics`` for the MAC ops (matmul, linear, einsum, conv, conv_transpose); the
+Used by ``runtime.sim.numerics`` for the MAC ops (matmul, linear, einsum, conv, conv_transpose); the
 behaviours and their evidence are ``anekit.engine.numerics``' "mac.*" records.
 """
 
@@ -148,7 +148,9 @@ def partial_overflow(a: np.ndarray, b: np.ndarray, ceiling: float) -> np.ndarray
     b_b = np.broadcast_to(b, shape[:-2] + b.shape[-2:])
     for idx in suspects:
         *batch, m, n = (int(i) for i in idx)
-        prods = a_b[(*batch, m)].astype(np.float64) * b_b[(*batch, slice(None), n)].astype(np.float64)
+        row: tuple[Any, ...] = (*batch, m)  # a's row m, b's column n, in that batch
+        column: tuple[Any, ...] = (*batch, slice(None), n)
+        prods = a_b[row].astype(np.float64) * b_b[column].astype(np.float64)
         tiles = np.pad(prods, (0, -k % 4)).reshape(-1, 4).sum(axis=1)  # the first stage's 4-lane tiles
         worst = max(float(np.max(np.abs(tiles))), float(np.max(np.abs(np.cumsum(tiles)))))
         mask[tuple(idx)] = worst >= ceiling

@@ -1,7 +1,8 @@
 """The simulator's engine numerics: ops computed as a chip's numeric profile says, and the sanitizer.
 
-``EngineNumerics`` binds to each step of a simulator plan what the profile (``anekit.engine.numerics``)
-changes about it, on top of the ideal machine (fp16 storage, fp32 accumulation, exact functions):
+``EngineNumerics`` binds to each step of a simulator plan what the chip's numerics (``runtime.sim.chip``:
+its profile in ``anekit.engine.numerics``, resolved once) change about it, on top of the ideal machine
+(fp16 storage, fp32 accumulation, exact functions):
 
 * every program input: NaN becomes +inf (``input.nan-coercion``);
 * every float result: NaN becomes +0 — the engine never emits NaN (``indeterminate.plus-zero``);
@@ -16,8 +17,8 @@ changes about it, on top of the ideal machine (fp16 storage, fp32 accumulation, 
   sqrt / rsqrt reading subnormals as 0 or 2^-14, the sign of zero dropped before inverse / rsqrt,
   ``round`` half away through an fp16 add, softmax's max subtraction with inf - inf = +0.
 
-The MAC model is ``runtime.mac_model``, the ops computed here are in ``runtime.engine_tables``, and the
-``runtime.sanitizer.Sanitizer`` counts, per op, every place where the engine's result departs from the
+The MAC model is ``runtime.sim.mac``, the ops computed here are in ``runtime.sim.tables``, and the
+``runtime.sim.sanitizer.Sanitizer`` counts, per op, every place where the engine's result departs from the
 ideal one or loses information (one record per op and hazard: count and the largest offending value).
 """
 
@@ -31,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from anekit import jit
-from anekit.engine.numerics import FP16_MAX, FP16_MIN_NORMAL, Profile
+from anekit.engine.numerics import FP16_MAX, FP16_MIN_NORMAL
 from anekit.mil import types as T
-from anekit.runtime.engine_tables import LIGHT, OVERRIDES
-from anekit.runtime.mac_model import (
+from anekit.runtime.sim.chip import ChipNumerics
+from anekit.runtime.sim.mac import (
     EXACT_MAC_PRODUCTS,
     MAC_OPS,
     accumulation_terms,
@@ -45,7 +46,8 @@ from anekit.runtime.mac_model import (
     round16,
     tiled_product,
 )
-from anekit.runtime.sanitizer import Sanitizer
+from anekit.runtime.sim.sanitizer import Sanitizer
+from anekit.runtime.sim.tables import LIGHT, OVERRIDES
 
 SLICE_OPS = frozenset({"slice_by_size", "slice_by_index"})
 REDUCE_OPS = frozenset({"reduce_sum", "reduce_mean"})
@@ -74,24 +76,14 @@ Reference = Callable[[Values], list[Any]]
 
 
 class EngineNumerics:
-    """A profile's numerics for one simulator plan, with an optional sanitizer."""
+    """A chip's numerics (``runtime.sim.chip.ChipNumerics``) bound to one simulator plan, with an optional
+    sanitizer."""
 
-    def __init__(self, profile: Profile, sanitizer: Sanitizer | None = None) -> None:
+    def __init__(self, chip: ChipNumerics, sanitizer: Sanitizer | None = None) -> None:
         global _LOOPS
         _LOOPS = jit.loops()  # as ``anekit.jit`` decides now (ANEKIT_JIT may have changed)
-        self.profile = profile
+        self.chip = chip  # what the chip computes (``runtime.sim.chip``)
         self.sanitizer = sanitizer
-        self.ceiling = profile.mac_ceiling
-        self.flush = profile.flushes_mac_subnormals
-        self.mac_ties = profile.mac_ties
-        self.tile_rounding = str(profile["mac.first-stage"])
-        self.reduce_ties = str(profile["reduce.tie-rounding"])
-        self.slice_gain = profile.slice_gain
-        self.partials = bool(profile["mac.interior-partials"])
-        self.sqrt_subnormals = bool(profile["table.subnormal-input"])
-        self.signed_zero = bool(profile["recip.signed-zero"])
-        self.round_away = bool(profile["round.half-away"])
-        self.tables = profile["activation.tables"]
         self._scans: dict[int, tuple[np.ndarray, int, float, np.ndarray | None]] = {}
         self._input_peaks: dict[int, float] = {}  # program input slot -> its largest |value| this run
         # Slots whose every reader is a MAC op (set by the plan once it is built): their values may be
@@ -112,7 +104,7 @@ class EngineNumerics:
         if found is not None and found[0] is v:
             return found[1], found[2], found[3]
         subnormals, big = _scan(v)
-        flushed = _flushed(v) if subnormals and self.flush else None
+        flushed = _flushed(v) if subnormals and self.chip.flush else None
         self._scans[id(v)] = (v, subnormals, big, flushed)
         return subnormals, big, flushed
 
@@ -174,7 +166,7 @@ class EngineNumerics:
         the rounding, NaN -> +0 either way), or None when the op needs more than that (MAC ops, tables,
         slices, ops computed here) or nothing (NaN-free ops)."""
         if op_type in REDUCE_OPS:
-            return self.reduce_ties
+            return self.chip.reduce_ties
         if op_type in MAC_OPS or op_type in OVERRIDES or op_type in LIGHT or op_type in SLICE_OPS:
             return None
         return None if op_type in NAN_FREE else "even"
@@ -219,7 +211,7 @@ class EngineNumerics:
     def after(self, step: Any, values: Values, out: Any) -> Any:
         """Correct an output computed by the op's own reference (every op not computed here)."""
         op_type = step.op.op_type
-        if op_type in SLICE_OPS and self.slice_gain:
+        if op_type in SLICE_OPS and self.chip.slice_gain:
             out = self._slice(step, values, out)
         return self.no_nan(step.op, out)
 
@@ -251,7 +243,7 @@ class EngineNumerics:
             return LIGHT[op_type](self, step, runner, values_of, reference, slots) or computed
         if op_type in OVERRIDES:
             return computed
-        if op_type in SLICE_OPS and self.slice_gain:
+        if op_type in SLICE_OPS and self.chip.slice_gain:
             return self._bind_slice(step, runner, slots, constants)
         floats = any(isinstance(t, T.TensorType) and t.dtype.kind == "float" for t in step.out_types)
         if not floats or step.moves_only or op_type in NAN_FREE:
@@ -278,7 +270,7 @@ class EngineNumerics:
         """A width-offset slice's values on a chip with the x16 crop gain: |v| > 4094 becomes +/-inf. A
         slice of a program input whose largest |value| this run is at most 4094 is left as it is."""
         op = step.op
-        source = dict(step.args).get("x")
+        source: Any = dict(step.args).get("x")  # a slot (an int)
         peaks = self._input_peaks
 
         def saturate(out: Any) -> Any:
@@ -314,7 +306,7 @@ class EngineNumerics:
             return runner  # the clean route: a zero width begin
         saturate = self.slice_saturation(step)
         (out_slot,) = step.out_slots
-        begin_slot = slots.get("begin")
+        begin_slot: Any = slots.get("begin")  # a slot: the begin is a runtime value here
 
         def sliced(env: list[Any]) -> None:
             runner(env)
@@ -338,7 +330,7 @@ class EngineNumerics:
         then the output port in one pass. None where the op must be computed here (probe-sized ops run
         the exact tile model; M5-style tie rounding; operands of unknown shape)."""
         op, op_type = step.op, step.op.op_type
-        if self.mac_ties != "even":
+        if self.chip.mac_ties != "even":
             return None  # M5-style ties need the unrounded product: computed here
         operands = [(k, slots[k]) for k in ("x", "y", "weight") if isinstance(slots.get(k), int)]
         constant_peaks: dict[int, float] = {}  # constant operands, scanned once here
@@ -346,14 +338,14 @@ class EngineNumerics:
             v = constants.get(slot)
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":
                 subnormals, constant_peaks[slot] = _scan(v)
-                if subnormals and self.flush:
+                if subnormals and self.chip.flush:
                     return None  # a constant holding subnormals: computed here (flushed) every run
         (out_slot,) = step.out_slots
         port = self.port_ceiling(step)  # the ceiling the store applies, when ``ported``
         sizes: dict[tuple[Any, ...], tuple[bool, int]] = {}  # operand shapes -> (exact model?, terms)
         last: list[Any] = [None, (False, 0)]  # the operand shapes of the last run, and what they gave
         slot_list = [s for _, s in operands]
-        sanitizer, flush = self.sanitizer, self.flush
+        sanitizer, flush = self.sanitizer, self.chip.flush
         in_place: list[bool] | None = None  # per operand: only MAC ops read its slot (known once built)
 
         def mac(env: list[Any]) -> None:
@@ -377,7 +369,7 @@ class EngineNumerics:
             if in_place is None:
                 in_place = [flush and s in self.mac_only_slots for s in slot_list]
             single_tap = op_type in ("conv", "conv_transpose") and terms < 2
-            ceiling = math.inf if single_tap else self.ceiling
+            ceiling = math.inf if single_tap else self.chip.mac_ceiling
             largest = 1.0
             swapped = []
             for slot, alone_ok in zip(slot_list, in_place):
@@ -412,16 +404,16 @@ class EngineNumerics:
                 runner(env)
             out = env[out_slot]
             if ported is not None and ported[0] is not None and ceiling == port:
-                nans, over, biggest, flushed = ported[0]  # the store was the port
+                nans, over, biggest, n_flushed = ported[0]  # the store was the port
             else:
                 if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
                     out = env[out_slot] = np.array(out, dtype=np.float32)
-                nans, over, biggest, flushed = _port(out, ceiling, flush)
+                nans, over, biggest, n_flushed = _port(out, ceiling, flush)
             if sanitizer is not None:
                 self.note(op, "indeterminate", nans)
                 self.note(op, "mac-ceiling", over, biggest)
-                self.note(op, "subnormal-flush", flushed)
-            if largest * terms >= ceiling and self.partials and not single_tap:
+                self.note(op, "subnormal-flush", n_flushed)
+            if largest * terms >= ceiling and self.chip.partials and not single_tap:
                 ops = (
                     mac_operands(op_type, values_of(env)) if op_type in ("matmul", "linear", "conv") else None
                 )
@@ -435,16 +427,16 @@ class EngineNumerics:
         a conv with two or more taps (input channels / groups x kernel) too, a single-tap conv none
         (inf); None when the types do not tell (a conv weight of unknown shape) or ties round away."""
         op_type = step.op.op_type
-        if self.mac_ties != "even":
+        if self.chip.mac_ties != "even":
             return None
         if op_type in ("matmul", "linear", "einsum"):
-            return self.ceiling
+            return self.chip.mac_ceiling
         if op_type == "conv":
             w = step.op.inputs.get("weight")
             shape = getattr(getattr(w, "type", None), "shape", None)
             if shape is None or not all(isinstance(d, int) for d in shape[1:]):
                 return None
-            return self.ceiling if math.prod(shape[1:]) >= 2 else math.inf
+            return self.chip.mac_ceiling if math.prod(shape[1:]) >= 2 else math.inf
         return None
 
     def _partials(self, op: Any, out: np.ndarray, ops: tuple[np.ndarray, np.ndarray], ceiling: float) -> None:
@@ -472,14 +464,14 @@ class EngineNumerics:
         # The port saturates for matmul / linear / einsum whatever K (the guide measured K = 1), and for a
         # conv that accumulates two or more taps; a single-tap conv keeps the fp16 range.
         single_tap = op_type in ("conv", "conv_transpose") and accumulation_terms(op_type, values) < 2
-        ceiling = math.inf if single_tap else self.ceiling
+        ceiling = math.inf if single_tap else self.chip.mac_ceiling
         largest: dict[str, float] = {}
         copied = False
         for key in ("x", "y", "weight"):  # subnormal operands read as +0 where the chip flushes
             v = values.get(key)
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":
                 subnormals, largest[key] = _scan(v)
-                if subnormals and self.flush:
+                if subnormals and self.chip.flush:
                     self.note(op, "subnormal-flush", subnormals)
                     if not copied:  # the caller's dict stays as it was
                         values, copied = dict(values), True
@@ -488,7 +480,9 @@ class EngineNumerics:
         (store,) = step.stores
         if ops is not None and products(*ops) <= EXACT_MAC_PRODUCTS:
             a, b = ops
-            exact, over = tiled_product(a, b, ceiling, self.flush, self.tile_rounding, self.mac_ties)
+            exact, over = tiled_product(
+                a, b, ceiling, self.chip.flush, self.chip.tile_rounding, self.chip.mac_ties
+            )
             ideal = np.matmul(a.astype(np.float64), b.astype(np.float64))
             out = exact.reshape(_out_shape(step, values, exact))
             self.note(
@@ -508,16 +502,16 @@ class EngineNumerics:
         # Wide path: the reference's float32 product, then the port.
         (raw,) = reference(values)
         raw = np.asarray(raw, dtype=np.float32)
-        if self.mac_ties == "away":
+        if self.chip.mac_ties == "away":
             raw = round16(raw, "away").astype(np.float32)
         out = store(raw)
         if not out.flags.writeable or (np.may_share_memory(out, raw) and out is not raw):
             out = out.copy()
-        nans, over, biggest, flushed = _port(out, ceiling, self.flush)
+        nans, n_over, biggest, n_flushed = _port(out, ceiling, self.chip.flush)
         self.note(op, "indeterminate", nans)
-        self.note(op, "mac-ceiling", over, biggest)
-        self.note(op, "subnormal-flush", flushed)
-        if self.partials and not single_tap and ops is not None:
+        self.note(op, "mac-ceiling", n_over, biggest)
+        self.note(op, "subnormal-flush", n_flushed)
+        if self.chip.partials and not single_tap and ops is not None:
             k = ops[0].shape[-1]
             bound = max(largest.values(), default=math.inf)
             if len(largest) < 2 or bound * min(largest.values()) * k >= ceiling:

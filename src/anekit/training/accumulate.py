@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from anekit.llama.params import layer_shapes
 from anekit.llama.step import Kernels, StepResult, Timer, make_kernels, train_step
 from anekit.threads import blas_threads, cores
+from anekit.training.budget import first_step_compiles
 
 # A sequence's work below which threads cost more than they give: measured on 2 cores, the default
 # model (about 0.1 GFLOP a sequence) ran 0.7x as fast on two threads, stories15M (about 20 GFLOP) 1.8x.
@@ -36,8 +38,6 @@ THREADS_MIN_FLOPS = 1e9
 def sequence_flops(cfg: Any) -> float:
     """Roughly the FLOPs of one sequence's forward and backward: 6 per weight and token, the classifier
     included."""
-    from anekit.llama.params import layer_shapes
-
     weights = sum(int(np.prod(s)) for s in layer_shapes(cfg).values()) * cfg.n_layers
     return 6.0 * cfg.seq_len * (weights + cfg.vocab_size * cfg.dim)
 
@@ -72,8 +72,6 @@ class Accumulator:
 
     def compiles_needed(self) -> int:
         """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
-        from anekit.llama.trainer import first_step_compiles
-
         made = [k for k in self.kernels if k is not None]
         fresh = first_step_compiles(self.cfg, self.weights) * (len(self.kernels) - len(made))
         return sum(k.compiles_needed() for k in made) + fresh

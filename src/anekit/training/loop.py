@@ -14,123 +14,39 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.llama import cpu_ops
-from anekit.llama.params import Params
 from anekit.llama.step import Timer, make_kernels
 from anekit.runtime.base import Backend
+from anekit.training.accumulate import Accumulator
+from anekit.training.budget import BudgetTooSmall, check_budget, first_step_compiles
+from anekit.training.optimizer import ADAM_CHUNK, apply_adamw
+from anekit.training.state import StepReport, StopReason, TrainConfig, TrainingDiverged, TrainState
+from anekit.training.trainable import FullTrainable, Trainable
+
+__all__ = [
+    "ADAM_CHUNK",
+    "BudgetTooSmall",
+    "Dataset",
+    "StepReport",
+    "StopReason",
+    "TrainConfig",
+    "TrainState",
+    "TrainingDiverged",
+    "apply_adamw",
+    "check_budget",
+    "first_step_compiles",
+    "train",
+]
 
 
 class Dataset(Protocol):
     """Windows to train on: (tokens, targets), or (tokens, targets, weights) where a loss mask applies."""
 
     def batch(self, rng: np.random.Generator, seq_len: int) -> tuple[np.ndarray, ...]: ...
-
-
-class Trainable(Protocol):
-    """What an optimizer step changes: ``params`` (what the kernels and the CPU head read), the step's
-    gradient container (``sink``), and the update (``apply``). Full training
-    (``anekit.llama.lora.FullTrainable``) trains every weight, LoRA (``LoraTrainable``) its adapters."""
-
-    params: Params
-
-    def zero(self) -> None: ...
-
-    def sink(self, kernels: Any) -> Any: ...
-
-    def unscale(self, factor: float) -> bool: ...
-
-    def apply(self, state: TrainState, tc: TrainConfig, threads: int = 1) -> None: ...
-
-
-class TrainingDiverged(AnekitError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 200  # optimizer steps; each is one accumulation batch of `accum` sequences
-    accum: int = 4  # sequences per optimizer step (ACCUM_STEPS: one compile of the kernels serves them all)
-    lr: float = 3e-3  # peak learning rate, reached after `warmup` steps
-    min_lr: float = 3e-4  # the cosine decays to this at the last step
-    warmup: int = 10
-    weight_decay: float = 0.1  # AdamW decay of the 2-D weights (not of RMSNorm scales), as llama2.c
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # global gradient-norm clip
-    loss_scale: float = 1024.0  # activation gradients are scaled by this inside the fp16 kernels
-    seed: int = 0
-    weights: str = "baked"  # "baked" (recompile per batch, fastest per step) or "dynamic" (compile once)
-
-    def lr_at(self, step: int) -> float:
-        """Warmup (linear) then cosine decay to min_lr."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-@dataclass
-class TrainState:
-    """Everything a resumed run needs: weights, Adam moments, counters, the loss history. (A LoRA run's
-    moments are its adapters', kept by its ``LoraTrainable``: ``adam_m`` / ``adam_v`` are then None.)"""
-
-    params: Params
-    adam_m: Params | None
-    adam_v: Params | None
-    step: int = 0  # optimizer steps done
-    adam_t: int = 0  # Adam's timestep (steps actually applied)
-    loss_scale: float = 1024.0
-    losses: list[float] = field(default_factory=list)  # mean loss of each optimizer step
-    seconds: dict[str, float] = field(default_factory=dict)  # cumulative per phase
-    val_losses: dict[int, float] = field(default_factory=dict)  # step -> validation loss, where evaluated
-
-    @staticmethod
-    def fresh(params: Params, tc: TrainConfig) -> TrainState:
-        return TrainState(params, params.zeros_like(), params.zeros_like(), loss_scale=tc.loss_scale)
-
-
-@dataclass(frozen=True)
-class StepReport:
-    step: int
-    loss: float
-    lr: float
-    tokens: int
-    seconds: float
-    skipped: bool  # a gradient overflowed: no update, the loss scale was halved
-    val_loss: float | None = None  # the validation loss after this step, when it was evaluated
-
-
-StopReason = str  # "done", "budget" (checkpoint, then re-execute to continue) or "stopped" (should_stop)
-
-
-def first_step_compiles(cfg: object, weights: str) -> int:
-    """Programs a fresh process compiles before its first step completes (the shared SDPA backward, then
-    the weight-bearing kernels: all per layer when baked, the seven dynamic ones once)."""
-    from anekit.llama.step import Kernels
-
-    return 1 + (7 if weights == "dynamic" else Kernels.compiles_per_batch(cfg))  # type: ignore[arg-type]
-
-
-class BudgetTooSmall(AnekitError):
-    """The compile budget cannot hold one optimizer step: restarting would never make progress."""
-
-
-def check_budget(budget: int, cfg: object, weights: str) -> None:
-    """BudgetTooSmall unless a fresh process with ``budget`` compiles can complete one step."""
-    from anekit.llama.run import opt
-
-    need = first_step_compiles(cfg, weights)
-    if budget < need:
-        raise BudgetTooSmall(
-            f"[train] the compile budget {budget} is smaller than one step's {need} compiles ({weights} "
-            f"weights): pass {opt('compile_budget', need)} or more"
-        )
 
 
 def train(
@@ -162,16 +78,13 @@ def train(
     (kernels, timer) -> loss is called before the first step, every ``val_every`` steps and after the
     last, into ``state.val_losses``; it reads the kernels as the last step left them, so a validated run
     uses dynamic weights. ``threads`` > 1 runs the sequences of a batch at once on worker threads
-    (``anekit.llama.accumulate``: dynamic weights; the same result as one thread, bit for bit).
+    (``anekit.training.accumulate``: dynamic weights; the same result as one thread, bit for bit).
     ``before_update()`` is called before each optimizer update changes a weight (a checkpoint still being
     written from the weights finishes first)."""
     if validate is not None and tc.weights != "dynamic":
         raise AnekitError(
             "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
         )
-    from anekit.llama.accumulate import Accumulator
-    from anekit.llama.lora import FullTrainable
-
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
@@ -248,50 +161,3 @@ def train(
     finally:
         workers.close()
         state.seconds = dict(timer.seconds)
-
-
-ADAM_CHUNK = 1 << 20  # elements an optimizer worker updates at a time
-
-
-def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int = 1) -> None:
-    """Clip the global gradient norm and take one AdamW step on every tensor.
-
-    The clip's scale is applied by the AdamW pass itself (``grad_scale``: the same float32 product, one
-    pass over the gradients less); the gradients are left clipped, as ``clip_grad_norm`` leaves them.
-    With ``threads`` > 1 the tensors are updated in chunks of ``ADAM_CHUNK`` elements on that many
-    threads (the update is elementwise, and the compiled pass releases the GIL: the same bits).
-    """
-    tensors = list(grads.tensors())
-    scale = cpu_ops.clip_scale(cpu_ops.grad_norm([g for _, g in tensors]), tc.grad_clip)
-    state.adam_t += 1
-    lr = tc.lr_at(state.step)
-    assert state.adam_m is not None and state.adam_v is not None
-    weights = dict(state.params.tensors())
-    ms, vs = dict(state.adam_m.tensors()), dict(state.adam_v.tensors())
-    work = []
-    for name, g in tensors:
-        w = weights[name]
-        decay = cpu_ops.takes_weight_decay(w)  # matrices only: never the RMSNorm scales (llama2.c's rule)
-        parts = (w, g, ms[name], vs[name])
-        if threads > 1 and w.size > ADAM_CHUNK and all(a.flags.c_contiguous for a in parts):
-            flats = [a.reshape(-1) for a in parts]
-            for i in range(0, w.size, ADAM_CHUNK):
-                work.append(([f[i : i + ADAM_CHUNK] for f in flats], decay))
-        else:
-            work.append((list(parts), decay))
-
-    def update(item: tuple[list[np.ndarray], bool]) -> None:
-        (w, g, m, v), decay = item
-        cpu_ops.adamw_update(
-            w, g, m, v, state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, tc.weight_decay,
-            apply_decay=decay, grad_scale=scale,
-        )  # fmt: skip
-
-    if threads > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(update, work))
-    else:
-        for item in work:
-            update(item)

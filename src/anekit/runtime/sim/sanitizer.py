@@ -1,6 +1,6 @@
 """The sanitizer: per op, where a chip's numerics depart from the ideal machine or lose information.
 
-Counted while a simulator kernel runs with a chip's numeric profile (``runtime.engine_numerics``): one
+Counted while a simulator kernel runs with a chip's numeric profile (``runtime.sim.numerics``): one
 ``Event`` per op and hazard, with the count and the largest offending magnitude. ``lines()`` gives one
 line per op, ``summary()`` one line for a whole run (training prints it per checkpoint), ``records()`` and
 ``to_json()`` the same as data.

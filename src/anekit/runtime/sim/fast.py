@@ -1,6 +1,6 @@
 """Pre-bound runners for the simulator plan's frequent ops: the references' numpy calls, no per-run lookups.
 
-Running a step the plain way (``sim.run_step``) builds a dict of input values, wraps it in ``RefArgs``,
+Running a step the plain way (``steps.run_step``) builds a dict of input values, wraps it in ``RefArgs``,
 and the op's reference then reads its constant parameters back out of it (``a.ints("perm")``,
 ``a.bool("transpose_x")``, ...) on every run. On a small model that bookkeeping costs more than the
 arithmetic. A runner made here reads those constant parameters once, when the plan is built, and on
@@ -32,6 +32,7 @@ compares every stored value bit for bit, layout included.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any
 
@@ -71,8 +72,8 @@ class Binding:
         self.out = out
         self.finish = finish
         self.plain = plain
-        # For a step that only moves values (sim.VALUE_MOVING_OPS): from how many elements on ``finish``
-        # stores a float32 result C-contiguous (sim._moved). None for other steps.
+        # For a step that only moves values (store.VALUE_MOVING_OPS): from how many elements on ``finish``
+        # stores a float32 result C-contiguous (store.moved). None for other steps.
         self.contiguous_from = contiguous_from
 
     def has(self, key: str) -> bool:
@@ -103,11 +104,11 @@ class Binding:
     def int(self, key: str) -> int:
         return int(np.asarray(self.value(key)).item())
 
-    def rank(self, key: str) -> int | None:
+    def rank(self, key: str) -> builtins.int | None:
         t = self.in_types.get(key)
         return len(t.shape) if isinstance(t, T.TensorType) else None
 
-    def shape(self, key: str) -> tuple[int, ...] | None:
+    def shape(self, key: str) -> tuple[builtins.int, ...] | None:
         t = self.in_types.get(key)
         if isinstance(t, T.TensorType) and all(isinstance(d, int) for d in t.shape):
             return tuple(int(d) for d in t.shape)
@@ -169,7 +170,7 @@ def _slice_by_size_view(b: Binding) -> View | None:
     return view
 
 
-def _copied(view: View) -> Callable[[Binding], Runner | None]:
+def _copied(view: Callable[[Binding], View | None]) -> Callable[[Binding], Runner | None]:
     """The runner of a value-moving op: its reference's ``np.array(view, copy=True)``, then ``finish``."""
 
     def bind(b: Binding) -> Runner | None:

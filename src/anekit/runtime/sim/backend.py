@@ -1,0 +1,86 @@
+"""The simulator backend: its options (precision, numerics, chip, sanitizer, strictness); compile a plan."""
+
+from __future__ import annotations
+
+from anekit.engine.evidence import check_route
+from anekit.errors import CompilationFailed, EvalFailed, OptionError
+from anekit.mil.ir import Function, Program
+from anekit.rules.checks import enforce
+from anekit.runtime.base import Backend, Kernel, WeightSource, strict_default
+from anekit.runtime.sim.chip import ChipNumerics, bind, check_chip
+from anekit.runtime.sim.heap import keep_freed_memory
+from anekit.runtime.sim.kernel import SimKernel
+from anekit.runtime.sim.numerics import EngineNumerics
+from anekit.runtime.sim.plan import Plan
+from anekit.runtime.sim.sanitizer import Sanitizer
+
+PRECISIONS = ("ane", "fp32")
+NUMERICS = ("engine", "ieee")
+
+
+class SimBackend(Backend):
+    """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
+
+    ``numerics`` "engine" (the default) computes with the numeric profile of ``chip``
+    (``anekit.engine.numerics``: "any" is the conservative union of every chip); "ieee" is the ideal
+    machine (fp16 storage, fp32 accumulation, exact functions). ``sanitize`` keeps a ``Sanitizer``
+    (``self.sanitizer``, shared by every kernel this backend compiles) counting, per op, where the
+    profile departs from the ideal machine. ``precision="fp32"`` has no profile: it is the float32
+    comparison path.
+
+    ``strict`` (default: on, unless ``ANEKIT_STRICT=0``) refuses programs that break an error rule of
+    the rule book for ``chip`` and ``route`` ("direct": kernels for the in-memory framework; "e5rt": a
+    program for the Espresso / e5rt runtime; "coreml": the program of a CoreML package, whose buffers
+    CoreML allocates). ``route=None`` (the default) takes each program's own: a program that carries a
+    ``route`` attribute (the one ``anekit.coreml.load_mlpackage`` returns says "coreml") is judged for
+    it, any other for "direct".
+    """
+
+    name = "sim"
+
+    def __init__(
+        self,
+        compile_budget: int = 100,
+        precision: str = "ane",
+        strict: bool | None = None,
+        chip: str = "any",
+        route: str | None = None,
+        numerics: str = "engine",
+        sanitize: bool = False,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise OptionError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        if numerics not in NUMERICS:
+            raise OptionError(f"[sim] numerics must be one of {', '.join(NUMERICS)}, not {numerics!r}")
+        if sanitize and (numerics != "engine" or precision != "ane"):
+            raise OptionError(
+                "[sim] sanitize compares a chip's numerics with the ideal machine: it needs numerics "
+                f"'engine' and precision 'ane' (got numerics {numerics!r}, precision {precision!r})"
+            )
+        super().__init__(compile_budget)
+        self.precision = precision
+        self.strict = strict_default() if strict is None else bool(strict)
+        self.chip = check_chip(chip)
+        # whose rules strictness applies (direct, e5rt, coreml); None: the program's own
+        self.route = None if route is None else check_route(route, "sim")
+        self.numerics = numerics
+        # what the chip computes (``runtime.sim.chip``); None: the ideal machine
+        self.chip_numerics: ChipNumerics | None = bind(self.chip) if numerics == "engine" else None
+        self.profile = None if self.chip_numerics is None else self.chip_numerics.profile
+        self.sanitizer = Sanitizer() if sanitize else None
+        keep_freed_memory()  # plans allocate all their values anew on each run (runtime.sim.heap)
+
+    def _engine(self) -> EngineNumerics | None:
+        if self.chip_numerics is None or self.precision != "ane":
+            return None
+        return EngineNumerics(self.chip_numerics, self.sanitizer)
+
+    def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
+        if self.strict:
+            route = self.route or check_route(getattr(prog, "route", "direct"), "sim")  # a package's: coreml
+            enforce(prog, fn, self.chip, weights, "strict simulator", route)
+        try:
+            plan = Plan(fn, weights, self.precision, self._engine())
+        except EvalFailed as e:
+            raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
+        return SimKernel(self, fn, plan)

@@ -1,0 +1,140 @@
+"""The simulator's kernel: its plan runs on the host, fp16 values crossing its surfaces without a second
+conversion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anekit import jit
+from anekit.errors import EvalFailed
+from anekit.fp16 import _round_fp16_fast, encode_fp16_values
+from anekit.mil import types as T
+from anekit.mil.ir import Function
+from anekit.runtime.base import Backend, Kernel, Surface
+from anekit.runtime.sim.plan import Plan
+
+
+class SimKernel(Kernel):
+    """A kernel of the simulator: its plan runs on the host."""
+
+    def __init__(self, backend: Backend, fn: Function, plan: Plan) -> None:
+        self.precision = plan.precision  # the backend's, which it compiled the plan with
+        super().__init__(backend, fn)
+        self.plan = plan
+        # Where each function input comes from: a state buffer (by name) or the next input surface.
+        self._state_inputs = [v.name if isinstance(v.type, T.StateType) else None for v in fn.inputs]
+        self._state_shapes = {name: buf.shape for name, buf in self.states.items()}
+        # Only while __call__ runs (surface id -> float32 array): the fp16 values just written to an input
+        # surface and those just stored in an output surface, so that neither is converted back from fp16
+        # (it would give the same bits).
+        self._in_call = False
+        self._written: dict[int, np.ndarray] = {}
+        # surface id -> (float32 values, True if the caller may have them without a copy)
+        self._results: dict[int, tuple[np.ndarray, bool]] = {}
+
+    def surface_dtype(self, dtype: T.DType) -> str:
+        """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
+        if self.precision == "fp32" and dtype.name in ("fp16", "bf16"):
+            return "fp32"
+        return dtype.name
+
+    def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
+        self._in_call = True
+        try:
+            return super().__call__(**arrays)
+        finally:
+            self._in_call = False
+            self._written.clear()
+            self._results.clear()
+
+    def _write_input(self, surface: Surface, a: np.ndarray) -> None:
+        """float32 into fp16: rounded once to fp16 values (the plan's input), which are encoded exactly."""
+        if surface.dtype.name == "fp16" and a.dtype == np.float32:
+            rounded = np.empty(a.shape, np.float32)
+            with surface.view() as buf:
+                if jit.round_encode_into(a, rounded, buf.view(np.uint16)):  # one pass: the common case
+                    self._written[surface.id] = rounded
+                    return
+            values: np.ndarray | None = rounded
+            if not jit.round_fp16_into(a, rounded):
+                with np.errstate(all="ignore"):  # None for NaN, inf and |x| >= 65520: numpy casts those
+                    values = _round_fp16_fast(a, None)
+            if values is not None:
+                with surface.view() as buf:
+                    if encode_fp16_values(values, buf.view(np.uint16)):
+                        self._written[surface.id] = values
+                        return
+        super()._write_input(surface, a)
+
+    def _read_output(self, surface: Surface) -> np.ndarray:
+        """The float32 values just stored in an fp16 (encoded) or fp32 output surface, else the surface
+        decoded."""
+        values = self._results.pop(surface.id, None)
+        if values is None:
+            return super()._read_output(surface)
+        value, owned = values
+        return value if owned else value.copy()
+
+    def _unshared(self, value: Any, ins: list[np.ndarray], handed: list[Any]) -> bool:
+        """True if an output array made by this run is referenced by nothing else: it owns its data and
+        is none of the plan's constants, none of this run's inputs (a state buffer is one) and no output
+        handed out before. Such a value is given to the caller as it is; any other is copied."""
+        return (
+            type(value) is np.ndarray
+            and value.flags.owndata
+            and id(value) not in self.plan.constant_ids
+            and not any(value is x for x in ins)
+            and not any(value is x for x in handed)
+        )
+
+    def _run(self) -> None:
+        ins: list[np.ndarray] = []
+        stored: set[int] = set()
+        surfaces = iter(self.inputs)
+        for state in self._state_inputs:
+            if state is not None:
+                buf = self.states.get(state)
+                want = self._state_shapes[state]
+                if buf is None or buf.shape != want:
+                    raise EvalFailed(
+                        f"[{self.name}] state '{state}' must be an array of shape {list(want)} in "
+                        f"kernel.states, got {None if buf is None else list(buf.shape)}"
+                    )
+                ins.append(buf)  # the buffer itself: state ops read and write it in place
+                continue
+            surface = next(surfaces)
+            written = self._written.pop(surface.id, None)
+            if written is not None:  # the values __call__ just wrote, already as fp16 values in float32
+                stored.add(len(ins))
+                ins.append(written)
+                continue
+            # The plan's input stores convert fp16 -> float32; a float32 surface is read in place: no step
+            # writes into its inputs, and an output that is or views an input is copied before it is
+            # handed out (``_unshared``, ``_read_output``).
+            with surface.view() as buf:
+                ins.append(buf)
+        outs = self.plan.run(ins, frozenset(stored))
+        self._results.clear()
+        handed: list[Any] = []
+        for surface, value in zip(self.outputs, outs):
+            with surface.view() as buf:
+                try:
+                    v = np.asarray(value).reshape(buf.shape)
+                except ValueError as e:
+                    raise EvalFailed(f"[{self.name}] output '{surface.name}': {e}") from e
+                if (
+                    buf.dtype == np.float16
+                    and v.dtype == np.float32
+                    and encode_fp16_values(v, buf.view(np.uint16))
+                ):
+                    if self._in_call:  # __call__ reads it next: hand it the float32 values
+                        self._results[surface.id] = (v, self._unshared(value, ins, handed))
+                        handed.append(value)
+                else:
+                    with np.errstate(over="ignore"):  # values past the fp16 range become inf
+                        buf[...] = v
+                    if self._in_call and buf.dtype == np.float32 and v.dtype == np.float32:
+                        self._results[surface.id] = (v, self._unshared(value, ins, handed))  # the same values
+                        handed.append(value)

@@ -1,0 +1,55 @@
+"""AdamW over every tensor of a model, its global gradient norm clipped (llama2.c's rules)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.llama import cpu_ops
+from anekit.llama.params import Params
+from anekit.training.state import TrainConfig, TrainState
+
+ADAM_CHUNK = 1 << 20  # elements an optimizer worker updates at a time
+
+
+def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int = 1) -> None:
+    """Clip the global gradient norm and take one AdamW step on every tensor.
+
+    The clip's scale is applied by the AdamW pass itself (``grad_scale``: the same float32 product, one
+    pass over the gradients less); the gradients are left clipped, as ``clip_grad_norm`` leaves them.
+    With ``threads`` > 1 the tensors are updated in chunks of ``ADAM_CHUNK`` elements on that many
+    threads (the update is elementwise, and the compiled pass releases the GIL: the same bits).
+    """
+    tensors = list(grads.tensors())
+    scale = cpu_ops.clip_scale(cpu_ops.grad_norm([g for _, g in tensors]), tc.grad_clip)
+    state.adam_t += 1
+    lr = tc.lr_at(state.step)
+    assert state.adam_m is not None and state.adam_v is not None
+    weights = dict(state.params.tensors())
+    ms, vs = dict(state.adam_m.tensors()), dict(state.adam_v.tensors())
+    work = []
+    for name, g in tensors:
+        w = weights[name]
+        decay = cpu_ops.takes_weight_decay(w)  # matrices only: never the RMSNorm scales (llama2.c's rule)
+        parts = (w, g, ms[name], vs[name])
+        if threads > 1 and w.size > ADAM_CHUNK and all(a.flags.c_contiguous for a in parts):
+            flats = [a.reshape(-1) for a in parts]
+            for i in range(0, w.size, ADAM_CHUNK):
+                work.append(([f[i : i + ADAM_CHUNK] for f in flats], decay))
+        else:
+            work.append((list(parts), decay))
+
+    def update(item: tuple[list[np.ndarray], bool]) -> None:
+        (w, g, m, v), decay = item
+        cpu_ops.adamw_update(
+            w, g, m, v, state.adam_t, lr, tc.beta1, tc.beta2, 1e-8, tc.weight_decay,
+            apply_decay=decay, grad_scale=float(scale),
+        )  # fmt: skip
+
+    if threads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(update, work))
+    else:
+        for item in work:
+            update(item)
