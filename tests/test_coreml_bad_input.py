@@ -246,3 +246,18 @@ def test_without_the_extra_every_entry_point_names_it(tmp_path, monkeypatch, pkg
     main(["lint", str(pkg)])
     assert "pip install -e '.[coreml]' in anekit's checkout" in capsys.readouterr().out
     assert not (tmp_path / "n.mlpackage").exists()
+
+
+def test_an_update_state_given_a_tuple_is_refused_naming_the_op():
+    """Beyond what verify refuses: the spec writer itself names the op given a tuple for its state."""
+    from anekit.coreml.spec import program_to_model
+    from anekit.mil import Function, Op, Program, StateType, Var
+
+    cache = Var("cache", StateType(tensor("fp16", [1, 8, 1, 32])))
+    x = Var("x", tensor("fp16", [1, 8, 1, 32]))
+    out = Var("stored", tensor("fp16", [1, 8, 1, 32]))
+    fn = Function("main", [cache, x])
+    fn.block.ops.append(Op("coreml_update_state", {"state": (cache, cache), "value": x}, [out]))
+    fn.block.outputs.append(out)
+    with pytest.raises(CoreMLFormatError, match=r"coreml_update_state takes one state and one value"):
+        program_to_model(Program({"main": fn}), lambda *a: None, default_function="main")

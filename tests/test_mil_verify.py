@@ -85,3 +85,17 @@ def test_every_problem_is_listed():
 def test_symbolic_dims_are_compatible_with_concrete_ones():
     prog = _prog("            tensor<fp16, [1, 4]> y = relu(x = x);", inputs="tensor<fp16, [1, is0]> x")
     mil.verify(prog)
+
+
+def test_a_type_error_raised_for_several_problems_lists_them_all():
+    body = "            tensor<fp32, [1, 4]> y = relu(x = x);\n            tensor<fp16, [1, 4]> z = relu(x = nope);"
+    with pytest.raises(MilTypeError, match=r"^\[relu\]") as info:
+        mil.verify(_prog(body))
+    assert len(info.value.problems) == 2
+    assert "'nope' is used by relu before it is defined" in info.value.problems[1]
+
+
+def test_a_type_error_of_one_problem_carries_an_empty_listing():
+    with pytest.raises(MilTypeError) as info:
+        mil.verify(_prog("            tensor<fp32, [1, 4]> y = relu(x = x);"))
+    assert info.value.problems == []

@@ -284,7 +284,10 @@ def _flat_chunks(a: np.ndarray, n: int) -> Iterator[np.ndarray]:
         return
     # "contig" makes the iterator copy strided runs into its buffer (reused: each piece is consumed at once).
     flags = ["external_loop", "buffered", "zerosize_ok"]
-    yield from np.nditer(a, flags=flags, op_flags=[["readonly", "contig"]], order="C", buffersize=n)
+    # numpy's stubs leave out the "contig" op flag, which nditer documents and takes.
+    yield from np.nditer(  # type: ignore[call-overload]
+        a, flags=flags, op_flags=[["readonly", "contig"]], order="C", buffersize=n
+    )
 
 
 def _check_range(piece: np.ndarray, bd: BlobDType) -> None:

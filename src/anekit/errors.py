@@ -90,10 +90,17 @@ class MilTypeError(MilError, TypeError):
     """An ill-typed op: names the op, its inputs' types and what was expected."""
 
     def __init__(
-        self, op: str, message: str, *, input_types: dict[str, str] | None = None, where: str = ""
+        self,
+        op: str,
+        message: str,
+        *,
+        input_types: dict[str, str] | None = None,
+        where: str = "",
+        problems: list[str] | None = None,
     ) -> None:
         self.op = op
         self.input_types = dict(input_types or {})
+        self.problems = list(problems or [])  # every problem, when a verifier raises it for several
         self.reason = message
         self.where = where
         inputs = ", ".join(f"{k}: {v}" for k, v in self.input_types.items())

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from anekit.errors import AnekitError
 from anekit.inputs import kind_of, shown
@@ -79,7 +79,7 @@ def is_temporary(path: Path, kind: str | None = None) -> bool:
     """Whether ``path`` is named as ``temporary_name`` names temporaries (of ``kind``, when given; a name of
     older anekit, without kind and pid, counts as ``atomic_write``'s)."""
     m = _TEMP_NAME.match(path.name)
-    return bool(m) and (kind is None or (m["kind"] or WRITE_KIND) == kind)
+    return m is not None and (kind is None or (m["kind"] or WRITE_KIND) == kind)
 
 
 def _alive(pid: int) -> bool:
@@ -181,7 +181,8 @@ def atomic_write(path: str | os.PathLike, *, devices: bool = False) -> Iterator[
     try:
         with f:
             _fault("open", path)
-            yield _HookedFile(f, path) if fault_hook is not None else f  # type: ignore[misc]
+            # the hooked file stands in for the file: it forwards everything but ``write`` to it
+            yield cast(BinaryIO, _HookedFile(f, path)) if fault_hook is not None else f
             f.flush()
             _fault("fsync", path)
             os.fsync(f.fileno())
@@ -213,7 +214,7 @@ def remove_stale_temporaries(directory: str | os.PathLike, kind: str = WRITE_KIN
     """Remove the temporaries of ``kind`` that dead writers left in ``directory`` (not recursive; files,
     and directories for the kinds that write directories); return what was removed. A live process's
     temporary, or another kind's, is never touched."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(Path(directory).iterdir())
     except OSError:

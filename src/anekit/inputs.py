@@ -186,7 +186,7 @@ def load_npy(
                     f"but the file holds {size - start} bytes of data"
                 )
             array = np.empty(count, dtype=dtype)
-            if f.readinto(memoryview(array).cast("B")) != need:
+            if f.readinto(array.data.cast("B")) != need:
                 raise InputError(f"{what} {shown(path)}: the file shrank while it was read")
     except OSError as e:
         raise InputError(f"{what} {shown(path)}: {_os_reason(e)}") from e

@@ -160,7 +160,7 @@ class PackageDecoder:
 
 def _load(path: Path) -> Any:
     try:
-        from anekit.coreml import load_mlpackage  # type: ignore[attr-defined]
+        from anekit.coreml import load_mlpackage
     except ImportError as e:
         raise AnekitError(f"[sample] reading .mlpackage files is not available here ({e})") from e
     return load_mlpackage(path)

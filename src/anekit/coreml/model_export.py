@@ -24,6 +24,7 @@ from anekit.coreml.shards import DEFAULT_SHARD_MB, MB, SHARDS_FILE, package_name
 from anekit.errors import AnekitError
 from anekit.fileio import remove_stale_temporaries, replace_path, temporary_dir
 from anekit.llama.params import Params
+from anekit.mil.ir import Program
 from anekit.tokenizer_files import RECORD_KEY, TokenizerFiles, refuse_conflicts, write_beside
 
 
@@ -44,9 +45,9 @@ def _refuse_existing(out: Path, force: bool) -> None:
         raise AnekitError(f"[export] {out} already exists (use --force to replace it)")
 
 
-def _save(program: object, path: Path, blob: Path, overwrite: bool, metadata: dict[str, str]) -> None:
+def _save(program: Program, path: Path, blob: Path, overwrite: bool, metadata: dict[str, str]) -> None:
     try:
-        from anekit.coreml import save_mlpackage  # type: ignore[attr-defined]
+        from anekit.coreml import save_mlpackage
     except ImportError as e:
         raise AnekitError(f"[export] writing .mlpackage files is not available here ({e})") from e
     save_mlpackage(

@@ -206,11 +206,7 @@ def _literals(op: Op) -> list[Literal]:
 
 def _digest(values: Any) -> bytes:
     """A digest of an array's bytes (its dtype and shape are keyed beside it)."""
-    data = (
-        values
-        if isinstance(values, (bytes, bytearray))
-        else memoryview(np.ascontiguousarray(values)).cast("B")
-    )
+    data = values if isinstance(values, (bytes, bytearray)) else np.ascontiguousarray(values).data.cast("B")
     return hashlib.blake2b(data, digest_size=16).digest()
 
 

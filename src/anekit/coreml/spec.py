@@ -102,7 +102,8 @@ def _feature(v: Var, where: str, output: bool) -> Any:
 
 
 def _features(fn: Function) -> tuple[list[Any], list[Any], list[Any]]:
-    inputs, states = [], []
+    inputs: list[Any] = []  # FeatureDescription messages
+    states: list[Any] = []
     for v in fn.inputs:
         f = _feature(v, f"function '{fn.name}' input", output=False)
         (states if isinstance(v.type, T.StateType) else inputs).append(f)
@@ -126,12 +127,14 @@ def _operation(op: Op, fn: Function, place: Place) -> list[Any]:
         attrs[key] = place(lit, fn, f"{where}.{key}", op.op_type == "const" and key == "val")
     if op.op_type == "coreml_update_state":  # stored as write_state + read_state (as coremltools does)
         state, value = op.inputs["state"], op.inputs["value"]
+        if isinstance(state, tuple) or isinstance(value, tuple):
+            raise CoreMLFormatError(where, "coreml_update_state takes one state and one value, not a tuple")
         write_attrs = {"name": literal_to_value(string_literal(f"{op.name}_write_state"), where)}
         write = mil.Operation(type="write_state", attributes=write_attrs)
-        write.inputs["input"].arguments.append(_binding(state, fn, where, place, False))  # type: ignore[arg-type]
-        write.inputs["data"].arguments.append(_binding(value, fn, where, place, False))  # type: ignore[arg-type]
+        write.inputs["input"].arguments.append(_binding(state, fn, where, place, False))
+        write.inputs["data"].arguments.append(_binding(value, fn, where, place, False))
         read = mil.Operation(type="read_state", attributes=attrs, outputs=outputs)
-        read.inputs["input"].arguments.append(_binding(state, fn, where, place, False))  # type: ignore[arg-type]
+        read.inputs["input"].arguments.append(_binding(state, fn, where, place, False))
         return [write, read]
     operation = mil.Operation(type=op.op_type, attributes=attrs, outputs=outputs)
     blob_ok = op.op_type.startswith("constexpr_")  # constexpr inputs may live in the weight file
@@ -289,10 +292,10 @@ class _FunctionReader:
             i += 1
         return ops
 
-    def _args(self, s: Any, key: str, field: str, blob_ok: bool) -> list[Arg]:
+    def _args(self, s: Any, key: str, field: str, blob_ok: bool) -> list[Var | Literal]:
         if key not in s.inputs:
             raise CoreMLFormatError(f"{field}.inputs", f"missing input '{key}'")
-        out: list[Arg] = []
+        out: list[Var | Literal] = []
         for j, b in enumerate(s.inputs[key].arguments):
             bfield = f"{field}.inputs[{key}][{j}]"
             kind = b.WhichOneof("binding")
@@ -343,7 +346,7 @@ class _FunctionReader:
         return op, 2 if merged else 1
 
     @staticmethod
-    def _one(args: list[Arg], field: str, key: str) -> list[Arg]:
+    def _one(args: list[Var | Literal], field: str, key: str) -> list[Var | Literal]:
         if len(args) != 1:
             raise CoreMLFormatError(
                 f"{field}.inputs[{key}]", "expected one binding", expected=1, actual=len(args)

@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from anekit.cost import workloads as wl
 from anekit.cost.step import step_kernels
 from anekit.cost.work import Work, count
 from anekit.engine.chips import DEVICES
 from anekit.kernels.config import PRESETS
+from anekit.mil.ir import Program
 
 FIT, FIGURE, HELD_OUT = "fit", "figure", "held out"
 ROLES = (FIT, FIGURE, HELD_OUT)
@@ -76,14 +78,18 @@ class Measurement:
 
 
 @cache
-def _conv(channels: int, spatial: int, depth: int = 1, **kw: int) -> Work:
+def _conv(channels: int, spatial: int, depth: int = 1, **kw: Any) -> Work:  # kw: conv_program's
     name = f"conv {channels}x{spatial}" + (f" x{depth}" if depth > 1 else "")
-    return count(wl.conv_program(channels, spatial, depth, **kw), name)  # type: ignore[arg-type]
+    return count(wl.conv_program(channels, spatial, depth, **kw), name)
 
 
 @cache
 def _named(kind: str, *args: int) -> Work:
-    build = {"gemm": wl.gemm_program, "add": wl.add_program, "relu": wl.relu_program}
+    build: dict[str, Callable[..., Program]] = {
+        "gemm": wl.gemm_program,
+        "add": wl.add_program,
+        "relu": wl.relu_program,
+    }
     if kind == "attention":
         return count(wl.attention_program(*args), f"attention S={args[0]}")
     return count(build[kind](*args), f"{kind} {'x'.join(map(str, args))}")
@@ -93,7 +99,7 @@ def once(work: Callable[[], Work]) -> Callable[[], Workload]:
     return lambda: ((work(), 1),)
 
 
-def conv(channels: int, spatial: int, depth: int = 1, **kw: int) -> Callable[[], Workload]:
+def conv(channels: int, spatial: int, depth: int = 1, **kw: Any) -> Callable[[], Workload]:
     return once(lambda: _conv(channels, spatial, depth, **kw))
 
 

@@ -87,12 +87,17 @@ def tensor_bytes(t: T.Type) -> float:
     return float(t.numel or 0) * max(t.dtype.bits, 8) / 8
 
 
-def _numel(t: T.Type) -> float:
+def _numel(t: T.Type | None) -> float:
     return float(t.numel or 0) if isinstance(t, T.TensorType) and t.is_static else 0.0
 
 
+def _type(arg: object) -> T.Type | None:
+    """The type of an op argument (a Var or a Literal), None for a tuple or a missing one."""
+    return arg.type if isinstance(arg, Var) else getattr(arg, "type", None)
+
+
 def _shape(arg: object) -> tuple[int, ...]:
-    t = arg.type if isinstance(arg, Var) else getattr(arg, "type", None)
+    t = _type(arg)
     if isinstance(t, T.TensorType) and t.is_static:
         return tuple(int(d) for d in t.shape)
     return ()
@@ -115,13 +120,13 @@ def op_flops(op: Op) -> float:
         return 2 * out * math.prod(w[1:]) if w else 0.0
     if kind == "conv_transpose":
         w = _shape(op.inputs.get("weight"))
-        return 2 * _numel(op.inputs["x"].type) * math.prod(w[1:]) if w else 0.0  # type: ignore[union-attr]
+        return 2 * _numel(_type(op.inputs["x"])) * math.prod(w[1:]) if w else 0.0
     if kind == "matmul":
         x = _shape(op.inputs.get("x"))
         if not x:
             return 0.0
-        k = x[-2] if _flag(op, "transpose_x") and len(x) > 1 else x[-1]
-        return 2 * out * k
+        inner = x[-2] if _flag(op, "transpose_x") and len(x) > 1 else x[-1]
+        return 2 * out * inner
     if kind == "linear":
         x = _shape(op.inputs.get("x"))
         return 2 * out * x[-1] if x else 0.0
@@ -213,7 +218,8 @@ def _ints(op: Op, name: str) -> tuple[int, ...]:
 
 def _layer(op: Op, blobs: dict[str, float], written: tuple[float, ...]) -> Layer:
     weights = sum(blobs.get(v.name, 0.0) for v in op.input_vars())
-    out_channels, kernel, winograd = 0, (), False
+    out_channels, winograd = 0, False
+    kernel: tuple[int, ...] = ()
     if op.op_type == "conv":
         w = _shape(op.inputs.get("weight"))
         if w:

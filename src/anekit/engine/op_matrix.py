@@ -283,5 +283,5 @@ def marks(op: str) -> dict[str, str] | None:
     row = MATRIX.get(op)
     if row is None:
         return None
-    m1, m2, m3, m45 = row[0]
+    m1, m2, m3, m45 = tuple(row[0])  # one letter per generation
     return {"m1": m1, "m2": m2, "m3": m3, "m4": m45, "m5": m45}

@@ -427,7 +427,7 @@ def _stream(name: str) -> Figure:
             ),
         )
     if name in _STREAM:
-        also = ()
+        also: tuple[Evidence, ...] = ()
         if d.generation == "m1":
             also = (
                 _ev(

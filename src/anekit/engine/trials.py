@@ -45,7 +45,7 @@ class Option:
     def score(self, chip: str, macos: str) -> tuple[int, int, int]:
         ran = self._count(chip, macos, refutes=False)
         failed = self._count(chip, macos, refutes=True)
-        return tuple(r - f for r, f in zip(ran, failed))  # type: ignore[return-value]
+        return (ran[0] - failed[0], ran[1] - failed[1], ran[2] - failed[2])
 
 
 @dataclass(frozen=True)

@@ -548,11 +548,9 @@ def mil_summary(text: str, source: str) -> dict[str, Any]:
     for fn in prog.functions.values():
         histogram.update(op.op_type for op in fn.ops)
         for op in fn.ops:
-            for name, lit in [*op.attributes.items(), *op.inputs.items()]:
-                if getattr(lit, "is_blob", False) is True:
-                    blobs.append(
-                        {"op": op.name, "arg": name, "path": lit.value.path, "offset": lit.value.offset}
-                    )
+            for name, arg in [*op.attributes.items(), *op.inputs.items()]:
+                if isinstance(arg, mil.Literal) and isinstance(ref := arg.value, mil.BlobRef):
+                    blobs.append({"op": op.name, "arg": name, "path": ref.path, "offset": ref.offset})
         functions.append(
             {
                 "name": fn.name,

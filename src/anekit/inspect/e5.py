@@ -235,8 +235,8 @@ TENSOR_DESCRIPTOR_ALIGN = 8
 
 def _tensor_from_record(r: dict[str, Any]) -> TensorDescriptor:
     return TensorDescriptor(
-        dim=tuple(r[f"dim{i}"] for i in range(4)),  # type: ignore[arg-type]
-        stride=tuple(r[f"stride{i}"] for i in range(4)),  # type: ignore[arg-type]
+        dim=tuple(r[f"dim{i}"] for i in range(4)),
+        stride=tuple(r[f"stride{i}"] for i in range(4)),
         **{k: r[k] for k in _TD_SCALARS},
         storage_type=r["storage_type"],
         padding=r["padding"],
@@ -362,7 +362,7 @@ class TableDef:
     """A table: its name, the dataclass holding it and its slots in index order."""
 
     name: str
-    cls: type
+    cls: type[Any]  # a dataclass whose last field is ``unknown`` (the raw fields kept)
     slots: tuple[Slot, ...]
 
     def __post_init__(self) -> None:

@@ -36,6 +36,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from anekit.errors import MilVerifyError
 from anekit.mil import types as T
 from anekit.mil.ir import DEFAULT_OPSET, DEFAULT_PROGRAM_VERSION, Arg, Block, Function, Op, Program, Var
@@ -89,14 +91,13 @@ class _WeightTracker:
         self._stream = _BlobStream(self._buf)
 
     def track(self, lit: Literal, opset: str) -> Literal:
-        t = lit.type
-        if not isinstance(t, T.TensorType) or not t.is_static or not hasattr(lit.value, "dtype"):
+        t, value = lit.type, lit.value
+        if not isinstance(t, T.TensorType) or not t.is_static or not isinstance(value, np.ndarray):
             return lit
         allowed = weight_file_dtypes(opset)
         nbytes = -(-(t.numel or 0) * t.dtype.bits // 8)
         if t.dtype.name not in allowed or nbytes < self.threshold:
             return lit
-        value = lit.value
         if t.dtype.name == "bf16":  # held as float32 values already rounded to bf16: store their bits
             from anekit.fp16 import f32_to_bf16_bits
 
@@ -207,14 +208,15 @@ class FunctionBuilder:
             for f in opdef.forms
         )
         args: dict[str, Arg] = {}
+        params: dict[str, Literal] = {}  # the parameters, when the op's form carries them as attributes
         for key in given:
             value = inputs[key]
             if as_attributes:
-                args[key] = value if isinstance(value, Literal) else from_python(value, float_dtype)
+                params[key] = value if isinstance(value, Literal) else from_python(value, float_dtype)
             else:
                 args[key] = self._arg(value, f"{base}_{key}" if name else None, float_dtype)
         where = f"{name or op_type}"
-        out_types = opdef.type_outputs(args, where)
+        out_types = opdef.type_outputs({**args, **params}, where)
         out_name = self._claim(name, op_type)
         if len(out_types) == 1:
             outputs = [Var(out_name, out_types[0])]
@@ -222,9 +224,7 @@ class FunctionBuilder:
             outputs = [Var(self._claim(f"{out_name}_{i}", op_type), t) for i, t in enumerate(out_types)]
         attrs = {"name": string_literal(out_name)}
         attrs.update(attributes or {})
-        if as_attributes:
-            attrs.update(args)
-            args = {}
+        attrs.update(params)
         self.fn.block.ops.append(Op(op_type, args, outputs, attrs, version=version))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 

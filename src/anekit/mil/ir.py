@@ -4,6 +4,10 @@ An op's inputs map each input name to an argument: a Var (a value defined earlie
 inline (``epsilon = fp32(0x1.5p-17)``), or a tuple of those (``values = (a, b, c)``). Every op has one
 or more output Vars. ``const`` ops hold their value in the ``val`` attribute, like MIL text does.
 Equality is structural, so ``parse(print(p)) == p`` is meaningful.
+
+The canonical text of each node is written here too (``format_op``, ``format_function``,
+``format_program``), as the program has it: its own version and opsets. ``anekit.mil.printer`` writes a
+program in a dialect, checking it fits first; its docstring describes the text.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any, Union
 
 from anekit.mil import types as T
-from anekit.mil.values import Literal
+from anekit.mil.values import Literal, format_literal
 
 DEFAULT_PROGRAM_VERSION = "1.3"
 DEFAULT_OPSET = "ios18"
@@ -112,7 +116,7 @@ class Op:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Op) and self._key() == other._key()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
     def __repr__(self) -> str:
         return f"Op({self.where()})"
@@ -134,7 +138,7 @@ class Block:
             and [v.name for v in self.outputs] == [v.name for v in other.outputs]
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
 
 class Function:
@@ -188,7 +192,7 @@ class Function:
             and self.block == other.block
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
 
 class Program:
@@ -231,9 +235,68 @@ class Program:
             and all(self.functions[k] == other.functions[k] for k in self.functions)
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: mutable, equal by structure
 
     def __str__(self) -> str:
-        from anekit.mil.printer import print_program
+        return format_program(self)
 
-        return print_program(self)
+
+FUNC_INDENT = "    "
+STMT_INDENT = "            "
+CLOSE_INDENT = "        "
+
+
+def scalar_style_for(version: str) -> str:
+    """How a program of this version spells scalar types: "tensor" for 1.0, "scalar" after."""
+    return "tensor" if version.strip() == "1.0" else "scalar"
+
+
+def _arg(a: Arg, style: str) -> str:
+    if isinstance(a, Var):
+        return a.name
+    if isinstance(a, Literal):
+        return format_literal(a, style)
+    return "(" + ", ".join(_arg(x, style) for x in a) + ")"
+
+
+def _attrs(attributes: dict[str, Literal], style: str) -> str:
+    if not attributes:
+        return ""
+    body = ", ".join(f"{k} = {format_literal(attributes[k], style)}" for k in sorted(attributes))
+    return f"[{body}]"
+
+
+def format_op(op: Op, style: str = "scalar") -> str:
+    """One statement, without indentation: ``tensor<...> y = relu(x = x)[name = string("y")];``"""
+    outs = ", ".join(f"{T.format_type(v.type, style)} {v.name}" for v in op.outputs)
+    version = f"<{op.version}>" if op.version else ""
+    args = ", ".join(f"{k} = {_arg(op.inputs[k], style)}" for k in sorted(op.inputs))
+    return f"{outs} = {op.op_type}{version}({args}){_attrs(op.attributes, style)};"
+
+
+def format_function(fn: Function, style: str = "scalar", opset: str | None = None) -> str:
+    """One function; ``opset`` replaces the function's own (a dialect's opset)."""
+    ins = ", ".join(f"{T.format_type(v.type, style)} {v.name}" for v in fn.inputs)
+    attrs = _attrs(fn.attributes, style)
+    opset = opset or fn.opset
+    opset = f"<{opset}>" if opset else ""
+    head = f"{FUNC_INDENT}func {fn.name}{opset}({ins}){' ' + attrs if attrs else ''} {{\n"
+    body = "".join(f"{STMT_INDENT}{format_op(op, style)}\n" for op in fn.ops)
+    outs = ", ".join(v.name for v in fn.outputs)
+    return f"{head}{body}{CLOSE_INDENT}}} -> ({outs});\n"
+
+
+def format_program(prog: Program, version: str | None = None, opset: str | None = None) -> str:
+    """The text of a program; ``version`` and ``opset`` (a dialect's) replace the program's own.
+
+    Nothing is checked: ``anekit.mil.printer.print_program`` checks that a program fits a dialect.
+    """
+    version = prog.version if version is None else version
+    style = scalar_style_for(version)
+    parts = [f"program({version})\n"]
+    if prog.attributes:
+        parts.append(_attrs(prog.attributes, style) + "\n")
+    parts.append("{\n")
+    parts.extend(format_function(fn, style, opset) for fn in prog.functions.values())
+    parts.append("}\n")
+    return "".join(parts)

@@ -16,7 +16,7 @@ import bisect
 import math
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -130,7 +130,7 @@ class _Parser:
 
     # -- errors ------------------------------------------------------------------------------------
 
-    def _fail(self, message: str, pos: int | None = None) -> MilSyntaxError:
+    def _fail(self, message: str, pos: int | None = None) -> NoReturn:
         if pos is None:
             pos = self.starts[self.i] if self.i < len(self.starts) else len(self.text)
         line = self.line_of(pos)
@@ -335,7 +335,7 @@ class _Parser:
             if isinstance(t, str):
                 self._fail(t, pos)
             self.i += 1
-            return t  # type: ignore[return-value]
+            return t
         if kind != "id":
             self._fail(f"expected a type, found {self._describe(self.i)}")
         self.i += 1
@@ -459,10 +459,10 @@ class _Parser:
             if isinstance(lit, str):
                 self._literal_error()
             self.i += 1
-            return lit  # type: ignore[return-value]
+            return lit
         return self.literal_general()
 
-    def _literal_error(self) -> None:
+    def _literal_error(self) -> NoReturn:
         """Re-read a malformed one-token literal token by token, to fail at the exact column."""
         pos = self.starts[self.i]
         sub = _plain_parser(self.vals[self.i])
@@ -551,7 +551,7 @@ class _Parser:
                 arr = np.array(flat, dtype=dt.np)
         except (OverflowError, TypeError, ValueError) as e:
             self._fail(f"bad element for {t}: {e}", pos)
-        return Literal(t, arr.reshape(t.shape))  # type: ignore[arg-type]
+        return Literal(t, arr.reshape(t.shape))
 
     def elements(self, flat: list[Any], dt: T.DType) -> None:
         self.expect("[")

@@ -21,6 +21,7 @@ caller chooses their precision) with defaults filled in, and returns one array p
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -78,10 +79,10 @@ def _arg_type(arg: Arg) -> T.Type:
 
 def arg_value(arg: Arg) -> Any:
     """The constant value of an argument (numpy array, or tuple for tuples), or None when not known."""
-    lit = arg.const if isinstance(arg, Var) else arg
     if isinstance(arg, tuple):
         vals = tuple(arg_value(a) for a in arg)
         return None if any(v is None for v in vals) else vals
+    lit = arg.const if isinstance(arg, Var) else arg
     if lit is None or isinstance(lit.value, BlobRef):
         return None
     return lit.value
@@ -144,22 +145,22 @@ class InferArgs:
             raise self.error(f"input '{name}' must be a compile-time constant to infer the output type")
         return v
 
-    def int(self, name: str) -> int:
+    def int(self, name: builtins.str) -> builtins.int:
         return int(np.asarray(self.const(name)).item())
 
-    def ints(self, name: str) -> tuple[int, ...]:
+    def ints(self, name: builtins.str) -> tuple[builtins.int, ...]:
         return tuple(int(x) for x in np.asarray(self.const(name)).ravel())
 
-    def bool(self, name: str) -> bool:
+    def bool(self, name: builtins.str) -> builtins.bool:
         return bool(np.asarray(self.const(name)).item())
 
-    def str(self, name: str) -> str:
+    def str(self, name: builtins.str) -> builtins.str:
         return str(np.asarray(self.const(name), dtype=object).item())
 
-    def float(self, name: str) -> float:
+    def float(self, name: builtins.str) -> builtins.float:
         return float(np.asarray(self.const(name)).item())
 
-    def error(self, message: str) -> MilTypeError:
+    def error(self, message: builtins.str) -> MilTypeError:
         return MilTypeError(self.opdef.name, message, input_types=describe_types(self.args), where=self.where)
 
 
@@ -191,19 +192,19 @@ class RefArgs:
     def has(self, name: str) -> bool:
         return name in self.values
 
-    def int(self, name: str) -> int:
+    def int(self, name: builtins.str) -> builtins.int:
         return int(np.asarray(self[name]).item())
 
-    def ints(self, name: str) -> tuple[int, ...]:
+    def ints(self, name: builtins.str) -> tuple[builtins.int, ...]:
         return tuple(int(x) for x in np.asarray(self[name]).ravel())
 
-    def bool(self, name: str) -> bool:
+    def bool(self, name: builtins.str) -> builtins.bool:
         return bool(np.asarray(self[name]).item())
 
-    def str(self, name: str) -> str:
+    def str(self, name: builtins.str) -> builtins.str:
         return str(np.asarray(self[name], dtype=object).item())
 
-    def float(self, name: str) -> float:
+    def float(self, name: builtins.str) -> builtins.float:
         return float(np.asarray(self[name]).item())
 
 
@@ -287,7 +288,8 @@ class OpDef:
             seen: dict[str, str] = {}
             for key in self.same_dtype:
                 if key in args:
-                    for item in args[key] if isinstance(args[key], tuple) else (args[key],):
+                    arg = args[key]
+                    for item in arg if isinstance(arg, tuple) else (arg,):
                         t = _arg_type(item)
                         if isinstance(t, T.TensorType):
                             seen.setdefault(t.dtype.name, key)
@@ -339,7 +341,7 @@ def op_arguments(opdef: OpDef, op: Op, opset: str | None = None) -> dict[str, Ar
     if not opdef.forms:
         return op.inputs
     known = {p for f in opdef.forms for p in f.params}
-    attrs = {k: v for k, v in op.attributes.items() if k in known}
+    attrs: dict[str, Arg] = {k: v for k, v in op.attributes.items() if k in known}
     if attrs and op.inputs:
         place, given = "inputs and attributes", {**op.inputs, **attrs}
     elif attrs:
@@ -379,7 +381,7 @@ def _is_blob(item: Arg) -> bool:
 
 REGISTRY: dict[str, OpDef] = {}
 
-_C = TypeVar("_C", bound=type)
+_C = TypeVar("_C", bound=type[OpDef])
 
 
 def register_op(cls: _C) -> _C:

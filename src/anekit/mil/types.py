@@ -7,6 +7,7 @@ strings for symbolic sizes (``is0``) and ``?`` for an unknown size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -215,7 +216,7 @@ class OpaqueType(Type):
         return self.text
 
 
-def tensor(dt: str | DType, shape: tuple[Dim, ...] | list[Dim]) -> TensorType:
+def tensor(dt: str | DType, shape: Sequence[Dim]) -> TensorType:
     """Build a tensor type: ``tensor("fp16", [1, 64, 1, 16])``."""
     return TensorType(dtype(dt), tuple(shape))
 

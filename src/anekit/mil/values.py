@@ -1,7 +1,14 @@
-"""Typed literal values of MIL: inline tensors and scalars, lists, dicts, and BLOBFILE references."""
+"""Typed literal values of MIL: inline tensors and scalars, lists, dicts, and BLOBFILE references, and how
+MIL text spells each (``format_literal``; ``anekit.mil.types.format_type`` spells their types).
+
+Floating-point values print as C hex floats (``0x1.5p-17``: exact); inside a dict literal they print as
+shortest-round-trip decimals (``0.0046742807655237523``), as coremlc does. In the "tensor" scalar style
+(programs of version 1.0) scalars are spelled ``tensor<fp16, []>``, BLOBFILE's path and offset included.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -58,8 +65,6 @@ class Literal:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        from anekit.mil.printer import format_literal
-
         return f"Literal({format_literal(self)})"
 
     def scalar(self) -> Any:
@@ -67,6 +72,77 @@ class Literal:
         if not isinstance(self.value, np.ndarray) or self.value.ndim != 0:
             raise ValueError(f"literal of type {self.type} is not a scalar")
         return self.value.item()
+
+
+def format_float(value: float) -> str:
+    """A C99 ``%a`` hex float: ``0x1p+0``, ``-0x1.8p+1``, ``0x0p+0``, ``inf``, ``nan``."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    text = float(value).hex()  # e.g. '0x1.5000000000000p-17'
+    sign = "-" if text.startswith("-") else ""
+    mantissa, exponent = text.lstrip("-")[2:].split("p")
+    whole, _, frac = mantissa.partition(".")
+    frac = frac.rstrip("0")
+    body = f"{whole}.{frac}" if frac else whole
+    exp = int(exponent)
+    if whole == "0" and not frac:
+        exp = 0
+    return f"{sign}0x{body}p{exp:+d}"
+
+
+def format_decimal(value: float, dt: T.DType) -> str:
+    """Shortest decimal that round-trips at the dtype's precision (``%.17g`` for fp64)."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    digits = {64: 17, 32: 9}.get(dt.bits, 5)
+    return f"{value:.{digits}g}"
+
+
+def _quote(s: str) -> str:
+    """A MIL string literal's text: double-quoted, with backslash, quote, newline and tab escaped."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def _element(v: Any, dt: T.DType, in_dict: bool = False) -> str:
+    """One element of a tensor payload; ``v`` is a Python scalar (``ndarray.item`` / ``tolist``)."""
+    if dt.kind == "string":
+        return _quote(str(v))
+    if dt.kind == "bool":
+        return "true" if v else "false"
+    if dt.kind == "float":
+        f = float(v)
+        return format_decimal(f, dt) if in_dict else format_float(f)
+    return str(int(v))
+
+
+def _payload(lit: Literal, style: str, in_dict: bool = False) -> str:
+    """The text inside ``TYPE(...)`` for a literal."""
+    t, v = lit.type, lit.value
+    if isinstance(v, BlobRef):
+        path = f"{T.format_type(T.TensorType(T.string, ()), style)}({_quote(v.path)})"
+        offset = f"{T.format_type(T.TensorType(T.uint64, ()), style)}({v.offset})"
+        return f"BLOBFILE(path = {path}, offset = {offset})"
+    if isinstance(t, T.TensorType):
+        assert isinstance(v, np.ndarray)
+        if v.ndim == 0:
+            return _element(v.item(), t.dtype, in_dict)
+        flat = v.ravel().tolist()
+        return "[" + ", ".join(_element(x, t.dtype, in_dict) for x in flat) + "]"
+    if isinstance(t, T.ListType):
+        return "[" + ", ".join(_payload(e, style, in_dict) for e in v) + "]"
+    if isinstance(t, T.DictType):
+        pairs = (f"{{{_payload(k, style, True)}, {_payload(x, style, True)}}}" for k, x in v)
+        return "{" + ", ".join(pairs) + "}"
+    raise TypeError(f"cannot print a literal of type {t}")
+
+
+def format_literal(lit: Literal, style: str = "scalar") -> str:
+    """``tensor<int32, [2]>([1, 1])``, ``fp16(0x1p+0)``, ``dict<string, string>({{"a", "b"}})``."""
+    return f"{T.format_type(lit.type, style)}({_payload(lit, style)})"
 
 
 def tensor_literal(dt: str | T.DType, data: Any, shape: tuple[int, ...] | None = None) -> Literal:

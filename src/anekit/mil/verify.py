@@ -145,8 +145,8 @@ class _FunctionChecker:
             elif not isinstance(val, Literal):
                 self.typing(op.line, MilTypeError("const", "const needs a 'val' attribute", where=where))
             elif len(op.outputs) != 1 or not types_compatible(op.outputs[0].type, val.type):
-                declared = ", ".join(str(v.type) for v in op.outputs)
-                msg = f"declared type {declared} does not match the value's type {val.type}"
+                spelled = ", ".join(str(v.type) for v in op.outputs)
+                msg = f"declared type {spelled} does not match the value's type {val.type}"
                 self.typing(op.line, MilTypeError("const", msg, where=where))
             return
         for v in op.input_vars():
@@ -206,7 +206,7 @@ def verify(prog: Program) -> Program:
             first.reason + "\n" + "\n".join(f"  - {p}" for p in listing[1:]),
             input_types=first.input_types,
             where=first.where,
+            problems=listing,
         )
-        err.problems = listing  # type: ignore[attr-defined]
         raise err
     raise MilVerifyError(listing)

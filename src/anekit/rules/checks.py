@@ -255,7 +255,7 @@ def _check_io(ctx: _Context) -> None:
     for kind, vars_ in (("input", ctx.fn.inputs), ("output", ctx.fn.outputs)):
         for v in vars_:
             shape = _tensor_shape(v)
-            if shape is None:
+            if shape is None or not isinstance(v.type, T.TensorType):  # (a shape is a tensor's)
                 continue
             where = f"{kind} '{v.name}' {list(shape)}"
             line = ctx.fn.line
@@ -264,7 +264,7 @@ def _check_io(ctx: _Context) -> None:
             if not shape:
                 continue
             width = shape[-1]
-            itemsize = v.type.dtype.bits / 8  # type: ignore[union-attr]
+            itemsize = v.type.dtype.bits / 8
             if width % SPATIAL_MULTIPLE:
                 ctx.report(
                     "surface.spatial-multiple-16", where, f"spatial width {width} (not a multiple of 16)"
@@ -294,7 +294,7 @@ def _check_io(ctx: _Context) -> None:
 def _check_extents(ctx: _Context) -> None:
     """Every tensor the function builds (inputs and op results): rank, width / height, channels."""
     seen: set[str] = set()
-    values = [(v, None) for v in ctx.fn.inputs]
+    values: list[tuple[Var, Op | None]] = [(v, None) for v in ctx.fn.inputs]
     values += [(v, op) for op in ctx.fn.ops if op.op_type != "const" for v in op.outputs]
     for v, op in values:
         shape = _tensor_shape(v)
@@ -637,15 +637,17 @@ def _blob_values(ctx: _Context, v: Var) -> np.ndarray | None:
 def _matmul_depth(ctx: _Context, op: Op) -> None:
     for operand in ("x", "y"):
         v = op.inputs.get(operand)
-        shape = _tensor_shape(v) if isinstance(v, Var) else None
+        if not isinstance(v, Var):
+            continue
+        shape = _tensor_shape(v)
         if shape is not None and len(shape) >= 5 and shape[-3] > 1:
             ctx.report_op("op.matmul-depth", op, f"'{v.name}' {list(shape)} has depth {shape[-3]}")
 
 
 def _constant_source(v: Var) -> Var:
     """The const a constant ``v`` was moved from (through reshapes and transposes)."""
-    while v.op is not None and v.op.op_type in _DATA_MOVEMENT and isinstance(v.op.inputs.get("x"), Var):
-        v = v.op.inputs["x"]  # type: ignore[assignment]
+    while v.op is not None and v.op.op_type in _DATA_MOVEMENT and isinstance(x := v.op.inputs.get("x"), Var):
+        v = x
     return v
 
 
@@ -675,12 +677,9 @@ def _sum_of_squares(ctx: _Context, op: Op) -> None:
     count = math.prod(in_shape) // max(1, math.prod(out_shape))  # elements summed into each result
     if count < SUM_OF_SQUARES_MIN_TERMS:  # overflows only once RMS > sqrt(65504 / count) >= 16
         return
-    if op.op_type == "reduce_sum_square":
-        base = x
-    else:
-        base = _squared(x)
-        if base is None:
-            return
+    base = x if op.op_type == "reduce_sum_square" else _squared(x)
+    if base is None:
+        return
     if _max_normalized(base) and count <= FP16_MAX:  # |base| <= 1: the sum is at most count
         return
     scale = _prescale(base)
@@ -703,8 +702,9 @@ def _max_normalized(v: Var) -> bool:
     if not isinstance(a, Var) or not isinstance(m, Var) or m.op is None:
         return False
     if m.op.op_type == "maximum":  # a floor: maximum(reduce_max(...), c) with c > 0
-        inner = [x for x in m.op.input_vars() if _const_array(x) is None]
-        floor = [_const_array(x) for x in m.op.input_vars() if _const_array(x) is not None]
+        operands = [(x, _const_array(x)) for x in m.op.input_vars()]
+        inner = [x for x, c in operands if c is None]
+        floor = [c for _, c in operands if c is not None]
         if len(inner) != 1 or not floor or float(np.min(floor[0])) <= 0:
             return False
         m = inner[0]
@@ -725,14 +725,15 @@ def _squared(v: Var) -> Var | None:
     op = v.op
     if op is None:
         return None
+    x = op.inputs.get("x")
     if op.op_type == "mul":
-        x, y = op.inputs.get("x"), op.inputs.get("y")
+        y = op.inputs.get("y")
         if isinstance(x, Var) and isinstance(y, Var) and _same_value(x, y):
             return x
-    if op.op_type == "square" and isinstance(op.inputs.get("x"), Var):
-        return op.inputs["x"]  # type: ignore[return-value]
-    if op.op_type == "pow" and _scalar(op, "y") == 2 and isinstance(op.inputs.get("x"), Var):
-        return op.inputs["x"]  # type: ignore[return-value]
+    if op.op_type == "square" and isinstance(x, Var):
+        return x
+    if op.op_type == "pow" and _scalar(op, "y") == 2 and isinstance(x, Var):
+        return x
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,8 @@ class _Activation(OpDef):
             param_fits(a, p)
         return x
 
-    def compute(self, x: np.ndarray, **params: np.ndarray) -> np.ndarray:
+    # Each subclass names its own ``params``; a base taking ``*args: Any, **params: Any`` lets it.
+    def compute(self, x: np.ndarray, *args: Any, **params: Any) -> np.ndarray:
         raise NotImplementedError
 
     def reference(self, a: RefArgs) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -407,13 +406,6 @@ class _Unary(OpDef):
         return like(r, x.dtype)
 
 
-def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[_Unary, np.ndarray], np.ndarray]:
-    def compute(self: _Unary, x: np.ndarray) -> np.ndarray:
-        return fn(x)
-
-    return compute
-
-
 class _UnaryInt(_Unary):
     inputs = {"x": Input(UNARY_INT_T)}
 
@@ -439,14 +431,16 @@ class _UnaryEps(_Unary):
 class abs_(_UnaryInt):
     """abs(x): |x| elementwise. x: tensor<T>, T in {fp16, fp32, int32}; output has x's type."""
 
-    compute = _unary(np.abs)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.abs(x)
 
 
 @register_op
 class exp(_Unary):
     """exp(x): e**x elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.exp)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(x)
 
 
 @register_op
@@ -470,14 +464,17 @@ class log(_UnaryEps):
     """
 
     inputs = {"x": Input(FLOAT_T), "epsilon": Input(FLOAT_T, const=True, default=1e-45)}
-    compute = _unary(np.log)
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.log(x)
 
 
 @register_op
 class sqrt(_Unary):
     """sqrt(x): square root elementwise (NaN for negative x). x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.sqrt)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.sqrt(x)
 
 
 @register_op
@@ -512,49 +509,56 @@ class inverse(_UnaryEps):
 class sin(_Unary):
     """sin(x): sine (radians) elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.sin)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.sin(x)
 
 
 @register_op
 class cos(_Unary):
     """cos(x): cosine (radians) elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.cos)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.cos(x)
 
 
 @register_op
 class tan(_Unary):
     """tan(x): tangent (radians) elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.tan)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.tan(x)
 
 
 @register_op
 class tanh(_Unary):
     """tanh(x): hyperbolic tangent elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.tanh)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.tanh(x)
 
 
 @register_op
 class atan(_Unary):
     """atan(x): inverse tangent elementwise, in (-pi/2, pi/2). x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.arctan)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.arctan(x)
 
 
 @register_op
 class asin(_Unary):
     """asin(x): inverse sine elementwise (NaN outside [-1, 1]). x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.arcsin)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.arcsin(x)
 
 
 @register_op
 class acos(_Unary):
     """acos(x): inverse cosine elementwise (NaN outside [-1, 1]). x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.arccos)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.arccos(x)
 
 
 @register_op
@@ -562,28 +566,32 @@ class atanh(_Unary):
     """atanh(x): inverse hyperbolic tangent elementwise (+-inf at +-1, NaN beyond).
     x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.arctanh)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.arctanh(x)
 
 
 @register_op
 class sinh(_Unary):
     """sinh(x): hyperbolic sine elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.sinh)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.sinh(x)
 
 
 @register_op
 class cosh(_Unary):
     """cosh(x): hyperbolic cosine elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.cosh)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.cosh(x)
 
 
 @register_op
 class erf(_Unary):
     """erf(x): the Gauss error function elementwise. x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(erf_np)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return erf_np(x)
 
 
 @register_op
@@ -591,21 +599,24 @@ class sign(_UnaryInt):
     """sign(x): -1, 0 or 1 by the sign of x, elementwise (NaN stays NaN).
     x: tensor<T>, T in {fp16, fp32, int32}; output has x's type."""
 
-    compute = _unary(np.sign)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.sign(x)
 
 
 @register_op
 class floor(_Unary):
     """floor(x): round toward negative infinity elementwise. x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.floor)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.floor(x)
 
 
 @register_op
 class ceil(_Unary):
     """ceil(x): round toward positive infinity elementwise. x: tensor<T>, T in {fp16, fp32}."""
 
-    compute = _unary(np.ceil)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.ceil(x)
 
 
 @register_op
@@ -614,11 +625,13 @@ class round_(_Unary):
     -2.5 -> -2), as coremltools documents ("0.5 is rounded to 0") and evaluates it (numpy.round).
     x: tensor<T>, T in {fp16, fp32}; output has x's type."""
 
-    compute = _unary(np.rint)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.rint(x)
 
 
 @register_op
 class square(_UnaryInt):
     """square(x): x * x elementwise. x: tensor<T>, T in {fp16, fp32, int32}; output has x's type."""
 
-    compute = _unary(np.square)
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.square(x)

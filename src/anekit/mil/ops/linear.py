@@ -320,7 +320,8 @@ class einsum(OpDef):
         vals = a["values"]
         ops = [np.asarray(v) for v in (vals if isinstance(vals, (tuple, list)) else (vals,))]
         p = _Einsum(a.str("equation"), [o.shape for o in ops])
-        ops = [np.broadcast_to(o, p.target_shape(i)) for i, o in enumerate(ops)]
+        # The operands' shapes are concrete, so every unified size is an int.
+        ops = [np.broadcast_to(o, tuple(int(d) for d in p.target_shape(i))) for i, o in enumerate(ops)]
         return np.asarray(np.einsum(p.numpy_equation(), *ops, optimize=len(ops) > 1))
 
 
@@ -643,7 +644,7 @@ class conv_transpose(OpDef):
             return T.TensorType(x.dtype, (n, c_out, *spatial))
         outs: list[T.Dim] = []
         for r, (d, k, s, dl, op) in enumerate(zip(x.shape[2:], w.shape[2:], strides, dil, out_pad)):
-            if not _known(d, k):
+            if not (isinstance(d, int) and isinstance(k, int)):  # (narrows d, k for the arithmetic)
                 simple = (
                     s == 1 and op == 0 and (pad_type.startswith("same") or (k == 1 and pad_type == "valid"))
                 )
@@ -700,7 +701,8 @@ class conv_transpose(OpDef):
             wk = np.swapaxes(wg[(slice(None),) * 3 + off], -1, -2)  # [g, cog, cig]
             part = np.matmul(wk, xs).reshape(n, groups, cog, *din)
             sl = window_slices(off, dil, din, strides)
-            buf[(slice(None), *sl)] += part
+            at = (slice(None), *sl)
+            buf[at] += part
         buf = buf.reshape(n, c_out, *full)
 
         y = np.zeros((n, c_out, *outs), dtype=dt)

@@ -161,7 +161,8 @@ def _lut_dense(indices: Any, lut: Any, vector_axis: Any) -> np.ndarray:
     block = [idx.shape[i] // lut.shape[i] for i in range(k)]
     grid = np.indices(idx.shape, sparse=True)
     table = tuple(grid[i] // block[i] for i in range(k))
-    vals = lut[(*table, idx)]  # idx.shape + (vector_size,)
+    at = (*table, idx)
+    vals = lut[at]  # idx.shape + (vector_size,)
     vsize = lut.shape[-1]
     if vsize == 1:
         return vals[..., 0]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from anekit.mil import types as T
@@ -67,15 +65,6 @@ class _ReduceAxes(OpDef):
         return out
 
 
-def _simple(
-    fn: Callable[..., np.ndarray],
-) -> Callable[[OpDef, np.ndarray, tuple[int, ...], bool], np.ndarray]:
-    def compute(self: OpDef, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
-        return fn(x, axis=axes, keepdims=keep)
-
-    return compute
-
-
 _AXES_DOC = """
     x: T in {fp16, fp32, int32}. axes: const int32 list, optional (default: every axis; an empty list
     reduces nothing). keep_dims: const bool, default False (True keeps reduced axes with size 1).
@@ -86,31 +75,41 @@ _AXES_DOC = """
 @register_op
 class reduce_sum(_ReduceAxes):
     __doc__ = "reduce_sum(x, axes?, keep_dims=False): sum over axes." + _AXES_DOC
-    compute = _simple(np.sum)
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        return np.sum(x, axis=axes, keepdims=keep)
 
 
 @register_op
 class reduce_mean(_ReduceAxes):
     __doc__ = "reduce_mean(x, axes?, keep_dims=False): arithmetic mean over axes." + _AXES_DOC
-    compute = _simple(np.mean)
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        return np.mean(x, axis=axes, keepdims=keep)
 
 
 @register_op
 class reduce_max(_ReduceAxes):
     __doc__ = "reduce_max(x, axes?, keep_dims=False): maximum over axes." + _AXES_DOC
-    compute = _simple(np.max)
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        return np.max(x, axis=axes, keepdims=keep)
 
 
 @register_op
 class reduce_min(_ReduceAxes):
     __doc__ = "reduce_min(x, axes?, keep_dims=False): minimum over axes." + _AXES_DOC
-    compute = _simple(np.min)
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        return np.min(x, axis=axes, keepdims=keep)
 
 
 @register_op
 class reduce_prod(_ReduceAxes):
     __doc__ = "reduce_prod(x, axes?, keep_dims=False): product over axes." + _AXES_DOC
-    compute = _simple(np.prod)
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        return np.prod(x, axis=axes, keepdims=keep)
 
 
 @register_op

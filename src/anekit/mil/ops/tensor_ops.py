@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -703,7 +703,12 @@ class reverse(OpDef):
         return _copy(np.flip(x, axis=tuple(v % x.ndim for v in a.ints("axes"))))
 
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+# MIL's pad modes and numpy's names for them.
+_PAD_MODES: dict[str, Literal["constant", "reflect", "edge"]] = {
+    "constant": "constant",
+    "reflect": "reflect",
+    "replicate": "edge",
+}
 
 
 @register_op
