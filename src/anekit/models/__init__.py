@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from anekit.kernels.config import ModelConfig
 from anekit.models import args
 from anekit.models.args import CONFIG_FILE, HFConfigError
 from anekit.models.blocks import Blocks, LayerPlan, Rope, layer_plan
+from anekit.models.config import ModelConfig
 from anekit.models.family import Args, Family
 from anekit.models.gemma3 import FAMILY as GEMMA3
 from anekit.models.llama import FAMILY as LLAMA

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from anekit.kernels.config import ModelConfig
+from anekit.models.config import ModelConfig
 
 T = TypeVar("T")
 

@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from anekit.kernels.config import ConfigError, ModelConfig, RopeScaling
 from anekit.models import args as A
 from anekit.models.blocks import Blocks, LayerPlan, V
+from anekit.models.config import ConfigError, ModelConfig, RopeScaling
 from anekit.models.family import Family, plain_name
 from anekit.models.llama import LAYER_NAMES as LLAMA_NAMES
 from anekit.models.llama import Llama
