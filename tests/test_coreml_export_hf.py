@@ -76,8 +76,9 @@ def without_variant(p: Params, name: str) -> Params:
     if name == "rope-scaling":
         return Params(p.cfg.with_(rope_scaling=None), p.embed, p.layers, p.rms_final, p.wcls)
     drop = {"bias": ("bq", "bk", "bv"), "qk-norm": ("q_norm", "k_norm")}[name]
+    flag = {"bias": "qkv_bias", "qk-norm": "qk_norm"}[name]  # the family reads the config, not the weights
     layers = [LayerParams(**{k: v for k, v in lp.as_dict().items() if k not in drop}) for lp in p.layers]
-    return Params(p.cfg, p.embed, layers, p.rms_final, p.wcls)
+    return Params(p.cfg.with_(**{flag: False}), p.embed, layers, p.rms_final, p.wcls)
 
 
 def one_layer_shard_mb(cfg: ModelConfig) -> float:

@@ -55,12 +55,13 @@ import numpy as np
 from anekit.coreml.quantize import INT4_BLOCK, Quantized, quantize
 from anekit.kernels.blocks import MASK_VALUE, pair_swap_matrix
 from anekit.kernels.config import ModelConfig
+from anekit.llama.cpu_forward import rope_table
 from anekit.llama.params import Params
-from anekit.llama.sample import rope_tables
 from anekit.mil import types as T
 from anekit.mil.builder import Builder, FunctionBuilder
 from anekit.mil.ir import Program, Var
 from anekit.mil.values import blob_literal
+from anekit.models import Blocks, Rope, layer_plan, model_for
 
 WEIGHT_PATH = "@model_path/weights/weight.bin"  # the weight file of a CoreML package
 FUNCTIONS = ("prefill", "decode")
@@ -145,7 +146,7 @@ class WeightSink:
 
 
 def _digest(data: np.ndarray) -> bytes:
-    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).digest()
+    return hashlib.blake2b(data.data.cast("B"), digest_size=16).digest()
 
 
 def _never() -> Any:
@@ -158,7 +159,12 @@ def _name(key: str, shape: tuple[int, ...]) -> str:
 
 @dataclass
 class _Graph:
-    """Builds one function (prefill or decode) of a stage; each method is one block of the model."""
+    """Builds one function (prefill or decode) of a stage: the model family's layer (``anekit.models``)
+    lowered to MIL, each ``Blocks`` method one block over [1, C, T, 1] values.
+
+    An op is named ``l{i}_{role}`` in layer i (``role`` the name the family gives the block: "att_norm",
+    "q", "q_rope", "res1", ...) and by its role alone in the embedding and the head; ``renames`` gives a
+    stage's output its name ("y") on the op that computes it."""
 
     f: FunctionBuilder
     cfg: ModelConfig
@@ -166,17 +172,44 @@ class _Graph:
     sink: WeightSink
     mode: str
     pos4: Var | None = None  # decode: the position [1, 1, 1, 1]
+    pos: Var | None = None  # decode: the position (1,), the index of gathers
+    last: Var | None = None  # prefill with the head: the position whose logits are returned (1,)
     t: int = field(init=False)  # positions per call: seq_len in prefill, 1 in decode
+    layer: int | None = field(init=False, default=None)  # the layer being lowered; None: embedding / head
+    renames: dict[str, str] = field(init=False, default_factory=dict)  # role -> the op's name
     _memo: dict[str, Any] = field(init=False, default_factory=dict)
+    _states: tuple[Var, Var] | None = field(init=False, default=None)  # this layer's k / v cache states
+    _new_v: Var | None = field(init=False, default=None)  # decode: this layer's value, cached with its key
+    _cached_v: Var | None = field(init=False, default=None)  # decode: the value cache cache_key wrote
 
     def __post_init__(self) -> None:
         self.t = self.cfg.seq_len if self.mode == "prefill" else 1
+        self.model = model_for(self.cfg)
 
     def once(self, key: str, make: Callable[[], Any]) -> Any:
         """``make()`` the first time ``key`` is asked for in this function, the same value afterwards."""
         if key not in self._memo:
             self._memo[key] = make()
         return self._memo[key]
+
+    def _tag(self, role: str) -> str:
+        """The name of the op that computes ``role``."""
+        if role in self.renames:
+            return self.renames[role]
+        return role if self.layer is None else f"l{self.layer}_{role}"
+
+    def _key(self, weight: str) -> str:
+        return weight if self.layer is None else f"layers.{self.layer}.{weight}"
+
+    def _array(self, weight: str) -> np.ndarray:
+        p = self.params
+        if self.layer is None:
+            return p.classifier if weight == "wcls" else getattr(p, weight)
+        return getattr(p.layers[self.layer], weight)
+
+    def _scale(self, weight: str, offset: float) -> np.ndarray:
+        g = self._array(weight)
+        return g if not offset else np.float32(offset) + np.asarray(g, np.float32)  # (offset + w)
 
     # -- pieces ------------------------------------------------------------------------------------
 
@@ -187,67 +220,34 @@ class _Graph:
     def fp16(self, key: str, a: Callable[[], np.ndarray], shape: tuple[int, ...]) -> Var:
         return self.once(f"{key}{shape}", lambda: self.sink.blob(self.f, key, "fp16", shape, a))
 
-    def rmsnorm(self, x: Var, key: str, g: np.ndarray, tag: str) -> Var:
-        """x * (mean over channels of x^2 + eps)^-1/2 * g; x scaled by 1/sqrt(C) before squaring so the fp16
-        sum cannot overflow (rule numerics.fp16-sum-of-squares), pow(-0.5) not rsqrt (op.rane-rejected)."""
-        f, c = self.f, self.cfg.dim
-        xs = f.mul(x=x, y=1.0 / math.sqrt(c), name=f"{tag}_xs")  # (1, C, T, 1)
-        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, T, 1): x^2 / C
-        ms = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, T, 1)
-        r = f.pow(
-            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
-        )  # (1, 1, T, 1)
-        gv = self.fp16(key, lambda: g.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
-        return f.mul(x=f.mul(x=x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_out")  # (1, C, T, 1)
-
-    def bias(self, x: Var, key: str, b: np.ndarray, tag: str) -> Var:
-        """x + b, b (C,) a const [1, C, 1, 1] in fp16 (a vector, like the RMSNorm scales: never quantized)."""
-        c = int(b.shape[0])
-        bv = self.fp16(key, lambda: b.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
-        return self.f.add(x=x, y=bv, name=tag)  # (1, C, T, 1)
-
-    def head_rmsnorm(self, x: Var, channels: int, key: str, g: np.ndarray, tag: str) -> Var:
-        """Each head's head_dim channels of x [1, C, T, 1] RMS-normalised on their own, scaled by g
-        (head_dim,): ``llama.sample.head_rmsnorm``. The same engine-safe form as ``rmsnorm`` (x scaled by
-        1/sqrt(head_dim) before squaring, pow(-0.5)), over heads laid out as [1, heads, head_dim, T]."""
-        f, hd, t = self.f, self.cfg.head_dim, self.t
-        heads = f.reshape(x=x, shape=[1, channels // hd, hd, t], name=f"{tag}_heads")  # (1, H, hd, T)
-        xs = f.mul(x=heads, y=1.0 / math.sqrt(hd), name=f"{tag}_xs")  # (1, H, hd, T)
-        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, H, hd, T): x^2 / hd
-        ms = f.reduce_sum(x=sq, axes=[2], keep_dims=True, name=f"{tag}_ms")  # (1, H, 1, T)
-        r = f.pow(
-            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
-        )  # (1, H, 1, T)
-        gv = self.fp16(key, lambda: g.reshape(1, 1, hd, 1), (1, 1, hd, 1))  # (1, 1, hd, 1)
-        out = f.mul(x=f.mul(x=heads, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_scaled")  # (1, H, hd, T)
-        return f.reshape(x=out, shape=[1, channels, t, 1], name=tag)  # (1, C, T, 1)
-
-    def rope_tables(self, channels: int, pos: Var | None) -> tuple[Var, Var]:
+    def rope_tables(self, channels: int, rope: Rope) -> tuple[Var, Var]:
         """cos / sin [1, channels, T, 1] at this call's positions: the whole table in prefill (positions
-        0 .. T-1), the row at ``pos`` in decode. Angles in float32 as run.c (``llama.sample.rope_tables``)."""
-        cfg, s = self.cfg, self.cfg.seq_len
+        0 .. T-1), the row at ``pos`` in decode. Angles in float32 as run.c (``cpu_forward.rope_table``);
+        a layer whose RoPE is not the model's own (a sliding layer's local base) has tables of its own."""
+        cfg, s, pos = self.cfg, self.cfg.seq_len, self.pos
+        own = "" if rope == Rope(cfg.rope_theta, cfg.rope_scaling) else "_sliding"
 
         def table(which: int) -> np.ndarray:
-            half = rope_tables(cfg, s)[which]  # (hd/2, S)
+            half = rope_table(rope, cfg.head_dim, s)[which]  # (hd/2, S)
             pair = (np.arange(channels) % cfg.head_dim) // 2  # (C,): the pair of each channel in its head
             return half[pair].reshape(1, channels, s, 1)  # (1, C, S, 1)
 
         def at_pos(which: int, tag: str) -> Var:
             full = self.fp16(
-                f"rope_{tag}_{channels}", lambda: table(which), (1, channels, s, 1)
+                f"rope_{tag}_{channels}{own}", lambda: table(which), (1, channels, s, 1)
             )  # (1, C, S, 1)
             if pos is None:
                 return full
             return self.f.gather(
-                x=full, indices=pos, axis=2, name=f"rope_{tag}_{channels}_at"
+                x=full, indices=pos, axis=2, name=f"rope_{tag}_{channels}{own}_at"
             )  # (1, C, 1, 1)
 
         return (
-            self.once(f"cos{channels}", lambda: at_pos(0, "cos")),
-            self.once(f"sin{channels}", lambda: at_pos(1, "sin")),
+            self.once(f"cos{channels}{own}", lambda: at_pos(0, "cos")),
+            self.once(f"sin{channels}{own}", lambda: at_pos(1, "sin")),
         )
 
-    def rope(self, x: Var, channels: int, cos: Var, sin: Var, tag: str) -> Var:
+    def _rope(self, x: Var, channels: int, cos: Var, sin: Var, tag: str) -> Var:
         """Rotate channel pairs (2i, 2i+1): x cos + (P x) sin, P the pair swap (a, b) -> (-b, a) as a conv."""
         swap = self.fp16(
             f"rope_swap_{channels}",
@@ -258,9 +258,7 @@ class _Graph:
         ps = self.f.mul(x=self.conv(x, swap, f"{tag}_swap"), y=sin, name=f"{tag}_ps")  # (1, C, T, 1)
         return self.f.add(x=xc, y=ps, name=tag)  # (1, C, T, 1)
 
-    # -- blocks --------------------------------------------------------------------------------------
-
-    def embedding(self) -> Var:
+    def embedding_table(self) -> Var:
         """The embedding table as a conv weight [vocab, dim, 1, 1], stored once and read by both the lookup
         and, when tied, the classifier: fp16, or under ``quant`` the classifier's quantized form when the
         two share it (an untied table is a lookup, not a projection, and stays fp16)."""
@@ -269,15 +267,7 @@ class _Graph:
             return self.once("embedding", lambda: self.sink.projection(self.f, "embed", p.embed))
         return self.fp16("embed", lambda: p.embed.reshape(shape), shape)
 
-    def embed(self, tokens: Var, out: str | None = None) -> Var:
-        """tokens [1, 1, T, 1] -> x [1, dim, T, 1]: rows of the embedding table."""
-        f, cfg, t = self.f, self.cfg, self.t
-        ids = f.reshape(x=tokens, shape=[t], name="ids")  # (T,)
-        rows = f.gather(x=self.embedding(), indices=ids, axis=0, name="embed_rows")  # (T, dim, 1, 1)
-        cols = f.transpose(x=rows, perm=[1, 0, 2, 3], name="embed_cols")  # (dim, T, 1, 1)
-        return f.reshape(x=cols, shape=[1, cfg.dim, t, 1], name=out or "embed_x")  # (1, dim, T, 1)
-
-    def decode_masks(self, pos: Var) -> tuple[Var, Var]:
+    def decode_masks(self) -> tuple[Var, Var]:
         """Decode: where ``pos`` (1,) is in the cache (bool [1, 1, S, 1]) and the attention mask [1, 1, 1, S].
 
         The mask is row ``pos`` of prefill's causal mask (the same blob), gathered: no ``select`` whose
@@ -292,79 +282,181 @@ class _Graph:
         )  # (1, 1, S, 1)
         here = f.equal(x=ramp, y=self.pos4, name="here")  # (1, 1, S, 1) bool
         causal = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, S, S)
-        return here, f.gather(x=causal, indices=pos, axis=2, name="mask")  # (1, 1, 1, S)
+        return here, f.gather(x=causal, indices=self.pos, axis=2, name="mask")  # (1, 1, 1, S)
 
-    def layer(
-        self, x: Var, i: int, k_state: Var, v_state: Var, pos: Var | None, out: str | None = None
-    ) -> Var:
-        """One transformer layer: attention over the cached keys / values, SwiGLU FFN, both residual."""
+    def mask(self, window: int) -> Var:
+        """The additive attention mask of this call: causal ([1, 1, T, S] in prefill, row ``pos`` in
+        decode), or banded for a sliding layer (key j visible to query i iff i - window < j <= i)."""
+        s = self.cfg.seq_len
+        if not window:
+            if self.pos is None:
+                return self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, T, S)
+            return self.once("decode_masks", self.decode_masks)[1]  # (1, 1, 1, S)
+        band = self.fp16(f"sliding_mask_{window}", lambda: _banded_mask(s, window), (1, 1, s, s))
+        if self.pos is None:
+            return band  # (1, 1, T, S)
+        return self.once(
+            f"sliding_mask_{window}_at",
+            lambda: self.f.gather(x=band, indices=self.pos, axis=2, name=f"sliding_mask_{window}_at"),
+        )  # (1, 1, 1, S)
+
+    # -- Blocks ---------------------------------------------------------------------------------------
+
+    def rms_norm(self, x: Var, weight: str, *, offset: float, name: str) -> Var:
+        """x * (mean over channels of x^2 + eps)^-1/2 * (offset + g); x scaled by 1/sqrt(C) before squaring
+        so the fp16 sum cannot overflow (rule numerics.fp16-sum-of-squares), pow(-0.5) not rsqrt
+        (op.rane-rejected)."""
+        f, c, tag = self.f, self.cfg.dim, self._tag(name)
+        g = self._scale(weight, offset)
+        xs = f.mul(x=x, y=1.0 / math.sqrt(c), name=f"{tag}_xs")  # (1, C, T, 1)
+        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, C, T, 1): x^2 / C
+        ms = f.reduce_sum(x=sq, axes=[1], keep_dims=True, name=f"{tag}_ms")  # (1, 1, T, 1)
+        r = f.pow(
+            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
+        )  # (1, 1, T, 1)
+        gv = self.fp16(self._key(weight), lambda: g.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
+        return f.mul(x=f.mul(x=x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_out")  # (1, C, T, 1)
+
+    def head_rms_norm(self, x: Var, weight: str, *, heads: int, offset: float, name: str) -> Var:
+        """Each head's head_dim channels of x [1, C, T, 1] RMS-normalised on their own, scaled by
+        (offset + g), g (head_dim,): ``cpu_forward.head_rmsnorm``. The same engine-safe form as
+        ``rms_norm`` (x scaled by 1/sqrt(head_dim) before squaring, pow(-0.5)), over heads laid out as
+        [1, heads, head_dim, T]."""
+        f, hd, t, tag = self.f, self.cfg.head_dim, self.t, self._tag(name)
+        channels, g = heads * hd, self._scale(weight, offset)
+        heads_x = f.reshape(x=x, shape=[1, heads, hd, t], name=f"{tag}_heads")  # (1, H, hd, T)
+        xs = f.mul(x=heads_x, y=1.0 / math.sqrt(hd), name=f"{tag}_xs")  # (1, H, hd, T)
+        sq = f.mul(x=xs, y=xs, name=f"{tag}_sq")  # (1, H, hd, T): x^2 / hd
+        ms = f.reduce_sum(x=sq, axes=[2], keep_dims=True, name=f"{tag}_ms")  # (1, H, 1, T)
+        r = f.pow(
+            x=f.add(x=ms, y=self.cfg.norm_eps, name=f"{tag}_eps"), y=-0.5, name=f"{tag}_r"
+        )  # (1, H, 1, T)
+        gv = self.fp16(self._key(weight), lambda: g.reshape(1, 1, hd, 1), (1, 1, hd, 1))  # (1, 1, hd, 1)
+        out = f.mul(x=f.mul(x=heads_x, y=r, name=f"{tag}_xr"), y=gv, name=f"{tag}_scaled")  # (1, H, hd, T)
+        return f.reshape(x=out, shape=[1, channels, t, 1], name=tag)  # (1, C, T, 1)
+
+    def linear(self, x: Var, weight: str, *, name: str) -> Var:
+        w = self.sink.projection(self.f, self._key(weight), self._array(weight))  # (out, in, 1, 1)
+        return self.conv(x, w, self._tag(name))  # (1, out, T, 1)
+
+    def bias(self, x: Var, weight: str, *, name: str) -> Var:
+        """x + b, b (C,) a const [1, C, 1, 1] in fp16 (a vector, like the RMSNorm scales: never quantized)."""
+        b = self._array(weight)
+        c = int(b.shape[0])
+        bv = self.fp16(self._key(weight), lambda: b.reshape(1, c, 1, 1), (1, c, 1, 1))  # (1, C, 1, 1)
+        return self.f.add(x=x, y=bv, name=self._tag(name))  # (1, C, T, 1)
+
+    def rope(self, q: Var, k: Var, *, rope: Rope, name: str) -> tuple[Var, Var]:
+        qd, kvd = self.cfg.q_dim, self.cfg.kv_dim  # q_dim = n_heads x head_dim: dim in llama2.c only
+        cos_q, sin_q = self.rope_tables(qd, rope)
+        cos_k, sin_k = self.rope_tables(kvd, rope) if kvd != qd else (cos_q, sin_q)
+        q = self._rope(q, qd, cos_q, sin_q, self._tag(f"q_{name}"))  # (1, q_dim, T, 1)
+        k = self._rope(k, kvd, cos_k, sin_k, self._tag(f"k_{name}"))  # (1, kv, T, 1)
+        return q, k
+
+    # Each coreml_update_state directly follows the op that makes its value, the order coremltools writes
+    # (its canonicalize_inplace_pattern pass inserts before the op after the producer).
+
+    def cache_value(self, v: Var, *, name: str) -> Var:
+        """Prefill: this call's values are the whole cache, written as soon as they are made. Decode: kept
+        to be put in the cache with this token's key (``cache_key``)."""
+        assert self._states is not None
+        if self.pos is None:
+            return self.f.coreml_update_state(state=self._states[1], value=v, name=self._tag(name))
+        self._new_v = v
+        return v  # stands for the cache until cache_key writes it
+
+    def cache_key(self, k: Var, *, name: str) -> Var:
+        """Prefill: this call's keys are the whole cache (positions 0 .. S-1). Decode: the cache with
+        position pos replaced by this token's key (then the value), a one-hot ``select`` each."""
+        assert self._states is not None
+        f, (k_state, v_state) = self.f, self._states
+        if self.pos is None:
+            return f.coreml_update_state(state=k_state, value=k, name=self._tag(name))  # (1, kv, S, 1)
+        # here: (1, 1, S, 1) bool, true at pos; mask: (1, 1, 1, S). Made once, read by every layer.
+        here, _ = self.once("decode_masks", self.decode_masks)
+        old_k = f.read_state(input=k_state, name=self._tag("k_old"))  # (1, kv, S, 1)
+        new_k = f.select(cond=here, a=k, b=old_k, name=self._tag("k_new"))  # (1, kv, S, 1)
+        keys = f.coreml_update_state(state=k_state, value=new_k, name=self._tag(name))  # (1, kv, S, 1)
+        old_v = f.read_state(input=v_state, name=self._tag("v_old"))  # (1, kv, S, 1)
+        new_v = f.select(cond=here, a=self._new_v, b=old_v, name=self._tag("v_new"))  # (1, kv, S, 1)
+        self._cached_v = f.coreml_update_state(state=v_state, value=new_v, name=self._tag("v_cache"))
+        return keys
+
+    def attention(self, q: Var, k: Var, v: Var, *, window: int, score_scale: float, name: str) -> Var:
         f, cfg, t, s = self.f, self.cfg, self.t, self.cfg.seq_len
-        lp, tag = self.params.layers[i], f"l{i}"
-        hd, g, m = cfg.head_dim, cfg.n_kv_heads, cfg.kv_group
-        qd, kvd = (
-            cfg.q_dim,
-            cfg.kv_dim,
-        )  # q_dim = n_heads x head_dim: dim in llama2.c, not always in HF models
-        xn = self.rmsnorm(x, f"layers.{i}.rms_att", lp.rms_att, f"{tag}_att_norm")  # (1, dim, T, 1)
-        q = self.conv(xn, self.sink.projection(f, f"layers.{i}.wq", lp.wq), f"{tag}_q")  # (1, q_dim, T, 1)
-        k = self.conv(xn, self.sink.projection(f, f"layers.{i}.wk", lp.wk), f"{tag}_k")  # (1, kv, T, 1)
-        v = self.conv(xn, self.sink.projection(f, f"layers.{i}.wv", lp.wv), f"{tag}_v")  # (1, kv, T, 1)
-        if lp.bq is not None:  # Qwen 2: biases after the projections
-            q = self.bias(q, f"layers.{i}.bq", lp.bq, f"{tag}_q_bias")  # (1, q_dim, T, 1)
-            k = self.bias(k, f"layers.{i}.bk", lp.bk, f"{tag}_k_bias")  # (1, kv, T, 1)
-            v = self.bias(v, f"layers.{i}.bv", lp.bv, f"{tag}_v_bias")  # (1, kv, T, 1)
-        if pos is None:  # prefill: this call's values are the whole cache, written as soon as they are made
-            values = f.coreml_update_state(state=v_state, value=v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
-        if lp.q_norm is not None:  # Qwen 3: each head of q and k RMS-normalised before RoPE
-            q = self.head_rmsnorm(q, qd, f"layers.{i}.q_norm", lp.q_norm, f"{tag}_q_norm")  # (1, q_dim, T, 1)
-            k = self.head_rmsnorm(k, kvd, f"layers.{i}.k_norm", lp.k_norm, f"{tag}_k_norm")  # (1, kv, T, 1)
-        cos_q, sin_q = self.rope_tables(qd, pos)
-        cos_k, sin_k = self.rope_tables(kvd, pos) if kvd != qd else (cos_q, sin_q)
-        q = self.rope(q, qd, cos_q, sin_q, f"{tag}_q_rope")  # (1, q_dim, T, 1)
-        k = self.rope(k, kvd, cos_k, sin_k, f"{tag}_k_rope")  # (1, kv, T, 1)
-        # Each coreml_update_state directly follows the op that makes its value, the order coremltools
-        # writes (its canonicalize_inplace_pattern pass inserts before the op after the producer).
-        if pos is None:  # prefill: this call's keys are the whole cache (positions 0 .. S-1)
-            keys = f.coreml_update_state(state=k_state, value=k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
-            mask = self.fp16("causal_mask", lambda: _causal_mask(s), (1, 1, s, s))  # (1, 1, T, S)
-        else:  # decode: the cache with position pos replaced by this token's key / value
-            # here: (1, 1, S, 1) bool, true at pos; mask: (1, 1, 1, S). Made once, read by every layer.
-            here, mask = self.once("decode_masks", lambda: self.decode_masks(pos))
-            old_k = f.read_state(input=k_state, name=f"{tag}_k_old")  # (1, kv, S, 1)
-            new_k = f.select(cond=here, a=k, b=old_k, name=f"{tag}_k_new")  # (1, kv, S, 1)
-            keys = f.coreml_update_state(state=k_state, value=new_k, name=f"{tag}_k_cache")  # (1, kv, S, 1)
-            old_v = f.read_state(input=v_state, name=f"{tag}_v_old")  # (1, kv, S, 1)
-            new_v = f.select(cond=here, a=v, b=old_v, name=f"{tag}_v_new")  # (1, kv, S, 1)
-            values = f.coreml_update_state(state=v_state, value=new_v, name=f"{tag}_v_cache")  # (1, kv, S, 1)
-        qh = f.reshape(x=q, shape=[g, m, hd, t], name=f"{tag}_qh")  # (kv heads, group, hd, T)
-        kh = f.reshape(x=keys, shape=[g, 1, hd, s], name=f"{tag}_kh")  # (kv heads, 1, hd, S)
-        vh = f.reshape(x=values, shape=[g, 1, hd, s], name=f"{tag}_vh")  # (kv heads, 1, hd, S)
-        scores = f.matmul(x=qh, y=kh, transpose_x=True, name=f"{tag}_scores")  # (kv heads, group, T, S)
-        scaled = f.mul(x=scores, y=1.0 / math.sqrt(hd), name=f"{tag}_scaled")  # (kv heads, group, T, S)
-        masked = f.add(x=scaled, y=mask, name=f"{tag}_masked")  # (kv heads, group, T, S)
-        probs = f.softmax(x=masked, axis=-1, name=f"{tag}_probs")  # (kv heads, group, T, S)
-        att = f.matmul(x=vh, y=probs, transpose_y=True, name=f"{tag}_att")  # (kv heads, group, hd, T)
-        att = f.reshape(x=att, shape=[1, qd, t, 1], name=f"{tag}_att_x")  # (1, q_dim, T, 1)
-        o = self.conv(att, self.sink.projection(f, f"layers.{i}.wo", lp.wo), f"{tag}_o")  # (1, dim, T, 1)
-        x = f.add(x=x, y=o, name=f"{tag}_res1")  # (1, dim, T, 1) residual
-        xn = self.rmsnorm(x, f"layers.{i}.rms_ffn", lp.rms_ffn, f"{tag}_ffn_norm")  # (1, dim, T, 1)
-        h1 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w1", lp.w1), f"{tag}_h1")  # (1, hidden, T, 1)
-        h3 = self.conv(xn, self.sink.projection(f, f"layers.{i}.w3", lp.w3), f"{tag}_h3")  # (1, hidden, T, 1)
-        gate = f.mul(x=f.silu(x=h1, name=f"{tag}_silu"), y=h3, name=f"{tag}_gate")  # (1, hidden, T, 1)
-        down = self.conv(
-            gate, self.sink.projection(f, f"layers.{i}.w2", lp.w2), f"{tag}_down"
-        )  # (1, dim, T, 1)
-        return f.add(x=x, y=down, name=out or f"{tag}_res2")  # (1, dim, T, 1) residual
+        hd, g, m, tag = cfg.head_dim, cfg.n_kv_heads, cfg.kv_group, self._tag(name)
+        values = v if self.pos is None else self._cached_v  # decode: the cache cache_key wrote
+        mask = self.mask(window)  # (1, 1, T, S)
+        qh = f.reshape(x=q, shape=[g, m, hd, t], name=self._tag("qh"))  # (kv heads, group, hd, T)
+        kh = f.reshape(x=k, shape=[g, 1, hd, s], name=self._tag("kh"))  # (kv heads, 1, hd, S)
+        vh = f.reshape(x=values, shape=[g, 1, hd, s], name=self._tag("vh"))  # (kv heads, 1, hd, S)
+        scores = f.matmul(x=qh, y=kh, transpose_x=True, name=self._tag("scores"))  # (kv heads, group, T, S)
+        scaled = f.mul(x=scores, y=score_scale, name=self._tag("scaled"))  # (kv heads, group, T, S)
+        masked = f.add(x=scaled, y=mask, name=self._tag("masked"))  # (kv heads, group, T, S)
+        probs = f.softmax(x=masked, axis=-1, name=self._tag("probs"))  # (kv heads, group, T, S)
+        att = f.matmul(x=vh, y=probs, transpose_y=True, name=tag)  # (kv heads, group, hd, T)
+        return f.reshape(x=att, shape=[1, cfg.q_dim, t, 1], name=f"{tag}_x")  # (1, q_dim, T, 1)
 
-    def head(self, x: Var, last: Var | None) -> Var:
-        """Final RMSNorm and classifier of one position (``last`` in prefill) -> logits [1, vocab, 1, 1]."""
+    def glu(self, gate: Var, up: Var, *, act: str, name: str) -> Var:
+        f = self.f
+        if act == "silu":
+            a = f.silu(x=gate, name=self._tag("silu"))  # (1, hidden, T, 1)
+        else:  # gelu_tanh: the engine's gelu with its mode named (rule op.gelu-mode)
+            a = f.gelu(x=gate, mode="TANH_APPROXIMATION", name=self._tag("gelu"))  # (1, hidden, T, 1)
+        return f.mul(x=a, y=up, name=self._tag(name))  # (1, hidden, T, 1)
+
+    def add(self, x: Var, y: Var, *, name: str) -> Var:
+        return self.f.add(x=x, y=y, name=self._tag(name))  # (1, C, T, 1)
+
+    def scale(self, x: Var, factor: float, *, name: str) -> Var:
+        return self.f.mul(x=x, y=factor, name=self._tag(name))  # (1, C, T, 1)
+
+    def embedding(self, tokens: Var, *, name: str) -> Var:
+        """tokens [1, 1, T, 1] -> x [1, dim, T, 1]: rows of the embedding table."""
+        f, cfg, t = self.f, self.cfg, self.t
+        ids = f.reshape(x=tokens, shape=[t], name="ids")  # (T,)
+        rows = f.gather(x=self.embedding_table(), indices=ids, axis=0, name="embed_rows")  # (T, dim, 1, 1)
+        cols = f.transpose(x=rows, perm=[1, 0, 2, 3], name="embed_cols")  # (dim, T, 1, 1)
+        out = self.renames.get(name, f"{name}_x")
+        return f.reshape(x=cols, shape=[1, cfg.dim, t, 1], name=out)  # (1, dim, T, 1)
+
+    def classifier(self, x: Var, *, name: str) -> Var:
+        """The logits of one position (``last`` in prefill) -> [1, vocab, 1, 1]."""
         f, p = self.f, self.params
-        xn = self.rmsnorm(x, "rms_final", p.rms_final, "final_norm")  # (1, dim, T, 1)
-        if last is not None:
-            xn = f.gather(x=xn, indices=last, axis=2, name="final_last")  # (1, dim, 1, 1)
-        tied = p.wcls is None
-        w = self.embedding() if tied else self.sink.projection(f, "wcls", p.wcls)  # (vocab, dim, 1, 1)
-        return self.conv(xn, w, "logits")  # (1, vocab, 1, 1)
+        if self.last is not None:
+            x = f.gather(x=x, indices=self.last, axis=2, name="final_last")  # (1, dim, 1, 1)
+        tied = p.wcls is None  # w: (vocab, dim, 1, 1)
+        w = self.embedding_table() if tied else self.sink.projection(f, "wcls", p.classifier)
+        return self.conv(x, w, self._tag(name))  # (1, vocab, 1, 1)
+
+    def tap(self, name: str, x: Var) -> Var:
+        return x
+
+    # -- the stage's parts ------------------------------------------------------------------------------
+
+    def embed(self, tokens: Var, out: str | None = None) -> Var:
+        """The family's embedding; ``out`` names its last op (a stage that ends there)."""
+        self.layer = None
+        last = "embed_scaled" if self.cfg.embed_scale != 1.0 else "embed"  # Gemma scales what it looks up
+        self.renames = {last: out} if out else {}
+        x = self.model.embed(self, tokens)  # (1, dim, T, 1)
+        self.renames = {}
+        return x
+
+    def layer_fn(self, x: Var, i: int, k_state: Var, v_state: Var, out: str | None = None) -> Var:
+        """Layer ``i`` of the family over the cached keys / values; ``out`` names its last op."""
+        self.layer, self._states = i, (k_state, v_state)
+        self.renames = {"res2": out} if out else {}
+        blocks: Blocks[Var] = self  # the type checker holds _Graph to the protocol here
+        x = self.model.layer(blocks, x, self.model.plan(i))  # (1, dim, T, 1)
+        self.layer, self._states, self.renames = None, None, {}
+        return x
+
+    def head(self, x: Var) -> Var:
+        """The family's head of one position -> logits [1, vocab, 1, 1]."""
+        self.layer = None
+        return self.model.head(self, x)
 
 
 def _causal_mask(s: int) -> np.ndarray:
@@ -372,30 +464,38 @@ def _causal_mask(s: int) -> np.ndarray:
     return np.triu(np.full((s, s), MASK_VALUE, dtype=np.float32), k=1).reshape(1, 1, s, s)
 
 
+def _banded_mask(s: int, window: int) -> np.ndarray:
+    """[1, 1, S, S]: 0 where query - window < key <= query, the fp16 minimum elsewhere."""
+    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+    visible = (j <= i) & (j > i - window)
+    return np.where(visible, np.float32(0), np.float32(MASK_VALUE)).reshape(1, 1, s, s)
+
+
 def stage_function(b: Builder, params: Params, stage: Stage, sink: WeightSink, mode: str) -> None:
     """Add ``prefill`` or ``decode`` of ``stage`` to the program being built."""
     cfg = params.cfg
     f = b.function(mode, opset="ios18")
     g = _Graph(f, cfg, params, sink, mode)
-    t, one = g.t, [1, 1, 1, 1]
+    t = g.t
+    one: list[int | str] = [1, 1, 1, 1]
+    shape: list[int | str] = [1, 1, t, 1]
     # A stage without the head returns the hidden state as "y", named on the op that computes it.
     out_name = None if stage.head else "y"
     if stage.embed:
-        tokens = f.input("tokens" if mode == "prefill" else "token", T.tensor("int32", [1, 1, t, 1]))
+        tokens = f.input("tokens" if mode == "prefill" else "token", T.tensor("int32", shape))
         x = g.embed(tokens, out_name if not stage.layers else None)
     else:
         x = f.input("x", T.tensor("fp16", [1, cfg.dim, t, 1]))
-    pos = last = None
     if mode == "decode" and stage.layers:
         g.pos4 = f.input("pos", T.tensor("int32", one))
-        pos = f.reshape(x=g.pos4, shape=[1], name="pos_index")  # (1,)
+        g.pos = f.reshape(x=g.pos4, shape=[1], name="pos_index")  # (1,)
     if mode == "prefill" and stage.head:
-        last = f.reshape(x=f.input("last", T.tensor("int32", one)), shape=[1], name="last_index")  # (1,)
+        g.last = f.reshape(x=f.input("last", T.tensor("int32", one)), shape=[1], name="last_index")  # (1,)
     cache = T.StateType(T.tensor("fp16", [1, cfg.kv_dim, cfg.seq_len, 1]))
     for n, i in enumerate(stage.layers):
         k_state, v_state = f.input(f"k_cache_{i}", cache), f.input(f"v_cache_{i}", cache)
-        x = g.layer(x, i, k_state, v_state, pos, out_name if n == len(stage.layers) - 1 else None)
-    f.output(g.head(x, last) if stage.head else x)
+        x = g.layer_fn(x, i, k_state, v_state, out_name if n == len(stage.layers) - 1 else None)
+    f.output(g.head(x) if stage.head else x)
 
 
 def build_program(params: Params, stage: Stage, sink: WeightSink) -> Program:
@@ -423,10 +523,16 @@ def stage_weight_bytes(cfg: ModelConfig, stage: Stage, quant: str = "none", tied
             per_layer += 2 * (q + 2 * kv)  # bq, bk, bv in fp16
         if cfg.qk_norm:
             per_layer += 2 * 2 * cfg.head_dim  # q_norm, k_norm in fp16
+        if cfg.post_norms:
+            per_layer += 2 * 2 * d  # post_att_norm, post_ffn_norm in fp16
         total += len(stage.layers) * per_layer
-        tables = 2 * (q * q + 2 * q * s) + 2 * s * s + 4 * s  # RoPE swap and tables, causal mask, ramp
+        # RoPE swap, one pair of tables per RoPE the stage's layers use (a sliding layer's local base has
+        # its own), the causal mask, a banded one per sliding window, the decode ramp
+        plans = [layer_plan(cfg, i) for i in stage.layers]
+        ropes, windows = len({p.rope for p in plans}), len({p.window for p in plans} - {0})
+        tables = 2 * (q * q + ropes * 2 * q * s) + (1 + windows) * 2 * s * s + 4 * s
         if kv != q:
-            tables += 2 * (kv * kv + 2 * kv * s)
+            tables += 2 * (kv * kv + ropes * 2 * kv * s)
         total += tables
     if stage.head:
         total += 2 * d + (0 if tied and stage.embed else proj * v * d)

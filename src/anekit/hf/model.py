@@ -44,29 +44,11 @@ from anekit.hf.safetensors_io import (
 )
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import EXTRA_FIELDS, LAYER_FIELDS, LayerParams, Params, layer_shapes
+from anekit.models import LLAMA, QWEN, family_of
+from anekit.models.family import EMBED, LM_HEAD
 
-# anekit's layer field -> the Hugging Face name after "model.layers.{i}."
-LAYER_NAMES = {
-    "rms_att": "input_layernorm.weight",
-    "wq": "self_attn.q_proj.weight",
-    "wk": "self_attn.k_proj.weight",
-    "wv": "self_attn.v_proj.weight",
-    "wo": "self_attn.o_proj.weight",
-    "bq": "self_attn.q_proj.bias",
-    "bk": "self_attn.k_proj.bias",
-    "bv": "self_attn.v_proj.bias",
-    "q_norm": "self_attn.q_norm.weight",
-    "k_norm": "self_attn.k_norm.weight",
-    "rms_ffn": "post_attention_layernorm.weight",
-    "w1": "mlp.gate_proj.weight",
-    "w3": "mlp.up_proj.weight",
-    "w2": "mlp.down_proj.weight",
-}
-EMBED, FINAL_NORM, LM_HEAD = "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
-# Buffers some older checkpoints saved beside the weights; they are recomputed, never read.
-IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
-# Fields whose rows (or entries) are in rotate-half order per head in the checkpoint.
-ROTATED = ("wq", "wk", "bq", "bk", "q_norm", "k_norm")
+LAYER_NAMES = {**LLAMA.layer_names, **QWEN.layer_names}  # Llama's and Qwen's (Gemma 3's: models.gemma3)
+ROTATED = LLAMA.rotated
 # Tokenizer and generation files an export copies beside the weights.
 SIDE_FILES = (
     "generation_config.json",
@@ -118,14 +100,9 @@ def to_rotate_half(a: np.ndarray, head_dim: int) -> np.ndarray:
 
 
 def hf_names(cfg: ModelConfig, tied: bool) -> Iterator[tuple[str, str, int | None]]:
-    """(Hugging Face name, anekit field, layer or None) of every tensor a checkpoint of ``cfg`` holds."""
-    yield EMBED, "embed", None
-    for i in range(cfg.n_layers):
-        for key in layer_shapes(cfg):
-            yield f"model.layers.{i}.{LAYER_NAMES[key]}", key, i
-    yield FINAL_NORM, "rms_final", None
-    if not tied:
-        yield LM_HEAD, "wcls", None
+    """(Hugging Face name, anekit field, layer or None) of every tensor a checkpoint of ``cfg`` holds, in
+    the naming of ``cfg``'s model family."""
+    return family_of(cfg).checkpoint_names(cfg, tied)
 
 
 def _shape(cfg: ModelConfig, key: str) -> tuple[int, ...]:
@@ -174,7 +151,7 @@ def check_weights_fit(directory: str | Path, hc: HFConfig) -> None:
     directory = Path(directory)
     if not any((directory / name).exists() for name in (SINGLE_NAME, INDEX_NAME)):
         return
-    refs = open_checkpoint(directory)
+    refs = hc.family.sanitize(open_checkpoint(directory))
     check_shape_fits(refs, hc)
     _check_names(refs, hc)
 
@@ -209,7 +186,7 @@ def _check_names(refs: dict[str, TensorRef], hc: HFConfig) -> None:
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise AnekitError(f"[hf] the checkpoint lacks {missing[0]}{more}, which {hc.architecture} needs")
-    extra = sorted((n for n in refs if n not in wanted and not IGNORED.match(n)), key=_natural)
+    extra = sorted((n for n in refs if n not in wanted), key=_natural)
     if hc.tied and LM_HEAD in extra:
         extra.remove(LM_HEAD)  # checked against the embedding once read
     if extra:
@@ -248,14 +225,14 @@ def load_model(
     hc = read_config(directory, seq_len=seq_len)
     cfg = hc.cfg
     check_parameter_count(hc)
-    refs = open_checkpoint(directory)
+    refs = hc.family.sanitize(open_checkpoint(directory))
     check_shape_fits(refs, hc)
     _check_names(refs, hc)
-    hd = cfg.head_dim
+    hd, rotated = cfg.head_dim, hc.family.rotated
     arrays: dict[tuple[str, int | None], np.ndarray] = {}
     for name, key, layer in hf_names(cfg, hc.tied):
         a = _read(refs[name], _shape(cfg, key))
-        a = to_interleaved(a, hd) if key in ROTATED else a
+        a = to_interleaved(a, hd) if key in rotated else a
         arrays[key, layer] = a.astype(matrix_dtype) if key in MATRIX_FIELDS else a
     if hc.tied and LM_HEAD in refs:
         head = _read(refs[LM_HEAD], (cfg.vocab_size, cfg.dim))
@@ -319,15 +296,15 @@ def _tensors_to_write(
 ) -> dict[str, tuple[str, np.ndarray]]:
     """Every tensor in Hugging Face's naming and layout, each in its own dtype's storage."""
     cfg = params.cfg
-    hd = cfg.head_dim
+    hd, family = cfg.head_dim, family_of(cfg)
     out = {}
-    for name, key, layer in hf_names(cfg, params.wcls is None):
+    for name, key, layer in family.checkpoint_names(cfg, params.wcls is None):
         if layer is None:
             a = params.embed if key == "embed" else params.rms_final if key == "rms_final" else params.wcls
         else:
             a = getattr(params.layers[layer], key)
         a = np.asarray(a, np.float32)
-        if key in ROTATED:
+        if key in family.rotated:
             a = to_rotate_half(a, hd)
         dtype = dtypes.get(name, default)
         if dtype == "BF16":

@@ -1,12 +1,9 @@
-"""Text generation on the CPU: llama2.c's run.c forward with a KV cache, and its samplers, in float32 numpy.
+"""Text generation on the CPU: the model's forward with a KV cache, and run.c's samplers, in float32 numpy.
 
-The forward computes what run.c's ``forward()`` computes: token embedding, then per layer RMSNorm,
-Q / K / V projections, RoPE on each channel pair (i, i+1) at angle pos * theta^(-(i % head_dim) /
-head_dim), causal attention where query head h reads kv head h // (n_heads / n_kv_heads) (GQA), the
-output projection, RMSNorm and the SwiGLU FFN, both with residuals; a final RMSNorm and the classifier
-(wcls, or the embedding when tied). It is written over (channels, T) columns so one code path serves a
-single decode step (T = 1, run.c's case) and a whole prompt at once (the prefill), both reading and
-writing the same cache.
+The forward is the model family's layer (``anekit.models``) lowered to numpy (``anekit.llama.cpu_forward``
+``CpuDecoder``): for a Llama model what run.c's ``forward()`` computes, for Qwen and Gemma 3 what their
+family files state. It runs a single decode step (T = 1, run.c's case) or a whole prompt at once (the
+prefill), both reading and writing the same cache.
 
 Sampling follows run.c's ``sample()``: temperature 0 is argmax; otherwise softmax(logits / temperature)
 and one coin from run.c's xorshift* generator, spent on plain multinomial sampling (top_p <= 0 or >= 1)
@@ -27,72 +24,29 @@ import numpy as np
 from anekit import addrspace
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
-from anekit.llama import cpu_ops
+from anekit.llama.cpu_forward import (
+    TOO_LARGE,
+    CpuDecoder,
+    check_norm_input,
+    rope_table,
+)
 from anekit.llama.params import Params
+from anekit.models import Rope
+
+__all__ = ["TOO_LARGE", "CpuDecoder", "Decoder", "Sampler", "forward_logits", "make_decoder", "rope_tables"]
 
 BOS_ID = 1  # llama2.c's sentencepiece vocabulary: <unk> 0, <s> 1, </s> 2
 _MASK64 = (1 << 64) - 1
 _SEED_ZERO_STATE = 0x9E3779B97F4A7C15  # the state seed 0 maps to (any odd constant)
 
 
-# -- the forward ----------------------------------------------------------------------------------------
+# -- the forward: the model's family lowered to numpy (anekit.llama.cpu_forward) ------------------------
 
 
 def rope_tables(cfg: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin (head_dim / 2, n_pos) of RoPE's angles, in float32 arithmetic as run.c computes them.
-
-    Pair j of a head (channels 2j, 2j + 1) turns by pos * freq_j, freq_j = 1 / theta^(2j / head_dim).
-    """
-    freq = cfg.rope_frequencies(np.float32)  # (hd/2,), Llama 3's scaling applied where the model has it
-    angle = freq[:, None] * np.arange(n_pos, dtype=np.float32)[None, :]  # (hd/2, n_pos), float32 like run.c
-    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
-
-
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head_dim: int) -> np.ndarray:
-    """Rotate channel pairs of every head of x (C, T) by the angles whose cos / sin are (head_dim / 2, T)."""
-    c, t = x.shape
-    pairs = x.reshape(c // head_dim, head_dim // 2, 2, t)  # (heads, hd/2, 2, T)
-    a, b = pairs[:, :, 0], pairs[:, :, 1]  # (heads, hd/2, T)
-    out = np.empty_like(pairs)
-    out[:, :, 0] = a * cos - b * sin
-    out[:, :, 1] = a * sin + b * cos
-    return out.reshape(c, t)
-
-
-def causal_attention(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, pos: int, cfg: ModelConfig
-) -> np.ndarray:
-    """Queries q (dim, T) at positions pos .. pos+T-1 over cached keys / values (pos+T, kv_dim) -> (dim, T).
-
-    Query i sees keys 0 .. pos+i. Query head h = g * kv_group + m reads kv head g (run.c's h / kv_mul).
-    """
-    hd, t, tk = cfg.head_dim, q.shape[1], keys.shape[0]
-    g, m = cfg.n_kv_heads, cfg.kv_group
-    qh = q.reshape(g, m, hd, t).transpose(0, 1, 3, 2)  # (kv heads, group, T, hd)
-    kh = keys.reshape(tk, g, hd).transpose(1, 2, 0)[:, None]  # (kv heads, 1, hd, Tk)
-    vh = values.reshape(tk, g, hd).transpose(1, 0, 2)[:, None]  # (kv heads, 1, Tk, hd)
-    scores = (qh @ kh) / np.float32(math.sqrt(hd))  # (kv heads, group, T, Tk)
-    visible = np.arange(tk)[None, :] <= pos + np.arange(t)[:, None]  # (T, Tk)
-    scores = np.where(visible, scores, np.float32(-np.inf))
-    scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)  # (kv heads, group, T, Tk)
-    probs /= probs.sum(axis=-1, keepdims=True)
-    out = probs @ vh  # (kv heads, group, T, hd)
-    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(cfg.q_dim, t)  # (q_dim, T)
-
-
-def head_rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, head_dim: int) -> np.ndarray:
-    """Each head's channels of x (C, T) RMS-normalised on their own, scaled by w (head_dim,): Qwen 3's
-    q / k norm."""
-    c, t = x.shape
-    heads = x.reshape(c // head_dim, head_dim, t)
-    scale = np.float32(1.0) / np.sqrt((heads * heads).mean(axis=1, keepdims=True) + np.float32(eps))
-    return (heads * scale * w[None, :, None]).reshape(c, t).astype(np.float32, copy=False)
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x), with the sigmoid as 0.5 (1 + tanh(x / 2)) so large |x| cannot overflow exp."""
-    return x * (np.float32(0.5) * (np.float32(1.0) + np.tanh(np.float32(0.5) * x)))
+    """cos and sin (head_dim / 2, n_pos) of RoPE's angles at ``rope_theta`` (Llama 3's scaling applied
+    where the model has it), in float32 arithmetic as run.c computes them (``cpu_forward.rope_table``)."""
+    return rope_table(Rope(cfg.rope_theta, cfg.rope_scaling), cfg.head_dim, n_pos)
 
 
 class Decoder(Protocol):
@@ -103,90 +57,6 @@ class Decoder(Protocol):
     def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
         """Run tokens at positions pos, pos+1, ...; logits (vocab,) of the last one."""
         ...
-
-
-class CpuDecoder:
-    """run.c's forward in float32 numpy, with a KV cache of up to cfg.seq_len positions (or ``max_len``).
-
-    The weights are only read (they may be a read-only map of the model file), a layer at a time. The
-    cache and the RoPE tables grow with the positions run, so a short generation from a large model never
-    allocates the whole context (a Llama-2-7B's is 4 GiB of keys and values).
-    """
-
-    def __init__(self, params: Params, max_len: int | None = None) -> None:
-        cfg = params.cfg
-        self.cfg = cfg
-        self.params = params
-        self.max_len = cfg.seq_len if max_len is None else max_len
-        self.keys = np.zeros((cfg.n_layers, 0, cfg.kv_dim), np.float32)  # (layers, positions, kv_dim)
-        self.values = np.zeros((cfg.n_layers, 0, cfg.kv_dim), np.float32)  # (layers, positions, kv_dim)
-        self.cos, self.sin = rope_tables(cfg, 0)  # (head_dim/2, positions) each
-
-    def _reserve(self, end: int) -> None:
-        """Room for positions 0 .. end-1: the cache at least doubles when it grows, up to max_len."""
-        have = self.keys.shape[1]
-        if end <= have:
-            return
-        size = min(self.max_len, max(end, 2 * have, 64))
-        more = np.zeros((self.cfg.n_layers, size - have, self.cfg.kv_dim), np.float32)
-        self.keys = np.concatenate([self.keys, more], axis=1)  # (layers, size, kv_dim)
-        self.values = np.concatenate([self.values, more], axis=1)  # (layers, size, kv_dim)
-        self.cos, self.sin = rope_tables(self.cfg, size)  # (head_dim/2, size) each
-
-    def forward_all(
-        self, tokens: Sequence[int] | np.ndarray, pos: int, all_logits: bool = True
-    ) -> np.ndarray:
-        """Tokens (T,) at positions pos .. pos+T-1 -> logits (vocab, T), or (vocab, 1) of the last token.
-
-        Keys and values of these positions are written to the cache; earlier positions are read from it,
-        so they must have been run before (cache rows past pos+T are never read). A layer whose output is
-        not finite (float32 overflowed on finite weights) is one AnekitError naming it, without numpy's
-        warnings.
-        """
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return self._forward_all(tokens, pos, all_logits)
-
-    def _forward_all(self, tokens: Sequence[int] | np.ndarray, pos: int, all_logits: bool) -> np.ndarray:
-        cfg, p = self.cfg, self.params
-        tokens = np.asarray(tokens)
-        t = tokens.shape[0] if tokens.ndim == 1 else 0
-        end = pos + t
-        if t == 0 or pos < 0 or end > self.max_len:
-            raise AnekitError(
-                f"[sample] cannot run {t} token(s) at position {pos}: positions must lie in "
-                f"[0, {self.max_len}) (the model's context, seq_len)"
-            )
-        self._reserve(end)
-        eps, hd = cfg.norm_eps, cfg.head_dim
-        cos, sin = self.cos[:, pos:end], self.sin[:, pos:end]  # (hd/2, T)
-        x = cpu_ops.embed_lookup(p.embed, tokens)  # (dim, T)
-        for i, lp in enumerate(p.layers):
-            _check_norm_input(x, f"layer {i - 1}'s output" if i else "the embedding", pos)
-            xn = cpu_ops.rmsnorm(x, lp.rms_att, eps)  # (dim, T)
-            q, k, v = lp.wq @ xn, lp.wk @ xn, lp.wv @ xn  # (q_dim, T), (kv_dim, T) x 2
-            if lp.bq is not None:  # Qwen 2's projection biases
-                q, k, v = q + lp.bq[:, None], k + lp.bk[:, None], v + lp.bv[:, None]
-            if lp.q_norm is not None:  # Qwen 3: each head's q and k RMS-normalised before RoPE
-                q, k = head_rmsnorm(q, lp.q_norm, eps, hd), head_rmsnorm(k, lp.k_norm, eps, hd)
-            q = apply_rope(q, cos, sin, hd)  # (q_dim, T)
-            self.keys[i, pos:end] = apply_rope(k, cos, sin, hd).T  # (T, kv_dim)
-            self.values[i, pos:end] = v.T  # (T, kv_dim)
-            att = causal_attention(q, self.keys[i, :end], self.values[i, :end], pos, cfg)  # (q_dim, T)
-            x = x + lp.wo @ att  # (dim, T) residual
-            _check_norm_input(x, f"layer {i}'s attention output", pos)
-            xn = cpu_ops.rmsnorm(x, lp.rms_ffn, eps)  # (dim, T)
-            h = silu(lp.w1 @ xn) * (lp.w3 @ xn)  # (hidden, T) SwiGLU
-            x = x + lp.w2 @ h  # (dim, T) residual
-        _check_norm_input(x, f"layer {cfg.n_layers - 1}'s output", pos)
-        if not all_logits:
-            x = x[:, -1:]  # (dim, 1): only the last position's logits are wanted
-        logits = p.classifier @ cpu_ops.rmsnorm(x, p.rms_final, eps)  # (vocab, T or 1)
-        if not np.isfinite(logits).all():
-            raise AnekitError(f"[sample] the logits at position {pos} overflow float32: {TOO_LARGE}")
-        return logits
-
-    def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
-        return self.forward_all(tokens, pos, all_logits=False)[:, 0]  # (vocab,)
 
 
 def sampling_need(params: Params, positions: int, prompt_tokens: int = 1) -> tuple[int, str]:
@@ -216,23 +86,7 @@ def check_sampling_memory(params: Params, positions: int, prompt_tokens: int, wh
     addrspace.check(need, "sample", what, parts)
 
 
-TOO_LARGE = "the model's weights are too large for a float32 forward"
-
-
-def _check_norm_input(x: np.ndarray, what: str, pos: int) -> None:
-    """``x`` (dim, T), about to be RMS-normalised, is finite and each column's sum of squares fits float32
-    (else the norm would silently give zeros). One dot product decides almost always: no column's sum
-    exceeds the total, so a finite total clears them all; only a total that overflowed is looked at column
-    by column (a per-token check in the decode loop, so it must cost no more than one pass)."""
-    flat = x.reshape(-1)
-    if math.isfinite(float(np.dot(flat, flat))):
-        return
-    columns = np.einsum("ct,ct->t", x, x)  # (T,) float32 sums of squares
-    if not np.isfinite(columns).all():
-        raise AnekitError(
-            f"[sample] {what} at position {pos} is too large for float32 (not finite, or its RMSNorm's mean "
-            f"square overflows): {TOO_LARGE}"
-        )
+_check_norm_input = check_norm_input  # the name tests and older callers know
 
 
 PRECISIONS: dict[str, Callable[[Params], Decoder]] = {

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from anekit.kernels.config import ModelConfig
 from anekit.models import args
 from anekit.models.args import CONFIG_FILE, HFConfigError
 from anekit.models.blocks import Blocks, LayerPlan, Rope, layer_plan
+from anekit.models.config import ModelConfig
 from anekit.models.family import Args, Family
 from anekit.models.gemma3 import FAMILY as GEMMA3
 from anekit.models.llama import FAMILY as LLAMA
+from anekit.models.llama import Llama
 from anekit.models.qwen import FAMILY as QWEN
 
 FAMILIES: tuple[Family, ...] = (LLAMA, QWEN, GEMMA3)
@@ -39,9 +40,11 @@ def family_of(cfg: ModelConfig) -> Family:
     return LLAMA
 
 
-def model_for(cfg: ModelConfig) -> Any:
-    """The layer of ``cfg``'s family, ready to be lowered (``model.layer(blocks, x, model.plan(i))``)."""
-    return family_of(cfg).model(cfg)
+def model_for(cfg: ModelConfig) -> Llama[Any]:
+    """The layer of ``cfg``'s family, ready to be lowered (``model.layer(blocks, x, model.plan(i))``): a
+    ``Llama`` or a family's subclass of it, generic in the lowering's value type."""
+    model: Llama[Any] = family_of(cfg).model(cfg)
+    return model
 
 
 def read_args(raw: Any) -> Args:
@@ -79,6 +82,7 @@ __all__ = [
     "Family",
     "HFConfigError",
     "LayerPlan",
+    "Llama",
     "Rope",
     "family",
     "family_of",

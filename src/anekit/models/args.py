@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anekit.errors import AnekitError
-from anekit.kernels.config import ConfigError, RopeScaling
+from anekit.models.config import ConfigError, RopeScaling
 
 CONFIG_FILE = "config.json"
 # The largest rope_theta taken: above every published config (Llama 3 5e5, Qwen 2.5 1e6, Gradient's

@@ -5,7 +5,7 @@ and head once, as calls on a ``Blocks``; a lowering implements ``Blocks`` for on
 for the CPU forward (``anekit.models.cpu``), MIL values for the engine kernels and the CoreML export.
 The family never sees the value type ``V``: a numpy array (channels, T), a MIL ``Var``, anything.
 
-Weights are named by anekit's field names (``kernels.config`` / ``llama.params``): per layer rms_att,
+Weights are named by anekit's field names (``models.config`` / ``llama.params``): per layer rms_att,
 wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, rms_ffn, w1, w2, w3, post_att_norm, post_ffn_norm; for the
 whole model embed, rms_final, wcls. A layer's names are relative to the layer being lowered: the lowering
 calls the family's block with that layer's ``LayerPlan`` and knows which layer it asked for.
@@ -27,7 +27,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from anekit.kernels.config import ModelConfig, RopeScaling
+from anekit.models.config import ModelConfig, RopeScaling
 
 V = TypeVar("V")
 

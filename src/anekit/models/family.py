@@ -6,11 +6,12 @@ A family module (``llama``, ``qwen``, ``gemma3``) ends with ``FAMILY = Family(..
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from anekit.kernels.config import ModelConfig
+from anekit.models.config import ModelConfig
 
 T = TypeVar("T")
 
@@ -18,6 +19,13 @@ EMBED, FINAL_NORM, LM_HEAD = "model.embed_tokens.weight", "model.norm.weight", "
 # Fields whose rows (or entries) a Hugging Face checkpoint holds in rotate-half order per head (channel j
 # pairs with j + head_dim / 2); anekit rotates adjacent pairs, so they are permuted on import / export.
 ROTATED = ("wq", "wk", "bq", "bk", "q_norm", "k_norm")
+# Buffers some older checkpoints saved beside the weights; they are recomputed, never read.
+IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+
+
+def plain_name(name: str) -> str | None:
+    """The name anekit reads a checkpoint's tensor by: itself, or None for a buffer it recomputes."""
+    return None if IGNORED.match(name) else name
 
 
 class Args(Protocol):
@@ -52,6 +60,18 @@ class Family:
     layer_names: Mapping[str, str]  # anekit field -> the Hugging Face name after "model.layers.{i}."
     owns: Callable[[ModelConfig], bool]  # whether a ModelConfig (from any file format) is of this family
     rotated: tuple[str, ...] = ROTATED
+    rename: Callable[[str], str | None] = (
+        plain_name  # a checkpoint's quirks: name -> anekit's reading, None: drop
+    )
+
+    def sanitize(self, tensors: Mapping[str, T]) -> dict[str, T]:
+        """A checkpoint's tensors under the names ``checkpoint_names`` gives (``rename`` applied: buffers
+        recomputed dropped, a family's own quirks undone)."""
+        out = {}
+        for name, t in tensors.items():
+            if (new := self.rename(name)) is not None:
+                out[new] = t
+        return out
 
     def checkpoint_names(self, cfg: ModelConfig, tied: bool) -> Iterator[tuple[str, str, int | None]]:
         """(Hugging Face name, anekit field, layer or None) of every tensor a checkpoint of ``cfg`` holds:
@@ -78,8 +98,3 @@ def layer_fields(cfg: ModelConfig) -> tuple[str, ...]:
         + (("post_att_norm", "post_ffn_norm") if cfg.post_norms else ())
     )
     return LLAMA_FIELDS + extra
-
-
-def sanitize(tensors: Mapping[str, T], ignored: Callable[[str], bool]) -> dict[str, T]:
-    """The tensors of a checkpoint less those a family recomputes and never reads (``ignored``)."""
-    return {name: t for name, t in tensors.items() if not ignored(name)}

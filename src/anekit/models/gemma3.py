@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from anekit.kernels.config import ConfigError, ModelConfig, RopeScaling
 from anekit.models import args as A
 from anekit.models.blocks import Blocks, LayerPlan, V
-from anekit.models.family import Family
+from anekit.models.config import ConfigError, ModelConfig, RopeScaling
+from anekit.models.family import Family, plain_name
 from anekit.models.llama import LAYER_NAMES as LLAMA_NAMES
 from anekit.models.llama import Llama
 
@@ -212,6 +212,17 @@ class Gemma3(Llama[V]):
         return b.rms_norm(y, "post_ffn_norm", offset=self.cfg.norm_offset, name="post_ffn_norm")  # (dim, T)
 
 
+LANGUAGE_MODEL = (
+    "language_model."  # the prefix of the text model's tensors saved from Gemma 3's multimodal class
+)
+
+
+def rename(name: str) -> str | None:
+    """A Gemma 3 tensor's name as ``checkpoint_names`` gives it: a text model saved from the multimodal
+    class (``language_model.model.*``) read as the text model it is."""
+    return plain_name(name.removeprefix(LANGUAGE_MODEL))
+
+
 def owns(cfg: ModelConfig) -> bool:
     """A config with Gemma 3's post-norms."""
     return cfg.post_norms
@@ -224,4 +235,5 @@ FAMILY = Family(
     model=Gemma3,
     layer_names=LAYER_NAMES,
     owns=owns,
+    rename=rename,
 )

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic
 
-from anekit.kernels.config import ConfigError, ModelConfig, RopeScaling
 from anekit.models import args as A
 from anekit.models.blocks import Blocks, LayerPlan, V, layer_plan
+from anekit.models.config import ConfigError, ModelConfig, RopeScaling
 from anekit.models.family import Family
 
 ARCHITECTURES: dict[str, tuple[str, ...]] = {

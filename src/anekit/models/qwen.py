@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anekit.kernels.config import ModelConfig
 from anekit.models.blocks import Blocks, V
+from anekit.models.config import ModelConfig
 from anekit.models.family import Family
 from anekit.models.llama import LAYER_NAMES as LLAMA_NAMES
 from anekit.models.llama import Llama, LlamaArgs
