@@ -435,7 +435,7 @@ def write_safetensors(
         f.write(PREFIX.build(header_size=len(header)))
         f.write(header)
         for _, array in _layout(arrays):
-            f.write(memoryview(array.reshape(-1)).cast("B"))
+            f.write(array.reshape(-1).data.cast("B"))
     return path
 
 

@@ -49,10 +49,21 @@ def rope_tables(cfg: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
     return rope_table(Rope(cfg.rope_theta, cfg.rope_scaling), cfg.head_dim, n_pos)
 
 
+class DecoderShape(Protocol):
+    """What the sampler reads of a decoder's model: a ModelConfig, or an exported package's shape."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+
 class Decoder(Protocol):
     """What the sampler drives: a forward that caches keys and values by position."""
 
-    cfg: ModelConfig
+    @property
+    def cfg(self) -> DecoderShape: ...
 
     def forward(self, tokens: Sequence[int] | np.ndarray, pos: int) -> np.ndarray:
         """Run tokens at positions pos, pos+1, ...; logits (vocab,) of the last one."""
@@ -265,8 +276,7 @@ class Sampler:
     rather than ending at once."""
 
     def __init__(self, params: Params | Decoder, tokenizer: Any, precision: str = "fp32") -> None:
-        # A Decoder given directly (e.g. an exported package run in the simulator) is used as it is; its
-        # cfg needs only vocab_size and seq_len.
+        # A Decoder given directly (e.g. an exported package run in the simulator) is used as it is.
         self.decoder = make_decoder(params, precision) if isinstance(params, Params) else params
         self.cfg = self.decoder.cfg
         self.tokenizer = tokenizer
