@@ -32,11 +32,13 @@ run: $(STAMP)
 		$(BIN)/anekit train --out '$(OUT)' $(ARGS); \
 	fi
 
-# lint-imports checks pyproject.toml's layer contract ([tool.importlinter]) on this checkout's source.
+# lint-imports checks pyproject.toml's layer contract ([tool.importlinter]) on this checkout's source; mypy
+# type-checks src/anekit with pyproject.toml's [tool.mypy] settings (0 errors, no stale ignores).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	PYTHONPATH=src $(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_REPORT)
