@@ -225,29 +225,30 @@ class Packed:
             raise LayoutError(f"[{kb.name}] linear_t '{tag}' has no terms")
         stacked = self._stacked(terms)
         if stacked is not None:  # the input stacks the terms as a segment stacks their matrices: one product
-            x = dynamic_slice(kb, columns, columns.activation.name)  # (1, K, 1, S): the whole stack
+            stack = dynamic_slice(kb, columns, columns.activation.name)  # (1, K, 1, S): the whole stack
             w = dynamic_slice(kb, columns, stacked)  # (1, K, 1, N)
-            return dynamic_linear(kb, x, w, tag, name=name)  # (1, N, 1, S)
+            return dynamic_linear(kb, stack, w, tag, name=name)  # (1, N, 1, S)
         if len(terms) == 1:
-            x, key, _ = terms[0]
-            a = self.act(x) if isinstance(x, str) else x  # (1, K, 1, S)
-            segment, transposed = self._segment(key)
+            a = self._input(terms[0][0])  # (1, K, 1, S)
+            segment, transposed = self._segment(terms[0][1])
             w = dynamic_slice(kb, columns, segment)  # (1, K, 1, N) or (1, N, 1, K)
             return dynamic_linear(kb, a, w, tag, not transposed, name=name)  # (1, N, 1, S)
-        total = None
-        for i, (x, key, label) in enumerate(terms):  # products in token rows, summed, transposed back once
-            a = self.act(x) if isinstance(x, str) else x  # (1, K, 1, S)
+        products = []
+        for x, key, label in terms:  # products in token rows, summed there, transposed back once
+            a = self._input(x)  # (1, K, 1, S)
             at = token_rows(kb, a, a.name)  # (1, 1, S, K)
             segment, transposed = self._segment(key)
-            w = dynamic_slice(kb, columns, segment)
+            w = dynamic_slice(kb, columns, segment)  # (1, K, 1, N) or (1, N, 1, K)
             product = f"{tag}{PACKED_NAMES[label]}" if label in PACKED_NAMES else f"{tag}_{label}"
-            y = rows_product(kb, at, w, product, not transposed)  # (1, 1, S, N)
-            last = i == len(terms) - 1
-            total = (
-                y if total is None else kb.f.add(x=total, y=y, name=f"{tag}_sum" if last else f"{tag}_sum{i}")
-            )
-        assert total is not None
+            products.append(rows_product(kb, at, w, product, not transposed))  # (1, 1, S, N)
+        total = products[0]
+        for i, y in enumerate(products[1:], 2):  # the partial sums numbered, the whole sum ``<tag>_sum``
+            total = kb.f.add(x=total, y=y, name=f"{tag}_sum" if i == len(products) else f"{tag}_sum{i}")
         return rows_to_channels(kb, total, tag, name)  # (1, N, 1, S)
+
+    def _input(self, x: Var | str) -> Var:
+        """A term's activations: ``x`` itself, or the input part it names."""
+        return self.act(x) if isinstance(x, str) else x
 
     def _stacked(self, terms: Sequence[Term]) -> str | None:
         """The segment stacking exactly the terms' matrices (each as stored) when the terms are the
