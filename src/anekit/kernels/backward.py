@@ -62,7 +62,7 @@ def ffn_backward(src: WeightSource, *, down: bool = True, up: bool = True) -> di
     Every input part is read before the first product."""
     parts = ("dffn",) if down else ("dgate",)
     acts = {n: src.act(n) for n in parts + (("h1", "h3") if up else ())}  # (1, dim | hidden, 1, S) each
-    if down:  # alone in its kernel, dgate is the kernel's output, named so
+    if down:  # without ``up``, dgate is the kernel's one output, its op named so
         dgate = src.linear_t([(acts["dffn"], "w2", "w2")], "dgate", name=None if up else OUTPUT)
     else:
         dgate = acts["dgate"]  # (1, hidden, 1, S)

@@ -255,9 +255,10 @@ class Packed:
         activation parts, in order, stacked in the one activation segment; else None."""
         if len(self.columns.activation_segments) != 1 or len(terms) < 2:
             return None
-        if [t[0] for t in terms] != list(self.activations.names):
+        parts = list(self.activations.names)
+        if [t[0] for t in terms] != parts:
             return None
-        want = [(key, self.activations.range(x)[1], False) for x, key, _ in terms]  # type: ignore[arg-type]
+        want = [(key, self.activations.range(part)[1], False) for part, (_, key, _) in zip(parts, terms)]
         for s in self.columns.segments:
             if [tuple(src) for src in s.sources] == want:
                 return s.name
