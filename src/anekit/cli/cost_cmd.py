@@ -143,14 +143,15 @@ def run_cost(args: argparse.Namespace) -> int:
         return 0
     on = "any chip (per kernel, the slowest device" if args.chip == ANY else f"{perf.label} ({perf.name}"
     print(f"{what} on {on}, {args.route} route) — predicted engine time (a model, not a measurement)")
+    width = max(22, *(len(r["name"]) for r in rows))  # a sliding kind's names are longer
     print(
-        f"{'kernel':<22} {'calls':>5} {'GFLOP':>7} {'MB moved':>9} {'weight MB':>9} {'ms/call':>8} "
+        f"{'kernel':<{width}} {'calls':>5} {'GFLOP':>7} {'MB moved':>9} {'weight MB':>9} {'ms/call':>8} "
         f"{'ms total':>9}  bound"
     )
     for r in rows:
         spill = " (spills)" if r["spills"] else ""
         print(
-            f"{r['name']:<22} {r['calls']:>5} {r['gflop']:>7.3f} {r['mb_moved']:>9.2f} "
+            f"{r['name']:<{width}} {r['calls']:>5} {r['gflop']:>7.3f} {r['mb_moved']:>9.2f} "
             f"{r['weight_mb']:>9.2f} {r['ms']:>8.3f} {r['total_ms']:>9.2f}  {r['bound']}{spill}"
         )
     label = "step, engine part" if args.config is not None else "total"

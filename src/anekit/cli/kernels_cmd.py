@@ -71,10 +71,10 @@ def check_out(out: Path, force: bool, model: str | None = None) -> None:
         )
 
 
-def _line(k: DumpedKernel) -> str:
+def _line(k: DumpedKernel, width: int = 18) -> str:
     shape_in = f"[1, {k.input.channels}, 1, {k.input.spatial}]"
     shape_out = f"[1, {k.output.channels}, 1, {k.output.spatial}]"
-    return f"{k.name:>18}: {k.ops:4d} ops, in {shape_in} -> out {shape_out}"
+    return f"{k.name:>{width}}: {k.ops:4d} ops, in {shape_in} -> out {shape_out}"
 
 
 def run_dump(args: argparse.Namespace) -> int:
@@ -93,7 +93,8 @@ def run_dump(args: argparse.Namespace) -> int:
         remove_stale_temporaries(args.out.parent, TEMP_KIND)  # what killed dumps left; never a live one's
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:
-            lines = [_line(k) for k in write_kernels(tmp, names, cfg, weights)]
+            width = max(18, *(len(n) for n in names))  # a sliding kind's names are longer
+            lines = [_line(k, width) for k in write_kernels(tmp, names, cfg, weights)]
             replace_path(tmp, args.out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,10 @@ Mirrors ``anekit.llama.step`` (read it for the data flow). Per layer, forward th
   ``sdpa_bwd1`` (compiled with Wo = I), ``sdpa_bwd2``, ``qkv_bwd_dynamic`` (8 evaluations per layer,
   compiled once for every layer).
 
+A model with sliding layers (Gemma 3) runs each attention kernel of its sliding layers in that kind's
+program (the banded mask, the local RoPE tables): the step prices it as a kernel of its own over those
+layers.
+
 The head (final RMSNorm, tied classifier, cross-entropy), every RMSNorm backward and every weight
 gradient run on the CPU: the step time predicted here is the engine part only. ``host_flops`` states
 the CPU's share of the arithmetic, which this model does not time.
@@ -19,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anekit.cost.work import Work, count
-from anekit.kernels import attention_bwd, backward, dynamic, forward
+from anekit.kernels import catalog
 from anekit.kernels.config import ModelConfig
 
 WEIGHT_MODES = ("baked", "dynamic")
@@ -41,32 +45,45 @@ class StepKernel:
 
 
 def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
-    """Every kernel a training step of ``cfg`` evaluates, in step order (generated from shapes only)."""
+    """Every kernel a training step of ``cfg`` evaluates, in step order (generated from shapes only).
+
+    A kernel whose program depends on the layer kind (``catalog.BY_KIND``: the attention mask and RoPE
+    tables) is priced per kind, over the layers of that kind: "sdpa_fwd" for the full layers,
+    "sdpa_fwd_sliding" for Gemma 3's sliding ones (``catalog.with_kinds``'s names); a kind no layer has
+    is left out (Llama: every kernel once, over every layer)."""
     if weights not in WEIGHT_MODES:
         raise ValueError(f"weights must be one of {WEIGHT_MODES}, not {weights!r}")
-    n = cfg.n_layers
-    if weights == "baked":
-        specs = [
-            ("sdpa_fwd", forward.sdpa_fwd(cfg, None), "attention", "forward"),
-            ("ffn_fwd", forward.ffn_fwd(cfg, None), "ffn", "forward"),
-            ("ffn_bwd", backward.ffn_bwd(cfg, None), "ffn", "backward"),
-            ("sdpa_bwd1", attention_bwd.sdpa_bwd1(cfg, None), "attention", "backward"),
-        ]
-    else:
-        specs = [
-            ("sdpa_fwd_dynamic", dynamic.sdpa_fwd_dynamic(cfg), "attention", "forward"),
-            ("ffn_fwd_dynamic", dynamic.ffn_fwd_dynamic(cfg), "ffn", "forward"),
-            ("ffn_bwd_w2t_dynamic", dynamic.ffn_bwd_w2t_dynamic(cfg), "ffn", "backward"),
-            ("ffn_bwd_w13t_dynamic", dynamic.ffn_bwd_w13t_dynamic(cfg), "ffn", "backward"),
-            ("wo_t", dynamic.wo_t_dynamic(cfg), "attention", "backward"),
-            ("sdpa_bwd1", attention_bwd.sdpa_bwd1_weightless(cfg), "attention", "backward"),
-        ]
-    specs.append(("sdpa_bwd2", attention_bwd.sdpa_bwd2(cfg), "attention", "backward"))
-    if weights == "baked":
-        specs.append(("qkv_bwd", attention_bwd.qkv_bwd(cfg, None), "attention", "backward"))
-    else:
-        specs.append(("qkv_bwd_dynamic", dynamic.qkv_bwd_dynamic(cfg), "attention", "backward"))
-    return [StepKernel(count(spec.program, name), 1, n, kind, d) for name, spec, kind, d in specs]
+    kinds = {k: sum(cfg.layer_type(i) == k for i in range(cfg.n_layers)) for k in cfg.layer_kinds}
+    names = BAKED_STEP if weights == "baked" else DYNAMIC_STEP
+    out = []
+    for name, catalog_name, part, direction in names:
+        for kind, layers in kinds.items() if catalog_name in catalog.BY_KIND else [("full", cfg.n_layers)]:
+            label = name if kind == "full" else f"{name}_{kind}"
+            generated = f"{catalog_name}_{kind}" if kind != "full" else catalog_name
+            spec = catalog.build(generated, cfg, None)
+            out.append(StepKernel(count(spec.program, label), 1, layers, part, direction))
+    return out
+
+
+# (name in the step, the catalog's kernel, part of the layer, direction), in step order.
+BAKED_STEP = (
+    ("sdpa_fwd", "sdpa_fwd", "attention", "forward"),
+    ("ffn_fwd", "ffn_fwd", "ffn", "forward"),
+    ("ffn_bwd", "ffn_bwd", "ffn", "backward"),
+    ("sdpa_bwd1", "sdpa_bwd1", "attention", "backward"),
+    ("sdpa_bwd2", "sdpa_bwd2", "attention", "backward"),
+    ("qkv_bwd", "qkv_bwd", "attention", "backward"),
+)
+DYNAMIC_STEP = (
+    ("sdpa_fwd_dynamic", "sdpa_fwd_dynamic", "attention", "forward"),
+    ("ffn_fwd_dynamic", "ffn_fwd_dynamic", "ffn", "forward"),
+    ("ffn_bwd_w2t_dynamic", "ffn_bwd_w2t_dynamic", "ffn", "backward"),
+    ("ffn_bwd_w13t_dynamic", "ffn_bwd_w13t_dynamic", "ffn", "backward"),
+    ("wo_t", "wo_t_dynamic", "attention", "backward"),
+    ("sdpa_bwd1", "sdpa_bwd1_weightless", "attention", "backward"),
+    ("sdpa_bwd2", "sdpa_bwd2", "attention", "backward"),
+    ("qkv_bwd_dynamic", "qkv_bwd_dynamic", "attention", "backward"),
+)
 
 
 def host_flops(cfg: ModelConfig) -> float:

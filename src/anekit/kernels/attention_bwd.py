@@ -21,9 +21,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.blocks import OUTPUT, KernelBuilder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.source import Baked, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout
+from anekit.mil import Var
 
 Weights = Mapping[str, np.ndarray] | None
 
@@ -71,14 +73,14 @@ def sdpa_bwd1(
     """
     inputs, outputs = sdpa_bwd1_layouts(cfg, da_input)
     kb = KernelBuilder("sdpa_bwd1", cfg, inputs, weights, kind)
-    d, qd, h, kvh = cfg.dim, cfg.q_dim, cfg.n_heads, cfg.n_kv_heads
+    h, kvh = cfg.n_heads, cfg.n_kv_heads
     qh = kb.heads(kb.part("q"), h, "qh")  # (1, H, S, hd)
     kh = kb.heads(kb.part("k"), kvh, "kh")  # (1, KVH, S, hd)
     vh = kb.heads(kb.part("v"), kvh, "vh")  # (1, KVH, S, hd)
     if da_input:
         da = kb.part("da")  # (1, q_dim, 1, S)
     else:
-        da = kb.conv(kb.part("do"), kb.matrix("wot", "wo", qd, d, transpose=True), "da")  # (1, q_dim, 1, S)
+        da = Baked(kb).linear_t([("do", "wo", "o")], "da")  # (1, q_dim, 1, S): Wo^T do
     dag = kb.group_queries(kb.heads(da, h, "dah"), "dag")  # (1, KVH, G*S, hd)
     probs = kb.attention_probs(qh, kh, "att")  # (1, H, S, S)
     pg = kb.group_queries(probs, "pg")  # (1, KVH, G*S, S)
@@ -148,11 +150,13 @@ def qkv_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     engine (2048).
     """
     inputs, outputs = qkv_bwd_layouts(cfg)
-    kb = KernelBuilder("qkv_bwd", cfg, inputs, weights)
-    d, qd, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    dxq = kb.conv(kb.part("dq"), kb.matrix("wqt", "wq", d, qd, transpose=True), "dx_q")  # (1, dim, 1, S)
-    dxk = kb.conv(kb.part("dk"), kb.matrix("wkt", "wk", d, kv, transpose=True), "dx_k")  # (1, dim, 1, S)
-    dxv = kb.conv(kb.part("dv"), kb.matrix("wvt", "wv", d, kv, transpose=True), "dx_v")  # (1, dim, 1, S)
-    dxqk = kb.f.add(x=dxq, y=dxk, name="dx_qk")  # (1, dim, 1, S)
-    dx = kb.f.add(x=dxqk, y=dxv, name="dx")  # (1, dim, 1, S)
-    return kb.finish(outputs, {"dx": dx})
+    src = Baked(KernelBuilder("qkv_bwd", cfg, inputs, weights))
+    return src.finish(outputs, qkv_backward(src))
+
+
+def qkv_backward(src: WeightSource) -> dict[str, Var]:
+    """dx = Wq^T dq + Wk^T dk + Wv^T dv over a weight source, as the tap dx: baked (``qkv_bwd``) three
+    convs of the input's parts and two adds; packed (``dynamic.qkv_bwd_dynamic``) one product of the
+    stacked input [dq; dk; dv] with the segment stacking [Wq; Wk; Wv]."""
+    terms = [("dq", "wq", "q"), ("dk", "wk", "k"), ("dv", "wv", "v")]
+    return {"dx": src.linear_t(terms, "dx", name=OUTPUT)}  # (1, dim, 1, S): the kernel's one output

@@ -6,6 +6,9 @@ RMSNorm scale's dw) are left to the host, which holds the forward taps. The tied
 gradient (embed^T @ dlogits, a vocab-deep product) is a float32 sgemm on the host too, as in
 maderix/ANE training/train_large.m: no hardware-run kernel contracts over the vocabulary.
 ``weights=None`` generates the program from shapes only.
+
+The FFN backward is written once, ``ffn_backward`` over a weight source (``anekit.kernels.source``):
+baked here, packed into the two dynamic kernels of ``anekit.kernels.dynamic``.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.blocks import OUTPUT, KernelBuilder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.source import Baked, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout
+from anekit.mil import Var
 
 Weights = Mapping[str, np.ndarray] | None
 
@@ -32,7 +37,9 @@ def ffn_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:
 
 
 def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
-    """Gradients of ffn_out = W2 (silu(h1) * h3) with h1 = W1 xn, h3 = W3 xn.
+    """Gradients of ffn_out = W2 (silu(h1) * h3) with h1 = W1 xn, h3 = W3 xn, the weights baked
+    (``ffn_backward`` over ``source.Baked``; packed, the same products are the two kernels
+    ``dynamic.ffn_bwd_w2t_dynamic`` and ``ffn_bwd_w13t_dynamic``).
 
     Input: concat(dffn (dim), h1 (hidden), h3 (hidden)), dffn the gradient of ffn_out and h1 / h3 the
     forward taps. Output: concat(dx (dim), dh1 (hidden), dh3 (hidden)), dx the gradient w.r.t. the
@@ -43,17 +50,27 @@ def ffn_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     output (the tap ffn_pre), which the host carries back through post_ffn_norm.
     """
     inputs, outputs = ffn_bwd_layouts(cfg)
-    kb = KernelBuilder("ffn_bwd", cfg, inputs, weights)
-    d, h = cfg.dim, cfg.hidden_dim
-    dffn = kb.part("dffn")  # (1, dim, 1, S)
-    h1 = kb.part("h1")  # (1, hidden, 1, S)
-    h3 = kb.part("h3")  # (1, hidden, 1, S)
-    dgate = kb.conv(dffn, kb.matrix("w2t", "w2", h, d, transpose=True), "dgate")  # (1, hidden, 1, S)
-    dh1, dh3 = kb.gate_grads(dgate, h1, h3)  # (1, hidden, 1, S) each
-    dx1 = kb.conv(dh1, kb.matrix("w1t", "w1", d, h, transpose=True), "dx_w1")  # (1, dim, 1, S)
-    dx3 = kb.conv(dh3, kb.matrix("w3t", "w3", d, h, transpose=True), "dx_w3")  # (1, dim, 1, S)
-    dx = kb.f.add(x=dx1, y=dx3, name="dx")  # (1, dim, 1, S)
-    return kb.finish(outputs, {"dx": dx, "dh1": dh1, "dh3": dh3})
+    src = Baked(KernelBuilder("ffn_bwd", cfg, inputs, weights))
+    return src.finish(outputs, ffn_backward(src))
+
+
+def ffn_backward(src: WeightSource, *, down: bool = True, up: bool = True) -> dict[str, Var]:
+    """The FFN backward's products over a weight source, as taps: ``down`` dgate = W2^T dffn (input
+    part dffn), ``up`` the gate's backward and dx = W1^T dh1 + W3^T dh3 (input parts h1, h3, and dgate
+    when ``down`` is not in the same kernel). Both: dx, dh1, dh3 (``ffn_bwd``); ``down`` alone: dgate
+    (``dynamic.ffn_bwd_w2t_dynamic``); ``up`` alone: dx, dh1, dh3 (``dynamic.ffn_bwd_w13t_dynamic``).
+    Every input part is read before the first product."""
+    parts = ("dffn",) if down else ("dgate",)
+    acts = {n: src.act(n) for n in parts + (("h1", "h3") if up else ())}  # (1, dim | hidden, 1, S) each
+    if down:  # without ``up``, dgate is the kernel's one output, its op named so
+        dgate = src.linear_t([(acts["dffn"], "w2", "w2")], "dgate", name=None if up else OUTPUT)
+    else:
+        dgate = acts["dgate"]  # (1, hidden, 1, S)
+    if not up:
+        return {"dgate": dgate}
+    dh1, dh3 = src.kb.gate_grads(dgate, acts["h1"], acts["h3"])  # (1, hidden, 1, S) each: SwiGLU or GeGLU
+    dx = src.linear_t([(dh1, "w1", "w1"), (dh3, "w3", "w3")], "dx")  # (1, dim, 1, S)
+    return {"dx": dx, "dh1": dh1, "dh3": dh3}
 
 
 def rmsnorm_bwd_layouts(cfg: ModelConfig) -> tuple[Layout, Layout]:

@@ -437,7 +437,8 @@ class KernelBuilder:
         """The named results, in layout order, as the function's output ``out``.
 
         Several results are concatenated along channels by a ``concat`` named ``out``. A single result
-        is itself the output: its op is renamed ``out``, as maderix/ANE training/stories_mil.h names its
+        is itself the output: its op is named ``out`` (renamed unless it was computed so), as
+        maderix/ANE training/stories_mil.h names its
         last compute op (a trailing ``identity`` has no precedent: the compiler refuses identity alone).
         A single result that is no computed value (the input itself, a const) gets a ``mul`` by 1.
         """
@@ -451,6 +452,8 @@ class KernelBuilder:
             out = self.f.concat(values=values, axis=1, interleave=False, name=OUTPUT)
         elif values[0].op is None or values[0].op.op_type == "const":
             out = self.f.mul(x=values[0], y=1.0, name=OUTPUT)
+        elif values[0].name == OUTPUT:  # computed under that name already
+            out = values[0]
         else:
             out = self._rename(values[0], OUTPUT)
         self.f.output(out)

@@ -364,16 +364,17 @@ def finish_dynamic(
 ) -> DynamicKernelSpec:
     """``KernelBuilder.finish`` for a dynamic kernel: the spec also carries its column layout.
 
-    Several outputs are concatenated along channels by ``KernelBuilder.finish``. A single output must
-    already be the value of the kernel's last compute op, named ``out``: it is returned as is, never
-    through an ``identity`` (which the compiler refuses as a kernel's only producer of an output).
+    Several outputs are concatenated along channels by ``KernelBuilder.finish``. A single output is
+    returned as is, never through an ``identity`` (which the compiler refuses as a kernel's only
+    producer of an output): a value named ``out`` already, or one whose op ``KernelBuilder.finish``
+    renames ``out``.
     """
-    if len(outputs.parts) == 1:
+    if len(outputs.parts) == 1 and parts[outputs.names[0]].name == "out":
         (part, channels), v = outputs.parts[0], parts[outputs.names[0]]
-        if v.name != "out" or v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[attr-defined]
+        if v.type.shape != (1, channels, 1, outputs.spatial):  # type: ignore[attr-defined]
             raise LayoutError(
-                f"[{kb.name}] the single output '{part}' must be [1, {channels}, 1, {outputs.spatial}] "
-                f"and produced by an op named 'out'; got {v.name}: {v.type}"
+                f"[{kb.name}] the single output '{part}' must be [1, {channels}, 1, {outputs.spatial}]; "
+                f"got {v.name}: {v.type}"
             )
         kb.f.output(v)
         spec = KernelSpec(kb.name, kb.builder.build(), kb.inputs, outputs, kb.pack, kb.shared_files)

@@ -1,8 +1,9 @@
 """Dynamic-weight variants of the fused layer kernels: weights travel in the input, compiled once.
 
-The forward kernels are ``forward.sdpa_forward`` / ``ffn_forward`` given a ``source.Packed`` weight
-source over the column layouts below; the backward kernels, split differently from the baked ones (see
-below), are written here.
+Every kernel here is a builder of the baked kernels given a ``source.Packed`` weight source over the
+column layouts below: the forward ``forward.sdpa_forward`` / ``ffn_forward``, the backward
+``backward.ffn_backward`` (its products split over two kernels, see below) and
+``attention_bwd.qkv_backward``.
 
 Each kernel's single input [1, C, 1, W] holds the activations (channel parts as the baked kernel's
 input) and the trainable weights as named column segments (``composable.SpatialLayout``). A training
@@ -57,19 +58,15 @@ surface of all is ffn_fwd_dynamic's input, 9.5 MiB).
 
 from __future__ import annotations
 
+from anekit.kernels.attention_bwd import qkv_backward
+from anekit.kernels.backward import ffn_backward
 from anekit.kernels.composable import (
     COLUMN_ALIGN,
     DynamicKernelSpec,
     Segment,
     SpatialLayout,
     dynamic_builder,
-    dynamic_linear,
     dynamic_matmul,
-    dynamic_slice,
-    finish_dynamic,
-    rows_product,
-    rows_to_channels,
-    token_rows,
 )
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.forward import ffn_forward, sdpa_forward
@@ -186,12 +183,9 @@ def ffn_bwd_w2t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     """
     columns = ffn_bwd_w2t_dynamic_columns(cfg)
     kb = dynamic_builder("ffn_bwd_w2t_dynamic", cfg, columns)
-    activations = Layout.of([("dffn", cfg.dim)], cfg.seq_len)
-    dffn = Packed(kb, columns, activations).act("dffn")  # (1, dim, 1, S)
-    w2 = dynamic_slice(kb, columns, "w2")  # (1, dim, 1, hidden)
-    dgate = dynamic_linear(kb, dffn, w2, "dgate", name="out")  # (1, hidden, 1, S)
+    src = Packed(kb, columns, Layout.of([("dffn", cfg.dim)], cfg.seq_len))
     outputs = Layout.of([("dgate", cfg.hidden_dim)], cfg.seq_len)
-    return finish_dynamic(kb, activations, columns, outputs, {"dgate": dgate})
+    return src.finish(outputs, ffn_backward(src, up=False))
 
 
 # -- FFN backward, part 2: SwiGLU backward and dx = W1^T dh1 + W3^T dh3 ---------------------------------
@@ -239,13 +233,7 @@ def ffn_bwd_w13t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     kb = dynamic_builder("ffn_bwd_w13t_dynamic", cfg, columns)
     activations, outputs = ffn_bwd_w13t_dynamic_layouts(cfg)
     src = Packed(kb, columns, activations)
-    dgate, h1, h3 = src.act("dgate"), src.act("h1"), src.act("h3")  # (1, hidden, 1, S) each
-    dh1, dh3 = kb.gate_grads(dgate, h1, h3)  # (1, hidden, 1, S) each: SwiGLU or GeGLU
-    dx1 = rows_product(kb, token_rows(kb, dh1, "dh1"), dynamic_slice(kb, columns, "w1"), "dx1")  # (1,1,S,dim)
-    dx3 = rows_product(kb, token_rows(kb, dh3, "dh3"), dynamic_slice(kb, columns, "w3"), "dx3")  # (1,1,S,dim)
-    dxs = kb.f.add(x=dx1, y=dx3, name="dx_sum")  # (1, 1, S, dim)
-    dx = rows_to_channels(kb, dxs, "dx")  # (1, dim, 1, S)
-    return finish_dynamic(kb, activations, columns, outputs, {"dx": dx, "dh1": dh1, "dh3": dh3})
+    return src.finish(outputs, ffn_backward(src, down=False))
 
 
 # -- QKV backward ------------------------------------------------------------------------------------
@@ -284,9 +272,8 @@ def qkv_bwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
     columns = qkv_bwd_dynamic_columns(cfg)
     kb = dynamic_builder("qkv_bwd_dynamic", cfg, columns)
     activations, outputs = qkv_bwd_dynamic_layouts(cfg)
-    dqkv = dynamic_slice(kb, columns, "act")  # (1, q_dim + 2 kv, 1, S)
-    dx = dynamic_linear(kb, dqkv, dynamic_slice(kb, columns, "wqkv"), "dx", name="out")  # (1, dim, 1, S)
-    return finish_dynamic(kb, activations, columns, outputs, {"dx": dx})
+    src = Packed(kb, columns, activations)
+    return src.finish(outputs, qkv_backward(src))
 
 
 def wo_t_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:

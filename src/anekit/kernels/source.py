@@ -9,13 +9,18 @@ A layer kernel is written once (``forward.sdpa_forward``, ``forward.ffn_forward`
   sliced out at run time, and a product is a matmul of the activations' token rows with the segment
   (``composable.dynamic_linear``); the program is compiled once.
 
+The backward kernels (``backward.ffn_backward``, ``attention_bwd.qkv_backward``) ask for the transposed
+products the other way: ``linear_t``, the sum of W^T @ x over terms (one conv per term and adds, baked;
+packed, one matmul of the stacked input where a segment stacks the matrices as the input stacks the
+terms, else a matmul per term summed in the token-row layout).
+
 The two emit their ops in the same order as the kernel asks for them, so a kernel written once gives
 the programs the two hand-written twins gave, byte for byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from anekit.kernels.blocks import KernelBuilder
@@ -25,11 +30,21 @@ from anekit.kernels.composable import (
     dynamic_linear,
     dynamic_slice,
     finish_dynamic,
+    rows_product,
+    rows_to_channels,
     token_rows,
 )
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import Var
+
+# One term of ``WeightSource.linear_t``: (the activations x or the name of an input part, the matrix W,
+# the label naming the product W^T @ x).
+Term = tuple[Var | str, str, str]
+
+# label -> the name the packed FFN backward has always given the token-row product of a term (the names
+# every recorded program hash holds); other labels are named ``<tag>_<label>`` there as when baked.
+PACKED_NAMES = {"w1": "1", "w3": "3"}
 
 
 class WeightSource(Protocol):
@@ -60,6 +75,14 @@ class WeightSource(Protocol):
     def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
         """W @ x for the matrix ``key`` (llama2.c's (out, in)): [1, in, 1, S] -> [1, out, 1, S], its ops
         named after ``tag``; ``rows`` what ``shared_rows(x)`` gave when x feeds several products."""
+        ...
+
+    def linear_t(self, terms: Sequence[Term], tag: str, *, name: str | None = None) -> Var:
+        """The sum over ``terms`` (x, key, label) of W^T @ x for the matrix ``key`` (llama2.c's (out, in)):
+        [1, out, 1, S] each -> [1, in, 1, S], the input gradient through the products W @ x. ``x`` is a
+        value or the name of an activation part; one term's product is named ``tag``, several terms'
+        products ``<tag>_<label>`` and their sum ``tag``; ``name``, when given, names the op giving
+        the result instead (``out``: the kernel's single output)."""
         ...
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> KernelSpec:
@@ -108,6 +131,22 @@ class Baked:
     def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
         out, channels = matrix_shape(self.kb.cfg, key)
         return self.kb.conv(x, self.kb.matrix(key, key, out, channels), tag)  # (1, out, 1, S)
+
+    def linear_t(self, terms: Sequence[Term], tag: str, *, name: str | None = None) -> Var:
+        kb, products = self.kb, []
+        for x, key, label in terms:  # every product first, then the adds
+            a = self.act(x) if isinstance(x, str) else x  # (1, out, 1, S)
+            out, channels = matrix_shape(kb.cfg, key)
+            wt = kb.matrix(f"{key}t", key, channels, out, transpose=True)  # (in, out, 1, 1): W^T
+            one = len(terms) == 1
+            products.append(kb.conv(a, wt, (name or tag) if one else f"{tag}_{label}"))  # (1, in, 1, S)
+        if not products:
+            raise LayoutError(f"[{kb.name}] linear_t '{tag}' has no terms")
+        total, labels = products[0], terms[0][2]
+        for i, ((_, _, label), y) in enumerate(zip(terms[1:], products[1:]), 2):
+            labels += label  # the partial sums named after the labels summed so far, the whole sum ``tag``
+            total = kb.f.add(x=total, y=y, name=(name or tag) if i == len(terms) else f"{tag}_{labels}")
+        return total
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> KernelSpec:
         return self.kb.finish(outputs, taps)
@@ -177,6 +216,53 @@ class Packed:
         if rows is not None:
             return dynamic_linear(self.kb, None, w, tag, transposed, at=rows)  # (1, N, 1, S)
         return dynamic_linear(self.kb, x, w, tag, transposed)  # (1, N, 1, S)
+
+    def linear_t(self, terms: Sequence[Term], tag: str, *, name: str | None = None) -> Var:
+        """W^T @ x is M @ x for M = W^T, whose M^T is W as llama2.c stores it: a segment holding W
+        (``transposed`` False) is used as it is, one holding W^T gets a transpose op (``rows_product``)."""
+        kb, columns = self.kb, self.columns
+        if not terms:
+            raise LayoutError(f"[{kb.name}] linear_t '{tag}' has no terms")
+        stacked = self._stacked(terms)
+        if stacked is not None:  # the input stacks the terms as a segment stacks their matrices: one product
+            stack = dynamic_slice(kb, columns, columns.activation.name)  # (1, K, 1, S): the whole stack
+            w = dynamic_slice(kb, columns, stacked)  # (1, K, 1, N)
+            return dynamic_linear(kb, stack, w, tag, name=name)  # (1, N, 1, S)
+        if len(terms) == 1:
+            a = self._input(terms[0][0])  # (1, K, 1, S)
+            segment, transposed = self._segment(terms[0][1])
+            w = dynamic_slice(kb, columns, segment)  # (1, K, 1, N) or (1, N, 1, K)
+            return dynamic_linear(kb, a, w, tag, not transposed, name=name)  # (1, N, 1, S)
+        products = []
+        for x, key, label in terms:  # products in token rows, summed there, transposed back once
+            a = self._input(x)  # (1, K, 1, S)
+            at = token_rows(kb, a, a.name)  # (1, 1, S, K)
+            segment, transposed = self._segment(key)
+            w = dynamic_slice(kb, columns, segment)  # (1, K, 1, N) or (1, N, 1, K)
+            product = f"{tag}{PACKED_NAMES[label]}" if label in PACKED_NAMES else f"{tag}_{label}"
+            products.append(rows_product(kb, at, w, product, not transposed))  # (1, 1, S, N)
+        total = products[0]
+        for i, y in enumerate(products[1:], 2):  # the partial sums numbered, the whole sum ``<tag>_sum``
+            total = kb.f.add(x=total, y=y, name=f"{tag}_sum" if i == len(products) else f"{tag}_sum{i}")
+        return rows_to_channels(kb, total, tag, name)  # (1, N, 1, S)
+
+    def _input(self, x: Var | str) -> Var:
+        """A term's activations: ``x`` itself, or the input part it names."""
+        return self.act(x) if isinstance(x, str) else x
+
+    def _stacked(self, terms: Sequence[Term]) -> str | None:
+        """The segment stacking exactly the terms' matrices (each as stored) when the terms are the
+        activation parts, in order, stacked in the one activation segment; else None."""
+        if len(self.columns.activation_segments) != 1 or len(terms) < 2:
+            return None
+        parts = list(self.activations.names)
+        if [t[0] for t in terms] != parts:
+            return None
+        want = [(key, self.activations.range(part)[1], False) for part, (_, key, _) in zip(parts, terms)]
+        for s in self.columns.segments:
+            if [tuple(src) for src in s.sources] == want:
+                return s.name
+        return None
 
     def finish(self, outputs: Layout, taps: Mapping[str, Var]) -> DynamicKernelSpec:
         return finish_dynamic(self.kb, self.activations, self.columns, outputs, taps, self.offsets)

@@ -3,7 +3,8 @@
 
 A preset dumps every kernel with random llama2.c-style weights (and, asked, the dynamic-weight
 variants); a Hugging Face model dumps what its training runs (dynamic weights, the head being the
-CPU's) with its own weights of layer 0.
+CPU's) with its own weights of layer 0. A model with sliding layers (Gemma 3) has its attention kernels
+once per layer kind ("sdpa_fwd_dynamic_sliding" beside "sdpa_fwd_dynamic").
 """
 
 from __future__ import annotations
@@ -41,15 +42,25 @@ class DumpedKernel:
 def kernels_of(config: str, cfg: ModelConfig, seed: int = 0, dynamic: bool = False) -> tuple[list[str], dict]:
     """The kernels a dump of ``config`` (a preset's name or a model directory, ``cfg`` its config) holds
     and the weights they are built with (``seed``: of a preset's random weights)."""
+    names = dump_names(config, cfg, dynamic)
+    if is_preset(config):
+        return names, catalog.random_weights(cfg, seed)
+    from anekit.hf.model import load_model
+
+    return names, load_model(config, seq_len=cfg.seq_len).params.kernel_weights(0)
+
+
+def dump_names(config: str, cfg: ModelConfig, dynamic: bool = False) -> list[str]:
+    """The names of the kernels a dump of ``config`` holds: a preset's every kernel (``dynamic``: and the
+    dynamic-weight ones), a model directory's what its training runs; each kernel that depends on the
+    layer kind once per kind ``cfg`` has (``catalog.with_kinds``: Gemma 3's sliding layers' own)."""
     if is_preset(config):
         names = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
         if dynamic:
             names += list(catalog.DYNAMIC_KERNELS)
-        return names, catalog.random_weights(cfg, seed)
-    from anekit.hf.model import load_model
-
-    names = [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS, "sdpa_bwd2"]
-    return names, load_model(config, seq_len=cfg.seq_len).params.kernel_weights(0)
+    else:
+        names = [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS, "sdpa_bwd2"]
+    return catalog.with_kinds(cfg, names)
 
 
 def write_kernels(folder: Path, names: list[str], cfg: ModelConfig, weights: dict) -> list[DumpedKernel]:
