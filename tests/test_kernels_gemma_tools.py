@@ -16,7 +16,6 @@ from anekit.cost import step_kernels
 from anekit.hf.config import parse_config
 from anekit.kernels import catalog
 from anekit.llama import Params
-from anekit.models import gemma3
 from anekit.rules import CHIPS
 from anekit.tools.dump import dump_names
 
@@ -47,12 +46,8 @@ SLIDING = [f"{n}_sliding" for n in TRAINED if n in catalog.BY_KIND]
 
 
 @pytest.fixture
-def gemma_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def gemma_dir(tmp_path: Path) -> Path:
     """The tiny model as a Hugging Face directory (config.json + model.safetensors)."""
-    if "post_att_norm" not in getattr(hf_model, "LAYER_NAMES", {"post_att_norm": ""}):
-        # The safetensors names of this tree's Hugging Face reader are Llama's; Gemma 3's own (its four
-        # norms per layer) are the family file's, which the reader and writer share here.
-        monkeypatch.setattr(hf_model, "LAYER_NAMES", gemma3.LAYER_NAMES)
     hc = parse_config(CONFIG, name="gemma", seq_len=64)
     params = Params.init(hc.cfg, seed=3, tied=True)
     out = tmp_path / "gemma"
