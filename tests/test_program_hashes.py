@@ -41,6 +41,14 @@ HF_CONFIGS = {
     "rope-scaling-bias": HF_BASE.with_(rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8), qkv_bias=True),
     "mqa-norm-norope": HF_BASE.with_(n_kv_heads=1, qk_norm=True, rope=False, attn_head_dim=12),
 }
+# Gemma 3 in small: (1 + w) norms, post-norms, GeGLU, scaled embeddings, its own score scale, sliding layers
+# (window 8 < seq 32) with their own RoPE base beside a full one; recorded when Gemma 3 was added.
+GEMMA_BASE = HF_BASE.with_(
+    n_layers=3, attn_head_dim=16, qk_norm=True, norm_offset=1.0, post_norms=True, mlp_act="gelu_tanh",
+    embed_scale=32**0.5, attn_scale=24**-0.5, sliding_window=8, layer_types=("sliding", "full", "sliding"),
+    rope_theta=1e6, rope_local_theta=1e4,
+)  # fmt: skip
+GEMMA_CONFIGS = {"gemma3-like": GEMMA_BASE}
 EXPORT_BASE = ModelConfig(
     dim=32, hidden_dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=64, seq_len=16
 )
@@ -54,6 +62,7 @@ EXPORT_CONFIGS = {
     "head-dim": EXPORT_BASE.with_(attn_head_dim=4),
     "rope-scaling": EXPORT_BASE.with_(rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8)),
     "stories260K": PRESETS["stories260K"],
+    "gemma3-like": GEMMA_BASE.with_(seq_len=16),
 }
 
 
@@ -73,10 +82,11 @@ def _kernel_programs() -> Iterator[tuple[str, Callable[[], str]]]:
     configs = {
         **{f"preset:{k}": v for k, v in PRESETS.items()},
         **{f"hf:{k}": v for k, v in HF_CONFIGS.items()},
+        **{f"hf:{k}": v for k, v in GEMMA_CONFIGS.items()},
     }
-    baked = [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS]
-    dynamic = [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS]
     for label, cfg in configs.items():
+        baked = catalog.with_kinds(cfg, [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS])
+        dynamic = catalog.with_kinds(cfg, [*catalog.DYNAMIC_KERNELS, *catalog.DYNAMIC_HELPERS])
         small = cfg.dim <= 64
         for name in baked:
             weighted = small or name in ("softmax_vocab",)
