@@ -172,3 +172,46 @@ def test_weights_past_a_dtype_or_not_finite_are_refused_naming_the_tensor() -> N
 )
 def test_why_generation_stopped_in_words(stop: str, said: str) -> None:
     assert sample.why_stopped(SimpleNamespace(stop=stop, prompt_tokens=9), 9, 64).startswith(said)
+
+
+def test_prepare_samples_a_hugging_face_model_as_the_float64_forward_does(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
+
+    from tests.test_hf_cli import _greedy, _model
+
+    directory, info = _model(tmp_path, "tiny_llama2c", "llama3")
+    lib = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    prompt = "the little cat"
+    ids = [info.bos_id, *lib.encode(prompt, add_special_tokens=False).ids]
+    steps = 24
+    want = _greedy(directory, ids, steps - len(ids) + 1, info.size, {info.eos_id})
+    heard: list[tuple[str, str]] = []
+    job = sample.prepare(
+        directory, sample.SampleOptions(prompt=prompt, steps=steps, temperature=0), lambda *m: heard.append(m)
+    )
+    assert "".join(job.pieces()) == lib.decode(ids[1:] + want, skip_special_tokens=True)
+    assert job.stats.generated_tokens == len(want)
+    assert job.why_stopped() in (
+        f"stopped after --steps {steps} positions",
+        "stopped at an end token of the tokenizer",
+    )
+    assert all(kind == "note" for kind, _ in heard)
+
+
+def test_prepare_takes_the_tokenizer_it_is_given_and_refuses_flags_of_another_kind(tmp_path: Path) -> None:
+    model = corpus_path("llama2c", "stories260K.bin")
+    asked: list[int] = []
+
+    def tokenizer_of(cfg, run):
+        asked.append(cfg.vocab_size)
+        assert run is None  # a llama2.c model has no run record
+        raise AnekitError("[test] no tokenizer here")
+
+    with pytest.raises(AnekitError, match=r"^\[test\] no tokenizer here$"):
+        sample.prepare(model, sample.SampleOptions(steps=4), tokenizer_of=tokenizer_of)
+    assert asked == [512]
+    with pytest.raises(AnekitError, match=r"^\[sample\] --chat needs a Hugging Face model directory$"):
+        sample.prepare(model, sample.SampleOptions(chat=True))
+    with pytest.raises(AnekitError, match=r"^\[sample\] --prompt is not UTF-8 text \(at character 1\)$"):
+        sample.prepare(model, sample.SampleOptions(prompt="a\udcff"))

@@ -21,11 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit.cli import flags
-from anekit.errors import AnekitError
-from anekit.inputs import stat_input
-from anekit.kernels.config import preset
 from anekit.tools import sample
-from anekit.tools.model import is_hf_dir, open_model
 from anekit.words import plural
 
 if TYPE_CHECKING:
@@ -115,44 +111,32 @@ def load_tokenizer(args: argparse.Namespace, cfg: DecoderShape, run: dict[str, A
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.llama.sample import Sampler
-
-    if args.config is not None:
-        preset(args.config)  # an unknown name is refused even when MODEL's own header makes it unneeded
-    try:
-        args.prompt.encode("utf-8")  # bytes that are not UTF-8 reach argv as lone surrogates
-    except UnicodeEncodeError as e:
-        raise AnekitError(f"[sample] --prompt is not UTF-8 text (at character {e.start})") from None
-    stat_input(args.model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
-    hf = is_hf_dir(args.model)
-    sample.check_options(hf, args.chat, args.adapters, args.tokenizer, args.config)
-    opened = open_model(args.model, args.config, exports=True)
-    for note in opened.notes:
-        print(f"anekit: note: {note}", file=sys.stderr)
-    decoder = sample.ready(opened, args.steps, args.adapters)
-    if not hf:
-        sampler = Sampler(decoder, load_tokenizer(args, opened.cfg, opened.run))
-        return _generate(args, sampler, args.prompt)
-    tok = sample.hf_tokenizer(opened)
-    sampler = Sampler(decoder, tok)
-    if not args.chat:
-        return _generate(args, sampler, args.prompt)
-    return _generate(args, sampler, sample.chat_prompt(tok, args.prompt), chat=True)
-
-
-def _generate(args: argparse.Namespace, sampler: Any, prompt: str, chat: bool = False) -> int:
-    """Print the text generated from ``prompt``, then the speed line on stderr."""
+    options = sample.SampleOptions(
+        prompt=args.prompt,
+        steps=args.steps,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        chat=args.chat,
+        adapters=args.adapters,
+        tokenizer=args.tokenizer,
+        config=args.config,
+    )
+    job = sample.prepare(args.model, options, _say, lambda cfg, run: load_tokenizer(args, cfg, run))
     out = sys.stdout
-    for piece in sample.generate(sampler, prompt, args.steps, args.temperature, args.top_p, args.seed, chat):
+    for piece in job.pieces():
         out.write(piece)
         out.flush()
     out.write("\n")
     out.flush()
-    s = sampler.stats
+    s = job.stats
     print(
         f"{plural(s.generated_tokens, 'token')} generated, {plural(s.positions, 'position')} in "
-        f"{s.seconds:.2f} s: "
-        f"{s.tokens_per_second:.1f} tokens/s; {sample.why_stopped(s, args.steps, sampler.cfg.seq_len)}",
+        f"{s.seconds:.2f} s: {s.tokens_per_second:.1f} tokens/s; {job.why_stopped()}",
         file=sys.stderr,
     )
     return 0
+
+
+def _say(kind: str, text: str) -> None:
+    print(f"anekit: {kind}: {text}", file=sys.stderr)

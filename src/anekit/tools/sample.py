@@ -1,5 +1,6 @@
 """The sample job: a model opened for generation (its checks), the model's own tokenizer, and the text
-generated with the reason it stopped.
+generated with the reason it stopped. ``prepare`` does it all from a path and ``SampleOptions``; the
+steps are callable one by one too.
 
 The tokenizer must be the model's (``find_tokenizer``): the one named, else the one an export records it
 carried (``anekit.tokenizer_files``), else one in or beside the model (``anekit.tools.model``), else the
@@ -11,19 +12,109 @@ record names, is an error naming what to pass, never a fallback.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit.errors import AnekitError
-from anekit.inputs import LIMITS, check_input
-from anekit.tools.model import TOKENIZER_FILES, OpenedModel, check_finite, is_export, tokenizer_places
+from anekit.inputs import LIMITS, check_input, stat_input
+from anekit.kernels.config import preset
+from anekit.tools.model import (
+    TOKENIZER_FILES,
+    OpenedModel,
+    check_finite,
+    is_export,
+    is_hf_dir,
+    open_model,
+    tokenizer_places,
+)
 
 if TYPE_CHECKING:
     from anekit.llama.sample import DecoderShape
 
 Recorded = tuple[str | None, str]  # (path, sha256) of the tokenizer a run record names
+Report = Callable[[str, str], None]  # ("note" or "warning", text): what the job has to say on the way
+TokenizerOf = Callable[["DecoderShape", "dict[str, Any] | None"], Any]  # (cfg, run record) -> tokenizer
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """What to generate (``anekit sample``'s flags)."""
+
+    prompt: str = ""  # the text to start from ("": a story from BOS)
+    steps: int = 256  # positions to run, prompt included (capped at the model's seq_len)
+    temperature: float = 1.0  # 0 is greedy
+    top_p: float = 0.9  # nucleus mass; 1 turns it off
+    seed: int | None = None  # None: from the clock
+    chat: bool = False  # a Hugging Face model: the prompt as a user message through its chat template
+    adapters: Path | None = None  # a Hugging Face model: LoRA adapters (PEFT's format) merged in first
+    tokenizer: Path | None = None  # the model's tokenizer (None: found as the module docstring says)
+    config: str | None = None  # the preset of a BLZT checkpoint without a run record
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A sampler ready to run: ``pieces()`` yields the text, then ``stats`` and ``why_stopped()`` say
+    what happened."""
+
+    sampler: Any
+    prompt: str  # what the sampler starts from (a chat's rendered template)
+    options: SampleOptions
+
+    def pieces(self) -> Iterator[str]:
+        o = self.options
+        return generate(self.sampler, self.prompt, o.steps, o.temperature, o.top_p, o.seed, o.chat)
+
+    @property
+    def stats(self) -> Any:
+        return self.sampler.stats
+
+    def why_stopped(self) -> str:
+        return why_stopped(self.stats, self.options.steps, self.sampler.cfg.seq_len)
+
+
+def _warn(kind: str, text: str) -> None:
+    if kind == "warning":
+        warnings.warn(text, stacklevel=3)
+
+
+def prepare(
+    model: Path, options: SampleOptions, report: Report = _warn, tokenizer_of: TokenizerOf | None = None
+) -> Generation:
+    """The model at ``model`` opened and checked, with its tokenizer, as a ``Generation``. ``report``
+    hears the notes and warnings on the way (default: warnings as Python warnings); ``tokenizer_of``
+    replaces ``find_tokenizer`` for a model that is not a Hugging Face directory (which names its own)."""
+    from anekit.llama.sample import Sampler
+
+    if options.config is not None:
+        preset(
+            options.config
+        )  # an unknown name is refused even when the model's own header makes it unneeded
+    try:
+        options.prompt.encode("utf-8")  # bytes that are not UTF-8 reach argv as lone surrogates
+    except UnicodeEncodeError as e:
+        raise AnekitError(f"[sample] --prompt is not UTF-8 text (at character {e.start})") from None
+    stat_input(model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
+    hf = is_hf_dir(model)
+    check_options(hf, options.chat, options.adapters, options.tokenizer, options.config)
+    opened = open_model(model, options.config, exports=True)
+    for note in opened.notes:
+        report("note", note)
+    decoder = ready(opened, options.steps, options.adapters)
+    if hf:
+        tok = hf_tokenizer(opened)
+        prompt = chat_prompt(tok, options.prompt) if options.chat else options.prompt
+        return Generation(Sampler(decoder, tok), prompt, options)
+    if tokenizer_of is None:
+        found = find_tokenizer(model, opened.cfg, opened.run, options.tokenizer)
+        if found.warning is not None:
+            report("warning", found.warning)
+        tok = found.tokenizer
+    else:
+        tok = tokenizer_of(opened.cfg, opened.run)
+    return Generation(Sampler(decoder, tok), options.prompt, options)
 
 
 @dataclass(frozen=True)
