@@ -16,7 +16,7 @@ import pytest
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
-from anekit.tools import sample
+from anekit.tools import model_tokenizer, sample
 from anekit.tools.export import ExportRequest, check_dtype_range, check_request, export
 from anekit.tools.fuse import fuse_model
 from anekit.tools.model import ModelPathError, OpenedModel, check_finite, open_model
@@ -65,7 +65,7 @@ def test_a_blzt_checkpoint_opens_with_its_weights_and_run_record(tmp_path: Path)
     for (name, got), (_, want) in zip(opened.params.tensors(), params.tensors()):
         np.testing.assert_array_equal(got, want, err_msg=name)
     assert opened.run is not None and opened.run["tokenizer"] == record["tokenizer"]
-    assert sample.recorded_tokenizer(opened.run) == ("tok.model", "ab" * 32)
+    assert model_tokenizer.recorded_tokenizer(opened.run) == ("tok.model", "ab" * 32)
     assert opened.tokenizer_files == ()
 
 
@@ -122,13 +122,13 @@ def test_the_tokenizer_must_be_the_models() -> None:
     with pytest.raises(
         AnekitError, match=r"\(--tokenizer\) has 32000 tokens but the model's vocab_size is 512"
     ):
-        sample.find_tokenizer(model, cfg, None, tok)
+        model_tokenizer.find_tokenizer(model, cfg, None, tok)
     run = {"tokenizer": {"path": "trained.model", "sha256": "0" * 64}}
     with pytest.raises(AnekitError, match=r"is not the one the model was trained with: pass --tokenizer "):
-        sample.find_tokenizer(model, cfg, run, tok)
+        model_tokenizer.find_tokenizer(model, cfg, run, tok)
     right = {"tokenizer": {"path": str(tok), "sha256": hashlib.sha256(tok.read_bytes()).hexdigest()}}
     with pytest.raises(AnekitError, match=r"has 32000 tokens"):  # the sha256 agrees; the size still does not
-        sample.find_tokenizer(model, cfg, right, tok)
+        model_tokenizer.find_tokenizer(model, cfg, right, tok)
 
 
 def test_options_that_do_not_apply_to_the_kind_are_refused() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit.cli import flags
-from anekit.tools import sample
+from anekit.tools import model_tokenizer, sample
 from anekit.words import plural
 
 if TYPE_CHECKING:
@@ -103,8 +103,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def load_tokenizer(args: argparse.Namespace, cfg: DecoderShape, run: dict[str, Any] | None = None) -> Any:
-    """The model's tokenizer (``anekit.tools.sample.find_tokenizer``); a warning it brings goes to stderr."""
-    found = sample.find_tokenizer(args.model, cfg, run, args.tokenizer)
+    """The model's tokenizer (``anekit.tools.model_tokenizer.find_tokenizer``); a warning it brings goes
+    to stderr."""
+    found = model_tokenizer.find_tokenizer(args.model, cfg, run, args.tokenizer)
     if found.warning is not None:
         print(f"anekit: warning: {found.warning}", file=sys.stderr)
     return found.tokenizer
