@@ -4,7 +4,8 @@ MODEL is a Hugging Face model directory, ADAPTERS a directory in PEFT's format (
 adapter_model.safetensors: what ``anekit train --lora`` writes to OUT/adapters, or what PEFT saves). Each
 adapted matrix becomes W + (alpha / r) B A; OUT is MODEL's directory with those weights, every tensor in
 the checkpoint's own dtype, its config and tokenizer files copied (``anekit.hf.model.write_model``), so
-transformers, mlx-lm and every anekit command read it as the fine-tuned model.
+transformers, mlx-lm and every anekit command read it as the fine-tuned model. The job is
+``anekit.tools.fuse``; this module parses and prints.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anekit.errors import AnekitError
-from anekit.outputs import check_apart, check_dir, looks_like, writing
-
-HF_MARKERS = ("model.safetensors", "model.safetensors.index.json")  # what makes OUT a previous fuse
+from anekit.tools.fuse import fuse_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,40 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def check_out(args: argparse.Namespace) -> None:
-    """Refuse an OUT that cannot be written, or that exists and is not a model directory --force may
-    replace."""
-    what = "[fuse] OUT"
-    check_apart(args.out, what, (("MODEL", args.model), ("ADAPTERS", args.adapters)))  # even with --force
-    check_dir(args.out, what)  # a file in its place, a missing parent, a path too long: one line
-    if args.out.exists() and not (args.force and looks_like(args.out, *HF_MARKERS)):
-        raise AnekitError(
-            f"{what} {args.out} exists"
-            + (" (use --force to replace it)" if looks_like(args.out, *HF_MARKERS) else " and is not a model")
-        )
-
-
 def run(args: argparse.Namespace) -> int:
-    from anekit.cli.sample_cmd import check_finite
-    from anekit.fileio import DirLock, terminate_unwinds
-    from anekit.hf.adapters import fuse, read_adapters
-    from anekit.hf.config import is_model_dir
-    from anekit.hf.model import load_model, write_model
-
-    if not is_model_dir(args.model):
-        raise AnekitError(f"[fuse] MODEL {args.model} is not a Hugging Face model directory (no config.json)")
-    check_out(args)
-    model = load_model(args.model)
-    adapters = read_adapters(args.adapters, model.cfg)
-    fused = check_finite(fuse(model.params, adapters), args.adapters, "fuse")
-    with writing(args.out, "[fuse]"), terminate_unwinds("[fuse]"), DirLock.beside(args.out, "anekit fuse"):
-        check_out(args)  # again under the lock: a fuse that finished meanwhile may have written OUT
-        written = write_model(fused, args.out, source=model, dtype=args.dtype)
-    spec = adapters.spec
+    result = fuse_model(args.model, args.adapters, args.out, args.dtype, args.force)
     print(
-        f"fused {len(adapters.matrices())} adapted matrices (rank {spec.rank}, scale {spec.scale:g}) into "
-        f"{args.out}"
+        f"fused {result.matrices} adapted matrices (rank {result.rank}, scale {result.scale:g}) into "
+        f"{result.out}"
     )
-    for path in written:
+    for path in result.written:
         print(f"wrote {path}")
     return 0
