@@ -12,7 +12,7 @@ products of each decode step.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -105,18 +105,20 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 GATES = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 
-def check_norm_input(x: np.ndarray, what: str, pos: int) -> None:
+def check_norm_input(x: np.ndarray, what: str | Callable[[], str], pos: int) -> None:
     """``x`` (dim, T), about to be RMS-normalised, is finite and each column's sum of squares fits float32
     (else the norm would silently give zeros). One dot product decides almost always: no column's sum
     exceeds the total, so a finite total clears them all; only a total that overflowed is looked at column
-    by column (a per-token check in the decode loop, so it must cost no more than one pass)."""
+    by column (a per-token check in the decode loop, so it must cost no more than one pass). ``what``
+    names the input in the error; a callable is only called to write one."""
     flat = x.reshape(-1)
     if math.isfinite(float(np.dot(flat, flat))):
         return
     columns = np.einsum("ct,ct->t", x, x)  # (T,) float32 sums of squares
     if not np.isfinite(columns).all():
+        named = what if isinstance(what, str) else what()
         raise AnekitError(
-            f"[sample] {what} at position {pos} is too large for float32 (not finite, or its RMSNorm's mean "
+            f"[sample] {named} at position {pos} is too large for float32 (not finite, or its RMSNorm's mean "
             f"square overflows): {TOO_LARGE}"
         )
 
@@ -181,7 +183,7 @@ class CpuBlocks:
         }.get(key, f"layer {i}'s {key} input")
 
     def rms_norm(self, x: np.ndarray, weight: str, *, offset: float, name: str) -> np.ndarray:
-        check_norm_input(x, self._what(weight), self.pos)
+        check_norm_input(x, lambda: self._what(weight), self.pos)  # named only when it fails
         return cpu_ops.rmsnorm(x, self._scale(weight, offset), self.cfg.norm_eps)  # (dim, T)
 
     def head_rms_norm(
