@@ -20,8 +20,8 @@ from anekit.llama.step import (
     forward_layers,
     make_kernels,
     train_step,
-    unscale,
 )
+from tests.test_llama_step_hf import _step  # one step, its gradients unscaled
 
 # Two layers, the first sliding (window 8 of 32 positions) with RoPE base 10^4, the second full with 10^6;
 # q_dim 64 != dim 32; query_pre_attn_scalar 24 (not head_dim 16).
@@ -125,18 +125,6 @@ def _window(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return w[:-1], w[1:]
 
 
-def _step(params: Params, mode: str, tokens, targets) -> tuple[float, Params]:
-    kernels = make_kernels(runtime.open("sim"), CFG, mode)
-    kernels.compile(params, Timer())
-    grads = params.zeros_like()
-    scale = 256.0
-    result = train_step(kernels, params, grads, tokens, targets, Timer(), loss_scale=scale)
-    kernels.close()
-    assert result.finite and not result.overflowed
-    assert unscale(grads, 1.0 / scale)
-    return result.loss, grads
-
-
 @pytest.mark.parametrize("mode", ["baked", "dynamic"])
 def test_forward_matches_the_float64_layers(mode):
     params = _params(CFG, seed=3)
@@ -153,7 +141,7 @@ def test_forward_matches_the_float64_layers(mode):
 def test_step_gradients_match_float64_finite_differences(mode):
     params = _params(CFG, seed=7)
     tokens, targets = _window(seed=8)
-    loss, grads = _step(params, mode, tokens, targets)
+    loss, grads = _step(CFG, params, mode, tokens, targets)
     w = {k: v.astype(np.float64) for k, v in params.tensors()}
     want_loss = _loss(w, tokens, targets)
     assert abs(loss - want_loss) < 5e-3 * want_loss
