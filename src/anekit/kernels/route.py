@@ -1,0 +1,71 @@
+"""How the training step's kernels are cut: the construct choices of one training route.
+
+The engine layer decides which route a chip and macOS version get, from the hardware runs of each
+construct (``anekit.engine.routes``); this module is the kernels' side of it, the four choices the
+lowerings and the step act on:
+
+- ``weights``: "baked" (BLOBFILE consts in 1x1 convs; recompiled when the weights change) or "dynamic"
+  (weights travel in the input and a matmul consumes them; compiled once);
+- ``attention``: "engine" (scores, softmax and probs @ V in the SDPA kernels, as matmuls) or "host" (the
+  engine runs only the projections as 1x1 convs; the attention core and its backward run on the host);
+- ``norm``: "engine" (the RMSNorm fused into the kernel that reads it) or "host" (the host normalises and
+  the kernel reads the normalised input);
+- ``rope``: "conv" (the pair swap as a constant 1x1 conv), "slice" (the pair swap written as hardware-run
+  code writes it: reshape, slice, negate, concat) or "host" (RoPE on the host, with host attention).
+
+``LEGACY`` is the kernel set anekit built before routes existed (and still builds when no chip is named
+off a Mac): dynamic or baked weights, everything on the engine, the swap conv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anekit.errors import AnekitError
+
+WEIGHTS = ("baked", "dynamic")
+ATTENTION = ("engine", "host")
+NORM = ("engine", "host")
+ROPE = ("conv", "slice", "host")
+
+
+class BadKernelRoute(AnekitError, ValueError):
+    """A training-route choice the kernels cannot build (not the engine layer's direct / e5rt / coreml routes)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class KernelRoute:
+    """The four construct choices of a training route (see the module docstring)."""
+
+    weights: str = "dynamic"
+    attention: str = "engine"
+    norm: str = "engine"
+    rope: str = "conv"
+
+    def __post_init__(self) -> None:
+        for field, value, choices in (
+            ("weights", self.weights, WEIGHTS),
+            ("attention", self.attention, ATTENTION),
+            ("norm", self.norm, NORM),
+            ("rope", self.rope, ROPE),
+        ):
+            if value not in choices:
+                raise BadKernelRoute(f"[kernels] route {field} '{value}' (choose one of: {', '.join(choices)})")
+        if self.attention == "host" and self.weights != "baked":
+            raise BadKernelRoute("[kernels] host attention runs with baked weights only (conv kernels)")
+        if (self.attention == "host") != (self.rope == "host"):
+            raise BadKernelRoute("[kernels] RoPE runs on the host exactly when attention does")
+        if self.attention == "host" and self.norm != "host":
+            raise BadKernelRoute("[kernels] host attention normalises on the host")
+
+    def describe(self) -> str:
+        """``weights baked, attention host, norm host, rope host`` style."""
+        return f"weights {self.weights}, attention {self.attention}, norm {self.norm}, rope {self.rope}"
+
+
+LEGACY = KernelRoute()
+
+__all__ = ["ATTENTION", "LEGACY", "NORM", "ROPE", "WEIGHTS", "KernelRoute", "BadKernelRoute"]
