@@ -30,7 +30,8 @@ ROPE = ("conv", "slice", "host")
 
 
 class BadKernelRoute(AnekitError, ValueError):
-    """A training-route choice the kernels cannot build (not the engine layer's direct / e5rt / coreml routes)."""
+    """A training-route choice the kernels cannot build (not the engine layer's direct / e5rt / coreml
+    routes: those are how a program reaches the engine)."""
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -53,7 +54,8 @@ class KernelRoute:
             ("rope", self.rope, ROPE),
         ):
             if value not in choices:
-                raise BadKernelRoute(f"[kernels] route {field} '{value}' (choose one of: {', '.join(choices)})")
+                named = ", ".join(choices)
+                raise BadKernelRoute(f"[kernels] route {field} '{value}' (choose one of: {named})")
         if self.attention == "host" and self.weights != "baked":
             raise BadKernelRoute("[kernels] host attention runs with baked weights only (conv kernels)")
         if (self.attention == "host") != (self.rope == "host"):
