@@ -12,7 +12,7 @@ another thread run meanwhile.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # The bit layout constants are fp16_bits', which anekit.fp16 reads too, so both paths read one definition.
 from anekit.fp16_bits import F16_LOW_BITS as _LOW13
@@ -333,3 +333,125 @@ def round_port_inplace(
     for i in range(x.size):
         x[i] = _round(x[i])
     return mac_port(x, ceiling, flush)
+
+
+# -- the MAC's 4-lane first stage (anekit.runtime.sim.mac.tiled_product, compiled) ----------------------
+
+_F64_EXP_BIAS = 1023
+_F64_FRACTION_BITS = 52
+_TILE_GUARD = 11  # fp16's 10 fraction bits and one guard bit: the in-tile adder's grid
+_FP16_MIN_EXP = -14
+_TRUNCATE, _EVEN, _AWAY = 0, 1, 2  # how a value is brought onto the fp16 grid (tile and output modes)
+
+
+@njit(cache=True)
+def _exponent(v: float) -> int:
+    """floor(log2 |v|) of a float64, no lower than -14 (a zero's too)."""
+    e = int((np.float64(v).view(np.int64) >> _F64_FRACTION_BITS) & 0x7FF) - _F64_EXP_BIAS
+    return max(e, _FP16_MIN_EXP)
+
+
+@njit(cache=True)
+def _pow2(e: int) -> float:
+    return np.int64((e + _F64_EXP_BIAS) << _F64_FRACTION_BITS).view(np.float64)
+
+
+@njit(cache=True)
+def _to_grid(v: float, grid_exp: int) -> float:
+    """v rounded to the nearest multiple of 2^grid_exp, ties to even (float64 magic-number rounding)."""
+    magic = 1.5 * _pow2(grid_exp + _F64_FRACTION_BITS)
+    return (v + magic) - magic
+
+
+@njit(cache=True)
+def _fp16_grid(v: float, mode: int) -> float:
+    """v (float64) onto the fp16 grid: truncated toward zero (inf-free: at most 65504), to even or away."""
+    if v != v or v == np.inf or v == -np.inf:
+        return v
+    a = abs(v)
+    g = _exponent(a) - 10
+    if mode == _EVEN:
+        r = abs(_to_grid(a, g))
+    else:
+        q = a * _pow2(-g)
+        r = np.floor(q) if mode == _TRUNCATE else np.floor(q + 0.5)
+        r = r * _pow2(g)
+    if r > 65504.0:
+        r = 65504.0 if mode == _TRUNCATE else np.inf
+    return r if v >= 0 else -r
+
+
+_F64_EXP_MASK = np.int64(0x7FF0000000000000)
+_F64_MIN_EXP_BITS = np.int64((_F64_EXP_BIAS + _FP16_MIN_EXP) << _F64_FRACTION_BITS)  # 2^-14's pattern
+
+
+@njit(cache=True, inline="always")
+def _scale_bits(v: float) -> np.int64:
+    """The bit pattern of 2^floor(log2 |v|) (float64), no lower than 2^-14's (a zero's too)."""
+    return max(np.float64(v).view(np.int64) & _F64_EXP_MASK, _F64_MIN_EXP_BITS)
+
+
+@njit(cache=True, inline="always")
+def _on_grid(v: float, scale_bits: np.int64, bits: int) -> float:
+    """v rounded (ties to even) to multiples of 2^(e - bits), 2^e the scale whose pattern is given."""
+    shift = np.int64((_F64_FRACTION_BITS - bits) << _F64_FRACTION_BITS)
+    magic = np.int64(scale_bits + shift).view(np.float64) * 1.5
+    return (v + magic) - magic
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def tiled_matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    over: np.ndarray,
+    ceiling: float,
+    flush: bool,
+    tile_mode: int,
+    out_mode: int,
+) -> None:  # pragma: no cover - compiled
+    """out[m, n] = the first-stage model of a[m, :] . b[:, n] (a (M, K), b (K, N) float32 fp16 values),
+    rows in parallel, each row's outputs side by side: each product rounded to fp16 (flushed where
+    ``flush``), the lanes of each 4-lane tile added in order on the grid one bit below fp16's at the
+    larger operand's exponent (ties to even), the tile brought to fp16 by ``tile_mode``, the tiles summed
+    in float64, the sum brought to fp16 by ``out_mode``; where a tile or running sum reached ``ceiling``,
+    over[m, n] is set and out[m, n] is inf of its sign. The bits of ``mac.tiled_product``'s numpy model."""
+    m_rows, k = a.shape
+    n_cols = b.shape[1]
+    tiny = 2.0**-14
+    for i in prange(m_rows):
+        part = np.zeros(n_cols)
+        acc = np.zeros(n_cols)
+        sign = np.zeros(n_cols)
+        for t in range(0, k, 4):
+            part[:] = 0.0
+            for q in range(t, min(t + 4, k)):
+                aq = np.float64(a[i, q])
+                for j in range(n_cols):
+                    p = aq * np.float64(b[q, j])  # exact: two fp16 values
+                    p = _on_grid(p, _scale_bits(p), 10)  # the product rounded to fp16
+                    if abs(p) > 65504.0:
+                        p = np.inf if p > 0 else -np.inf
+                    if flush and abs(p) < tiny:
+                        p = 0.0
+                    x = part[j]
+                    total = x + p
+                    if abs(total) < np.inf:  # an inf or NaN partial stays what it is
+                        total = _on_grid(total, max(_scale_bits(x), _scale_bits(p)), _TILE_GUARD)
+                    part[j] = total
+            for j in range(n_cols):
+                tile = _fp16_grid(part[j], tile_mode)
+                if flush and abs(tile) < tiny:
+                    tile = 0.0
+                acc[j] += tile
+                if sign[j] == 0.0:
+                    if abs(tile) >= ceiling:
+                        sign[j] = 1.0 if tile > 0 else -1.0
+                    elif abs(acc[j]) >= ceiling:
+                        sign[j] = 1.0 if acc[j] > 0 else -1.0
+        for j in range(n_cols):
+            r = _fp16_grid(acc[j], out_mode)
+            if flush and abs(r) < tiny:
+                r = 0.0
+            over[i, j] = sign[j] != 0.0
+            out[i, j] = sign[j] * np.inf if sign[j] != 0.0 else r

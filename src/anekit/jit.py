@@ -240,3 +240,30 @@ def count_nan(x: np.ndarray) -> int | None:
 def round_fp16_away(x: np.ndarray) -> np.ndarray | None:
     """float32 ``x`` rounded to binary16 values with ties away from zero (a new array), or None."""
     return _into(x, "round_fp16_away_into")
+
+
+_GRID_MODES = {"truncate": 0, "even": 1, "away": 2}  # _jit_loops' codes of the fp16 grid's rounding
+
+
+def tiled_matmul(
+    a: np.ndarray, b: np.ndarray, ceiling: float, flush: bool, tile_rounding: str, ties: str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``runtime.sim.mac.tiled_product`` of 2-d float ``a`` (M, K) and ``b`` (K, N) compiled (the same
+    bits): (the output as float64, where a partial reached ``ceiling``), or None without the loops."""
+    loops = _load()
+    if loops is None or a.ndim != 2 or b.ndim != 2:
+        return None
+    m, n = a.shape[0], b.shape[1]
+    out = np.empty((m, n), np.float32)
+    over = np.zeros((m, n), np.bool_)
+    loops.tiled_matmul(
+        np.ascontiguousarray(a, np.float32),
+        np.ascontiguousarray(b, np.float32),
+        out,
+        over,
+        float(ceiling),
+        bool(flush),
+        _GRID_MODES[tile_rounding],
+        _GRID_MODES[ties],
+    )
+    return out.astype(np.float64), over

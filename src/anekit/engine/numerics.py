@@ -43,6 +43,7 @@ CLIFFS = (
     "sbryngelson/ANEForge bench/numeric_cliffs.py (results: bench/results/ROOFLINES.md, rooflines/*.json)"
 )
 FORGE_DOCS = "sbryngelson/ANEForge docs/numeric-cliffs.md"
+DATAPATH = "sbryngelson/ane-guide part-6-silicon/20-datapath-mac.md"
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 2.0**-14
@@ -205,15 +206,19 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
     ),
     Behaviour(
         "mac.first-stage",
-        "The first reduction stage of a MAC sums tiles of 4 consecutive lanes and rounds each tile to fp16 "
-        "(the value: how a tile rounds); the wide accumulator sums the tiles: [4096] + [1] x 1024 against "
-        "ones gives 5116, and [4000, -4000, 1] x 16 keeps its 16 ones.",
+        "The first reduction stage of a MAC works in tiles of 4 consecutive lanes: within a tile the "
+        "products are added in lane order, each partial rounded (ties to even) one bit below fp16's spacing "
+        "at the larger operand's exponent; the tile leaves the stage rounded to fp16 (the value: how), and "
+        "the wide accumulator sums the tiles. [4096] + [1] x 1024 against ones gives 5116; [b, -b, 1] x 16 "
+        "keeps its 16 ones up to b = 4090 and exactly 4 from 4096 to 30000, in either order of the one.",
         {
             "m1": Finding(
                 "truncate",
                 "measured",
-                f"{GUIDE} 'Wide accumulator' (5116; the listing's cancellation probe; the survivor sweep)",
-                "tile model fitted to the probes",
+                f"{GUIDE} 'Wide accumulator' (5116; tbl:c3-cancel-sweep; 16000 ones exact) and "
+                f"{DATAPATH} 'Radix-4 reduction and wide accumulator' (layout independence; 16 ones next to "
+                "a partial of 8192)",
+                "in-tile guard bit and truncated tile: a model fitted to every published probe",
             ),
             "m5": Finding(
                 "away",
@@ -224,14 +229,20 @@ _BEHAVIOURS: tuple[Behaviour, ...] = (
         },
         "truncate",
         "ANEForge docs/developer/numerics.md: 'a wide, fp32-class accumulator fed by radix-4 fp16-rounded "
-        "input tiles' (no chip named). The rounding inside a tile is not published; anekit fitted it to the "
-        "guide's M1 probes. Each tile's exact sum rounded toward zero reproduces 5116, the listing's 16 "
-        "survivors at 4000, the bit-exact sum of 16000 ones, the layout independence and the sweep's 16 "
-        "survivors up to 4090, but gives 16, 24, 44, 84 where the sweep reports a floor of 4 at 4096, 8000, "
-        "16000, 30000. A sequential fp16 sum within the tile (ties to even) gives that floor and 5116 but "
-        "only 4 survivors at 3000 and 4000 and 28 at 4090; no model tried (tile sums exact or sequential; "
-        "ties even, away or truncated; trees of radix 4) fits every row. Applied exactly to MAC ops of at "
-        "most EXACT_MAC_PRODUCTS products; larger ones accumulate in float32 (within a few fp16 ulps).",
+        "input tiles' (no chip named). The adder inside a tile is not published; anekit fitted it to the "
+        "guide's M1 probes. Reproduced exactly: every row of tbl:c3-cancel-sweep for the orders [b, -b, 1], "
+        "[b, 1, -b] and [1, b, -b] (16, 16, 16, 4, 4, 4, 4), 5116, sixteen thousand ones, the listing's 16 "
+        "at 4000, sixteen ones after a partial of 8192, and the M1 2049 -> 2048 of a matmul. What decides "
+        "it: a one next to a magnitude in [2048, 4096) sits on the guard bit and survives; from 4096 the "
+        "guard grid is 2 and a one is a tie that goes to even; the grid is the larger operand's, so 1 - 4096 "
+        "loses the one as 4096 + 1 does (the layout independence); the tile truncated to fp16 keeps 2049 at "
+        "2048 and leaves 4091 - 4089 = 2 per pair. Rejected: tile sums exact then rounded (any rule: a floor "
+        "of 8 or more, 16, 24, 44, 84 with truncation), a sequential fp16 sum (4 survivors at 3000 and "
+        "4000), a partial rounded on its own magnitude (8 for [b, 1, -b] at 4096), pair trees. Applied "
+        "exactly to MAC ops of at most EXACT_MAC_PRODUCTS (2^26) products, which holds every stories15M "
+        "training kernel's matmuls and convs; larger ones (stories110M's projections and FFN, the "
+        "classifier) accumulate in float32 (within a few fp16 ulps of the model, the published probes' "
+        "absorption and floor not reproduced there).",
     ),
     Behaviour(
         "mac.subnormal-flush",

@@ -11,12 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from anekit import jit
 from anekit.engine.numerics import FP16_MIN_NORMAL
 
 MAC_OPS = frozenset({"matmul", "linear", "einsum", "conv", "conv_transpose"})
-# A MAC op with at most this many products (probe-sized programs) runs the exact 4-lane first-stage
-# model; larger ones accumulate in float32 (BLAS), within the tiles' roundings (a few fp16 ulps) of it.
-EXACT_MAC_PRODUCTS = 1 << 13
+# A MAC op with at most this many products runs the exact 4-lane first-stage model: every matmul and conv
+# of the stories15M training kernels (the largest, 768 x 288 x 256, has 56.6M). Larger ones (stories110M's
+# projections and FFN, the classifier) accumulate in float32 (BLAS), within a few fp16 ulps of the model.
+# The cost, measured by benchmarks/bench_first_stage.py: about 100x the BLAS product compiled.
+EXACT_MAC_PRODUCTS = 1 << 26
+_GUARD_BITS = 11  # fp16's 10 fraction bits and one guard bit below them, inside a first-stage tile
+_FP16_MIN_EXPONENT = -14  # the grid below fp16's smallest normal stays that of 2^-14
 
 
 def round16(v: np.ndarray, ties: str = "even") -> np.ndarray:
@@ -86,16 +91,37 @@ def accumulation_terms(op_type: str, values: dict[str, Any]) -> int:
     return 2 if ops is None else int(ops[0].shape[-1])
 
 
+def guard_add(acc: np.ndarray, term: np.ndarray) -> np.ndarray:
+    """One step of the first stage's in-tile adder: ``acc + term`` rounded (ties to even) to one bit below
+    fp16's spacing at the larger operand's exponent (``mac.first-stage``). The grid is the operands', not
+    the sum's: 1 - 4096 keeps the grid of 4096 (2), so the one is a tie and goes (-4096), while 1 + 3000
+    keeps it (3001). float64 in and out; both operands fp16 values or such partials (exact sums)."""
+    with np.errstate(all="ignore"):
+        exponent = np.maximum(_exponent(acc), _exponent(term))
+        return np.ldexp(np.rint(np.ldexp(acc + term, _GUARD_BITS - exponent)), exponent - _GUARD_BITS)
+
+
+def _exponent(v: np.ndarray) -> np.ndarray:
+    """floor(log2 |v|), no lower than fp16's smallest normal exponent (-14; a zero's too)."""
+    _, e = np.frexp(v)
+    return np.where(v == 0, _FP16_MIN_EXPONENT, np.maximum(e - 1, _FP16_MIN_EXPONENT))
+
+
 def tiled_product(
     a: np.ndarray, b: np.ndarray, ceiling: float, flush: bool, tile_rounding: str, ties: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The 4-lane first-stage model of a @ b (``mac.first-stage``): products rounded to fp16, each tile of
-    4 consecutive lanes summed and rounded to fp16 (``tile_rounding``: "truncate" toward zero, "even" or
-    "away"), tiles accumulated wide (float64) in order, the output rounded to fp16 (``ties``).
+    """The 4-lane first-stage model of a @ b (``mac.first-stage``): products rounded to fp16; within each
+    tile of 4 consecutive lanes the products added in lane order by ``guard_add`` (fp16 plus one guard bit
+    at the larger operand's exponent); the tile leaving the stage rounded to fp16 (``tile_rounding``:
+    "truncate" drops the guard bit, "even" or "away" round it); tiles accumulated wide (float64) in
+    order, the output rounded to fp16 (``ties``).
 
     Returns (the output before the port's ceiling, True where the tile or running partial reached
     ``ceiling``; those outputs are already +/-inf with the sign of the partial).
     """
+    compiled = _compiled(a, b, ceiling, flush, tile_rounding, ties)
+    if compiled is not None:
+        return compiled
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     k = a64.shape[-1]
     shape = (*np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]), a64.shape[-2], b64.shape[-1])
@@ -104,23 +130,43 @@ def tiled_product(
     sign = np.zeros(shape)
     with np.errstate(all="ignore"):
         for t in range(0, k, 4):
-            exact = np.zeros(shape)
+            partial = np.zeros(shape)
             for j in range(t, min(t + 4, k)):
                 p = round16(a64[..., :, j : j + 1] * b64[..., j : j + 1, :])
-                exact = exact + (flush16(p) if flush else p)
-            tile = truncate16(exact) if tile_rounding == "truncate" else round16(exact, tile_rounding)
+                partial = guard_add(partial, flush16(p) if flush else p)
+            tile = truncate16(partial) if tile_rounding == "truncate" else round16(partial, tile_rounding)
             if flush:
                 tile = flush16(tile)
             acc = acc + tile
-            for partial in (tile, acc):
-                hit = (np.abs(partial) >= ceiling) & ~over
-                sign = np.where(hit, np.sign(partial), sign)
+            for value in (tile, acc):
+                hit = (np.abs(value) >= ceiling) & ~over
+                sign = np.where(hit, np.sign(value), sign)
                 over |= hit
     out = round16(acc, ties)
     if flush:
         out = flush16(out)
-    out = np.where(over, sign * np.inf, out)
+    out = np.where(over, np.copysign(np.inf, sign), out)
     return out, over
+
+
+def _compiled(
+    a: np.ndarray, b: np.ndarray, ceiling: float, flush: bool, tile_rounding: str, ties: str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``tiled_product`` by the compiled loop (``jit.tiled_matmul``), batch by batch; None without it."""
+    if not jit.available() or a.dtype.kind != "f" or b.dtype.kind != "f" or a.size == 0 or b.size == 0:
+        return None
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_b = np.broadcast_to(a, (*batch, *a.shape[-2:])).reshape(-1, *a.shape[-2:])
+    b_b = np.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
+    outs, overs = [], []
+    for x, y in zip(a_b, b_b):
+        found = jit.tiled_matmul(x, y, ceiling, flush, tile_rounding, ties)
+        if found is None:
+            return None
+        outs.append(found[0])
+        overs.append(found[1])
+    shape = (*batch, a.shape[-2], b.shape[-1])
+    return np.stack(outs).reshape(shape), np.stack(overs).reshape(shape)
 
 
 def truncate16(v: np.ndarray) -> np.ndarray:

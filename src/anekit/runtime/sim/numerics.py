@@ -9,8 +9,9 @@ its profile in ``anekit.engine.numerics``, resolved once) change about it, on to
 * MAC ops (matmul, linear, einsum, conv, conv_transpose): the output port saturates at 2^15 (a conv
   reading a single input value per output keeps the fp16 range), a running partial that reaches it
   overflows, subnormal operands / products / results are flushed on chips that flush, ties round as the
-  chip rounds; a MAC of at most ``EXACT_MAC_PRODUCTS`` products runs the 4-lane first-stage model
-  exactly (``mac.first-stage``), a larger one accumulates in float32 as before;
+  chip rounds; a MAC of at most ``EXACT_MAC_PRODUCTS`` products (2^26: every stories15M training
+  kernel) runs the 4-lane first-stage model exactly (``mac.first-stage``; compiled by ``anekit.jit``
+  where numba is installed, the same bits), a larger one accumulates in float32;
 * slices with a nonzero width begin: elements over 4094 saturate on chips with the x16 crop gain;
 * reductions (reduce_sum / reduce_mean): one wide sum, ties rounded away from zero;
 * tables: sigmoid's domain clamp, gelu's and silu's origin bias, softplus / softsign / log collapses,
