@@ -311,6 +311,25 @@ def test_width_offset_slice_saturates_on_m1_m2(chip):
     assert probe(zero_begin, chip, x=fill(60000))[0, 0, 0, 4] == 60000  # the control: zero offset
 
 
+@pytest.mark.parametrize("chip", ("m1", "m2", "any"))
+@pytest.mark.parametrize("axis", (0, 1, 2))
+def test_offset_slice_on_other_axes_keeps_the_range(chip, axis):
+    """GUIDE 'Saturation hazard': 'a nonzero begin offset on the height, channel, or batch axis stays
+    finite at the same fill values' (60000 passes; only the width axis has the x16 gain)."""
+    x = np.full((2, 2, 2, 8), 60000, np.float32)
+    begin, size = [0, 0, 0, 0], [2, 2, 2, 8]
+    begin[axis], size[axis] = 1, 1
+    out = probe(lambda f, v: f.slice_by_size(x=v, begin=begin, size=size), chip, x=x)
+    assert np.all(out == 60000)
+
+
+@pytest.mark.parametrize("chip", ALL)
+def test_negative_zero_echoes_as_plus_zero(chip):
+    """GUIDE 'Edge behavior': 'A negative zero echoes as positive zero through x + 0'."""
+    out = probe(lambda f, x: f.add(x=x, y=0.0), chip, x=row(-0.0)).item()
+    assert out == 0 and math.copysign(1, out) > 0
+
+
 @pytest.mark.parametrize("chip", ("m4", "m5"))
 def test_width_offset_slice_exact_on_m4_m5(chip):
     """CLIFFS slice_saturation (M4 Pro, M4 Max, M5, M5 Pro): still finite at 60000."""

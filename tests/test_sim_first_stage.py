@@ -133,3 +133,16 @@ def test_compiled_first_stage_gives_the_numpy_models_bits(monkeypatch):
             compiled[0].astype(np.float32).view(np.uint32), want.astype(np.float32).view(np.uint32)
         )
         assert np.array_equal(compiled[1], want_over)
+
+
+@pytest.mark.parametrize("chip", ("m2", "m3", "m4", "m5", "any"))
+def test_the_sweep_on_the_other_chips(chip):
+    """Only M1 was measured; the book: 'The accumulator width is a fixed hardware property, not a
+    per-program or per-chip setting' (03-numerics.md) and 'fixed hardware on every device' (appendix D):
+    predicted, every profile keeps the M1 sweep and 5116 (M5's tiles round ties away: no tie here)."""
+    for big, _, survivors in SWEEP:
+        for layout in LAYOUTS.values():
+            assert probe(matmul_ones, chip, x=row(*(layout(float(big)) * 16))).item() == survivors
+    x = np.ones((1, 1025), np.float32)
+    x[0, 0] = 4096
+    assert probe(matmul_ones, chip, x=x).item() == 5116

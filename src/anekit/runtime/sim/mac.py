@@ -18,7 +18,8 @@ MAC_OPS = frozenset({"matmul", "linear", "einsum", "conv", "conv_transpose"})
 # A MAC op with at most this many products runs the exact 4-lane first-stage model: every matmul and conv
 # of the stories15M training kernels (the largest, 768 x 288 x 256, has 56.6M). Larger ones (stories110M's
 # projections and FFN, the classifier) accumulate in float32 (BLAS), within a few fp16 ulps of the model.
-# The cost, measured by benchmarks/bench_first_stage.py: about 100x the BLAS product compiled.
+# The cost (benchmarks/bench_first_stage.py, compiled, 2 threads): the stories15M layer kernels run about 6x
+# longer than with BLAS (552 -> 3489 ms for all of them; qkv_bwd 41x, ffn_fwd 29x, sdpa_fwd 6x).
 EXACT_MAC_PRODUCTS = 1 << 26
 _GUARD_BITS = 11  # fp16's 10 fraction bits and one guard bit below them, inside a first-stage tile
 _FP16_MIN_EXPONENT = -14  # the grid below fp16's smallest normal stays that of 2^-14
