@@ -344,41 +344,18 @@ _FP16_MIN_EXP = -14
 _TRUNCATE, _EVEN, _AWAY = 0, 1, 2  # how a value is brought onto the fp16 grid (tile and output modes)
 
 
-@njit(cache=True)
-def _exponent(v: float) -> int:
-    """floor(log2 |v|) of a float64, no lower than -14 (a zero's too)."""
-    e = int((np.float64(v).view(np.int64) >> _F64_FRACTION_BITS) & 0x7FF) - _F64_EXP_BIAS
-    return max(e, _FP16_MIN_EXP)
-
-
-@njit(cache=True)
-def _pow2(e: int) -> float:
-    return np.int64((e + _F64_EXP_BIAS) << _F64_FRACTION_BITS).view(np.float64)
-
-
-@njit(cache=True)
-def _to_grid(v: float, grid_exp: int) -> float:
-    """v rounded to the nearest multiple of 2^grid_exp, ties to even (float64 magic-number rounding)."""
-    magic = 1.5 * _pow2(grid_exp + _F64_FRACTION_BITS)
-    return (v + magic) - magic
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fp16_grid(v: float, mode: int) -> float:
-    """v (float64) onto the fp16 grid: truncated toward zero (inf-free: at most 65504), to even or away."""
-    if v != v or v == np.inf or v == -np.inf:
-        return v
+    """v (float64) onto the fp16 grid: truncated toward zero (inf-free: at most 65504), to even or away;
+    inf and NaN stay. Selects, no branches on the value (the callers' loops vectorise)."""
     a = abs(v)
-    g = _exponent(a) - 10
-    if mode == _EVEN:
-        r = abs(_to_grid(a, g))
-    else:
-        q = a * _pow2(-g)
-        r = np.floor(q) if mode == _TRUNCATE else np.floor(q + 0.5)
-        r = r * _pow2(g)
-    if r > 65504.0:
-        r = 65504.0 if mode == _TRUNCATE else np.inf
-    return r if v >= 0 else -r
+    scale = _scale_bits(a)
+    g = np.int64(scale - np.int64(10 << _F64_FRACTION_BITS)).view(np.float64)  # fp16's spacing at |v|
+    q = a / g  # exact: a power of two
+    even = abs(_on_grid(a, scale, 10))
+    r = np.floor(q) * g if mode == _TRUNCATE else (even if mode == _EVEN else np.floor(q + 0.5) * g)
+    r = r if r <= 65504.0 else (65504.0 if mode == _TRUNCATE else np.inf)
+    return np.copysign(r, v) if a < np.inf else v
 
 
 _F64_EXP_MASK = np.int64(0x7FF0000000000000)
@@ -399,7 +376,7 @@ def _on_grid(v: float, scale_bits: np.int64, bits: int) -> float:
     return (v + magic) - magic
 
 
-@njit(nogil=True, cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True, error_model="numpy")
 def tiled_matmul(
     a: np.ndarray,
     b: np.ndarray,
@@ -427,18 +404,16 @@ def tiled_matmul(
             part[:] = 0.0
             for q in range(t, min(t + 4, k)):
                 aq = np.float64(a[i, q])
-                for j in range(n_cols):
-                    p = aq * np.float64(b[q, j])  # exact: two fp16 values
+                bq = b[q]
+                for j in range(n_cols):  # selects, no branches: the loop vectorises
+                    p = aq * np.float64(bq[j])  # exact: two fp16 values
                     p = _on_grid(p, _scale_bits(p), 10)  # the product rounded to fp16
-                    if abs(p) > 65504.0:
-                        p = np.inf if p > 0 else -np.inf
-                    if flush and abs(p) < tiny:
-                        p = 0.0
+                    p = p if abs(p) <= 65504.0 else p * np.inf
+                    p = 0.0 if flush and abs(p) < tiny else p
                     x = part[j]
                     total = x + p
-                    if abs(total) < np.inf:  # an inf or NaN partial stays what it is
-                        total = _on_grid(total, max(_scale_bits(x), _scale_bits(p)), _TILE_GUARD)
-                    part[j] = total
+                    rounded = _on_grid(total, max(_scale_bits(x), _scale_bits(p)), _TILE_GUARD)
+                    part[j] = rounded if abs(total) < np.inf else total  # inf / NaN stay what they are
             for j in range(n_cols):
                 tile = _fp16_grid(part[j], tile_mode)
                 if flush and abs(tile) < tiny:
