@@ -146,3 +146,13 @@ def test_the_sweep_on_the_other_chips(chip):
     x = np.ones((1, 1025), np.float32)
     x[0, 0] = 4096
     assert probe(matmul_ones, chip, x=x).item() == 5116
+
+
+@pytest.mark.parametrize("position", range(1, 8))
+def test_a_single_one_next_to_4096_rounds_away_in_any_tile(position):
+    """03-numerics.md: 'A single one added next to one large resident value cannot expose the tile, because
+    that value forces the whole wide partial onto its own coarse spacing and the one rounds away
+    regardless of which tile it is in'."""
+    x = np.zeros((1, 8), np.float32)
+    x[0, 0], x[0, position] = 4096.0, 1.0
+    assert probe(matmul_ones, "m1", x=x).item() == 4096
