@@ -105,7 +105,9 @@ def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full") -> KernelSpec:
     return sdpa_bwd1(cfg, None, da_input=True, kind=kind)
 
 
-def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -> KernelSpec:
+def sdpa_bwd2(
+    cfg: ModelConfig, weights: Weights = None, *, kind: str = "full", rope: str = "conv"
+) -> KernelSpec:
     """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
 
     Input: concat(probs (H*S), dp (H*S), q (q_dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
@@ -114,10 +116,12 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") 
     weight data): the projections Wq xnorm (+ bq) and Wk xnorm (+ bk), or, with a q / k norm, that
     norm's outputs (the host carries them back through the norm). ``weights`` is unused (the kernel bakes no
     model weight) and accepted for a uniform generator signature. The scores' scale is
-    ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables.
+    ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables. ``rope``:
+    how the rotation back is written, the route's choice (``KernelBuilder.rope``: "conv", the legacy swap
+    conv, or "slice", slices and a concat on the heads view, where dq and dk already are).
     """
     inputs, outputs = sdpa_bwd2_layouts(cfg)
-    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind)
+    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind, rope=rope)
     qd, kv, h, kvh = cfg.q_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     probs = kb.score_heads(kb.part("probs"), "probs")  # (1, H, S, S)
     dp = kb.score_heads(kb.part("dp"), "dp")  # (1, H, S, S)

@@ -21,6 +21,7 @@ import numpy as np
 
 from anekit.blob import build_blob_bytes
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.route import NORM, ROPE, BadKernelRoute
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
 from anekit.mil.values import string_literal
@@ -94,7 +95,11 @@ class KernelBuilder:
     """One kernel being generated: MIL function ``main(x) -> out`` plus its fp16 weight file.
 
     ``kind`` is the layer type the kernel serves ("full" or "sliding", ``ModelConfig.layer_types``): it
-    chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables."""
+    chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables. ``norm`` and
+    ``rope`` are the training route's choices (``anekit.kernels.route``): ``norm`` "host" makes the
+    channel RMSNorms the family asks for no-ops (the input is normalised already, ``MilBlocks.rms_norm``),
+    ``rope`` chooses how ``rope`` writes the rotation (a swap conv or slices and a concat); the defaults
+    are the legacy kernels'."""
 
     def __init__(
         self,
@@ -103,9 +108,18 @@ class KernelBuilder:
         inputs: Layout,
         weights: Mapping[str, np.ndarray] | None,
         kind: str = "full",
+        *,
+        norm: str = "engine",
+        rope: str = "conv",
     ) -> None:
+        if norm not in NORM:
+            raise BadKernelRoute(f"[{name}] norm '{norm}' (choose one of: {', '.join(NORM)})")
+        if rope not in ROPE:
+            raise BadKernelRoute(f"[{name}] rope '{rope}' (choose one of: {', '.join(ROPE)})")
         self.name = name
         self.kind = kind
+        self.norm_at = norm  # where the channel RMSNorms run: "engine" (here) or "host"
+        self.rope_form = rope  # how RoPE is written: "conv", "slice" ("host": the kernel has none)
         # the engine's channel / spatial limits for kernels of this model (the vocabulary: the head's own)
         self.cfg = cfg.check_kernels(vocab=False)
         self.inputs = inputs

@@ -40,7 +40,13 @@ class MilBlocks:
     # -- norms -------------------------------------------------------------------------------------
 
     def rms_norm(self, x: Var, weight: str, *, offset: float, name: str) -> Var:
+        """The channel RMSNorm; with the norm on the host (``KernelBuilder.norm_at`` "host") ``x`` itself:
+        the kernel's input is the host's normalised value (the layer's input norms), or its output is the
+        value the host normalises (Gemma 3's post-norms, which then follow the kernel)."""
         self._check_offset(offset, weight)
+        if self.kb.norm_at == "host":
+            self._normed.add(id(x))
+            return x
         channels = x.type.shape[1]  # type: ignore[attr-defined]
         out = self.kb.rmsnorm(x, self.src.scale(weight, channels), NAMES.get(name, name))  # (1, C, 1, S)
         self._normed.add(id(out))
