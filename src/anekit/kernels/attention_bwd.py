@@ -134,6 +134,11 @@ def sdpa_bwd2(
     ds = kb.f.mul(x=ds, y=cfg.scores_scale, name="ds")  # (1, H, S, S): of the raw q.k
     dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
     dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
+    if cfg.rope and rope == "slice":  # rotated back on the heads views the products give
+        dqh = kb.rope_heads(kb.ungroup(dq, "dq_h"), "dq_rope", inverse=True)  # (1, H, S, hd)
+        dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
+        dkh = kb.rope_heads(dk, "dk_rope", inverse=True)  # (1, KVH, S, hd)
+        return kb.finish(outputs, {"dq": kb.merge_heads(dqh, h, "dq"), "dk": kb.merge_heads(dkh, kvh, "dk")})
     dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, q_dim, 1, S)
     dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
     dk = kb.merge_heads(dk, kvh, "dk")  # (1, kv_dim, 1, S)
