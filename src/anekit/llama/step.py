@@ -258,7 +258,8 @@ class DynamicKernels(Kernels):
             specs[f"sdpa_fwd{tail}"] = dynamic.sdpa_fwd_dynamic(
                 cfg, kind=kind, norm=route.norm, rope=route.rope
             )
-            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind)
+            legacy = route == LEGACY  # the legacy kernels bake Wo = I; a route's take da itself
+            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind, identity_wo=legacy)
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
 
