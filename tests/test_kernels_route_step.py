@@ -16,6 +16,7 @@ from anekit.errors import AnekitError
 from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig
 from anekit.kernels.route import ROUTES, BadKernelRoute, KernelRoute
+from anekit.kernels.route_specs import route_specs
 from anekit.llama import Params
 from anekit.llama.step import (
     DynamicKernels,
@@ -218,3 +219,28 @@ def test_the_host_attention_route_comes_from_its_own_module():
         kernels = make_kernels(runtime.open("sim"), cfg, None, route)
         assert type(kernels).__name__ == "HostAttentionKernels"
         kernels.close()
+
+
+@pytest.mark.parametrize("route", ENGINE_ROUTES)
+def test_route_specs_are_the_kernels_the_step_compiles(route):
+    """``route_specs`` (what ``kernels dump`` and ``lint`` see) gives the programs the step runs, byte for
+    byte: the dynamic set once, or layer 0's baked kernels with layer 0's weights; each kind's own."""
+    cfg = gemma_step.CFG  # two layer kinds
+    params = gemma_step._params(cfg, seed=27)
+    kernels = make_kernels(runtime.open("sim"), cfg, None, ROUTES[route])
+    kernels.compile(params, Timer())
+    compiled = [spec.text() for spec, _ in kernels.bwd2.values()]
+    if isinstance(kernels, DynamicKernels):
+        compiled += [spec.text() for spec, _ in kernels.dynamic.values()]
+        weights = None
+    else:
+        layer0 = kernels.specs[0]  # layer 0 is a sliding one: its own sdpa_fwd / sdpa_bwd1
+        compiled += [spec.text() for spec in layer0.values()]
+        weights = params.kernel_weights(0)
+    kernels.close()
+    specs = route_specs(cfg, ROUTES[route], weights)
+    if weights is not None:  # one layer's kernels: its kind's attention kernels, both kinds' backward 2
+        specs = {
+            n: s for n, s in specs.items() if not n.startswith(("sdpa_fwd", "sdpa_bwd1")) or "sliding" in n
+        }
+    assert sorted(s.text() for s in specs.values()) == sorted(compiled)
