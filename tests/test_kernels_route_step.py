@@ -221,12 +221,18 @@ def test_the_host_attention_route_comes_from_its_own_module():
         kernels.close()
 
 
+@pytest.mark.parametrize("config", ["llama", "gemma3"])
 @pytest.mark.parametrize("route", ENGINE_ROUTES)
-def test_route_specs_are_the_kernels_the_step_compiles(route):
+def test_route_specs_are_the_kernels_the_step_compiles(route, config):
     """``route_specs`` (what ``kernels dump`` and ``lint`` see) gives the programs the step runs, byte for
-    byte: the dynamic set once, or layer 0's baked kernels with layer 0's weights; each kind's own."""
-    cfg = gemma_step.CFG  # two layer kinds
-    params = gemma_step._params(cfg, seed=27)
+    byte: the dynamic set once, or layer 0's baked kernels with layer 0's weights; each kind's own (Gemma
+    3's layer 0 is a sliding one)."""
+    if config == "llama":
+        cfg, tied = llama_step.CONFIGS["gqa-rope-tied"]
+        params = llama_step._params(cfg, tied, seed=27)
+    else:
+        cfg = gemma_step.CFG
+        params = gemma_step._params(cfg, seed=27)
     kernels = make_kernels(runtime.open("sim"), cfg, None, ROUTES[route])
     kernels.compile(params, Timer())
     compiled = [spec.text() for spec, _ in kernels.bwd2.values()]
@@ -234,13 +240,11 @@ def test_route_specs_are_the_kernels_the_step_compiles(route):
         compiled += [spec.text() for spec, _ in kernels.dynamic.values()]
         weights = None
     else:
-        layer0 = kernels.specs[0]  # layer 0 is a sliding one: its own sdpa_fwd / sdpa_bwd1
-        compiled += [spec.text() for spec in layer0.values()]
+        compiled += [spec.text() for spec in kernels.specs[0].values()]
         weights = params.kernel_weights(0)
     kernels.close()
     specs = route_specs(cfg, ROUTES[route], weights)
-    if weights is not None:  # one layer's kernels: its kind's attention kernels, both kinds' backward 2
-        specs = {
-            n: s for n, s in specs.items() if not n.startswith(("sdpa_fwd", "sdpa_bwd1")) or "sliding" in n
-        }
+    if weights is not None and len(cfg.layer_kinds) > 1:  # one layer: its kind's attention kernels only
+        kind = cfg.layer_type(0)
+        specs = {n: s for n, s in specs.items() if not n.startswith(("sdpa_fwd", "sdpa_bwd1")) or kind in n}
     assert sorted(s.text() for s in specs.values()) == sorted(compiled)
