@@ -157,8 +157,8 @@ class Kernels:
                 }
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
-                # the scales the kernels were built with, for the norms the host applies
-                self._scales.append({k: w[k].copy() for k in NORM_SCALES if k in w})
+                if route.norm == "host":  # the scales the kernels were built with, for the host's norms
+                    self._scales.append({k: w[k].copy() for k in NORM_SCALES if k in w})
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         """The outputs of kernel ``name`` of ``layer`` given its input parts, by tap name; with the route's
