@@ -34,8 +34,8 @@ The policy, in the order it is applied:
    another program form of it ran (the rule book, which only warns, weighs such a conflict the other
    way: ``anekit.engine.evidence.POLICY``).
 4. ``extra`` — what a Mac's own report adds (``anekit.engine.report``), by construct id — is a tier
-   above the record: where it speaks for this generation and macOS it decides alone, so the first
-   user's report moves a construct without a code change.
+   above the record at every step (this generation, its family, its other majors): where it speaks it
+   decides alone, so the first user's report moves a construct without a code change.
 5. Nearest. A generation with no measurement of its own under this macOS takes its *family's* (both
    its runs and its failures: "M2 takes M1's evidence"), then its own runs under the other macOS
    majors. The families are ``m1, m2`` and ``m3, m4, m5``: the ane-guide's per-chip limits
@@ -532,29 +532,36 @@ def _split(
 def _one(
     c: Construct, gen: str, major: str, extra: tuple[Evidence, ...]
 ) -> tuple[str, tuple[Evidence, ...], str]:
-    """(answer, evidence, reason) on one generation under one macOS major: the policy's steps 1-5."""
-    on = f"{gen} under macOS {major}"
-    for label, items in (("this Mac's report", extra), ("the record", c.evidence)):
+    """(answer, evidence, reason) on one generation under one macOS major: the policy's steps 1-5, each
+    step asking this Mac's report first and the record second."""
+    tiers = (("this Mac's report", extra), ("the record", c.evidence))
+    kin = family(gen)
+    for label, items in tiers:
         refused, ran = _split(items, (gen,), major)
         if refused:
-            return "refused", tuple(refused), f"measured failing on {on} ({label})"
+            return "refused", tuple(refused), f"measured failing on {gen} under macOS {major} ({label})"
         if ran:
-            return "ran", tuple(ran), f"ran on {on} ({label})"
-    everything = (*extra, *c.evidence)
-    kin = family(gen)
-    refused, ran = _split(everything, kin, major)
-    if refused:
-        return (
-            "refused",
-            tuple(refused),
-            f"its family ({', '.join(kin)}) measured it failing under macOS {major}",
-        )
-    if ran:
-        return "nearest", tuple(ran), f"ran on its family ({', '.join(kin)}) under macOS {major}"
+            return "ran", tuple(ran), f"ran on {gen} under macOS {major} ({label})"
+    for label, items in tiers:
+        refused, ran = _split(items, kin, major)
+        if refused:
+            return "refused", tuple(refused), f"its family ({', '.join(kin)}) measured it failing ({label})"
+        if ran:
+            return (
+                "nearest",
+                tuple(ran),
+                f"ran on its family ({', '.join(kin)}) under macOS {major} ({label})",
+            )
     others = tuple(m for m in MACOS_MAJORS if m != major)
-    ran = [e for m in others for e in _split(everything, (gen,), m)[1]]
-    if ran:
-        return "nearest", tuple(dict.fromkeys(ran)), f"ran on {gen} under macOS {', '.join(others)}"
+    for label, items in tiers:
+        ran = [e for m in others for e in _split(items, (gen,), m)[1]]
+        if ran:
+            return (
+                "nearest",
+                tuple(dict.fromkeys(ran)),
+                f"ran on {gen} under macOS {', '.join(others)} ({label})",
+            )
+    everything = (*extra, *c.evidence)
     elsewhere = tuple(e for e in everything if _counts(e) and not e.refutes)
     reported = tuple(e for e in everything if e.refutes and not e.is_hardware)
     reason = "no hardware run in its family" if elsewhere else "no hardware run on the in-memory route"
