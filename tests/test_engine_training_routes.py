@@ -172,3 +172,28 @@ def test_the_markdown_tables_hold_every_route_and_every_construct():
         assert cells[0] == f"| {row.construct}"
         assert cells[1:11] == [a for _, _, a in row.precedents]
     assert "no precedent:" in constructs_
+
+
+# -- what the doctor prints -------------------------------------------------------------------------
+
+
+def test_the_doctor_names_the_training_route_of_this_mac_and_why():
+    from anekit.cli import doctor_cmd
+    from anekit.tools import doctor
+
+    line = doctor.route_line("Apple M1 Pro", "26.3")
+    assert line.startswith(f"{CONV} (") and "matmul.activations refused" in line
+    assert "; evidence: " in line and "709b602" in line and "\n" not in line
+    assert doctor.route_line("Apple M4 Max", "15.1").startswith(f"{DYN} (")
+    assert doctor.route_line("Apple M3 Ultra", "26.3.1").startswith(f"{CONV} (")
+    old = doctor.route_line("Apple M2", "14.6")
+    assert old.startswith(f"{CONV} (macOS 14.6 has no evidence")
+    # off a Mac: the chip named (under every macOS), or none detected
+    assert doctor.route_line(None, None, "m3").startswith(f"{CONV} (")
+    assert doctor.route_line(None, None, "m4").startswith(f"{DYN} (")
+    assert doctor.route_line("x86_64", None) == f"no chip detected (not a Mac); on any chip and macOS: {CONV}"
+
+    report = doctor.diagnose().to_json()
+    report["os"] = {**report["os"], "system": "Darwin", "macos": "26.3", "chip": "Apple M5"}
+    shown = [ln for ln in doctor_cmd.format_report(report).splitlines() if ln.startswith("training route")]
+    assert len(shown) == 1 and shown[0].split("  ", 1)[1].strip().startswith(f"{DYN} (")

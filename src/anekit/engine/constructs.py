@@ -184,7 +184,7 @@ M3_STATIC_26 = Evidence(
     "26.3",
 )
 M3_PEAK_15 = Evidence(
-    f"{MADERIX_COMMUNITY} (M3 Pro, macOS 15.7.4); {MADERIX_REPORT}",
+    f"{MADERIX_COMMUNITY} (M3 Pro, macOS 15.7.4) and {MADERIX_REPORT}",
     "measured",
     "inmem_peak: 128 x 1x1 conv 512ch sp2048 at 16.77 TFLOPS; only ch = 512 compiled (the channel limit "
     "is the rule book's conv.channels-512-m3, not a refusal of the construct)",
@@ -193,8 +193,7 @@ M3_PEAK_15 = Evidence(
     "15.7.4",
 )
 M4_TRAIN = Evidence(
-    f"{MADERIX_COMMUNITY} (M4 Pro, M4 Max: 'inmem_peak and training work'); {MADERIX} README.md "
-    "('tested on M4')",
+    f"{MADERIX_COMMUNITY} (M4 Pro, M4 Max: 'inmem_peak and training work') and README.md ('tested on M4')",
     "measured",
     "the stories_mil.h training kernels (1x1 convs, in-kernel RMSNorm, matmul attention, softmax, SiLU "
     "gate) train at 64-73 ms/step",
@@ -211,7 +210,7 @@ ORION_M4_15 = Evidence(
     "15",
 )
 M5_STORIES_26 = Evidence(
-    f"{MADERIX_COMMUNITY} (M5: 'Training works with existing program(1.3) MIL'; 'static pipeline "
+    f"{MADERIX_COMMUNITY} (M5: 'Training works with existing program(1.3) MIL', 'static pipeline "
     "train_large')",
     "measured",
     "the stories_mil.h training kernels train on two M5 machines (101-128 ms/step)",
@@ -220,7 +219,7 @@ M5_STORIES_26 = Evidence(
     "26.3",
 )
 M4_DYNAMIC = Evidence(
-    f"{MADERIX} commit cb474e1 ({MADERIX_DYNAMIC}); {MADERIX} README.md ('tested on M4')",
+    f"{MADERIX} commit cb474e1 (training/training_dynamic/) and README.md ('tested on M4')",
     "measured",
     "the dynamic pipeline trains at 110 ms/step: every projection a matmul of the activations by weights "
     "sliced from the input's spatial columns; attention as matmul + softmax; RMSNorm on the CPU",
@@ -228,7 +227,7 @@ M4_DYNAMIC = Evidence(
     DIRECT,
 )
 M4_ROPE = Evidence(
-    f"{MADERIX} commit c3c5094 ({MADERIX_DYNAMIC} gen_sdpa_fwd_dynamic)",
+    f"{MADERIX} commit c3c5094 (training/training_dynamic/mil_dynamic.h gen_sdpa_fwd_dynamic)",
     "measured",
     "RoPE in the dynamic SDPA forward as rotate_half: reshape to pairs, slice even / odd, multiply by -1, "
     "concat, times the cos / sin tables ('Fixed the dynamic pipeline logit generation', M4)",
@@ -236,7 +235,7 @@ M4_ROPE = Evidence(
     DIRECT,
 )
 RUSTANE_M4 = Evidence(
-    f"{RUSTANE_README} 'Training Pipeline Validation (M4 Max 128GB)'; {RUSTANE_SDPA}",
+    f"{RUSTANE_README} 'Training Pipeline Validation (M4 Max 128GB)' and {RUSTANE_SDPA}",
     "measured",
     "rustane trains 600M to 5B models: projections as matmuls by weights sliced from the input, RoPE as "
     "reshape + slice + negate + concat, attention as matmul + softmax, RMSNorm on the CPU (M4 Max)",
@@ -244,7 +243,7 @@ RUSTANE_M4 = Evidence(
     DIRECT,
 )
 RUSTANE_M5 = Evidence(
-    f"{RUSTANE_README} 'Forward-Only: M5 Max (community)'; {RUSTANE_SDPA}",
+    f"{RUSTANE_README} 'Forward-Only: M5 Max (community)' and {RUSTANE_SDPA}",
     "measured",
     "rustane's forward kernels (the same dynamic-weight matmuls, slice + concat RoPE, matmul + softmax "
     "attention) ran 5B to 20B forward passes on an M5 Max",
@@ -261,7 +260,7 @@ M5_DYNAMIC_26 = Evidence(
     "26.3",
 )
 RUSTANE_M3_26 = Evidence(
-    f"{RUSTANE_PR9}; {RUSTANE_ISSUE16}",
+    f"{RUSTANE_PR9} and {RUSTANE_ISSUE16}",
     "measured",
     "after the RoPE change, all 8 kernels pass and 110M to 5B models train on the M3 Ultra: dynamic-weight "
     "matmul projections, matmul + softmax attention, SiLU gate",
@@ -299,7 +298,7 @@ M2_RUSTANE_FAILED = Evidence(
     refutes=True,
 )
 FUSED_NORM_REPORTED = Evidence(
-    f"{MADERIX} commit c3c5094 ({MADERIX_DYNAMIC}, the FFN kernel's comment)",
+    f"{MADERIX} commit c3c5094 (training/training_dynamic/mil_dynamic.h, the FFN kernel's comment)",
     "reported",
     "'RMSNorm stays on CPU (ANE can't handle RMS + 3 matmuls without BNNS fallback)'; commit cb474e1 and "
     "rustane likewise give the dynamic kernels the normalised input (M4)",
@@ -308,7 +307,7 @@ FUSED_NORM_REPORTED = Evidence(
     refutes=True,
 )
 GUIDE_SOFTMAX = Evidence(
-    f"{GUIDE_MATRIX} ('Activations'); {GUIDE_METHODS}",
+    f"{GUIDE_MATRIX} ('Activations') and {GUIDE_METHODS}",
     "measured",
     "softmax native on M1, M2 and M5 through the private Espresso runtime (macOS 14 or later, verified on "
     "26.5): an op-level result",
