@@ -197,3 +197,16 @@ def test_the_doctor_names_the_training_route_of_this_mac_and_why():
     report["os"] = {**report["os"], "system": "Darwin", "macos": "26.3", "chip": "Apple M5"}
     shown = [ln for ln in doctor_cmd.format_report(report).splitlines() if ln.startswith("training route")]
     assert len(shown) == 1 and shown[0].split("  ", 1)[1].strip().startswith(f"{DYN} (")
+
+
+def test_the_doctor_says_none_when_no_route_has_precedent(monkeypatch):
+    from anekit.tools import doctor
+
+    def refuse(chip: str, macos: str = "") -> None:
+        raise NoTrainingRoute(f"[engine] no training route on {chip} under macOS {macos}: gate.silu refused")
+
+    monkeypatch.setattr(doctor, "training_route", refuse)
+    assert (
+        doctor.route_line("Apple M1", "15.7")
+        == "none ([engine] no training route on m1 under macOS 15: gate.silu refused)"
+    )

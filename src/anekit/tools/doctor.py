@@ -29,7 +29,7 @@ from typing import Any
 import anekit
 from anekit import runtime
 from anekit.engine.constructs import UnknownMacOS, macos_major
-from anekit.engine.training_routes import training_route
+from anekit.engine.training_routes import NoTrainingRoute, training_route
 from anekit.kernels.config import ModelConfig
 from anekit.runtime.base import Backend
 from anekit.tools import smoke as ladder
@@ -304,7 +304,10 @@ def route_line(chip_brand: str | None, macos: str | None, chip: str | None = Non
         major = macos_major(macos or "")
     except UnknownMacOS:
         major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
-    r = training_route(name, major)
+    try:
+        r = training_route(name, major)
+    except NoTrainingRoute as e:
+        return f"none ({note}{e})"
     return f"{r.id} ({note}{r.why}; evidence: {' · '.join(r.sources())})"
 
 
