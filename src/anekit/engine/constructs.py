@@ -168,8 +168,8 @@ M3_DYNAMIC_26 = _book("conv.channels-512-m3", MADERIX_PR28, refutes=False)  # M3
 M1_CONV_26 = Evidence(
     PR6,
     "measured",
-    "'Conv-based kernels (training, QKV projections, FFN) work on all generations' (the fused FFN "
-    "kernel: 1x1 convs, sigmoid, mul), while matmul failed",
+    "'Conv-based kernels (training, QKV projections, FFN) work on all generations' (the fused FFN of "
+    "training/test_full_fused.m, 'Test 2': 1x1 convs, sigmoid, mul), while matmul failed",
     ("m1",),
     DIRECT,
     "26.3",
