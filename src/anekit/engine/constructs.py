@@ -263,7 +263,7 @@ RUSTANE_M3_26 = Evidence(
     f"{RUSTANE_PR9} and {RUSTANE_ISSUE16}",
     "measured",
     "after the RoPE change, all 8 kernels pass and 110M to 5B models train on the M3 Ultra: dynamic-weight "
-    "matmul projections, matmul + softmax attention, SiLU gate",
+    "matmul projections, matmul + softmax attention",
     ("m3",),
     DIRECT,
     "26.3.1",
