@@ -9,6 +9,8 @@ import pytest
 
 from anekit import runtime
 from anekit.engine import CHIPS
+from anekit.engine.constructs import MACOS_MAJORS
+from anekit.engine.training_routes import training_route
 from anekit.kernels import ModelConfig, catalog
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import DynamicKernelSpec
@@ -191,3 +193,25 @@ def test_the_baked_route_names_are_the_catalogs():
     specs = route_specs(cfg, ROUTES["baked-engine-attention"])
     base = ["sdpa_fwd", "ffn_fwd", "ffn_bwd", "sdpa_bwd1", "sdpa_bwd2", "qkv_bwd"]
     assert list(specs) == catalog.with_kinds(cfg, base)
+
+
+@pytest.mark.parametrize("config", ["stories15M", "stories110M"])
+def test_where_the_engine_layer_chooses_an_engine_route_its_kernels_lint_clean(config):
+    """For every chip and macOS major whose training route (``anekit.engine.training_routes``) is one of
+    these routes, the rule book finds in its kernels, at a preset's sizes, no error and no warning of a
+    rule that hardware-run evidence disputes (a contested rule: it has counter-evidence)."""
+    cfg = preset(config)
+    weights = catalog.random_weights(cfg)
+    chosen = 0
+    for chip in CHIPS:
+        for macos in MACOS_MAJORS:
+            route = training_route(chip, macos)
+            if route.id not in ENGINE_ROUTES:
+                continue
+            chosen += 1
+            assert ROUTES[route.id].describe() == route.describe()
+            for name, spec in route_specs(cfg, ROUTES[route.id], weights).items():
+                result = lint_program(spec.program, name, chip, spec.weight_files())
+                bad = [str(f) for f in result.findings if f.is_error or f.rule.conflicted]
+                assert not bad, (chip, macos, route.id, name, bad)
+    assert chosen  # the engine layer gives these routes somewhere (today: M3 under 15, M4 and M5)
