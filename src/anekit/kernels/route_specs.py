@@ -3,7 +3,7 @@
 The training step (``anekit.llama.step``) compiles, per route (``anekit.kernels.route.KernelRoute``):
 
 - dynamic weights: ``sdpa_fwd_dynamic``, ``ffn_fwd_dynamic``, ``ffn_bwd_w2t_dynamic``,
-  ``ffn_bwd_w13t_dynamic``, ``qkv_bwd_dynamic``, the helpers ``wo_t_dynamic`` (da = Wo^T do) and
+  ``ffn_bwd_w13t_dynamic``, ``qkv_bwd_dynamic``, the dynamic matmul ``wo_t_dynamic`` (da = Wo^T do) and
   ``sdpa_bwd1_weightless`` (fed da; the legacy one bakes Wo = I where Wo is square), and ``sdpa_bwd2``;
 - baked weights: ``sdpa_fwd``, ``ffn_fwd``, ``ffn_bwd``, ``sdpa_bwd1``, ``sdpa_bwd2``, ``qkv_bwd`` (each
   layer's own weights; ``weights`` are one layer's, as ``catalog.build`` takes them);
