@@ -280,3 +280,82 @@ def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
         for g in grads:
             g *= scale
     return norm
+
+
+# -- attention on the host (the matmul-free route, ``anekit.llama.step_host``) -----------------------------
+#
+# Heads of q (n_heads * hd, S) are grouped as (kv heads, group, ...): query head h = g * group + m reads kv
+# head g, as run.c's h / kv_mul. Every product is one batched float32 matmul over the heads (BLAS).
+
+
+def rope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool = False) -> np.ndarray:
+    """Channel pairs (2i, 2i + 1) of x (C, S) turned by the angles whose cos / sin are (C / 2, S), as
+    llama2.c rotates them: (a, b) -> (a cos - b sin, a sin + b cos); ``inverse`` turns back (the
+    transposed rotation, a gradient's way)."""
+    c, s = x.shape
+    ok = c % 2 == 0 and cos.shape == (c // 2, s) == sin.shape
+    _check("rope", ok, f"x (C, S) with C even, cos / sin (C/2, S); got {x.shape}, {cos.shape}, {sin.shape}")
+    pairs = x.reshape(c // 2, 2, s)  # (C/2, 2, S)
+    a, b = pairs[:, 0], pairs[:, 1]  # (C/2, S) each
+    sin = -sin if inverse else sin
+    out = np.empty_like(pairs)
+    out[:, 0] = a * cos - b * sin
+    out[:, 1] = a * sin + b * cos
+    return out.reshape(c, s)
+
+
+def attention_probs(
+    q: np.ndarray, k: np.ndarray, kv_heads: int, head_dim: int, scale: float, mask: np.ndarray
+) -> np.ndarray:
+    """softmax over keys of (q . k) * scale + mask: q (H * hd, S), k (KVH * hd, S), mask (S, S) additive
+    (0 or a large negative) -> probs (KVH, group, S, S), float32."""
+    s = q.shape[1]
+    qh = q.reshape(kv_heads, -1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, G, S, hd)
+    kh = k.reshape(kv_heads, 1, head_dim, s)  # (KVH, 1, hd, S)
+    scores = np.matmul(qh, kh)  # (KVH, G, S, S)
+    scores *= np.float32(scale)
+    scores += mask
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores, out=scores)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def attend(probs: np.ndarray, v: np.ndarray, head_dim: int) -> np.ndarray:
+    """probs (KVH, G, S, S) @ values v (KVH * hd, S) per head -> (H * hd, S)."""
+    kvh, g, s, _ = probs.shape
+    vh = v.reshape(kvh, 1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, 1, S, hd)
+    out = np.matmul(probs, vh)  # (KVH, G, S, hd)
+    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
+
+
+def attend_bwd(
+    probs: np.ndarray, v: np.ndarray, da: np.ndarray, head_dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of :func:`attend` given da (H * hd, S): dv (KVH * hd, S) = P^T da summed over each kv
+    head's group, and dp (KVH, G, S, S) = da V^T."""
+    kvh, g, s, _ = probs.shape
+    dah = da.reshape(kvh, g, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, G, S, hd)
+    vh = v.reshape(kvh, 1, head_dim, s)  # (KVH, 1, hd, S)
+    dp = np.matmul(dah, vh)  # (KVH, G, S, S)
+    stacked = probs.reshape(kvh, g * s, s).transpose(0, 2, 1)  # (KVH, S, G*S): P^T over the group's rows
+    dv = np.matmul(stacked, dah.reshape(kvh, g * s, head_dim))  # (KVH, S, hd)
+    return np.ascontiguousarray(dv.transpose(0, 2, 1)).reshape(kvh * head_dim, s), dp
+
+
+def attention_probs_bwd(
+    probs: np.ndarray, dp: np.ndarray, q: np.ndarray, k: np.ndarray, head_dim: int, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients (dq (H * hd, S), dk (KVH * hd, S)) of :func:`attention_probs` given dp (KVH, G, S, S):
+    the softmax backward dS = P * (dP - rowsum(P * dP)) * scale, then dq = dS K, dk = dS^T Q summed over
+    each kv head's group. The mask is constant: a masked score has P = 0, so no gradient."""
+    kvh, g, s, _ = probs.shape
+    ds = dp - np.sum(probs * dp, axis=-1, keepdims=True)  # (KVH, G, S, S)
+    ds *= probs
+    ds *= np.float32(scale)
+    kh = k.reshape(kvh, 1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, 1, S, hd)
+    dq = np.matmul(ds, kh)  # (KVH, G, S, hd)
+    qh = q.reshape(kvh, g, head_dim, s).transpose(0, 1, 3, 2).reshape(kvh, g * s, head_dim)  # (KVH, G*S, hd)
+    dk = np.matmul(ds.reshape(kvh, g * s, s).transpose(0, 2, 1), qh)  # (KVH, S, hd)
+    dq_cols = np.ascontiguousarray(dq.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
+    return dq_cols, np.ascontiguousarray(dk.transpose(0, 2, 1)).reshape(kvh * head_dim, s)
