@@ -285,7 +285,11 @@ def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
 # -- attention on the host (the matmul-free route, ``anekit.llama.step_host``) -----------------------------
 #
 # Heads of q (n_heads * hd, S) are grouped as (kv heads, group, ...): query head h = g * group + m reads kv
-# head g, as run.c's h / kv_mul. Every product is one batched float32 matmul over the heads (BLAS).
+# head g, as run.c's h / kv_mul. Every product is one batched float32 sgemm over the kv heads, on operands
+# laid out so that BLAS takes them as they are: numpy's matmul runs a transposed view of a score matrix
+# through its own loops (7x slower at stories15M's shapes), so only the small (C, S) operands are copied
+# into the order a product needs, never an (S, S) one. A kv head's group is stacked along rows (G*S):
+# the sums over the group of P^T da and dS^T Q are one product each.
 
 
 def rope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool = False) -> np.ndarray:
@@ -304,14 +308,27 @@ def rope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool =
     return out.reshape(c, s)
 
 
+def _rows(x: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
+    """x (heads * hd, S) as (heads, S, hd): each head's positions as rows (a copy, C-ordered)."""
+    return np.ascontiguousarray(x.reshape(heads, head_dim, x.shape[1]).transpose(0, 2, 1))
+
+
+def _stacked(x: np.ndarray, kv_heads: int, head_dim: int) -> np.ndarray:
+    """x (H * hd, S) as (KVH, hd, G*S): a kv head's group side by side along columns (a copy)."""
+    s = x.shape[1]
+    return np.ascontiguousarray(x.reshape(kv_heads, -1, head_dim, s).transpose(0, 2, 1, 3)).reshape(
+        kv_heads, head_dim, -1
+    )
+
+
 def attention_probs(
     q: np.ndarray, k: np.ndarray, kv_heads: int, head_dim: int, scale: float, mask: np.ndarray
 ) -> np.ndarray:
     """softmax over keys of (q . k) * scale + mask: q (H * hd, S), k (KVH * hd, S), mask (S, S) additive
-    (0 or a large negative) -> probs (KVH, group, S, S), float32."""
+    (0 or a large negative) -> probs (KVH, G, S, S), float32."""
     s = q.shape[1]
-    qh = q.reshape(kv_heads, -1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, G, S, hd)
-    kh = k.reshape(kv_heads, 1, head_dim, s)  # (KVH, 1, hd, S)
+    qh = _rows(q, q.shape[0] // head_dim, head_dim).reshape(kv_heads, -1, s, head_dim)  # (KVH, G, S, hd)
+    kh = np.ascontiguousarray(k).reshape(kv_heads, 1, head_dim, s)  # (KVH, 1, hd, S)
     scores = np.matmul(qh, kh)  # (KVH, G, S, S)
     scores *= np.float32(scale)
     scores += mask
@@ -324,7 +341,7 @@ def attention_probs(
 def attend(probs: np.ndarray, v: np.ndarray, head_dim: int) -> np.ndarray:
     """probs (KVH, G, S, S) @ values v (KVH * hd, S) per head -> (H * hd, S)."""
     kvh, g, s, _ = probs.shape
-    vh = v.reshape(kvh, 1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, 1, S, hd)
+    vh = _rows(v, kvh, head_dim).reshape(kvh, 1, s, head_dim)  # (KVH, 1, S, hd)
     out = np.matmul(probs, vh)  # (KVH, G, S, hd)
     return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
 
@@ -335,12 +352,11 @@ def attend_bwd(
     """Gradients of :func:`attend` given da (H * hd, S): dv (KVH * hd, S) = P^T da summed over each kv
     head's group, and dp (KVH, G, S, S) = da V^T."""
     kvh, g, s, _ = probs.shape
-    dah = da.reshape(kvh, g, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, G, S, hd)
-    vh = v.reshape(kvh, 1, head_dim, s)  # (KVH, 1, hd, S)
-    dp = np.matmul(dah, vh)  # (KVH, G, S, S)
-    stacked = probs.reshape(kvh, g * s, s).transpose(0, 2, 1)  # (KVH, S, G*S): P^T over the group's rows
-    dv = np.matmul(stacked, dah.reshape(kvh, g * s, head_dim))  # (KVH, S, hd)
-    return np.ascontiguousarray(dv.transpose(0, 2, 1)).reshape(kvh * head_dim, s), dp
+    dah = _rows(da, kvh * g, head_dim).reshape(kvh, g, s, head_dim)  # (KVH, G, S, hd)
+    dp = np.matmul(dah, np.ascontiguousarray(v).reshape(kvh, 1, head_dim, s))  # (KVH, G, S, S)
+    # dv^T = da^T P over the group's stacked rows: (KVH, hd, G*S) @ (KVH, G*S, S), already (kv_dim, S)
+    dv = np.matmul(_stacked(da, kvh, head_dim), probs.reshape(kvh, g * s, s))  # (KVH, hd, S)
+    return dv.reshape(kvh * head_dim, s), dp
 
 
 def attention_probs_bwd(
@@ -353,9 +369,8 @@ def attention_probs_bwd(
     ds = dp - np.sum(probs * dp, axis=-1, keepdims=True)  # (KVH, G, S, S)
     ds *= probs
     ds *= np.float32(scale)
-    kh = k.reshape(kvh, 1, head_dim, s).transpose(0, 1, 3, 2)  # (KVH, 1, S, hd)
-    dq = np.matmul(ds, kh)  # (KVH, G, S, hd)
-    qh = q.reshape(kvh, g, head_dim, s).transpose(0, 1, 3, 2).reshape(kvh, g * s, head_dim)  # (KVH, G*S, hd)
-    dk = np.matmul(ds.reshape(kvh, g * s, s).transpose(0, 2, 1), qh)  # (KVH, S, hd)
+    dq = np.matmul(ds, _rows(k, kvh, head_dim).reshape(kvh, 1, s, head_dim))  # (KVH, G, S, hd)
     dq_cols = np.ascontiguousarray(dq.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
-    return dq_cols, np.ascontiguousarray(dk.transpose(0, 2, 1)).reshape(kvh * head_dim, s)
+    # dk^T = Q^T dS over the group's stacked rows: (KVH, hd, G*S) @ (KVH, G*S, S), already (kv_dim, S)
+    dk = np.matmul(_stacked(q, kvh, head_dim), ds.reshape(kvh, g * s, s))  # (KVH, hd, S)
+    return dq_cols, dk.reshape(kvh * head_dim, s)
