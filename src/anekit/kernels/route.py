@@ -70,4 +70,33 @@ class KernelRoute:
 
 LEGACY = KernelRoute()
 
-__all__ = ["ATTENTION", "LEGACY", "NORM", "ROPE", "WEIGHTS", "KernelRoute", "BadKernelRoute"]
+# The training routes the engine layer chooses from (``anekit.engine.training_routes``, which names them by
+# the same ids with the same four strings: a test holds the two tables together), by id.
+ROUTES = {
+    "dynamic-engine-attention": KernelRoute("dynamic", "engine", "host", "slice"),
+    "baked-engine-attention": KernelRoute("baked", "engine", "host", "slice"),
+    "conv-host-attention": KernelRoute("baked", "host", "host", "host"),
+}
+
+
+def kernel_route(route_id: str) -> KernelRoute:
+    """The kernels of the training route ``route_id`` ("" : the legacy kernels); one line naming the known
+    ids otherwise."""
+    if not route_id:
+        return LEGACY
+    if route_id not in ROUTES:
+        raise BadKernelRoute(f"[kernels] unknown training route '{route_id}' (known: {', '.join(ROUTES)})")
+    return ROUTES[route_id]
+
+
+__all__ = [
+    "ATTENTION",
+    "LEGACY",
+    "NORM",
+    "ROPE",
+    "ROUTES",
+    "WEIGHTS",
+    "BadKernelRoute",
+    "KernelRoute",
+    "kernel_route",
+]
