@@ -12,7 +12,7 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig, forward
 from anekit.llama import Params
-from anekit.llama.step import Timer, eval_loss, forward_layers, train_step, unscale
+from anekit.llama.step import Timer, eval_loss, forward_layers, make_kernels, train_step, unscale
 from anekit.llama.step_host import ROUTE, HostAttentionKernels
 from tests import test_llama_step as llama
 from tests import test_llama_step_gemma as gemma
@@ -37,8 +37,11 @@ def _host_step(cfg: ModelConfig, params: Params, tokens, targets, chip: str) -> 
     return result.loss, grads
 
 
-def test_the_kernel_set_is_the_routes():
+def test_the_kernel_set_is_the_routes_and_make_kernels_gives_it():
     assert (ROUTE.weights, ROUTE.attention, ROUTE.norm, ROUTE.rope) == ("baked", "host", "host", "host")
+    kernels = make_kernels(runtime.open("sim"), GEMMA, None, ROUTE)
+    assert isinstance(kernels, HostAttentionKernels) and kernels.route == ROUTE
+    assert kernels.bwd2 == {}  # no SDPA backward 2: its work is the host's
 
 
 @pytest.mark.parametrize("chip", CHIPS)

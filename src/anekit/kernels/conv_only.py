@@ -14,7 +14,8 @@ Per layer, in the order the step runs them (all weights baked, so all compiled a
 
     qkv_fwd   xnorm (dim)               -> q (q_dim), k, v (kv_dim): Wq / Wk / Wv xnorm (+ biases)
     wo_fwd    attn (q_dim)              -> o (dim): Wo attn
-    ffn_fwd   x2norm (dim)              -> ffn_out (dim), h1, h3, silu_out (hidden): W2 act(W1 m) * W3 m
+    ffn_fwd   x (dim), normalised       -> ffn_out (dim), h1, h3, silu_out (hidden): W2 act(W1 x) * W3 x
+              (``forward.ffn_fwd`` with ``norm`` "host", the engine-attention routes' own)
     ffn_bwd   dffn (dim), h1, h3        -> dx (dim), dh1, dh3 (hidden): ``backward.ffn_bwd`` itself
     wo_bwd    do (dim)                  -> da (q_dim): Wo^T do
     qkv_bwd   dq (q_dim), dk, dv        -> dx (dim): ``attention_bwd.qkv_bwd`` itself
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from anekit.kernels import attention_bwd, backward
+from anekit.kernels import attention_bwd, backward, forward
 from anekit.kernels.blocks import OUTPUT, KernelBuilder
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.mil_blocks import MilBlocks
@@ -75,29 +76,6 @@ def wo_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     return src.finish(Layout.of([("o", cfg.dim)], s), {"o": o})
 
 
-def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
-    """Taps of the FFN forward kernel, in order: ffn_out (dim), h1, h3, silu_out (hidden)."""
-    d, h = cfg.dim, cfg.hidden_dim
-    return Layout.of([("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h)], cfg.seq_len)
-
-
-def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
-    """The MLP of the normalised input m: h1 = W1 m, h3 = W3 m, the gate act(h1) * h3 (SwiGLU, or Gemma's
-    GeGLU, ``KernelBuilder.gate``) and ffn_out = W2 gate, the W2 output before any post-norm.
-
-    Weights: w1 / w3 (hidden, dim), w2 (dim, hidden). Input x2norm (dim). Output taps ``ffn_fwd_layout``.
-    """
-    s = cfg.seq_len
-    src = Baked(KernelBuilder("ffn_fwd", cfg, Layout.of([("x2norm", cfg.dim)], s), weights))
-    b = MilBlocks(src)
-    m = src.act("x2norm")  # (1, dim, 1, S)
-    h1 = b.linear(m, "w1", name="h1")  # (1, hidden, 1, S)
-    h3 = b.linear(m, "w3", name="h3")  # (1, hidden, 1, S)
-    gate = b.glu(h1, h3, act=cfg.mlp_act, name="gate")  # (1, hidden, 1, S)
-    out = b.linear(gate, "w2", name="down")  # (1, dim, 1, S)
-    return src.finish(ffn_fwd_layout(cfg), {"ffn_out": out, "h1": h1, "h3": h3, "silu_out": gate})
-
-
 def wo_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     """da = Wo^T do, the gradient of the attention's result: one conv with Wo^T (q_dim, dim) baked.
 
@@ -110,15 +88,16 @@ def wo_bwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
 
 def conv_route_specs(cfg: ModelConfig, weights: Weights = None) -> dict[str, KernelSpec]:
     """One layer's kernels of the route, by the names of ``KERNELS`` (``weights`` None: from shapes
-    only). The FFN and QKV backward are the baked kernels every route uses: convs and elementwise ops."""
+    only). The FFN forward is the engine-attention routes' own with the norm on the host, the FFN and QKV
+    backward the baked kernels every route uses: convs and elementwise ops."""
     return {
         "qkv_fwd": qkv_fwd(cfg, weights),
         "wo_fwd": wo_fwd(cfg, weights),
-        "ffn_fwd": ffn_fwd(cfg, weights),
+        "ffn_fwd": forward.ffn_fwd(cfg, weights, norm="host"),
         "ffn_bwd": backward.ffn_bwd(cfg, weights),
         "wo_bwd": wo_bwd(cfg, weights),
         "qkv_bwd": attention_bwd.qkv_bwd(cfg, weights),
     }
 
 
-__all__ = ["KERNELS", "conv_route_specs", "ffn_fwd", "ffn_fwd_layout", "qkv_fwd", "wo_bwd", "wo_fwd"]
+__all__ = ["KERNELS", "conv_route_specs", "qkv_fwd", "qkv_fwd_layouts", "wo_bwd", "wo_fwd"]

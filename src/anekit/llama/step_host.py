@@ -23,12 +23,15 @@ dict keys the engine kernels' taps have, so the step is the same code on every r
     sdpa_bwd2(probs, dp, q, k)   host softmax backward, dq = dS K, dk = dS^T Q, RoPE turned back: dq, dk
     qkv_bwd(dq, dk, dv)      the engine's qkv_bwd: dx
 
-Values entering a kernel are rounded to fp16 by the kernel's input surface (``Kernel.__call__`` writes
-them in the surface's dtype); what the host computes stays float32. The step's timer counts the host
-parts inside ``run`` as kernel time. Every kernel bakes a layer's weights, so all six per layer are
-compiled again for each accumulation batch (``compiles_per_batch``): the compile-budget re-exec of
-``anekit.training`` covers them as it covers the baked route. There is no weightless kernel to keep
-across batches (the engine route's SDPA backward 2 is host work here).
+The forward's values entering a kernel (xnorm, x2norm, attn_out) are rounded to fp16 on the host and
+kept so as the taps, so the weight gradients read what the kernel read (``Kernels.host_normed``); the
+gradients entering the backward kernels are rounded by the kernel's input surface, and what the host
+computes besides stays float32. The step's timer counts the host parts inside ``run`` as kernel time.
+
+Every kernel bakes a layer's weights, so all six per layer are compiled again for each accumulation
+batch (``compiles_per_batch``): the compile-budget re-exec of ``anekit.training`` covers them as it
+covers the baked route. There is no weightless kernel to keep across batches (the engine route's SDPA
+backward 2 is host work here).
 """
 
 from __future__ import annotations
@@ -36,36 +39,29 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.errors import AnekitError
+from anekit.fp16 import round_to_fp16
 from anekit.kernels.blocks import causal_mask, rope_tables
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.conv_only import KERNELS, conv_route_specs
-from anekit.kernels.route import KernelRoute
-from anekit.kernels.spec import KernelSpec
+from anekit.kernels.route import kernel_route
 from anekit.llama import cpu_ops
 from anekit.llama.cpu_forward import head_rmsnorm
-from anekit.llama.params import LayerParams, Params
+from anekit.llama.params import Params
 from anekit.llama.step import Kernels, Timer, norm_scale
-from anekit.runtime.base import Backend, Kernel
+from anekit.runtime.base import Backend
 
-ROUTE = KernelRoute("baked", "host", "host", "host")  # "conv-host-attention"
+ROUTE = kernel_route("conv-host-attention")  # KernelRoute("baked", "host", "host", "host")
 
-# The host-side scales of a layer (what RMSNorm multiplies by: cfg.norm_offset + w), by weight name.
-HOST_SCALES = ("rms_att", "rms_ffn", "q_norm", "k_norm", "post_att_norm", "post_ffn_norm")
+# The norm weights of a layer the host applies (each norm scales by cfg.norm_offset + w).
+HOST_NORMS = ("rms_att", "rms_ffn", "q_norm", "k_norm", "post_att_norm", "post_ffn_norm")
 
 
 class HostAttentionKernels(Kernels):
     """The conv kernels of every layer for one set of weights (``layers[i][name]``, names
-    ``conv_only.KERNELS``), the host scales of the same weights, and the host's attention."""
+    ``conv_only.KERNELS``), the host's norm weights of the same weights, and the host's attention."""
 
     def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
-        # Not Kernels.__init__: it compiles the engine route's SDPA backward 2 (matmuls), host work here.
-        self.backend = backend
-        self.cfg = cfg
-        self.specs: list[dict[str, KernelSpec]] = []
-        self.layers: list[dict[str, Kernel]] = []
-        self._buffers: dict[str, np.ndarray] = {}
-        self.bwd2: dict[str, tuple[KernelSpec, Kernel]] = {}
-        self.scales: list[dict[str, np.ndarray]] = []  # per layer: norm name -> offset + w (float32 copy)
+        super().__init__(backend, cfg, ROUTE)  # host attention: no SDPA backward 2 kernel to compile
         self._tables: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}  # (C, kind) -> cos, sin
         self._masks: dict[str, np.ndarray] = {}  # kind -> (S, S) additive mask
 
@@ -75,28 +71,17 @@ class HostAttentionKernels(Kernels):
         return len(KERNELS) * cfg.n_layers
 
     def compile(self, params: Params, timer: Timer) -> None:
-        """(Re)compile every layer's kernels with the current weights and keep the host's norm scales of
-        the same weights."""
+        """(Re)compile every layer's kernels with the current weights, and keep a copy of the norm weights
+        the host applies (``norm_weight``) taken with them."""
         self.close_layers()
         cfg = self.cfg
         with timer.phase("compile"):
             for i in range(cfg.n_layers):
-                specs = conv_route_specs(cfg, params.kernel_weights(i))
+                w = params.kernel_weights(i)
+                specs = conv_route_specs(cfg, w)
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
-                self.scales.append(self._host_scales(params.layers[i]))
-
-    def _host_scales(self, w: LayerParams) -> dict[str, np.ndarray]:
-        scales = {}
-        for key in HOST_SCALES:
-            value = getattr(w, key, None)
-            if value is not None:
-                scales[key] = np.array(norm_scale(self.cfg, value), dtype=np.float32)  # a copy: (C,)
-        return scales
-
-    def close_layers(self) -> None:
-        super().close_layers()
-        self.scales = []
+                self._scales.append({k: np.array(w[k]) for k in HOST_NORMS if w.get(k) is not None})
 
     # -- the step's names ------------------------------------------------------------------------------
 
@@ -105,62 +90,51 @@ class HostAttentionKernels(Kernels):
             raise AnekitError("[step] the host-attention kernels are not compiled: compile() first")
         if name == "sdpa_fwd":
             return self._attention(layer, parts["x"])
-        if name == "ffn_fwd":
-            return self._mlp(layer, parts["x"])
         if name == "sdpa_bwd1":
             return self._attention_bwd1(layer, parts["q"], parts["k"], parts["v"], parts["do"])
         if name == "sdpa_bwd2":
             return self._attention_bwd2(layer, parts["probs"], parts["dp"], parts["q"], parts["k"])
-        if name in ("ffn_bwd", "qkv_bwd"):
-            return self._engine(layer, name, **parts)
+        if name in ("ffn_fwd", "ffn_bwd", "qkv_bwd"):  # ffn_fwd: the host norms around the kernel (``run``)
+            return super().run(layer, name, **parts)
         raise AnekitError(
             f"[step] no step part '{name}' on the host-attention route (known: sdpa_fwd, ffn_fwd, ffn_bwd, "
             "sdpa_bwd1, sdpa_bwd2, qkv_bwd)"
         )
 
-    def _engine(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
-        """One of the layer's conv kernels (``conv_only.KERNELS``) run on the named input parts."""
-        return self.specs[layer][name].run(self.layers[layer][name], **parts)
+    def _scale(self, i: int, key: str) -> np.ndarray:
+        """What norm ``key`` of layer ``i`` multiplies by: cfg.norm_offset + the compiled-with weight."""
+        return norm_scale(self.cfg, self.norm_weight(i, key))
 
     def _attention(self, i: int, x: np.ndarray) -> dict[str, np.ndarray]:
-        """The attention block of layer ``i`` on the residual stream x (dim, T), with the SDPA taps."""
-        cfg, scales, eps = self.cfg, self.scales[i], self.cfg.norm_eps
+        """The attention block of layer ``i`` on the residual stream x (dim, T), with the SDPA taps. What
+        enters a kernel is rounded to fp16 first and kept as the tap (the weight gradients read what the
+        kernel read), as ``Kernels.host_normed`` does."""
+        cfg, eps = self.cfg, self.cfg.norm_eps
         kind = cfg.layer_type(i)
-        xn = cpu_ops.rmsnorm(x, scales["rms_att"], eps)  # (dim, T)
-        qkv = self._engine(i, "qkv_fwd", xnorm=xn)  # projections (+ biases)
+        xn = round_to_fp16(cpu_ops.rmsnorm(x, self._scale(i, "rms_att"), eps))  # (dim, T)
+        qkv = self.run_kernel(i, "qkv_fwd", xnorm=xn)  # the projections (+ biases)
         q, k, v = qkv["q"], qkv["k"], qkv["v"]  # (q_dim, T), (kv_dim, T) x 2
         taps: dict[str, np.ndarray] = {}
         if cfg.qk_norm:  # Qwen 3 / Gemma 3: each head RMS-normalised; the backward reads the inputs
             taps["q_pre"], taps["k_pre"] = q, k
-            q = head_rmsnorm(q, scales["q_norm"], eps, cfg.head_dim)  # (q_dim, T)
-            k = head_rmsnorm(k, scales["k_norm"], eps, cfg.head_dim)  # (kv_dim, T)
+            q = head_rmsnorm(q, self._scale(i, "q_norm"), eps, cfg.head_dim)  # (q_dim, T)
+            k = head_rmsnorm(k, self._scale(i, "k_norm"), eps, cfg.head_dim)  # (kv_dim, T)
         if cfg.rope:
             q = cpu_ops.rope_rotate(q, *self._rope(cfg.q_dim, kind))  # (q_dim, T)
             k = cpu_ops.rope_rotate(k, *self._rope(cfg.kv_dim, kind))  # (kv_dim, T)
-        att = cpu_ops.attend(self._probs(i, q, k), v, cfg.head_dim)  # (q_dim, T)
-        o = self._engine(i, "wo_fwd", attn=att)["o"]  # (dim, T)
+        att = round_to_fp16(cpu_ops.attend(self._probs(i, q, k), v, cfg.head_dim))  # (q_dim, T)
+        o = self.run_kernel(i, "wo_fwd", attn=att)["o"]  # (dim, T)
         if cfg.post_norms:  # Gemma 3: the residual adds the normalised projection
             taps["o_pre"] = o
-            o = cpu_ops.rmsnorm(o, scales["post_att_norm"], eps)  # (dim, T)
+            o = cpu_ops.rmsnorm(o, self._scale(i, "post_att_norm"), eps)  # (dim, T)
         return {"o_out": o, "q": q, "k": k, "v": v, "attn_out": att, "xnorm": xn, **taps}
-
-    def _mlp(self, i: int, x2: np.ndarray) -> dict[str, np.ndarray]:
-        """The MLP block of layer ``i`` on x2 (dim, T), with the FFN taps."""
-        cfg, scales, eps = self.cfg, self.scales[i], self.cfg.norm_eps
-        m = cpu_ops.rmsnorm(x2, scales["rms_ffn"], eps)  # (dim, T)
-        out = dict(self._engine(i, "ffn_fwd", x2norm=m))  # ffn_out, h1, h3, silu_out
-        out["x2norm"] = m
-        if cfg.post_norms:
-            out["ffn_pre"] = out["ffn_out"]  # (dim, T): W2's output
-            out["ffn_out"] = cpu_ops.rmsnorm(out["ffn_pre"], scales["post_ffn_norm"], eps)
-        return out
 
     def _attention_bwd1(
         self, i: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray
     ) -> dict[str, np.ndarray]:
         """dv, and the probabilities and their gradient dp for ``_attention_bwd2``, from do (dim, T)."""
         cfg = self.cfg
-        da = self._engine(i, "wo_bwd", do=do)["da"]  # (q_dim, T): Wo^T do
+        da = self.run_kernel(i, "wo_bwd", do=do)["da"]  # (q_dim, T): Wo^T do
         probs = self._probs(i, q, k)  # (KVH, G, T, T), recomputed: nothing kept between the passes
         dv, dp = cpu_ops.attend_bwd(probs, v, da, cfg.head_dim)  # (kv_dim, T), (KVH, G, T, T)
         rows = (cfg.n_heads * cfg.seq_len, cfg.seq_len)  # the engine route's score layout
@@ -206,4 +180,4 @@ class HostAttentionKernels(Kernels):
         return self._tables[key]
 
 
-__all__ = ["HOST_SCALES", "ROUTE", "HostAttentionKernels"]
+__all__ = ["HOST_NORMS", "ROUTE", "HostAttentionKernels"]
