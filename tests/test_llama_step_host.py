@@ -117,7 +117,8 @@ def test_gemma_shaped_validation_loss_is_the_float64_models():
     "cfg", [llama.CONFIGS["gqa-rope-tied"][0], QWEN, GEMMA], ids=["llama2c", "qwen", "gemma"]
 )
 def test_forward_taps_are_the_engine_routes(cfg):
-    """The step reads the same keys, of the same shapes, as from the engine route's kernels' taps."""
+    """The step reads the same keys, of the same shapes, as from the engine route's kernels' taps; the
+    inputs the kernels read are kept as the kernels read them (fp16)."""
     params = hf._params(cfg, seed=1) if cfg is not GEMMA else gemma._params(cfg, seed=1)
     tokens = np.arange(cfg.seq_len) % cfg.vocab_size
     kernels = HostAttentionKernels(runtime.open("sim"), cfg)
@@ -127,6 +128,8 @@ def test_forward_taps_are_the_engine_routes(cfg):
     for _, att, _, ffn in saved:
         for taps, layout in ((att, forward.sdpa_fwd_layout(cfg)), (ffn, forward.ffn_fwd_layout(cfg))):
             assert {n: taps[n].shape for n in taps} == {n: (c, cfg.seq_len) for n, c in layout.parts}
+        for read in (att["xnorm"], att["attn_out"], ffn["x2norm"]):  # what a kernel read: fp16 values
+            np.testing.assert_array_equal(read.astype(np.float16).astype(np.float32), read)
 
 
 # -- the host attention backward -------------------------------------------------------------------------
