@@ -1,7 +1,7 @@
 """How the training step's kernels are cut: the construct choices of one training route.
 
 The engine layer decides which route a chip and macOS version get, from the hardware runs of each
-construct (``anekit.engine.routes``); this module is the kernels' side of it, the four choices the
+construct (``anekit.engine.training_routes``); this module is the kernels' side of it, the four choices the
 lowerings and the step act on:
 
 - ``weights``: "baked" (BLOBFILE consts in 1x1 convs; recompiled when the weights change) or "dynamic"
