@@ -203,6 +203,25 @@ def test_host_attention_backward_matches_finite_differences_of_float64_attention
             assert abs(fd - an) <= 5e-3 * np.linalg.norm(g), f"d{name}: fd {fd:.5e}, host {an:.5e}"
 
 
+@pytest.mark.parametrize("layer", [0, 1], ids=["sliding", "full"])
+def test_a_hidden_key_gets_no_probability_however_large_the_scores(layer):
+    """float32 scores can pass the engine's fp16 mask value (-65504): the host hides keys with -inf."""
+    cfg = GEMMA
+    kernels = HostAttentionKernels(runtime.open("sim"), cfg)
+    kernels.compile(gemma._params(cfg, seed=23), Timer())
+    rng = np.random.default_rng(24)
+    t, window = cfg.seq_len, (8, 0)[layer]
+    q = np.float32(200.0) * np.abs(rng.standard_normal((cfg.q_dim, t))).astype(np.float32)  # scores ~ 10^5
+    k = np.float32(200.0) * np.abs(rng.standard_normal((cfg.kv_dim, t))).astype(np.float32)
+    v, do = rng.standard_normal((cfg.kv_dim, t)), rng.standard_normal((cfg.dim, t))
+    probs = kernels.run(layer, "sdpa_bwd1", q=q, k=k, v=v, do=do)["probs"].reshape(cfg.n_heads, t, t)
+    kernels.close()
+    i_pos, j_pos = np.arange(t)[:, None], np.arange(t)[None, :]
+    visible = (j_pos <= i_pos) & ((j_pos > i_pos - window) if window else True)
+    assert np.all(probs[:, ~visible] == 0.0)
+    np.testing.assert_allclose(probs.sum(axis=2), 1.0, rtol=1e-5)
+
+
 # -- compiles --------------------------------------------------------------------------------------------
 
 

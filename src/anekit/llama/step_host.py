@@ -163,11 +163,13 @@ class HostAttentionKernels(Kernels):
         return cpu_ops.attention_probs(q, k, cfg.n_kv_heads, cfg.head_dim, cfg.scores_scale, mask)
 
     def _mask(self, kind: str) -> np.ndarray:
-        """The (S, S) additive mask of a layer kind: the engine route's (causal, or banded to the sliding
-        window), as float32."""
+        """The (S, S) additive mask of a layer kind: where the engine route's mask hides a key (causal, or
+        banded to the sliding window) -inf, else 0, float32: a hidden key's probability is exactly 0 however
+        large the float32 scores (the engine's -65504 is the most an fp16 mask can hold)."""
         if kind not in self._masks:
             cfg = self.cfg
-            self._masks[kind] = causal_mask(cfg.seq_len, cfg.kind_window(kind))[0, 0]
+            hidden = causal_mask(cfg.seq_len, cfg.kind_window(kind))[0, 0] < 0  # (S, S)
+            self._masks[kind] = np.where(hidden, np.float32(-np.inf), np.float32(0.0))
         return self._masks[kind]
 
     def _rope(self, channels: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
