@@ -325,7 +325,7 @@ def attention_probs(
     q: np.ndarray, k: np.ndarray, kv_heads: int, head_dim: int, scale: float, mask: np.ndarray
 ) -> np.ndarray:
     """softmax over keys of (q . k) * scale + mask: q (H * hd, S), k (KVH * hd, S), mask (S, S) additive
-    (0 or a large negative) -> probs (KVH, G, S, S), float32."""
+    (0, or -inf where a key is hidden) -> probs (KVH, G, S, S), float32."""
     s = q.shape[1]
     qh = _rows(q, q.shape[0] // head_dim, head_dim).reshape(kv_heads, -1, s, head_dim)  # (KVH, G, S, hd)
     kh = np.ascontiguousarray(k).reshape(kv_heads, 1, head_dim, s)  # (KVH, 1, hd, S)
