@@ -93,6 +93,14 @@ def test_the_route_kernels_have_no_swap_conv_and_rotate_with_slices(route, confi
             assert not concats, name
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_dynamic_route_kernels_have_no_conv(config):
+    """Weights in the inputs, consumed by matmuls; SDPA backward 1 is fed da itself rather than baking
+    Wo = I as a conv (the legacy kernel's): no conv.baked construct in the route."""
+    for name, spec in route_specs(CONFIGS[config], ROUTES["dynamic-engine-attention"]).items():
+        assert not [_name(op) for op in _ops(spec) if op.op_type == "conv"], name
+
+
 def _rotation64(x: np.ndarray, hd: int, theta: float, inverse: bool) -> np.ndarray:
     """Each head's pairs (2i, 2i + 1) of x (C, S) turned by +-(position * theta^(-2i / hd)), in float64."""
     c, s = x.shape

@@ -15,7 +15,9 @@ from anekit.engine import CHIPS
 from anekit.errors import AnekitError
 from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig
+from anekit.kernels.catalog import split_kind
 from anekit.kernels.route import ROUTES, BadKernelRoute, KernelRoute
+from anekit.kernels.route_specs import route_specs
 from anekit.llama import Params
 from anekit.llama.step import (
     DynamicKernels,
@@ -218,3 +220,37 @@ def test_the_host_attention_route_comes_from_its_own_module():
         kernels = make_kernels(runtime.open("sim"), cfg, None, route)
         assert type(kernels).__name__ == "HostAttentionKernels"
         kernels.close()
+
+
+@pytest.mark.parametrize("config", ["llama", "gemma3"])
+@pytest.mark.parametrize("route", ENGINE_ROUTES)
+def test_route_specs_are_the_kernels_the_step_compiles(route, config):
+    """``route_specs`` (what ``kernels dump`` and ``lint`` see) gives the programs the step runs, byte for
+    byte: the dynamic set once, or layer 0's baked kernels with layer 0's weights; each kind's own (Gemma
+    3's layer 0 is a sliding one)."""
+    if config == "llama":
+        cfg, tied = llama_step.CONFIGS["gqa-rope-tied"]
+        params = llama_step._params(cfg, tied, seed=27)
+    else:
+        cfg = gemma_step.CFG
+        params = gemma_step._params(cfg, seed=27)
+    kernels = make_kernels(runtime.open("sim"), cfg, None, ROUTES[route])
+    kernels.compile(params, Timer())
+    compiled = [spec.text() for spec, _ in kernels.bwd2.values()]
+    if isinstance(kernels, DynamicKernels):
+        compiled += [spec.text() for spec, _ in kernels.dynamic.values()]
+        weights = None
+    else:
+        compiled += [spec.text() for spec in kernels.specs[0].values()]
+        weights = params.kernel_weights(0)
+    kernels.close()
+    specs = route_specs(cfg, ROUTES[route], weights)
+    if weights is not None and len(cfg.layer_kinds) > 1:  # one layer: its kind's attention kernels only
+        kind = cfg.layer_type(0)
+        mine = {n: split_kind(n) for n in specs}  # name -> (cataloged name, kind)
+        specs = {
+            n: s
+            for n, s in specs.items()
+            if mine[n][0] not in ("sdpa_fwd", "sdpa_bwd1") or mine[n][1] == kind
+        }
+    assert sorted(s.text() for s in specs.values()) == sorted(compiled)

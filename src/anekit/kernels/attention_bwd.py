@@ -97,10 +97,13 @@ def sdpa_bwd1(
     )
 
 
-def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full") -> KernelSpec:
+def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full", identity_wo: bool = True) -> KernelSpec:
     """SDPA backward 1 without trained weights (the dynamic pipeline's, fed da = Wo^T do by a dynamic
-    matmul): baked with Wo = I where Wo is square (llama2.c), else taking da (q_dim) as its input."""
-    if cfg.q_dim == cfg.dim:
+    matmul): baked with Wo = I where Wo is square (llama2.c) and ``identity_wo`` (the legacy kernel), else
+    taking da (q_dim) as its input. The training routes take da always: the identity conv computes
+    nothing, and it was the one conv of their dynamic kernels (the M3's contested 512-channel rule,
+    'conv.channels-512-m3', warns on every conv of more channels)."""
+    if cfg.q_dim == cfg.dim and identity_wo:
         return sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}, kind=kind)
     return sdpa_bwd1(cfg, None, da_input=True, kind=kind)
 

@@ -420,10 +420,12 @@ class KernelBuilder:
 
         rot is a reshape of the heads to pairs on the last axis (``pair_view``), two one-wide slices of
         that axis (a and b), a mul of b by -1 and a concat of (-b, a) on the last axis (interleave false),
-        reshaped back: maderix/ANE training/training_dynamic/mil_dynamic.h gen_sdpa_fwd_dynamic (cb474e1,
-        c3c5094: q_p / q_e / q_o / nq / qrp / q_rot) and ncdrone/rustane crates/engine/src/kernels/
-        sdpa_fwd.rs, which ran on hardware. cos and sin are [1, 1, S, hd] tables broadcast over the heads
-        (``rope_head_tables``), shared by every rotation of the kernel. Exact: the slices, the negation and
+        reshaped back: maderix/ANE training/training_dynamic/mil_dynamic.h gen_sdpa_fwd_dynamic (from
+        c3c5094 on: q_p / q_e / q_o / nq / qrp / q_rot, concat axis 3) and ncdrone/rustane
+        crates/engine/src/kernels/sdpa_fwd.rs (trained on an M3 Ultra, macOS 26.3.1: rustane issue #16),
+        which ran on hardware; both rotate back on the host, where sdpa_bwd2 uses the same construct. cos
+        and sin are [1, 1, S, hd] tables broadcast over the heads (``rope_head_tables``), shared by every
+        rotation of the kernel. Exact: the slices, the negation and
         the concat move fp16 values without rounding them.
         """
         if self.rope_form != "slice":

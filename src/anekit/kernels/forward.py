@@ -13,15 +13,16 @@ Gemma 3) through ``mil_blocks.MilBlocks``, over a weight source (``anekit.kernel
 weights packed into the input.
 
 The training route's ``norm`` "host" (``anekit.kernels.route``) moves every channel RMSNorm of the two
-kernels to the host, as maderix/ANE's dynamic pipeline (training/training_dynamic/mil_dynamic.h at
-cb474e1 and c3c5094: "RMSNorm stays on CPU (ANE can't handle RMS + 3 matmuls without BNNS fallback)")
-and ncdrone/rustane's sdpa_fwd / ffn kernels do: the kernel's input x is the normalised input the host
-computed, so it has no rms_att / rms_ffn weight and no ``xnorm`` / ``x2norm`` tap (the host holds that
-value: ``anekit.llama.step`` puts it under the same key), and with Gemma 3's post-norms its ``o_out`` /
-``ffn_out`` is Wo's / W2's output itself, which the host normalises (no ``o_pre`` / ``ffn_pre`` tap).
-Qwen 3's and Gemma 3's per-head q / k norm stays in the SDPA kernel (it sits between the projections and
-RoPE; moving it would split the kernel in two): the one RMSNorm such a route's kernels still compute, the
-construct ``rmsnorm.peak-normalised`` applied per head (``KernelBuilder.head_rmsnorm``).
+kernels to the host, as maderix/ANE's dynamic pipeline (training/training_dynamic/mil_dynamic.h:
+"RMSNorm done on CPU" from cb474e1 on, and at c3c5094 "RMSNorm stays on CPU (ANE can't handle RMS + 3
+matmuls without BNNS fallback)") and ncdrone/rustane's sdpa_fwd / ffn kernels do: the kernel's input x
+is the normalised input the host computed, so it has no rms_att / rms_ffn weight and no ``xnorm`` /
+``x2norm`` tap (the host holds that value: ``anekit.llama.step`` puts it under the same key), and with
+Gemma 3's post-norms its ``o_out`` / ``ffn_out`` is Wo's / W2's output itself, which the host
+normalises (no ``o_pre`` / ``ffn_pre`` tap). Qwen 3's and Gemma 3's per-head q / k norm stays in the
+SDPA kernel (it sits between the projections and RoPE; moving it would split the kernel in two): the one
+RMSNorm such a route's kernels still compute, the construct ``rmsnorm.peak-normalised`` applied per head
+(``KernelBuilder.head_rmsnorm``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The training step (``anekit.llama.step``) compiles, per route (``anekit.kernels.
 
 - dynamic weights: ``sdpa_fwd_dynamic``, ``ffn_fwd_dynamic``, ``ffn_bwd_w2t_dynamic``,
   ``ffn_bwd_w13t_dynamic``, ``qkv_bwd_dynamic``, the helpers ``wo_t_dynamic`` (da = Wo^T do) and
-  ``sdpa_bwd1_weightless``, and ``sdpa_bwd2``;
+  ``sdpa_bwd1_weightless`` (fed da; the legacy one bakes Wo = I where Wo is square), and ``sdpa_bwd2``;
 - baked weights: ``sdpa_fwd``, ``ffn_fwd``, ``ffn_bwd``, ``sdpa_bwd1``, ``sdpa_bwd2``, ``qkv_bwd`` (each
   layer's own weights; ``weights`` are one layer's, as ``catalog.build`` takes them);
 - host attention: the conv kernels of ``anekit.kernels.conv_only.conv_route_specs``.
@@ -26,7 +26,7 @@ from anekit.errors import AnekitError
 from anekit.kernels import attention_bwd, backward, dynamic, forward
 from anekit.kernels.catalog import split_kind, with_kinds
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.route import KernelRoute
+from anekit.kernels.route import LEGACY, KernelRoute
 from anekit.kernels.spec import KernelSpec
 
 Weights = Mapping[str, np.ndarray] | None
@@ -64,7 +64,7 @@ def route_specs(cfg: ModelConfig, route: KernelRoute, weights: Weights = None) -
 
 def _generator(name: str, route: KernelRoute, weights: Weights) -> Callable[[ModelConfig, str], KernelSpec]:
     """The kernel ``name`` of the route's step as a function of (cfg, layer kind)."""
-    norm, rope = route.norm, route.rope
+    norm, rope, legacy = route.norm, route.rope, route == LEGACY
     table: dict[str, Callable[[ModelConfig, str], KernelSpec]] = {
         "sdpa_fwd_dynamic": lambda c, k: dynamic.sdpa_fwd_dynamic(c, kind=k, norm=norm, rope=rope),
         "ffn_fwd_dynamic": lambda c, k: dynamic.ffn_fwd_dynamic(c, norm=norm),
@@ -72,7 +72,9 @@ def _generator(name: str, route: KernelRoute, weights: Weights) -> Callable[[Mod
         "ffn_bwd_w13t_dynamic": lambda c, k: dynamic.ffn_bwd_w13t_dynamic(c),
         "qkv_bwd_dynamic": lambda c, k: dynamic.qkv_bwd_dynamic(c),
         "wo_t_dynamic": lambda c, k: dynamic.wo_t_dynamic(c),
-        "sdpa_bwd1_weightless": lambda c, k: attention_bwd.sdpa_bwd1_weightless(c, kind=k),
+        "sdpa_bwd1_weightless": lambda c, k: attention_bwd.sdpa_bwd1_weightless(
+            c, kind=k, identity_wo=legacy
+        ),
         "sdpa_bwd2": lambda c, k: attention_bwd.sdpa_bwd2(c, kind=k, rope=rope),
         "sdpa_fwd": lambda c, k: forward.sdpa_fwd(c, weights, kind=k, norm=norm, rope=rope),
         "ffn_fwd": lambda c, k: forward.ffn_fwd(c, weights, norm=norm),

@@ -157,8 +157,8 @@ class Kernels:
                 }
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
-                # the scales the kernels were built with, for the norms the host applies
-                self._scales.append({k: w[k].copy() for k in NORM_SCALES if k in w})
+                if route.norm == "host":  # the scales the kernels were built with, for the host's norms
+                    self._scales.append({k: w[k].copy() for k in NORM_SCALES if k in w})
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         """The outputs of kernel ``name`` of ``layer`` given its input parts, by tap name; with the route's
@@ -258,7 +258,8 @@ class DynamicKernels(Kernels):
             specs[f"sdpa_fwd{tail}"] = dynamic.sdpa_fwd_dynamic(
                 cfg, kind=kind, norm=route.norm, rope=route.rope
             )
-            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind)
+            legacy = route == LEGACY  # the legacy kernels bake Wo = I; a route's take da itself
+            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind, identity_wo=legacy)
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
 
