@@ -19,15 +19,8 @@ from anekit.kernels.catalog import split_kind
 from anekit.kernels.route import ROUTES, BadKernelRoute, KernelRoute
 from anekit.kernels.route_specs import route_specs
 from anekit.llama import Params
-from anekit.llama.step import (
-    DynamicKernels,
-    Kernels,
-    Timer,
-    first_compiles,
-    make_kernels,
-    train_step,
-    unscale,
-)
+from anekit.llama.kernel_sets import first_compiles, make_kernels
+from anekit.llama.step import DynamicKernels, Kernels, Timer, train_step, unscale
 from anekit.models import read_args
 from tests import hf_fixtures
 from tests import test_llama_step as llama_step

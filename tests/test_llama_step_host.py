@@ -12,7 +12,8 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig, forward
 from anekit.llama import Params
-from anekit.llama.step import Timer, eval_loss, forward_layers, make_kernels, train_step, unscale
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Timer, eval_loss, forward_layers, train_step, unscale
 from anekit.llama.step_host import ROUTE, HostAttentionKernels
 from tests import test_llama_step as llama
 from tests import test_llama_step_gemma as gemma

@@ -37,7 +37,6 @@ itself (``o_pre`` / ``ffn_pre`` the kernel's output, ``o_out`` / ``ffn_out`` the
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -48,7 +47,6 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.numerics import behaviour
-from anekit.errors import AnekitError
 from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig, attention_bwd, backward, dynamic, forward
 from anekit.kernels.route import LEGACY, BadKernelRoute, KernelRoute
@@ -89,16 +87,6 @@ def norm_scale(cfg: ModelConfig, w: np.ndarray) -> np.ndarray:
     """What an RMSNorm with weight w scales by: ``cfg.norm_offset`` + w (w itself for Llama). Its gradient
     is w's."""
     return w + np.float32(cfg.norm_offset) if cfg.norm_offset else w
-
-
-def first_compiles(cfg: ModelConfig, weights: str) -> int:
-    """Programs a fresh kernel set compiles before its first step completes: one SDPA backward 2 per layer
-    kind, then the weight-bearing kernels (all per layer when baked; dynamic: five once, and the SDPA
-    forward and backward 1 once per kind)."""
-    kinds = len(cfg.layer_kinds)
-    if weights == "dynamic":
-        return kinds + DynamicKernels.compiles_for(cfg)
-    return kinds + Kernels.compiles_per_batch(cfg)
 
 
 class Kernels:
@@ -293,44 +281,6 @@ class DynamicKernels(Kernels):
         for _, kernel in self.dynamic.values():
             kernel.close()
         super().close()
-
-
-def make_kernels(
-    backend: Backend, cfg: ModelConfig, weights: str | None, route: KernelRoute | None = None
-) -> Kernels:
-    """The kernel set of a weight mode: "baked" (recompiled per batch) or "dynamic" (compiled once).
-
-    ``route`` None: the legacy kernels of that mode. A training route (``anekit.kernels.route``): its
-    kernels, in its own weight mode (``weights`` must then be that mode, or None); host attention
-    ("conv-host-attention") is ``anekit.llama.step_host.HostAttentionKernels``."""
-    if route is None:
-        if weights == "dynamic":
-            return DynamicKernels(backend, cfg)
-        if weights == "baked":
-            return Kernels(backend, cfg)
-        raise ValueError(f"weights must be 'baked' or 'dynamic', not {weights!r}")
-    if weights is not None and weights != route.weights:
-        raise BadKernelRoute(
-            f"[step] weights '{weights}' contradict the route's '{route.weights}' ({route.describe()}): "
-            "name one weight mode"
-        )
-    if route.attention == "host":
-        return _host_attention_kernels(backend, cfg, route)
-    if route.weights == "dynamic":
-        return DynamicKernels(backend, cfg, route)
-    return Kernels(backend, cfg, route)
-
-
-def _host_attention_kernels(backend: Backend, cfg: ModelConfig, route: KernelRoute) -> Kernels:
-    """The host-attention route's kernel set, from its own module (imported here: it builds on this one)."""
-    try:
-        module = importlib.import_module("anekit.llama.step_host")
-    except ImportError as e:
-        raise AnekitError(
-            f"[step] conv-host-attention kernels not available ({route.describe()}): {e}"
-        ) from e
-    kernels: Kernels = module.HostAttentionKernels(backend, cfg)
-    return kernels
 
 
 # The largest scaled activation gradient a step lets into the kernels: half the MAC output port's 2^15
