@@ -421,3 +421,36 @@ def test_the_strict_refusal_names_the_cli_flag_that_runs_it_anyway(tmp_path, cap
     assert main(["run", str(path), "--random", "0"]) == 1
     assert "`anekit run --no-strict`" in capsys.readouterr().err
     assert main(["run", str(path), "--random", "0", "--no-strict"]) == 0
+
+
+# -- the macOS dimension -------------------------------------------------------------------------------
+
+
+def test_matmul_on_m1_m2_is_refused_under_macos_26_and_not_under_15():
+    """maderix pull request #6 measured matmul failing on an M1 Pro under macOS 26.3 on the in-memory
+    route; M1 Pro / Max trained with matmul attention under macOS 15; the book's e5rt run weighs on e5rt."""
+    scores = tensor("fp16", [1, 4, 64, 32])
+    prog = _prog(lambda f, x, q: f.matmul(x=q, y=q, transpose_y=True), {"x": X, "q": scores})
+    for chip in ("m1", "m2"):
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip, macos="26"), "error"), chip
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip, macos="26.3.1"), "error"), chip
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, macos="15")), chip
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip), "warn"), chip  # both sides count
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, route="e5rt", macos="26")), chip
+    for chip in ("m3", "m4", "m5"):
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, macos="26")), chip
+    r = rule("op.matmul-sdpa-m1")
+    assert r.verdict("direct", "26") == "error on m1, m2" and r.verdict("direct", "15") == "-"
+    assert r.verdict("direct") == "warn on m1, m2" and r.verdict("e5rt") == "-"
+    assert "e5rt route only" in r.decision
+
+
+def test_a_finding_judged_for_a_macos_version_says_so():
+    scores = tensor("fp16", [1, 4, 64, 32])
+    prog = _prog(lambda f, x, q: f.matmul(x=q, y=q, transpose_y=True), {"x": X, "q": scores})
+    [finding] = [f for f in check_program(prog, "m1", macos="26") if f.rule.id == "op.matmul-sdpa-m1"]
+    assert finding.macos == "26" and finding.is_error
+    assert "chip m1, route direct, macOS 26: error on m1, m2" in str(finding)
+    assert finding.as_dict()["macos"] == "26" and finding.as_dict()["verdict"] == "error on m1, m2"
+    with pytest.raises(AnekitError, match=r"macOS version 'Tahoe' is not a version number"):
+        check_program(prog, "m1", macos="Tahoe")

@@ -604,31 +604,51 @@ _OP_RULES = (
     ),
     Rule(
         "op.matmul-sdpa-m1",
-        "matmul and scaled_dot_product_attention were reported to fail on M1 / M2 under macOS 26.",
+        "matmul and scaled_dot_product_attention fail on M1 / M2 under macOS 26 on the in-memory route (they "
+        "ran there under macOS 15).",
         "op",
         "refused",
         (
             Evidence(
                 PR6,
                 "measured",
-                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops'",
+                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops' "
+                "(the attention tests do not run on the M1 Pro)",
                 M1,
                 DIRECT,
                 "26.3",
             ),
-            _guide_native("matmul and scaled_dot_product_attention", ("m1", "m2")),
+            Evidence(
+                f"{GUIDE_MATRIX} rows 'matmul', 'scaled_dot_product_attention'; {GUIDE} back-matter/"
+                "methodology.md ('on macOS 14 or later (verified on macOS 26.5)')",
+                "measured",
+                "matmul ('Engine lane or convolution fold') and scaled_dot_product_attention native on the "
+                "M1 and M2, each compiled alone and run through the e5rt runtime",
+                ("m1", "m2"),
+                E5RT,
+                "26.5",
+                refutes=True,
+            ),
             Evidence(
                 f"{MADERIX_COMMUNITY} (M1 Pro macOS 15.0, M1 Max 15.6.1: 'Training works via stories_mil.h')",
                 "measured",
                 "the training kernels, whose attention is matmul, train on M1 Pro and M1 Max",
                 M1,
                 DIRECT,
-                "15",
+                "15.0, 15.6.1",
                 refutes=True,
             ),
         ),
         chips=("m1", "m2"),
-        decision="Measured both ways on the M1, split by macOS version: a warning on the M1.",
+        decision="Split by macOS version on the in-memory route: measured failing on an M1 Pro under macOS "
+        "26.3 (pull request #6, which names M1 and M2) and training on M1 Pro / Max under macOS 15. Under "
+        "macOS 26 it is an error on the M1 and, by the policy (measured on the M1, nothing run against it on "
+        "the M2 on this route), on the M2; under macOS 15 it does not apply; with no macOS named it is a "
+        "warning on the M1 and the M2, both sides counted. The book's measurement (M1, M2, through e5rt, "
+        "macOS 26.5) weighs on the e5rt route only: e5rt lowers a matmul its own way (the book's note: "
+        "'Engine lane or convolution fold') before ANECCompile, the in-memory route hands the MIL as "
+        "written, and on the in-memory route two hardware runs answer the question per macOS version. "
+        "anekit's training route for M1 / M2 under macOS 26 uses no matmul.",
     ),
     Rule(
         "op.softmax-axis-size",
