@@ -139,6 +139,12 @@ CASES = {
         lambda f, x: f.real_div(x=f.sin(x=x), y=f.cos(x=x)),
     ),
     "op.from-m3": ("m2", lambda f, x: f.sin(x=x), lambda f, x: f.atan(x=x)),
+    "op.curated-path-only": (
+        "m1",
+        lambda f, x: f.cumsum(x=x, axis=3),
+        lambda f, x: f.matmul(x=x, y=f.const(np.triu(np.ones((1, 1, 32, 32), np.float16)))),
+    ),
+    "op.identity-alone": ("m5", lambda f, x: f.identity(x=x), lambda f, x: f.relu(x=x)),
 }
 
 
@@ -454,3 +460,61 @@ def test_a_finding_judged_for_a_macos_version_says_so():
     assert finding.as_dict()["macos"] == "26" and finding.as_dict()["verdict"] == "error on m1, m2"
     with pytest.raises(AnekitError, match=r"macOS version 'Tahoe' is not a version number"):
         check_program(prog, "m1", macos="Tahoe")
+
+
+# -- the gate: single ops a hardware sweep refused or ran -------------------------------------------------
+
+ALONE = tensor("fp16", [1, 64, 1, 64])  # the single-op programs' shape (tests/engine_corpus)
+
+
+def _alone(body) -> mil.Program:
+    return _prog(body, {"x": ALONE})
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+def test_cumsum_alone_is_refused_on_every_chip_and_its_triangular_matmul_is_not(route):
+    """ANEForge's census: the MIL cumsum op is unimplemented on the backend (M5), the curated path runs the
+    prefix sum as x @ U (U upper-triangular ones); the book's M1 'native' is that curated path."""
+    scan = _alone(lambda f, x: f.cumsum(x=x, axis=3))
+    for chip in ("any", *CHIPS):
+        assert "op.curated-path-only" in _ids(check_program(scan, chip, route=route), "error"), chip
+    upper = np.triu(np.ones((64, 64), np.float16))
+    as_matmul = _alone(lambda f, x: f.matmul(x=x, y=f.const(upper.reshape(1, 1, 64, 64))))
+    for chip in CHIPS:
+        assert "op.curated-path-only" not in _ids(check_program(as_matmul, chip, route=route)), chip
+    assert "op.curated-path-only" not in _ids(check_program(scan, "m4", route="coreml"))
+    r = rule("op.curated-path-only")
+    assert "capabilities.json" in r.source and any("curated runtime path" in e.observed for e in r.evidence)
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+def test_identity_alone_is_flagged_where_the_sweep_refused_it(route):
+    """ANEForge's M5 sweep refused identity alone, the book's one-op run on the M1 (and its measured M5
+    column) ran it: a warning on the M5 naming both, nothing on the M1 and M2; after a computing op the
+    alone rule is silent."""
+    alone = _alone(lambda f, x: f.identity(x=x))
+    found = {chip: check_program(alone, chip, route=route) for chip in CHIPS}
+    assert "op.identity-alone" in _ids(found["m5"], "warn") and not errors(found["m5"])
+    for chip in ("m3", "m4"):
+        assert "op.identity-alone" in _ids(found[chip], "warn"), chip
+    for chip in ("m1", "m2"):
+        assert "op.identity-alone" not in _ids(found[chip]), chip
+    after = _alone(lambda f, x: f.identity(x=f.relu(x=x)))
+    for chip in CHIPS:
+        assert "op.identity-alone" not in _ids(check_program(after, chip, route=route)), chip
+    r = rule("op.identity-alone")
+    assert r.conflicted and "compile-walled" in r.source and "04-capability-surface.md" in r.source
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_and_cos_alone_are_accepted_where_they_ran_and_refused_where_they_did_not(op, route):
+    """ANEForge's M5 sweep compiled and ran sin and cos alone; the M1 and M2 refuse them (the book's
+    one-op confirmation on the M1, ANEForge's catalog 'REJECTED on M1/A14 - silicon-measured')."""
+    alone = _alone(lambda f, x: getattr(f, op)(x=x))
+    for chip in ("m1", "m2"):
+        assert "op.from-m3" in _ids(check_program(alone, chip, route=route), "error"), chip
+    for chip in ("m3", "m4", "m5"):
+        assert not check_program(alone, chip, route=route), chip  # no finding at all
+    r = rule("op.from-m3")
+    assert "entries 'sin', 'cos'" in r.decision and "REJECTED on M1/A14" in str(r.evidence)

@@ -581,6 +581,39 @@ _OP_RULES = (
         decision="Measured native on M1, M2 and M5: the report stands only where nothing was measured.",
     ),
     Rule(
+        "op.identity-alone",
+        "A function whose only op is identity (its output is its input) was refused by the compiler on the "
+        "M5: give the engine an op that computes, or copy on the host.",
+        "op",
+        "refused",
+        (
+            Evidence(
+                f"{FORGE} docs/capabilities.json (commit 067717a), entry 'identity' (arch-gated-negative, "
+                "negative-confirmed; evidence 'docs/full_mil_vocabulary_sweep.json (klass=compile-walled)')",
+                "measured",
+                "'compiles-walled: the authored minimal MIL program fails ANECCompile "
+                "(ane_e5rt_program_compile, mask=0x4) on M5'",
+                M5,
+                COMPILED,
+            ),
+            Evidence(
+                f"{GUIDE_MATRIX} row 'identity'; {GUIDE} part-1-machine/04-capability-surface.md ('Every "
+                "operation marked native in Appendix A was compiled and run on the M1', each in 'a graph "
+                "that contains ONLY that operation')",
+                "measured",
+                f"identity native, 'Aliases a cast or no-op' ({GUIDE_COMPILED})",
+                ("m1", "m2", "m5"),
+                COMPILED,
+                refutes=True,
+            ),
+        ),
+        decision="Measured both ways on the M5, each side compiling identity alone through e5rt (ANEForge's "
+        "sweep: refused; the book's one-op confirmation: native, its M5 column measured): a warning there "
+        "naming both. On the M1 and M2 only the book's run speaks: the rule does not apply. On the M3 and "
+        "M4, measured on neither side, a warning. Identity after a computing op (a function output) is "
+        "op.identity-output's; anekit's kernels end in their last compute op.",
+    ),
+    Rule(
         "op.cast-m1-m2",
         "M1 and M2 were reported to lack cast (fp32 <-> fp16) on the in-memory route: their kernels take and "
         "return fp16.",

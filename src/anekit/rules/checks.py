@@ -260,6 +260,7 @@ def check_function(
         for check in _OP_CHECKS.get(op.op_type, ()):
             check(ctx, op)
     _check_bridge_only(ctx)
+    _check_identity_alone(ctx)
     _check_outputs(ctx)
     _check_dialect(ctx)
     return ctx.findings
@@ -351,6 +352,7 @@ _OP_TABLE_RULES = (
     (op_tables.NO_PATH, "op.off-engine", "is placed off the engine by CoreML"),
     (op_tables.FROM_M2, "op.from-m2", "needs the M2 or later"),
     (op_tables.FROM_M3_GATED, "op.from-m3", "runs on the engine only from the M3"),
+    (op_tables.CURATED_PATH_ONLY, "op.curated-path-only", "has no implementation on the compile path"),
     (op_tables.M1_FALLBACK, "op.m1-software-fallback", "takes a software path on the M1"),
 )
 
@@ -368,6 +370,14 @@ def _check_bridge_only(ctx: _Context) -> None:
     if computing and all(op.op_type in op_tables.BRIDGE_ONLY for op in computing):
         for op in computing:
             ctx.report_op("op.bridge-only", op, f"{op.op_type} is the only kind of op in the function")
+
+
+def _check_identity_alone(ctx: _Context) -> None:
+    """op.identity-alone: a function whose only computing op is identity (its output is its input)."""
+    computing = [op for op in ctx.fn.ops if op.op_type not in op_tables.FOLDED]
+    if computing and all(op.op_type == "identity" for op in computing):
+        for op in computing:
+            ctx.report_op("op.identity-alone", op, "identity is the function's only op")
 
 
 def _check_dialect(ctx: _Context) -> None:
@@ -929,8 +939,10 @@ def iter_rules_checked() -> Iterator[str]:
         "op.from-m3",
         "op.m1-software-fallback",
         "op.bridge-only",
+        "op.curated-path-only",
         "op.cast-int32-m1",
         "op.identity-output",
+        "op.identity-alone",
         "op.cast-m1-m2",
         "op.matmul-sdpa-m1",
         "op.softmax-axis-size",
