@@ -518,3 +518,50 @@ def test_sin_and_cos_alone_are_accepted_where_they_ran_and_refused_where_they_di
         assert not check_program(alone, chip, route=route), chip  # no finding at all
     r = rule("op.from-m3")
     assert "entries 'sin', 'cos'" in r.decision and "REJECTED on M1/A14" in str(r.evidence)
+
+
+# -- the corpus judged under the macOS versions its cases were observed under ----------------------------
+
+# contested case -> its contested rule's severity under the case's macOS, by hand: pull request #6's matmul
+# failure (26.3) stands alone under 26 (the M1 runs were under 15, the book's on e5rt); its cast failures
+# stay contested (the book's cast run names no version, so it counts under 26 too).
+UNDER_ITS_MACOS = {
+    "maderix-pr6-sdpa5-no-mask-ios16": "error",
+    "maderix-pr6-weight-reload-64ch-cast": "warn",
+    "maderix-weight-reload-64ch-on-m1": "warn",
+}
+
+
+def _corpus():
+    from tests.engine_corpus.known_good import KNOWN_GOOD
+    from tests.engine_corpus.known_refused import KNOWN_CONTESTED
+
+    return KNOWN_GOOD, KNOWN_CONTESTED
+
+
+def test_a_contested_case_is_judged_under_the_macos_it_was_observed_under():
+    _, contested = _corpus()
+    with_macos = {c.name: c for c in contested if c.macos}
+    assert set(with_macos) == set(UNDER_ITS_MACOS)
+    for name, want in UNDER_ITS_MACOS.items():
+        c = with_macos[name]
+        program = mil.verify(mil.parse(c.mil))
+        for chip in c.chips:
+            found = check_program(program, chip, c.weights, c.route, c.macos)
+            assert {f.severity for f in found if f.rule.id in c.contested} == {want}, (name, chip)
+
+
+def test_a_known_good_program_breaks_no_error_rule_under_its_macos():
+    """M1 Pro / Max trained with matmul attention under macOS 15: no error there; the same kernel under
+    macOS 26 is what pull request #6 saw fail (an error), which anekit's M1 route under 26 avoids."""
+    good, _ = _corpus()
+    with_macos = [c for c in good if c.macos]
+    assert [c.name for c in with_macos] == ["maderix-stories-sdpa-fwd-taps-m1-macos15"]
+    for c in with_macos:
+        program = mil.verify(mil.parse(c.mil))
+        for chip in c.chips:
+            for version in c.macos.split(","):
+                found = check_program(program, chip, c.weights, c.route, version.strip())
+                assert not errors(found) and "op.matmul-sdpa-m1" not in _ids(found), (c.name, chip, version)
+            under_26 = check_program(program, chip, c.weights, c.route, "26")
+            assert "op.matmul-sdpa-m1" in _ids(under_26, "error")
