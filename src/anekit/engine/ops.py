@@ -194,12 +194,12 @@ OP_RULES: tuple[Rule, ...] = (
             ),
         ),
         checked_by="anekit.rules.checks (ops the matrix marks native only through a curated path)",
-        decision="The matrix's Native mark for cumsum is a run of the curated path (a rewrite into a "
-        "triangular matmul), not of the MIL op: no hardware-run program hands the op to the compiler and "
-        "runs, and ANEForge's census records the op itself refused. Measured on the M5 and not contradicted "
-        "on the compiled routes, it is an error on every chip (the backend is the same code on every chip: "
-        "ANEForge calls it 'a native-op gap, NOT a ... hardware wall'); on the CoreML route the converter's "
-        "own lowering decides, and the rule does not speak of it.",
+        decision="The matrix's Native mark for cumsum is a run of the curated path (by ANEForge's census "
+        "a matmul by a triangular matrix of ones), not of the MIL op: no hardware-run program hands the op "
+        "to the compiler and runs, and ANEForge's census records the op itself refused. Measured on the "
+        "M5 and not contradicted on the compiled routes, it is an error on every chip (the backend is the "
+        "same code on every chip: ANEForge calls it 'a native-op gap, NOT a ... hardware wall'); on the "
+        "CoreML route the converter's own lowering decides, and the rule does not speak of it.",
     ),
     Rule(
         "op.cast-int32-m1",
