@@ -565,3 +565,14 @@ def test_a_known_good_program_breaks_no_error_rule_under_its_macos():
                 assert not errors(found) and "op.matmul-sdpa-m1" not in _ids(found), (c.name, chip, version)
             under_26 = check_program(program, chip, c.weights, c.route, "26")
             assert "op.matmul-sdpa-m1" in _ids(under_26, "error")
+
+
+def test_the_m3_channel_rule_splits_by_macos():
+    """M3 Pro and M3 Ultra under macOS 15.7.4: only 512-channel convs compiled; the M3 Ultra under macOS
+    26.3 ran 256 / 384-channel inmem_peak convs and trained with 768-channel ones."""
+    w = np.zeros((64, 64, 1, 1), np.float16)
+    conv = _prog(lambda f, x: f.conv(x=x, weight=f.const(w)))
+    assert "conv.channels-512-m3" in _ids(check_program(conv, "m3", macos="15"), "error")
+    assert "conv.channels-512-m3" not in _ids(check_program(conv, "m3", macos="26"))
+    assert "conv.channels-512-m3" in _ids(check_program(conv, "m3"), "warn")
+    assert "conv.channels-512-m3" not in _ids(check_program(conv, "m4", macos="15"))

@@ -764,10 +764,11 @@ _OP_RULES = (
                 "15.7.4",
             ),
             Evidence(
-                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (macOS "
-                f"26.3)",
+                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (raw/"
+                "system_info.txt: macOS 26.3; raw/inmem_peak.log, raw/train_large.log)",
                 "measured",
-                "the stories110M dynamic pipeline (768 channels) trained on the M3 Ultra",
+                "on the M3 Ultra the inmem_peak convs of 256 and 384 channels ran (64x / 128x conv 256ch and "
+                "384ch sp64) and the static pipeline's 768-channel conv kernels trained Stories110M",
                 ("m3",),
                 DIRECT,
                 "26.3",
@@ -775,7 +776,9 @@ _OP_RULES = (
             ),
         ),
         chips=("m3",),
-        decision="Measured both ways on the M3, split by macOS version: a warning.",
+        decision="Measured both ways on the M3, split by macOS version (the M3 Ultra on both sides): under "
+        "macOS 15 an error (no run against it there), under macOS 26 it does not apply, with no version "
+        "named a warning.",
     ),
     Rule(
         "op.square-activation-width-m5",
