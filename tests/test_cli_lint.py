@@ -239,3 +239,21 @@ def test_the_macos_option(tmp_path, capsys):
         "anekit lint: error: argument --macos: macOS version 'Tahoe' is not a version number (expected a "
         "major version such as 15 or 26, or a full one such as 15.3 or 26.0.1)"
     )
+
+
+def test_the_training_route_of_every_chip_lints_clean_under_every_macos():
+    """Issue 30's "done when", the lint part: for each of m1 .. m5 and each macOS major the engine layer
+    knows (and none named), the kernels of that chip's training route give no error and no warning from a
+    rule the evidence contests or contradicts. Skipped until the routes and their kernel sets exist."""
+    routes = pytest.importorskip("anekit.engine.training_routes")
+    specs_of = pytest.importorskip("anekit.kernels.route_specs").route_specs
+    from anekit.kernels.route import kernel_route
+
+    cfg = preset("stories260K")
+    for chip in CHIPS:
+        for macos in ("", *getattr(routes, "MACOS_MAJORS", ("15", "26"))):
+            chosen = routes.training_route(chip, macos)
+            for name, spec in specs_of(cfg, kernel_route(chosen.id)).items():
+                found = check_program(spec.program, chip, macos=macos)
+                contested = [f.short() for f in found if f.is_error or f.rule.conflicted]
+                assert not contested, (chip, macos or "any macOS", chosen.id, name, contested)
