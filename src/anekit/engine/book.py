@@ -652,6 +652,15 @@ _OP_RULES = (
                 "26.3",
             ),
             Evidence(
+                PR6,
+                "reported",
+                "the same commit message names the M2 with the M1 ('fail on M1/M2'); it was tested on the M1 "
+                "Pro only",
+                ("m2",),
+                DIRECT,
+                "26.3",
+            ),
+            Evidence(
                 f"{GUIDE_MATRIX} rows 'matmul', 'scaled_dot_product_attention'; {GUIDE} back-matter/"
                 "methodology.md ('on macOS 14 or later (verified on macOS 26.5)')",
                 "measured",
