@@ -581,6 +581,39 @@ _OP_RULES = (
         decision="Measured native on M1, M2 and M5: the report stands only where nothing was measured.",
     ),
     Rule(
+        "op.identity-alone",
+        "A function whose only op is identity (its output is its input) was refused by the compiler on the "
+        "M5: give the engine an op that computes, or copy on the host.",
+        "op",
+        "refused",
+        (
+            Evidence(
+                f"{FORGE} docs/capabilities.json (commit 067717a), entry 'identity' (arch-gated-negative, "
+                "negative-confirmed; evidence 'docs/full_mil_vocabulary_sweep.json (klass=compile-walled)')",
+                "measured",
+                "'compiles-walled: the authored minimal MIL program fails ANECCompile "
+                "(ane_e5rt_program_compile, mask=0x4) on M5'",
+                M5,
+                COMPILED,
+            ),
+            Evidence(
+                f"{GUIDE_MATRIX} row 'identity'; {GUIDE} part-1-machine/04-capability-surface.md ('Every "
+                "operation marked native in Appendix A was compiled and run on the M1', each in 'a graph "
+                "that contains ONLY that operation')",
+                "measured",
+                f"identity native, 'Aliases a cast or no-op' ({GUIDE_COMPILED})",
+                ("m1", "m2", "m5"),
+                COMPILED,
+                refutes=True,
+            ),
+        ),
+        decision="Measured both ways on the M5, each side compiling identity alone through e5rt (ANEForge's "
+        "sweep: refused; the book's one-op confirmation: native, its M5 column measured): a warning there "
+        "naming both. On the M1 and M2 only the book's run speaks: the rule does not apply. On the M3 and "
+        "M4, measured on neither side, a warning. Identity after a computing op (a function output) is "
+        "op.identity-output's; anekit's kernels end in their last compute op.",
+    ),
+    Rule(
         "op.cast-m1-m2",
         "M1 and M2 were reported to lack cast (fp32 <-> fp16) on the in-memory route: their kernels take and "
         "return fp16.",
@@ -604,31 +637,60 @@ _OP_RULES = (
     ),
     Rule(
         "op.matmul-sdpa-m1",
-        "matmul and scaled_dot_product_attention were reported to fail on M1 / M2 under macOS 26.",
+        "matmul and scaled_dot_product_attention fail on M1 / M2 under macOS 26 on the in-memory route (they "
+        "ran there under macOS 15).",
         "op",
         "refused",
         (
             Evidence(
                 PR6,
                 "measured",
-                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops'",
+                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops' "
+                "(the attention tests do not run on the M1 Pro)",
                 M1,
                 DIRECT,
                 "26.3",
             ),
-            _guide_native("matmul and scaled_dot_product_attention", ("m1", "m2")),
+            Evidence(
+                PR6,
+                "reported",
+                "the same commit message names the M2 with the M1 ('fail on M1/M2'); it was tested on the M1 "
+                "Pro only",
+                ("m2",),
+                DIRECT,
+                "26.3",
+            ),
+            Evidence(
+                f"{GUIDE_MATRIX} rows 'matmul', 'scaled_dot_product_attention'; {GUIDE} back-matter/"
+                "methodology.md ('on macOS 14 or later (verified on macOS 26.5)')",
+                "measured",
+                "matmul ('Engine lane or convolution fold') and scaled_dot_product_attention native on the "
+                "M1 and M2, each compiled alone and run through the e5rt runtime",
+                ("m1", "m2"),
+                E5RT,
+                "26.5",
+                refutes=True,
+            ),
             Evidence(
                 f"{MADERIX_COMMUNITY} (M1 Pro macOS 15.0, M1 Max 15.6.1: 'Training works via stories_mil.h')",
                 "measured",
                 "the training kernels, whose attention is matmul, train on M1 Pro and M1 Max",
                 M1,
                 DIRECT,
-                "15",
+                "15.0, 15.6.1",
                 refutes=True,
             ),
         ),
         chips=("m1", "m2"),
-        decision="Measured both ways on the M1, split by macOS version: a warning on the M1.",
+        decision="Split by macOS version on the in-memory route: measured failing on an M1 Pro under macOS "
+        "26.3 (pull request #6, which names M1 and M2) and training on M1 Pro / Max under macOS 15. Under "
+        "macOS 26 it is an error on the M1 and, by the policy (measured on the M1, nothing run against it on "
+        "the M2 on this route), on the M2; under macOS 15 it does not apply; with no macOS named it is a "
+        "warning on the M1 and the M2, both sides counted. The book's measurement (M1, M2, through e5rt, "
+        "macOS 26.5) weighs on the e5rt route only: e5rt lowers a matmul its own way (the book's note: "
+        "'Engine lane or convolution fold') before ANECCompile, the in-memory route hands the MIL as "
+        "written, and on the in-memory route two hardware runs answer the question per macOS version. "
+        "anekit's training route for M1 / M2 under macOS 26 uses no matmul.",
     ),
     Rule(
         "op.softmax-axis-size",
@@ -711,10 +773,11 @@ _OP_RULES = (
                 "15.7.4",
             ),
             Evidence(
-                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (macOS "
-                f"26.3)",
+                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (raw/"
+                "system_info.txt: macOS 26.3; raw/inmem_peak.log, raw/train_large.log)",
                 "measured",
-                "the stories110M dynamic pipeline (768 channels) trained on the M3 Ultra",
+                "on the M3 Ultra the inmem_peak convs of 256 and 384 channels ran (64x / 128x conv 256ch and "
+                "384ch sp64) and the static pipeline's 768-channel conv kernels trained Stories110M",
                 ("m3",),
                 DIRECT,
                 "26.3",
@@ -722,7 +785,9 @@ _OP_RULES = (
             ),
         ),
         chips=("m3",),
-        decision="Measured both ways on the M3, split by macOS version: a warning.",
+        decision="Measured both ways on the M3, split by macOS version (the M3 Ultra on both sides): under "
+        "macOS 15 an error (no run against it there), under macOS 26 it does not apply, with no version "
+        "named a warning.",
     ),
     Rule(
         "op.square-activation-width-m5",
