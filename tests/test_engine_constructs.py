@@ -32,6 +32,7 @@ VOCABULARY = (
     "rmsnorm.scale-repeated",
     "rope.swap-conv",
     "rope.slice-concat",
+    "rope.permutation-matmul",
     "gate.silu",
     "gelu.tanh",
 )
@@ -50,15 +51,17 @@ NO_PRECEDENT = (
 #   on 26.3 the M1 Pro ran the conv kernels (FFN included) and matmul failed (maderix 709b602);
 # - M2: nothing measured on the in-memory route (rustane issue #11 is an unattributed report): it takes M1's;
 # - M3 Ultra 26.3: both maderix pipelines (pull request #28; the dynamic one without RoPE); 26.3.1: rustane
-#   trained with dynamic matmuls after its slice + concat RoPE was refused (pull request #9); M3 Pro 15.7.4:
-#   512-channel convs only; nothing else under 15, so the M3 takes M4's runs there;
+#   trained with dynamic matmuls and RoPE as a permutation matmul after its slice + concat RoPE was refused
+#   (pull request #9); M3 Pro and M3 Ultra 15.7.4: 512-channel convs only, every other width refused (the
+#   training kernels' convs have the model's widths: conv.baked refused there); nothing else under 15, so
+#   the M3 takes M4's runs there, and its own 26 run of the permutation matmul;
 # - M4: maderix's pipelines (cb474e1 dynamic, c3c5094 RoPE), rustane, Orion (15): no macOS stated but Orion's;
 # - M5: the static pipeline on 26.3, pull request #35's dynamic matmul on 26.3, rustane's forward on an M5 Max.
 HAND = {
     "conv.baked": {
         "m1": ("ran", "ran"),
         "m2": ("nearest", "nearest"),
-        "m3": ("ran", "ran"),
+        "m3": ("refused", "ran"),
         "m4": ("ran", "ran"),
         "m5": ("nearest", "ran"),
     },
@@ -89,6 +92,13 @@ HAND = {
         "m3": ("nearest", "refused"),
         "m4": ("ran", "ran"),
         "m5": ("ran", "ran"),
+    },
+    "rope.permutation-matmul": {
+        "m1": ("none", "none"),
+        "m2": ("none", "none"),
+        "m3": ("nearest", "ran"),
+        "m4": ("none", "nearest"),
+        "m5": ("none", "nearest"),
     },
     "gate.silu": {
         "m1": ("ran", "ran"),
@@ -231,7 +241,9 @@ def test_a_generation_without_its_own_measurement_takes_its_familys():
 
 def test_every_major_and_every_chip_take_the_weakest_answer():
     assert precedent("matmul.activations", "m1").answer == "refused"  # ran under 15, refused under 26
-    assert precedent("conv.baked", "m3").answer == "ran"
-    assert precedent("conv.baked", "any").answer == "nearest"  # m2 has no run of its own
+    assert precedent("conv.baked", "m3").answer == "refused"  # ran under 26, only 512 channels under 15
+    assert precedent("conv.baked", "m3", "26").answer == "ran"
+    assert precedent("conv.baked", "any", "26").answer == "nearest"  # m2 has no run of its own
+    assert precedent("conv.baked", "any").answer == "refused"
     assert precedent("rope.slice-concat", "any", "15").answer == "none"
     assert precedent("matmul.activations", "any").answer == "refused"

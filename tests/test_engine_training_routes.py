@@ -11,6 +11,7 @@ from anekit.engine.constructs import UnknownMacOS, precedent
 from anekit.engine.evidence import Evidence
 from anekit.engine.training_routes import (
     CANDIDATES,
+    NO_ROUTE,
     NoTrainingRoute,
     construct_table,
     markdown_tables,
@@ -20,17 +21,22 @@ from anekit.engine.training_routes import (
 from anekit.kernels.route import KernelRoute
 
 DYN, BAKED, CONV = "dynamic-engine-attention", "baked-engine-attention", "conv-host-attention"
+PERM = "dynamic-engine-attention-rope-matmul"
 # The routes of the shared vocabulary, as the kernels' four choices.
 KERNEL_ROUTES = {
     DYN: KernelRoute("dynamic", "engine", "host", "slice"),
+    PERM: KernelRoute("dynamic", "engine", "host", "matmul"),
     BAKED: KernelRoute("baked", "engine", "host", "slice"),
     CONV: KernelRoute("baked", "host", "host", "host"),
 }
 # Worked out by hand from the sources. M1 / M2: matmul measured failing on the M1 under 26.3 (maderix
 # 709b602); under 15 the M1's matmul attention trained (stories_mil.h), but no RoPE written in a kernel
 # ever ran on an M1 or M2 and no dynamic-weight kernel either: the conv route everywhere. M3: under 26 the
-# slice + concat RoPE was refused on the M3 Ultra (rustane pull request #9); under 15 nothing on the M3
-# but 512-channel convs, so it takes M4's runs (the dynamic route). M4, M5: the dynamic pipelines ran.
+# slice + concat RoPE was refused on the M3 Ultra and the permutation matmul trained (rustane pull request
+# #9); under 15 nothing on the M3 but 512-channel convs (so no conv route: the kernels' convs have the
+# model's widths), so it takes M4's runs (the dynamic route); under every macOS the permutation-matmul
+# route, the one that ran under 26 and has M4's runs under 15. M4, M5: the dynamic pipelines ran. Any chip:
+# the conv route under 26; under 15 the M1 / M2 have no RoPE in a kernel and the M3 no conv: no route.
 EXPECTED = {
     ("m1", "15"): CONV,
     ("m1", "26"): CONV,
@@ -39,18 +45,19 @@ EXPECTED = {
     ("m2", "26"): CONV,
     ("m2", ""): CONV,
     ("m3", "15"): DYN,
-    ("m3", "26"): CONV,
-    ("m3", ""): CONV,
+    ("m3", "26"): PERM,
+    ("m3", ""): PERM,
     ("m4", "15"): DYN,
     ("m4", "26"): DYN,
     ("m4", ""): DYN,
     ("m5", "15"): DYN,
     ("m5", "26"): DYN,
     ("m5", ""): DYN,
-    ("any", "15"): CONV,
+    ("any", "15"): NO_ROUTE,
     ("any", "26"): CONV,
-    ("any", ""): CONV,
+    ("any", ""): NO_ROUTE,
 }
+ROUTED = {k: v for k, v in EXPECTED.items() if v != NO_ROUTE}
 NO_PRECEDENT = (
     "rope.swap-conv",
     "rmsnorm.peak-normalised",
@@ -70,6 +77,12 @@ def _ran(cid_gen_macos: list[tuple[str, str, str]], refutes: bool = False) -> di
 
 @pytest.mark.parametrize("chip,macos", sorted(EXPECTED))
 def test_every_chip_and_macos_gets_the_route_worked_out_from_the_sources(chip, macos):
+    if EXPECTED[(chip, macos)] == NO_ROUTE:
+        with pytest.raises(NoTrainingRoute) as info:
+            training_route(chip, macos)
+        assert str(info.value).endswith("conv-host-attention: conv.baked refused")
+        assert precedent("conv.baked", chip, macos).reason.startswith("refused on m3/15:")
+        return
     r = training_route(chip, macos)
     assert r.id == EXPECTED[(chip, macos)]
     assert (r.chip, r.macos) == (chip, macos)
@@ -80,18 +93,24 @@ def test_the_route_table_is_every_chip_under_every_major():
     rows = route_table()
     assert {(r.chip, r.macos): r.route for r in rows} == EXPECTED
     assert len(rows) == len(EXPECTED)
+    none = [r for r in rows if r.route == NO_ROUTE]
+    assert all(r.why.startswith("[engine] no training route on any") for r in none)
 
 
 def test_the_candidates_are_the_kernels_routes_in_order_of_preference():
-    assert [c.id for c in CANDIDATES] == [DYN, BAKED, CONV]
+    assert [c.id for c in CANDIDATES] == [DYN, PERM, BAKED, CONV]
     for c in CANDIDATES:
         assert KernelRoute(c.weights, c.attention, c.norm, c.rope) == KERNEL_ROUTES[c.id]
-    assert "matmul.activations" not in CANDIDATES[2].constructs
-    assert "matmul.dynamic-weights" not in CANDIDATES[1].constructs
+    assert "matmul.activations" not in CANDIDATES[3].constructs
+    assert "matmul.dynamic-weights" not in CANDIDATES[2].constructs
+    assert set(CANDIDATES[1].constructs) ^ set(CANDIDATES[0].constructs) == {
+        "rope.slice-concat",
+        "rope.permutation-matmul",
+    }
 
 
 def test_no_chosen_route_uses_a_construct_without_precedent_there():
-    for (chip, macos), _ in EXPECTED.items():
+    for (chip, macos), _ in ROUTED.items():
         r = training_route(chip, macos)
         assert not set(r.constructs) & set(NO_PRECEDENT)
         for cid in r.constructs:
@@ -102,6 +121,7 @@ def test_the_evidence_names_the_sources_that_decided():
     assert any("709b602" in s for s in training_route("m1", "26").sources())
     assert any("rustane pull request #9" in s for s in training_route("m3", "26").sources())
     assert "rope.slice-concat refused" in training_route("m3", "26").why
+    assert any("rustane pull request #9" in s for s in training_route("m3").sources())
     assert "matmul.activations refused" in training_route("m1", "26").why
 
 
@@ -130,7 +150,7 @@ def test_a_report_moves_a_chip_to_another_route_and_back():
     # the report is m1's under 26: the nearest evidence for m1 under 15 and for its family (m2), none for m3
     assert training_route("m1", "15", _ran(dynamic)).id == DYN
     assert training_route("m2", "26", _ran(dynamic)).id == DYN
-    assert training_route("m3", "26", _ran(dynamic)).id == CONV
+    assert training_route("m3", "26", _ran(dynamic)).id == PERM
     # a report from the M3 that its RoPE ran there moves the M3 under 26
     assert training_route("m3", "26", _ran([("rope.slice-concat", "m3", "26")])).id == DYN
 
@@ -185,13 +205,15 @@ def test_the_doctor_names_the_training_route_of_this_mac_and_why():
     assert line.startswith(f"{CONV} (") and "matmul.activations refused" in line
     assert "; evidence: " in line and "709b602" in line and "\n" not in line
     assert doctor.route_line("Apple M4 Max", "15.1").startswith(f"{DYN} (")
-    assert doctor.route_line("Apple M3 Ultra", "26.3.1").startswith(f"{CONV} (")
+    assert doctor.route_line("Apple M3 Ultra", "26.3.1").startswith(f"{PERM} (")
     old = doctor.route_line("Apple M2", "14.6")
     assert old.startswith(f"{CONV} (macOS 14.6 has no evidence")
     # off a Mac: the chip named (under every macOS), or none detected
-    assert doctor.route_line(None, None, "m3").startswith(f"{CONV} (")
+    assert doctor.route_line(None, None, "m3").startswith(f"{PERM} (")
     assert doctor.route_line(None, None, "m4").startswith(f"{DYN} (")
-    assert doctor.route_line("x86_64", None) == f"no chip detected (not a Mac); on any chip and macOS: {CONV}"
+    off = doctor.route_line("x86_64", None)
+    assert off.startswith("no chip detected (not a Mac); on any chip and macOS: none ([engine] no training")
+    assert "\n" not in off
 
     report = doctor.diagnose().to_json()
     report["os"] = {**report["os"], "system": "Darwin", "macos": "26.3", "chip": "Apple M5"}

@@ -45,7 +45,9 @@ The policy, in the order it is applied:
    which the training kernels do not use; the hardware-run projects group them the same way (maderix
    709b602: "fail on M1/M2"; maderix benchmarks/community_results.json: "M5: H16 ANE family (same as
    M4)"). A run on the other family is not a precedent: the one time a construct measured on M4 was
-   tried on an M3 (rustane's RoPE, pull request #9), it was refused.
+   tried on an M3 (rustane's RoPE, pull request #9), it was refused. A construct's ``own_only`` evidence
+   is not carried to the family: the M3's 512-channel convs under macOS 15 are the rule book's limit of
+   the M3 alone (conv.channels-512-m3), and the M4 and M5 took other widths.
 6. For ``macos=""`` (a route that runs under every major the engine layer knows) the answer is the
    weakest over ``MACOS_MAJORS`` (refused < none < nearest < ran); for chip ``any``, the weakest over
    every generation too.
@@ -107,12 +109,17 @@ class Construct:
     evidence: tuple[Evidence, ...]
     used_by: str  # the routes and kernels that use it
     note: str = ""  # for a construct with no precedent: what hardware-run code does instead
+    # evidence (also in ``evidence``) that speaks for the generations it names only, never for their family:
+    # a limit measured as one chip's own, which the rule book applies to that chip alone (policy, 5.)
+    own_only: tuple[Evidence, ...] = ()
 
     def __post_init__(self) -> None:
         if not any(not e.refutes for e in self.evidence) and not self.note.strip():
             raise ValueError(
                 f"[engine] construct '{self.id}': no supporting evidence and no 'no precedent' note"
             )
+        if not set(self.own_only) <= set(self.evidence):
+            raise ValueError(f"[engine] construct '{self.id}': own_only evidence missing from its evidence")
 
     @property
     def has_precedent(self) -> bool:
@@ -164,6 +171,9 @@ GUIDE_MATMUL = _book("op.matmul-sdpa-m1", GUIDE_MATRIX, refutes=False, routes=E5
 GUIDE_GELU = _book("op.gelu-mode", GUIDE_MATRIX, refutes=False, routes=E5RT)
 PR40_GELU = _book("op.gelu-mode", f"{MADERIX} pull request #40", refutes=False)  # M4 Max, e5rt
 M3_DYNAMIC_26 = _book("conv.channels-512-m3", MADERIX_PR28, refutes=False)  # M3 Ultra, macOS 26.3
+# M3 Pro and M3 Ultra, macOS 15.7.4: only 512-channel convs compiled, so a kernel set with the model's widths
+# is refused there (the 512-channel run, M3_PEAK_15, stays on record beside it)
+M3_CONV_512_15 = _book("conv.channels-512-m3", MADERIX_COMMUNITY, refutes=True)
 
 M1_CONV_26 = Evidence(
     PR6,
@@ -323,8 +333,21 @@ CONSTRUCTS: dict[str, Construct] = {
         Construct(
             "conv.baked",
             f"a projection or FFN matrix as a 1x1 conv whose weights are BLOBFILE consts ({MADERIX_STORIES})",
-            (M1_STORIES_15, M1_CONV_26, M3_PEAK_15, M3_STATIC_26, M4_TRAIN, ORION_M4_15, M5_STORIES_26),
+            (
+                M1_STORIES_15,
+                M1_CONV_26,
+                M3_PEAK_15,
+                M3_CONV_512_15,
+                M3_STATIC_26,
+                M4_TRAIN,
+                ORION_M4_15,
+                M5_STORIES_26,
+            ),
             f"baked-engine-attention, conv-host-attention; {_LEGACY} (baked weights)",
+            note="refused on the M3 under macOS 15 except at 512 channels: there only ch = 512 compiled "
+            "(52 values tested, M3 Pro and M3 Ultra, the rule book's conv.channels-512-m3), and the training "
+            "kernels' convs have the model's widths; under macOS 26.3 the M3 Ultra trained 768-channel convs",
+            own_only=(M3_CONV_512_15,),
         ),
         Construct(
             "matmul.activations",
@@ -343,7 +366,8 @@ CONSTRUCTS: dict[str, Construct] = {
                 M5_STORIES_26,
                 RUSTANE_M5,
             ),
-            f"dynamic-engine-attention, baked-engine-attention (the SDPA kernels); {_LEGACY}",
+            "the engine-attention routes (dynamic-engine-attention[-rope-matmul], baked-engine-attention: "
+            f"the SDPA kernels); {_LEGACY}",
         ),
         Construct(
             "matmul.dynamic-weights",
@@ -359,7 +383,8 @@ CONSTRUCTS: dict[str, Construct] = {
                 M5_DYNAMIC_26,
                 RUSTANE_M5,
             ),
-            f"dynamic-engine-attention (projections, FFN); {_LEGACY} (dynamic weights)",
+            f"dynamic-engine-attention, dynamic-engine-attention-rope-matmul (projections, FFN); {_LEGACY} "
+            "(dynamic weights)",
         ),
         Construct(
             "softmax.scores",
@@ -377,7 +402,8 @@ CONSTRUCTS: dict[str, Construct] = {
                 M5_STORIES_26,
                 RUSTANE_M5,
             ),
-            f"dynamic-engine-attention, baked-engine-attention (the SDPA kernels); {_LEGACY}",
+            "the engine-attention routes (dynamic-engine-attention[-rope-matmul], baked-engine-attention: "
+            f"the SDPA kernels); {_LEGACY}",
         ),
         Construct(
             "rmsnorm.fused-before-matmuls",
@@ -432,7 +458,8 @@ CONSTRUCTS: dict[str, Construct] = {
             "rope.permutation-matmul",
             "rotate_half as a matmul by a constant hd x hd permutation matrix (rustane pull request #9)",
             (M3_ROPE_MATMUL,),
-            "no anekit kernel yet (the form that ran on the M3 Ultra where rope.slice-concat was refused)",
+            "dynamic-engine-attention-rope-matmul (the SDPA forward and backward kernels: the form that ran "
+            "on the M3 Ultra where rope.slice-concat was refused)",
         ),
         Construct(
             "gate.silu",
@@ -542,7 +569,7 @@ def _one(
         if ran:
             return "ran", tuple(ran), f"ran on {gen} under macOS {major} ({label})"
     for label, items in tiers:
-        refused, ran = _split(items, kin, major)
+        refused, ran = _split((e for e in items if e not in c.own_only), kin, major)
         if refused:
             return "refused", tuple(refused), f"its family ({', '.join(kin)}) measured it failing ({label})"
         if ran:

@@ -6,6 +6,8 @@ kernels) and the constructs its kernels use. The candidates, in order of prefere
 
 - ``dynamic-engine-attention``: weights travel in the inputs (compiled once), attention on the engine,
   RMSNorm on the host, RoPE as hardware-run code writes it (slice + concat);
+- ``dynamic-engine-attention-rope-matmul``: the same, with RoPE's pair swap as a matmul by a constant
+  hd x hd permutation, as rustane writes it since the M3 Ultra refused the slice form (pull request #9);
 - ``baked-engine-attention``: baked weights (recompiled per batch), the same attention;
 - ``conv-host-attention``: baked 1x1 convs and the gate only; attention core, RMSNorm and RoPE on the
   host (no matmul anywhere).
@@ -17,11 +19,15 @@ is the evidence a Mac's own report adds, by construct id (``anekit.engine.report
 a chip from one route to another without a code change.
 
 With today's record (``route_table()``; ``markdown_tables()`` prints it with the construct table):
-M4 and M5 get the dynamic route; the M3 gets it under macOS 15 (from M4's runs) but the conv route under
-26, where rustane measured the slice + concat RoPE refused on the M3 Ultra (pull request #9); M1 and M2
-get the conv route everywhere — matmul was measured failing on the M1 under 26.3, and no RoPE written
-in a kernel has ever run on an M1 or M2 (maderix's M1 training, stories_mil.h, has no RoPE), so not even
-macOS 15, where the M1's matmul attention trained, has a precedent for the engine-attention routes.
+M4 and M5 get the dynamic route; the M3 gets it under macOS 15 (from M4's runs), the permutation-matmul
+RoPE route under 26, where rustane measured the slice + concat RoPE refused on the M3 Ultra and the
+matmul form training (pull request #9), and that route under every macOS too (the conv route is out on
+the M3 under 15, where only 512-channel convs compiled); M1 and M2 get the conv route everywhere — matmul
+was measured failing on the M1 under 26.3, and no RoPE written in a kernel has ever run on an M1 or M2
+(maderix's M1 training, stories_mil.h, has no RoPE), so not even macOS 15, where the M1's matmul
+attention trained, has a precedent for the engine-attention routes. Chip "any" under 26 gets the conv
+route; under 15 (and so under every macOS) no route runs on every chip: the M1's RoPE and the M3's convs
+exclude every candidate (``NoTrainingRoute``; the table's row says "none" and why).
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ class TrainingRoute:
     weights: str  # "baked" or "dynamic"
     attention: str  # "engine" or "host"
     norm: str  # "engine" or "host"
-    rope: str  # "conv", "slice" or "host"
+    rope: str  # "conv", "slice", "matmul" or "host"
     constructs: tuple[str, ...]
     chip: str
     macos: str  # a major, or "" for every major in MACOS_MAJORS
@@ -98,6 +104,21 @@ CANDIDATES = (
         "dynamic weights, attention on the engine",
     ),
     Candidate(
+        "dynamic-engine-attention-rope-matmul",
+        "dynamic",
+        "engine",
+        "host",
+        "matmul",
+        (
+            "matmul.dynamic-weights",
+            "matmul.activations",
+            "softmax.scores",
+            "rope.permutation-matmul",
+            "gate.silu",
+        ),
+        "dynamic weights, attention on the engine, RoPE as a permutation matmul",
+    ),
+    Candidate(
         "baked-engine-attention",
         "baked",
         "engine",
@@ -117,6 +138,7 @@ CANDIDATES = (
     ),
 )
 ROUTE_IDS = tuple(c.id for c in CANDIDATES)
+NO_ROUTE = "none"  # the route table's word for a chip and macOS no candidate runs on
 TABLE_CHIPS = (*GENERATIONS, ANY)
 TABLE_MACOS = (*MACOS_MAJORS, "")
 
@@ -181,7 +203,7 @@ class RouteRow:
 
     chip: str
     macos: str
-    route: str
+    route: str  # a route id, or NO_ROUTE
     why: str
 
 
@@ -199,11 +221,16 @@ class ConstructRow:
 
 
 def route_table(extra: Mapping[str, Iterable[Evidence]] | None = None) -> tuple[RouteRow, ...]:
-    """(chip, macos, route id, why) for m1 ... m5 and "any", each under 15, 26 and "" (every major)."""
+    """(chip, macos, route id, why) for m1 ... m5 and "any", each under 15, 26 and "" (every major); where
+    no candidate runs, the route is NO_ROUTE and why is NoTrainingRoute's line."""
     rows = []
     for chip in TABLE_CHIPS:
         for macos in TABLE_MACOS:
-            r = training_route(chip, macos, extra)
+            try:
+                r = training_route(chip, macos, extra)
+            except NoTrainingRoute as e:
+                rows.append(RouteRow(chip, macos, NO_ROUTE, str(e)))
+                continue
             rows.append(RouteRow(chip, macos, r.id, r.why))
     return tuple(rows)
 
@@ -239,6 +266,7 @@ def markdown_tables(extra: Mapping[str, Iterable[Evidence]] | None = None) -> st
 __all__ = [
     "CANDIDATES",
     "MACOS_MAJORS",
+    "NO_ROUTE",
     "ROUTE_IDS",
     "Candidate",
     "ConstructRow",

@@ -121,7 +121,8 @@ def sdpa_bwd2(
     model weight) and accepted for a uniform generator signature. The scores' scale is
     ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables. ``rope``:
     how the rotation back is written, the route's choice (``KernelBuilder.rope``: "conv", the legacy swap
-    conv, or "slice", slices and a concat on the heads view, where dq and dk already are).
+    conv, or "slice" / "matmul", slices and a concat or a matmul by the rotate-half permutation on the
+    heads view, where dq and dk already are: x cos - (x @ P) sin, the transposed rotation).
     """
     inputs, outputs = sdpa_bwd2_layouts(cfg)
     kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind, rope=rope)
@@ -137,7 +138,7 @@ def sdpa_bwd2(
     ds = kb.f.mul(x=ds, y=cfg.scores_scale, name="ds")  # (1, H, S, S): of the raw q.k
     dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
     dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
-    if cfg.rope and rope == "slice":  # rotated back on the heads views the products give
+    if cfg.rope and kb.rotates_heads:  # rotated back on the heads views the products give
         dqh = kb.rope_heads(kb.ungroup(dq, "dq_h"), "dq_rope", inverse=True)  # (1, H, S, hd)
         dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
         dkh = kb.rope_heads(dk, "dk_rope", inverse=True)  # (1, KVH, S, hd)

@@ -99,6 +99,14 @@ def pair_view(n_heads: int, seq: int, head_dim: int) -> list[int]:
     return [1, n_heads * seq, head_dim // 2, 2]
 
 
+def rotate_half_matrix(head_dim: int) -> np.ndarray:
+    """The (hd, hd) matrix P with x P = (-b0, a0, -b1, a1, ...) for a row x = (a0, b0, a1, b1, ...): the
+    pair swap of one head's row as a matmul from the right, P[2i + 1, 2i] = -1 and P[2i, 2i + 1] = 1, the
+    constant ncdrone/rustane's sdpaFwd multiplies the heads by since pull request #9 ('rotate_half(x) =
+    x @ P'); the transpose of ``pair_swap_matrix``, which swaps a column from the left."""
+    return np.ascontiguousarray(pair_swap_matrix(head_dim).T)
+
+
 def pair_swap_matrix(channels: int) -> np.ndarray:
     """The (channels, channels) matrix P with P x = (-b0, a0, -b1, a1, ...) for x = (a0, b0, a1, b1, ...).
 
@@ -118,8 +126,8 @@ class KernelBuilder:
     chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables. ``norm`` and
     ``rope`` are the training route's choices (``anekit.kernels.route``): ``norm`` "host" makes the
     channel RMSNorms the family asks for no-ops (the input is normalised already, ``MilBlocks.rms_norm``),
-    ``rope`` chooses how ``rope`` writes the rotation (a swap conv or slices and a concat); the defaults
-    are the legacy kernels'."""
+    ``rope`` chooses how ``rope`` writes the rotation (a swap conv, slices and a concat, or a matmul by a
+    constant permutation); the defaults are the legacy kernels'."""
 
     def __init__(
         self,
@@ -139,7 +147,7 @@ class KernelBuilder:
         self.name = name
         self.kind = kind
         self.norm_at = norm  # where the channel RMSNorms run: "engine" (here) or "host"
-        self.rope_form = rope  # how RoPE is written: "conv", "slice" ("host": the kernel has none)
+        self.rope_form = rope  # how RoPE is written: "conv", "slice", "matmul" ("host": the kernel has none)
         # the engine's channel / spatial limits for kernels of this model (the vocabulary: the head's own)
         self.cfg = cfg.check_kernels(vocab=False)
         self.inputs = inputs
@@ -151,7 +159,8 @@ class KernelBuilder:
         self._parts: dict[str, Var] = {}
         self._mask: Var | None = None
         self._rope: dict[int, tuple[Var, Var, Var]] = {}  # channels -> (pair swap, cos, sin)
-        self._rope_heads: tuple[Var, Var] | None = None  # (cos, sin) [1, 1, S, hd] of the slice RoPE
+        self._rope_heads: tuple[Var, Var] | None = None  # (cos, sin) [1, 1, S, hd] of the heads-view RoPE
+        self._rope_perm: Var | None = None  # P [1, 1, hd, hd] of the matmul RoPE
         self.shared_files: dict[str, bytes] = {}
 
     # -- inputs and weights ------------------------------------------------------------------------
@@ -383,8 +392,8 @@ class KernelBuilder:
     def rope(self, x: Var, channels: int, tag: str, inverse: bool = False) -> Var:
         """Rotate channel pairs (2i, 2i+1) by the position angle; ``inverse`` rotates back (the transpose).
 
-        ``rope_form`` "slice" (the training routes): on the heads view, ``rope_heads``, and back to
-        [1, C, 1, S]. "conv" (the legacy kernels), as follows.
+        ``rope_form`` "slice" or "matmul" (the training routes): on the heads view, ``rope_heads``, and
+        back to [1, C, 1, S]. "conv" (the legacy kernels), as follows.
 
         [1, C, 1, S] -> x * cos + (P x) * sin (inverse: x * cos - (P x) * sin), where P is the constant
         pair swap (a, b) -> (-b, a) applied as a 1x1 conv and cos / sin are full [1, C, 1, S] tables
@@ -401,7 +410,7 @@ class KernelBuilder:
         """
         if channels != x.type.shape[1]:  # type: ignore[attr-defined]
             raise LayoutError(f"[{self.name}] rope '{tag}': {x.type} does not have {channels} channels")
-        if self.rope_form == "slice":
+        if self.rotates_heads:
             n = channels // self.cfg.head_dim
             rotated = self.rope_heads(self.heads(x, n, tag), tag, inverse)  # (1, n, S, hd)
             return self.merge_heads(rotated, n, tag)  # (1, C, 1, S)
@@ -414,25 +423,65 @@ class KernelBuilder:
             return self.f.sub(x=xc, y=ps, name=tag)  # (1, C, 1, S)
         return self.f.add(x=xc, y=ps, name=tag)  # (1, C, 1, S)
 
+    @property
+    def rotates_heads(self) -> bool:
+        """Whether RoPE is written on the heads view [1, n, S, hd] ("slice", "matmul"), where the attention
+        reads it, rather than on [1, C, 1, S] ("conv")."""
+        return self.rope_form in ("slice", "matmul")
+
     def rope_heads(self, xh: Var, tag: str, inverse: bool = False) -> Var:
         """RoPE of the heads view [1, n, S, hd] written as hardware-run code writes it: x cos + rot(x) sin
         (``inverse``: x cos - rot(x) sin, the transpose), rot(x) taking each pair (a, b) to (-b, a).
 
-        rot is a reshape of the heads to pairs on the last axis (``pair_view``), two one-wide slices of
-        that axis (a and b), a mul of b by -1 and a concat of (-b, a) on the last axis (interleave false),
-        reshaped back: maderix/ANE training/training_dynamic/mil_dynamic.h gen_sdpa_fwd_dynamic (from
-        c3c5094 on: q_p / q_e / q_o / nq / qrp / q_rot, concat axis 3; M4) and ncdrone/rustane
-        crates/engine/src/kernels/sdpa_fwd.rs (M4 Max, M5 Max), which ran on hardware (the M3 Ultra under
-        macOS 26.3.1 refused it, rustane pull request #9: the engine layer's construct
-        'rope.slice-concat'); both rotate back on the host, where sdpa_bwd2 uses the same construct. cos
-        and sin are [1, 1, S, hd] tables broadcast over the heads (``rope_head_tables``), shared by every
-        rotation of the kernel. Exact: the slices, the negation and
-        the concat move fp16 values without rounding them.
+        ``rope_form`` "matmul": rot(x) = x @ P, a matmul of the heads by the constant hd x hd permutation
+        P [1, 1, hd, hd] (``rotate_half_matrix``, broadcast over the heads), as ncdrone/rustane
+        crates/engine/src/kernels/sdpa_fwd.rs writes it since pull request #9, where the M3 Ultra under
+        macOS 26.3.1 refused the slice form and this one compiled and trained (the engine layer's
+        construct 'rope.permutation-matmul'). No reshape, slice or concat: the heads view stays as the
+        attention reads it. Exact: each output is one input times +-1, the other products are zeros.
+
+        ``rope_form`` "slice": rot is a reshape of the heads to pairs on the last axis (``pair_view``), two
+        one-wide slices of that axis (a and b), a mul of b by -1 and a concat of (-b, a) on the last axis
+        (interleave false), reshaped back: maderix/ANE training/training_dynamic/mil_dynamic.h
+        gen_sdpa_fwd_dynamic (from c3c5094 on: q_p / q_e / q_o / nq / qrp / q_rot, concat axis 3; M4) and
+        ncdrone/rustane crates/engine/src/kernels/sdpa_fwd.rs before pull request #9 (M4 Max, M5 Max),
+        which ran on hardware (the M3 Ultra under macOS 26.3.1 refused it, rustane pull request #9: the
+        engine layer's construct 'rope.slice-concat'). Exact: the slices, the negation and the concat move
+        fp16 values without rounding them.
+
+        Both forms rotate back (``inverse``) with the same construct in sdpa_bwd2. cos and sin are
+        [1, 1, S, hd] tables broadcast over the heads (``rope_head_tables``), shared by every rotation of
+        the kernel, as P is.
         """
-        if self.rope_form != "slice":
+        if not self.rotates_heads:
             raise LayoutError(
-                f"[{self.name}] rope '{tag}': rope_heads writes the slice form, not {self.rope_form}"
+                f"[{self.name}] rope '{tag}': rope_heads writes the slice or matmul form, not "
+                f"{self.rope_form}"
             )
+        f = self.f
+        rot = (
+            self._rotate_half_matmul(xh, tag)
+            if self.rope_form == "matmul"
+            else self._rotate_half_slices(xh, tag)
+        )
+        c, s = self._rope_head_consts()
+        xc = f.mul(x=xh, y=c, name=f"{tag}_xc")  # (1, n, S, hd)
+        rs = f.mul(x=rot, y=s, name=f"{tag}_rs")  # (1, n, S, hd)
+        if inverse:
+            return f.sub(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
+        return f.add(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
+
+    def _rotate_half_matmul(self, xh: Var, tag: str) -> Var:
+        """[1, n, S, hd] @ P [1, 1, hd, hd] -> [1, n, S, hd]: (-b, a) per pair (``rope_heads``)."""
+        if self._rope_perm is None:
+            hd = self.cfg.head_dim
+            perm = rotate_half_matrix(hd).reshape(1, 1, hd, hd)
+            self._rope_perm = self.weight("rope_perm", (1, 1, hd, hd), perm)
+        return self.f.matmul(x=xh, y=self._rope_perm, transpose_x=False, transpose_y=False, name=f"{tag}_rot")
+
+    def _rotate_half_slices(self, xh: Var, tag: str) -> Var:
+        """[1, n, S, hd] -> [1, n, S, hd]: (-b, a) per pair by reshape, slices, negate and concat
+        (``rope_heads``)."""
         shape = list(xh.type.shape)  # type: ignore[attr-defined]
         n, seq, hd = shape[1], shape[2], shape[3]
         f = self.f
@@ -442,16 +491,10 @@ class KernelBuilder:
         b = f.slice_by_size(x=pairs, begin=[0, 0, 0, 1], size=half, name=f"{tag}_b")  # (1, n, S*hd/2, 1)
         nb = f.mul(x=b, y=-1.0, name=f"{tag}_nb")  # (1, n, S*hd/2, 1)
         swapped = f.concat(values=(nb, a), axis=3, interleave=False, name=f"{tag}_swap")  # (1, n, S*hd/2, 2)
-        rot = self.reshape(swapped, shape, f"{tag}_rot")  # (1, n, S, hd): (-b, a) per pair
-        c, s = self._rope_head_consts()
-        xc = f.mul(x=xh, y=c, name=f"{tag}_xc")  # (1, n, S, hd)
-        rs = f.mul(x=rot, y=s, name=f"{tag}_rs")  # (1, n, S, hd)
-        if inverse:
-            return f.sub(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
-        return f.add(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
+        return self.reshape(swapped, shape, f"{tag}_rot")  # (1, n, S, hd): (-b, a) per pair
 
     def _rope_head_consts(self) -> tuple[Var, Var]:
-        """The slice RoPE's cos / sin tables [1, 1, S, hd], made once per kernel."""
+        """The heads-view RoPE's cos / sin tables [1, 1, S, hd], made once per kernel."""
         if self._rope_heads is None:
             cos, sin = rope_head_tables(self.cfg, self.kind)  # (1, 1, S, hd) each
             shape = (1, 1, self.cfg.seq_len, self.cfg.head_dim)

@@ -130,7 +130,8 @@ def sdpa_fwd_dynamic(
     the mask and the RoPE tables of a sliding layer.
 
     ``norm`` "host": x is the normalised input (``sdpa_fwd_dynamic_columns``, ``forward.sdpa_fwd``);
-    ``rope`` "slice": RoPE with slices and a concat (``KernelBuilder.rope``).
+    ``rope`` "slice": RoPE with slices and a concat, "matmul": by the rotate-half permutation
+    (``KernelBuilder.rope_heads``).
     """
     columns = sdpa_fwd_dynamic_columns(cfg, norm)
     kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns, kind, norm=norm, rope=rope)

@@ -80,7 +80,7 @@ def sdpa_fwd(
     "sliding" bands the mask to ``cfg.sliding_window`` and takes the sliding layers' RoPE tables.
 
     ``norm`` "host": x is the normalised input (no rms_att; the module docstring), ``rope`` "slice": RoPE
-    written with slices and a concat (``KernelBuilder.rope``).
+    written with slices and a concat, "matmul": by the rotate-half permutation (``KernelBuilder.rope_heads``).
     """
     inputs = Layout.of([("x", cfg.dim)], cfg.seq_len)
     kb = KernelBuilder("sdpa_fwd", cfg, inputs, weights, kind, norm=norm, rope=rope)

@@ -86,9 +86,9 @@ class MilBlocks:
                 f"{scaling}) whose tables this kernel bakes"
             )
         kb, cfg = self.kb, self.cfg
-        if kb.rope_form != "slice":
+        if not kb.rotates_heads:
             return kb.rope(q, cfg.q_dim, f"q_{name}"), kb.rope(k, cfg.kv_dim, f"k_{name}")
-        # the slice form rotates the heads view, which the attention then reads as it is
+        # the slice and matmul forms rotate the heads view, which the attention then reads as it is
         rotated = []
         for x, n, tag in ((q, cfg.n_heads, f"q_{name}"), (k, cfg.n_kv_heads, f"k_{name}")):
             xh = kb.rope_heads(kb.heads(x, n, tag), tag)  # (1, n, S, hd)

@@ -11,7 +11,9 @@ lowerings and the step act on:
 - ``norm``: "engine" (the RMSNorm fused into the kernel that reads it) or "host" (the host normalises and
   the kernel reads the normalised input);
 - ``rope``: "conv" (the pair swap as a constant 1x1 conv), "slice" (the pair swap written as hardware-run
-  code writes it: reshape, slice, negate, concat) or "host" (RoPE on the host, with host attention).
+  code writes it: reshape, slice, negate, concat), "matmul" (the pair swap as a matmul of the heads by a
+  constant hd x hd permutation, as rustane wrote it for the M3 Ultra: pull request #9) or "host" (RoPE on
+  the host, with host attention).
 
 ``LEGACY`` is the kernel set anekit built before routes existed (and still builds when no chip is named
 off a Mac): dynamic or baked weights, everything on the engine, the swap conv.
@@ -26,7 +28,7 @@ from anekit.errors import AnekitError
 WEIGHTS = ("baked", "dynamic")
 ATTENTION = ("engine", "host")
 NORM = ("engine", "host")
-ROPE = ("conv", "slice", "host")
+ROPE = ("conv", "slice", "matmul", "host")
 
 
 class BadKernelRoute(AnekitError, ValueError):
@@ -74,6 +76,7 @@ LEGACY = KernelRoute()
 # the same ids with the same four strings: a test holds the two tables together), by id.
 ROUTES = {
     "dynamic-engine-attention": KernelRoute("dynamic", "engine", "host", "slice"),
+    "dynamic-engine-attention-rope-matmul": KernelRoute("dynamic", "engine", "host", "matmul"),
     "baked-engine-attention": KernelRoute("baked", "engine", "host", "slice"),
     "conv-host-attention": KernelRoute("baked", "host", "host", "host"),
 }

@@ -28,11 +28,12 @@ by it again.
 Training routes (``anekit.kernels.route.KernelRoute``, chosen per chip by the engine layer): the route's
 ``weights`` is the weight mode above; its ``norm`` "host" normalises each kernel's input here, as maderix/
 ANE's dynamic pipeline (training/training_dynamic, c3c5094) and ncdrone/rustane do, and its ``rope``
-"slice" writes RoPE as their kernels write it. Either way ``run`` answers the same names with the same
-keys: with the norm on the host it puts the normalised input it computed under ``xnorm`` / ``x2norm``
-(rounded to fp16, the value the kernel read) and, for Gemma 3, normalises the kernel's Wo / W2 output
-itself (``o_pre`` / ``ffn_pre`` the kernel's output, ``o_out`` / ``ffn_out`` the normalised one), so
-``train_step`` and ``forward_layers`` never ask which route runs.
+"slice" writes RoPE as their kernels write it ("matmul": as rustane's since pull request #9, for the
+M3). Either way ``run`` answers the same names with the same keys: with the norm on the host it puts the
+normalised input it computed under ``xnorm`` / ``x2norm`` (rounded to fp16, the value the kernel read)
+and, for Gemma 3, normalises the kernel's Wo / W2 output itself (``o_pre`` / ``ffn_pre`` the kernel's
+output, ``o_out`` / ``ffn_out`` the normalised one), so ``train_step`` and ``forward_layers`` never ask
+which route runs.
 """
 
 from __future__ import annotations

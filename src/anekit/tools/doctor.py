@@ -297,8 +297,11 @@ def route_line(chip_brand: str | None, macos: str | None, chip: str | None = Non
 
     note = ""
     if chip is None and macos is None:
-        r = training_route("any")
-        return f"no chip detected (not a Mac); on any chip and macOS: {r.id}"
+        try:
+            anywhere = training_route("any").id
+        except NoTrainingRoute as e:
+            anywhere = f"none ({e})"
+        return f"no chip detected (not a Mac); on any chip and macOS: {anywhere}"
     name = chip or chip_name(chip_brand or "")
     try:
         major = macos_major(macos or "")
