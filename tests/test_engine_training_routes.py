@@ -155,6 +155,20 @@ def test_a_report_moves_a_chip_to_another_route_and_back():
     assert training_route("m3", "26", _ran([("rope.slice-concat", "m3", "26")])).id == DYN
 
 
+def test_the_m3_takes_no_conv_route_where_only_512_channel_convs_compiled():
+    """A report refusing the dynamic-weight matmul on the M3 under 26 leaves it the conv route there (the
+    M3 Ultra trained 768-channel convs under 26.3) but no route under every macOS: under 15 only 512-channel
+    convs compiled (conv.channels-512-m3), and the training kernels' convs have the model's widths."""
+    refused = _ran([("matmul.dynamic-weights", "m3", "26")], refutes=True)
+    assert training_route("m3", "26", refused).id == CONV
+    with pytest.raises(NoTrainingRoute) as info:
+        training_route("m3", "", refused)
+    assert str(info.value).endswith("conv-host-attention: conv.baked refused")
+    assert precedent("conv.baked", "m3", "15").answer == "refused"
+    assert precedent("conv.baked", "m4", "15").answer == "ran"  # the M3's own limit, not its family's
+    assert precedent("conv.baked", "m5", "15").answer == "nearest"
+
+
 def test_a_measured_refusal_of_every_routes_construct_leaves_no_route():
     refused = _ran([("gate.silu", "m1", "15")], refutes=True)
     with pytest.raises(NoTrainingRoute) as info:
