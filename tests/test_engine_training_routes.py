@@ -18,7 +18,7 @@ from anekit.engine.training_routes import (
     route_table,
     training_route,
 )
-from anekit.kernels.route import KernelRoute
+from anekit.kernels.route import ROUTES, KernelRoute
 
 DYN, BAKED, CONV = "dynamic-engine-attention", "baked-engine-attention", "conv-host-attention"
 PERM = "dynamic-engine-attention-rope-matmul"
@@ -101,6 +101,7 @@ def test_the_candidates_are_the_kernels_routes_in_order_of_preference():
     assert [c.id for c in CANDIDATES] == [DYN, PERM, BAKED, CONV]
     for c in CANDIDATES:
         assert KernelRoute(c.weights, c.attention, c.norm, c.rope) == KERNEL_ROUTES[c.id]
+    assert KERNEL_ROUTES == ROUTES  # the kernels' table, by the same ids
     assert "matmul.activations" not in CANDIDATES[3].constructs
     assert "matmul.dynamic-weights" not in CANDIDATES[2].constructs
     assert set(CANDIDATES[1].constructs) ^ set(CANDIDATES[0].constructs) == {
