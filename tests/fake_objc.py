@@ -143,6 +143,32 @@ class FakeSurface:
         return np.frombuffer(self.memory, dtype=dtype, count=count).reshape(shape)
 
 
+DATA_MAGIC = b"FAKEDATA"
+
+
+def pack_data(files: dict[str, bytes]) -> bytes:
+    """The fake compiler's data file: every weight file it compiled, by dictionary key."""
+    out = [DATA_MAGIC]
+    for key, blob in sorted(files.items()):
+        name = key.encode()
+        out += [len(name).to_bytes(4, "little"), name, len(blob).to_bytes(8, "little"), blob]
+    return b"".join(out)
+
+
+def unpack_data(data: bytes) -> dict[str, bytes]:
+    """The weight files of a ``pack_data`` file, keyed as the plan wants them (relative paths)."""
+    assert data.startswith(DATA_MAGIC), "not a fake data file"
+    files, at = {}, len(DATA_MAGIC)
+    while at < len(data):
+        n = int.from_bytes(data[at : at + 4], "little")
+        name = data[at + 4 : at + 4 + n].decode()
+        at += 4 + n
+        size = int.from_bytes(data[at : at + 8], "little")
+        files[name.removeprefix("@model_path/")] = data[at + 8 : at + 8 + size]
+        at += 8 + size
+    return files
+
+
 Outcome = tuple  # ("ok",) ("fail", domain, code, description) ("fail-no-error",) ("nil",) ("skip",)
 
 
@@ -717,9 +743,12 @@ class FakeObjC:
         if self._outcome("inMemoryModelWithDescriptor:")[0] == "nil":
             return None
         d = self._obj(desc).value
+        # The identifier follows the MIL text and the weight dictionary's KEYS, not the weight bytes
+        # (mechramc/Orion core/ane_runtime.m orion_program_patch_weights: "Same hexId as donor (same MIL
+        # text + weight dict keys)").
         digest = hashlib.sha256(d["mil"].encode())
-        for key, (offset, blob) in sorted(d["weights"].items()):
-            digest.update(key.encode() + offset.to_bytes(8, "little") + blob)
+        for key in sorted(d["weights"]):
+            digest.update(b"\0" + key.encode())
         value = {
             **d,
             "hex": digest.hexdigest()[:40],
@@ -757,20 +786,47 @@ class FakeObjC:
             return False
         try:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
-            # The engine computes with its chip's numerics: the fake's chip is unnamed, so it takes the
-            # conservative profile ("any"), as the simulator does off a Mac.
-            numerics = EngineNumerics(bind("any"))
-            v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", numerics)
+            Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", self._numerics())
         except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")
             return False
+        # The compiled program lands in the model's directory: net.plist and data, which the compiler
+        # writes there and a later load reads back (Orion orion_program_patch_weights loads a model from
+        # those two files without compiling: "The compiled ANE data file IS the BLOBFILE"). The fake's
+        # data file is its own container of the weight files it compiled from the directory.
+        compiled = {key: (folder / key.removeprefix("@model_path/")).read_bytes() for key in v["weights"]}
+        (folder / "net.plist").write_text(v["mil"])
+        (folder / "data").write_bytes(pack_data(compiled))
         v["compiled"] = True
+        return True
+
+    def _numerics(self) -> EngineNumerics:
+        """The engine computes with its chip's numerics; an unnamed chip takes the conservative profile
+        ("any"), as the simulator does off a Mac."""
+        return EngineNumerics(bind("any"))
+
+    def _load_plan(self, model: Obj, err: Any) -> bool:
+        """Build the program a load puts on the engine from the directory's compiled files (net.plist and
+        data), whichever model compiled them last: a model whose directory another program rewrote runs
+        that program's weights."""
+        v = model.value
+        folder = Path(self.tmpdir) / v["hex"]
+        try:
+            text = (folder / "net.plist").read_text()
+            compiled = unpack_data((folder / "data").read_bytes())
+        except OSError:
+            self._error(err, ANE_DOMAIN, 1, f"program load failure: {folder} has no compiled program")
+            return False
+        fn = v["fn"] if text == v["mil"] else verify(parse_program(text, "<fake ANE>")).functions["main"]
+        v["plan"] = Plan(fn, compiled, "ane", self._numerics())
         return True
 
     def _load(self, model: Obj, qos: int, options: int, err: Any) -> bool:
         if (failed := self._bool_outcome("loadWithQoS:options:error:", err)) is not None:
             return failed
         assert model.value["compiled"], "load before compile"
+        if not self._load_plan(model, err):
+            return False
         model.value["loaded"] = True
         model.value["loaded_at"] = self._tick()
         return True

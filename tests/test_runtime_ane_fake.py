@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import hashlib
 import os
 import re
 import subprocess
@@ -45,6 +46,7 @@ from anekit.mil import tensor
 from anekit.mil.parser import parse_program
 from anekit.runtime import ane
 from anekit.runtime.ane import AneBackend, AneSurface, binding, lifecycle, memory, objc
+from anekit.runtime.base import PROCESS_COMPILES
 from tests.fake_objc import ANE_DOMAIN, STATUS_0X1D, FakeObjC
 
 COMPILE = "-[_ANEInMemoryModel compileWithQoS:options:error:]"
@@ -134,6 +136,9 @@ MULTI_SHAPES = {"x": (1, 8, 1, S), "b": (1, 2, 1, S)}
 
 WEIGHTS = np.arange(16, dtype=np.float32).reshape(4, 4, 1, 1) / 8
 BLOB = build_blob_bytes([(WEIGHTS, "fp16")])[0]
+# The name the engine gets for weights/w.bin holding BLOB: the digest of its bytes in the file name (rule
+# descriptor.hex-id-weights, tests/test_runtime_ane_process.py).
+BLOB_NAME = f"weights/w-{hashlib.sha256(BLOB).hexdigest()[:16]}.bin"
 
 
 def _rand(shape, seed=0) -> np.ndarray:
@@ -229,12 +234,13 @@ def test_the_mil_text_and_weights_are_marshalled_and_written_before_compiling(fa
     (desc,) = fake.find("+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]")
     assert desc.types == ("ptr", "ptr", "ptr")
     text, weights, options = desc.values
-    assert weights == {"@model_path/weights/w.bin": {"offset": 0, "data": BLOB}} and options is None
+    assert weights == {f"@model_path/{BLOB_NAME}": {"offset": 0, "data": BLOB}} and options is None
     assert parse_program(text.decode()).functions["main"] == k.layout.fn  # the engine's function, as MIL
     (model,) = fake.of_class("_ANEInMemoryModel")
     folder = tmpdir_ns / model.value["hex"]
     assert (folder / "model.mil").read_bytes() == text
-    assert (folder / "weights" / "w.bin").read_bytes() == BLOB  # the fake checks this at compile time too
+    assert (folder / BLOB_NAME).read_bytes() == BLOB  # the fake checks this at compile time too
+    assert f'"@model_path/{BLOB_NAME}"' in text.decode()
     x = _rand((1, 4, 1, S))
     expected = runtime.open("sim").compile(_conv_program(), weights={"weights/w.bin": BLOB})(x=x)["y"]
     np.testing.assert_array_equal(k(x=x)["y"], expected)
@@ -249,7 +255,7 @@ def test_weight_names_and_file_sources(fake, backend, tmp_path, key):
     for source in (BLOB, bytearray(BLOB), memoryview(BLOB), str(path), path):
         k = backend.compile(_conv_program(), weights={key: source})
         assert fake.find("modelWithMILText:weights:optionsPlist:")[-1].values[1] == {
-            "@model_path/weights/w.bin": {"offset": 0, "data": BLOB}
+            f"@model_path/{BLOB_NAME}": {"offset": 0, "data": BLOB}
         }
         k.close()
 
@@ -1142,6 +1148,7 @@ def test_a_refused_dialect_falls_back_and_the_next_process_starts_with_what_comp
     assert [a.value for a in outcome.attempts] == ["ios18", "ios16"]
     assert "InvalidMILProgram" in outcome.attempts[0].error
     mark = len(fake.find("modelWithMILText:weights:optionsPlist:"))
+    PROCESS_COMPILES.reset()  # the next process
     second = AneBackend(runtime=fake.runtime(), chip="m1")
     assert second.preferred_dialect() == "ios16"
     second.compile(_add_program()).close()

@@ -4,6 +4,7 @@ trial), hand back its kernel, and chain kernels."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from anekit.engine.trials import DIALECT
 from anekit.errors import CompilationFailed, MilDialectError
@@ -19,9 +20,17 @@ from anekit.runtime.ane.chaining import Chain
 from anekit.runtime.ane.kernel import AneKernel
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.ane.memory import Attempt, Memory, Outcome, now
-from anekit.runtime.ane.objc import Id, ObjCRuntime
-from anekit.runtime.ane.weights import check_weights, weight_files
-from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface, WeightSource, strict_default
+from anekit.runtime.ane.objc import Id, ObjCRuntime, macos_release
+from anekit.runtime.ane.weights import check_weights, content_names, weight_files, with_blob_paths
+from anekit.runtime.base import (
+    DEFAULT_COMPILE_BUDGET,
+    PROCESS_COMPILES,
+    Backend,
+    Kernel,
+    Surface,
+    WeightSource,
+    strict_default,
+)
 
 
 class AneBackend(Backend):
@@ -39,6 +48,15 @@ class AneBackend(Backend):
     backend tries the dialects in the order with the most hardware runs for this chip and macOS, falls
     back on ``CompilationFailed``, and remembers what compiled (``memory``, default the per-user file of
     ``anekit.runtime.ane.memory``). ``dialect`` ("ios18" or "ios16") fixes it instead.
+
+    What the backend runs on, for the trainer to pick a training route
+    (``anekit.engine.training_routes.training_route(backend.chip, backend.macos)``): ``chip`` is the rule
+    book's name of the chip ("m1".."m5", "any" when the brand string names none: what
+    ``anekit.runtime.ane.availability.chip_name`` detects), ``macos`` the macOS release the runtime
+    reports ("26.3"; "" off macOS).
+
+    Compiles count against ``compile_budget`` on the process's one counter (``PROCESS_COMPILES``): every
+    backend object of a process shares it, as the engine's limit of about 119 compiles does.
     """
 
     name = "ane"
@@ -56,12 +74,13 @@ class AneBackend(Backend):
         dialect: str | None = None,
         memory: Memory | None = None,
     ) -> None:
-        super().__init__(compile_budget)
-        self.chip = check_chip(chip) if chip is not None else chip_name()
+        super().__init__(compile_budget, PROCESS_COMPILES)  # one budget per process (rule process.compile-budget)
         self.fixed_dialect = mil_dialect(dialect).name if dialect is not None else None
         self.memory = memory if memory is not None else Memory()
         self.strict = strict_default() if strict is None else bool(strict)
         self.runtime = runtime if runtime is not None else native_runtime()
+        self.chip = check_chip(chip) if chip is not None else chip_name(self.runtime.chip_brand)
+        self.macos = macos_release(self.runtime.os_version)
         self.runtime.load_framework(ANE_FRAMEWORK)
         for message in REQUIRED:
             self.runtime.bind(message)
@@ -91,6 +110,11 @@ class AneBackend(Backend):
             raise CompilationFailed(f"[compile] surface plan of '{fn.name}': {'; '.join(map(str, broken))}")
         files = weight_files(weights)
         check_weights(fn, files)
+        # Weight files named by their bytes, so a model's directory follows its weights (rule
+        # descriptor.hex-id-weights, anekit.runtime.ane.weights).
+        names = content_names(files)
+        layout = replace(layout, fn=with_blob_paths(layout.fn, names))
+        files = {names[rel]: blob for rel, blob in files.items()}
         engine_prog = Program({"main": layout.fn}, prog.version, dict(prog.attributes))
         macos = self.runtime.os_version
         recalled = None if self.fixed_dialect else self.memory.recall(DIALECT.id, self.chip, macos)
@@ -106,7 +130,8 @@ class AneBackend(Backend):
                 attempts.append(Attempt(dialect, str(e).splitlines()[0]))
                 failures.append(CompilationFailed(f"[compile] '{fn.name}' for {self.chip}: {e}"))
                 continue
-            self.compile_count += bool(n)
+            if n:
+                self.count_compile()
             engine = EngineModel(self.runtime, fn.name, self.qos, self._client if self.realtime else None)
             try:
                 engine.compile(text, files)

@@ -29,6 +29,7 @@ training/m5result.md; rule weights.baked): new weights mean a new compile.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
@@ -72,15 +73,30 @@ LOAD_RETRY_DELAY = 0.1  # seconds between load attempts
 
 
 class TempDirs:
-    """Reference counts of model directories: identical programs share one hexStringIdentifier."""
+    """Reference counts of model directories: identical programs share one hexStringIdentifier.
+
+    Each directory also records the digest of the content (MIL text and weight files) its users
+    compiled; a program with other content that gets the same identifier would rewrite a live kernel's
+    compiled files, so ``acquire`` refuses it (rule descriptor.hex-id-weights; ``check_content``).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users: dict[str, int] = {}
+        self._content: dict[str, str] = {}
+        self.check_content = True
 
-    def acquire(self, path: str) -> str:
+    def acquire(self, path: str, content: str = "", what: str = "[ane]") -> str:
         with self._lock:
+            held = self._content.get(path)
+            if self.check_content and self._users.get(path) and held is not None and held != content:
+                raise CompilationFailed(
+                    f"{what}: {path} is the directory of a loaded program with other weights or text (rule "
+                    "descriptor.hex-id-weights: the identifier follows the MIL text and the weight names); "
+                    "compiling here would make that program run these weights on its next load"
+                )
             self._users[path] = self._users.get(path, 0) + 1
+            self._content[path] = content
         return path
 
     def release(self, path: str) -> None:
@@ -90,7 +106,16 @@ class TempDirs:
                 self._users[path] = left
                 return
             self._users.pop(path, None)
+            self._content.pop(path, None)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def content_digest(mil_text: str, files: dict[str, bytes]) -> str:
+    """The sha256 of a program's MIL text and weight files (names and bytes)."""
+    digest = hashlib.sha256(mil_text.encode("utf-8"))
+    for rel, blob in sorted(files.items()):
+        digest.update(b"\0" + rel.encode() + b"\0" + len(blob).to_bytes(8, "little") + blob)
+    return digest.hexdigest()
 
 
 TEMP_DIRS = TempDirs()
@@ -141,7 +166,11 @@ class EngineModel:
             hex_id = rt.to_str(rt.send(MODEL_HEX_ID, to=self.model))
             if not hex_id or "/" in hex_id or hex_id.startswith("."):
                 raise ModelCreationFailed(f"{self._what(MODEL_HEX_ID)} returned {hex_id!r}")
-            self.tmpdir = TEMP_DIRS.acquire(os.path.join(rt.temporary_directory(), hex_id))
+            self.tmpdir = TEMP_DIRS.acquire(
+                os.path.join(rt.temporary_directory(), hex_id),
+                content_digest(mil_text, files),
+                self._what(MODEL_HEX_ID),
+            )
             os.makedirs(os.path.join(self.tmpdir, "weights"), exist_ok=True)
             write_bytes_atomic(os.path.join(self.tmpdir, "model.mil"), mil_text.encode("utf-8"))
             for rel, blob in files.items():

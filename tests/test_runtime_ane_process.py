@@ -1,0 +1,186 @@
+"""The macOS backend's per-process behaviour, driven through the fake objc runtime: the compile budget
+shared by every backend object of a process, and what identifies a model's temporary directory.
+
+Each behaviour is a rule a hardware-run project measured (its source in the test's docstring); the fake
+(tests/fake_objc.py) models it from that source, so a backend that breaks the rule fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anekit import mil, runtime
+from anekit.blob import build_blob_bytes
+from anekit.errors import CompilationFailed, CompileBudgetExhausted
+from anekit.mil import tensor
+from anekit.runtime.ane import ANE_FRAMEWORK, AneBackend, lifecycle
+from anekit.runtime.ane import backend as ane_backend
+from anekit.runtime.base import PROCESS_COMPILES
+from tests.fake_objc import FakeObjC
+
+S = 32  # rows of 64 bytes in fp16, the smallest with hardware precedent
+
+
+@pytest.fixture
+def tmpdir_ns(tmp_path: Path) -> Path:
+    path = tmp_path / "T"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def fake(tmpdir_ns: Path):
+    f = FakeObjC(tmpdir_ns)
+    yield f
+    assert f.errors == [], "the fake saw calls that crash, leak or break a rule on a real system"
+
+
+def _backend(fake: FakeObjC, **options) -> AneBackend:
+    return AneBackend(runtime=fake.runtime(), dialect="ios18", **options)
+
+
+def _add_program() -> mil.Program:
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S]), "y": tensor("fp16", [1, 4, 1, S])})
+    def prog(f, x, y):
+        return f.add(x=x, y=y, name="z")
+
+    return prog
+
+
+def _conv_program() -> mil.Program:
+    """The same MIL text for every layer: only the bytes of weights/w.bin differ (a baked kernel)."""
+
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S])})
+    def prog(f, x):
+        w = f.weight(tensor("fp16", [4, 4, 1, 1]), "@model_path/weights/w.bin", 64, name="wq")
+        return f.conv(x=x, weight=w, name="y")
+
+    return prog
+
+
+def _blob(scale: float) -> bytes:
+    w = np.arange(16, dtype=np.float32).reshape(4, 4, 1, 1) / 8 * scale
+    return build_blob_bytes([(w, "fp16")])[0]
+
+
+def _conv_reference(x: np.ndarray, blob: bytes) -> np.ndarray:
+    sim = runtime.open("sim", compile_budget=10**6)
+    return sim.compile(_conv_program(), weights={"weights/w.bin": blob})(x=x)["y"]
+
+
+# -- the compile budget is one per process -----------------------------------------------------------------
+
+
+def test_every_backend_object_of_a_process_draws_on_one_compile_budget(fake):
+    """Rule process.compile-budget: mechramc/Orion docs/ane_constraints.md §5 measured about 119 compiles
+    per PROCESS (first documented by maderix/ANE), and both count them in one process-wide counter (Orion
+    core/ane_runtime.m g_compile_count, maderix/ANE training/stories_config.h g_compile_count against
+    MAX_COMPILES). A second backend object does not get a fresh budget."""
+    first = _backend(fake)
+    for _ in range(3):
+        first.compile(_add_program()).close()
+    second = _backend(fake, compile_budget=4)
+    assert second.compile_count == 3 == PROCESS_COMPILES.count
+    second.compile(_add_program()).close()
+    assert (first.compile_count, second.compile_count) == (4, 4)
+    assert (first.compiles_made, second.compiles_made) == (3, 1)
+    mark = len(fake.calls)
+    with pytest.raises(CompileBudgetExhausted, match="budget of 4"):
+        second.compile(_add_program())
+    assert fake.calls[mark:] == []  # refused before anything reached the framework
+
+
+def test_the_process_count_resets_only_when_asked_and_the_simulator_keeps_its_own(fake):
+    _backend(fake).compile(_add_program()).close()
+    assert _backend(fake).compile_count == 1
+    PROCESS_COMPILES.reset()  # what a re-executed process starts with
+    assert _backend(fake).compile_count == 0
+    sim = runtime.open("sim")
+    sim.compile(_add_program())
+    assert (sim.compile_count, runtime.open("sim").compile_count, PROCESS_COMPILES.count) == (1, 0, 0)
+
+
+# -- a model's directory: the identifier follows the MIL text and the weight names -------------------------
+
+
+def _two_layers(backend: AneBackend):
+    a, b = _blob(1.0), _blob(-3.0)
+    ka = backend.compile(_conv_program(), weights={"weights/w.bin": a})  # layer j
+    kb = backend.compile(_conv_program(), weights={"weights/w.bin": b})  # layer j + 1, compiled next
+    return a, b, ka, kb
+
+
+def test_the_fake_gives_equal_text_and_weight_names_one_identifier(fake, tmpdir_ns):
+    """mechramc/Orion core/ane_runtime.m orion_program_patch_weights: two models with the same MIL text and
+    the same weight-dictionary keys have the same hexStringIdentifier ("same MIL text + weight dict keys"),
+    whatever the weight bytes; loading without compiling reads the compiled files of that directory. The
+    fake does exactly that."""
+    rt = fake.runtime()
+    rt.load_framework(ANE_FRAMEWORK)
+    text = b"program(1.3) {}"
+    ids = []
+    with rt.autorelease_pool():
+        for blob in (b"one", b"two"):
+            weights_dict = rt.dictionary({"@model_path/weights/w.bin": {"offset": 0, "data": blob}})
+            desc = rt.send(lifecycle.DESCRIPTOR_WITH_MIL, rt.data(text), weights_dict, None)
+            model = rt.send(lifecycle.MODEL_WITH_DESCRIPTOR, desc)
+            ids.append(rt.to_str(rt.send(lifecycle.MODEL_HEX_ID, to=model)))
+        renamed = rt.dictionary({"@model_path/weights/v.bin": {"offset": 0, "data": b"one"}})
+        desc = rt.send(lifecycle.DESCRIPTOR_WITH_MIL, rt.data(text), renamed, None)
+        model = rt.send(lifecycle.MODEL_WITH_DESCRIPTOR, desc)
+        other = rt.to_str(rt.send(lifecycle.MODEL_HEX_ID, to=model))
+    assert ids[0] == ids[1] != other
+
+
+def test_without_the_guard_layer_j_reloaded_after_layer_j_plus_1_runs_its_weights(fake, monkeypatch):
+    """The collision the fake models: with the weight files named as the program names them, layers j and
+    j + 1 share one directory; compiling j + 1 rewrites its compiled files, and loading j afterwards runs
+    j + 1's weights: wrong numbers, silently, as on the engine."""
+    monkeypatch.setattr(ane_backend, "content_names", lambda files: {rel: rel for rel in files})
+    monkeypatch.setattr(lifecycle.TEMP_DIRS, "check_content", False)
+    a, b, ka, kb = _two_layers(_backend(fake))
+    assert ka._engine.tmpdir == kb._engine.tmpdir
+    x = np.random.default_rng(0).standard_normal((1, 4, 1, S)).astype(np.float32)
+    got = ka(x=x)["y"]
+    np.testing.assert_array_equal(got, _conv_reference(x, b))  # layer j computed with j + 1's weights
+    assert not np.array_equal(got, _conv_reference(x, a))
+    ka.close()
+    kb.close()
+
+
+def test_the_weight_bytes_name_the_files_so_every_layer_has_its_own_directory(fake, tmpdir_ns):
+    """The guard (rule descriptor.hex-id-weights): each weight file's name carries the digest of its bytes,
+    in the weight dictionary and in the BLOBFILE paths, so the identifier follows the bytes too."""
+    a, b, ka, kb = _two_layers(_backend(fake))
+    assert ka._engine.tmpdir != kb._engine.tmpdir
+    sent = [c.values[1] for c in fake.find("modelWithMILText:weights:optionsPlist:")]
+    names = [next(iter(w)) for w in sent]
+    assert names[0] != names[1] and all(n.startswith("@model_path/weights/w-") for n in names)
+    text = fake.find("modelWithMILText:weights:optionsPlist:")[0].values[0].decode()
+    assert names[0] in text and "weights/w.bin" not in text
+    x = np.random.default_rng(0).standard_normal((1, 4, 1, S)).astype(np.float32)
+    np.testing.assert_array_equal(ka(x=x)["y"], _conv_reference(x, a))
+    np.testing.assert_array_equal(kb(x=x)["y"], _conv_reference(x, b))
+    ka.unload()
+    ka.load()  # reloaded after j + 1 was compiled and run: still its own weights
+    np.testing.assert_array_equal(ka(x=x)["y"], _conv_reference(x, a))
+    ka.close()
+    kb.close()
+    assert list(tmpdir_ns.iterdir()) == []
+
+
+def test_a_directory_held_by_another_program_is_never_rewritten(fake, monkeypatch):
+    """The second line of the guard: if the identifier ever ignored the weight names too, a compile that
+    would rewrite the directory of a live kernel with other content is refused, naming the rule."""
+    monkeypatch.setattr(ane_backend, "content_names", lambda files: {rel: rel for rel in files})
+    backend = _backend(fake)
+    ka = backend.compile(_conv_program(), weights={"weights/w.bin": _blob(1.0)})
+    with pytest.raises(CompilationFailed, match=r"descriptor\.hex-id-weights"):
+        backend.compile(_conv_program(), weights={"weights/w.bin": _blob(-3.0)})
+    same = backend.compile(_conv_program(), weights={"weights/w.bin": _blob(1.0)})  # identical: shared
+    assert same._engine.tmpdir == ka._engine.tmpdir
+    ka.close()
+    same.close()
