@@ -352,7 +352,9 @@ class Backend:
 
     name = "base"
 
-    def __init__(self, compile_budget: int = DEFAULT_COMPILE_BUDGET, counter: CompileCounter | None = None) -> None:
+    def __init__(
+        self, compile_budget: int = DEFAULT_COMPILE_BUDGET, counter: CompileCounter | None = None
+    ) -> None:
         self.compile_budget = compile_budget
         self.counter = counter if counter is not None else CompileCounter()
         self.compiles_made = 0

@@ -74,7 +74,8 @@ class AneBackend(Backend):
         dialect: str | None = None,
         memory: Memory | None = None,
     ) -> None:
-        super().__init__(compile_budget, PROCESS_COMPILES)  # one budget per process (rule process.compile-budget)
+        # One budget per process (rule process.compile-budget).
+        super().__init__(compile_budget, PROCESS_COMPILES)
         self.fixed_dialect = mil_dialect(dialect).name if dialect is not None else None
         self.memory = memory if memory is not None else Memory()
         self.strict = strict_default() if strict is None else bool(strict)

@@ -281,7 +281,11 @@ class ObjCRuntime:
     """Typed access to the Objective-C runtime and the Foundation / IOSurface functions it needs."""
 
     def __init__(
-        self, libraries: Libraries | None = None, *, os_version: str | None = None, chip_brand: str | None = None
+        self,
+        libraries: Libraries | None = None,
+        *,
+        os_version: str | None = None,
+        chip_brand: str | None = None,
     ) -> None:
         self.libraries: Libraries = libraries if libraries is not None else NativeLibraries()
         self.os_version = os_version or macos_version()
