@@ -72,6 +72,7 @@ ANE_DOMAIN = "com.apple.appleneuralengine"
 # the text is published; the NSError code that carries it is not, so the fake picks one.
 STATUS_0X1D = "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
 PROGRAM_INFERENCE_ERROR_CODE = 0x1D
+MATMUL_OPS = frozenset({"matmul", "scaled_dot_product_attention"})  # refused on M1 / M2 under macOS 26
 
 _KIND = {
     "@": "ptr",
@@ -182,8 +183,16 @@ class FakeObjC:
         framework_loads: bool = True,
         os_version: str = "macOS 15.1 (fake)",
         refuses_program: tuple[str, ...] = (),
+        chip: str | None = None,
+        macos: str | None = None,
     ) -> None:
         self.tmpdir = str(tmpdir)
+        # The Mac the fake stands for: its chip ("m1".."m5"; None: unnamed, the conservative numerics) and
+        # macOS release ("26.3"; it sets os_version). Both decide what the compiler refuses (below).
+        self.chip = chip
+        self.macos = macos
+        if macos is not None:
+            os_version = f"macOS {macos} (fake)"
         # MIL program versions the compiler refuses: maderix/ANE pull request #6 (M1 Pro, macOS 26) saw
         # program(1.3) / <ios18> fail to compile where program(1.0) / <ios16> ran.
         self.refuses_program = refuses_program
@@ -224,7 +233,8 @@ class FakeObjC:
     # -- the Libraries protocol -------------------------------------------------------------------------
 
     def runtime(self) -> ObjCRuntime:
-        return ObjCRuntime(self, os_version=self.os_version)
+        brand = f"Apple {self.chip.upper()} Pro (fake)" if self.chip else None
+        return ObjCRuntime(self, os_version=self.os_version, chip_brand=brand)
 
     def load(self, path: str) -> None:
         if path != ANE_FRAMEWORK:
@@ -784,6 +794,10 @@ class FakeObjC:
         if version in self.refuses_program:
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: program({version}) is not supported")
             return False
+        refused = self._refused_ops(v["mil"])
+        if refused:
+            self._error(err, ANE_DOMAIN, 1, f"ANECCompile() FAILED: {', '.join(refused)} (fake {self.chip})")
+            return False
         try:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
             Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", self._numerics())
@@ -803,7 +817,19 @@ class FakeObjC:
     def _numerics(self) -> EngineNumerics:
         """The engine computes with its chip's numerics; an unnamed chip takes the conservative profile
         ("any"), as the simulator does off a Mac."""
-        return EngineNumerics(bind("any"))
+        return EngineNumerics(bind(self.chip or "any"))
+
+    def _refused_ops(self, mil: str) -> list[str]:
+        """The ops of ``mil`` this chip's compiler refuses under this macOS: matmul and
+        scaled_dot_product_attention on M1 / M2 under macOS 26 (maderix/ANE commit 709b602, M1 Pro,
+        macOS 26.3: "matmul and scaled_dot_product_attention ops still fail on M1/M2 — these are M4+ ANE
+        ops"). Under macOS 15 they compile (maderix/ANE benchmarks/community_results.json: M1 Pro / Max
+        trained with training/stories_mil.h, whose attention is matmul)."""
+        major = (self.macos or "").split(".")[0]
+        if self.chip not in ("m1", "m2") or major != "26":
+            return []
+        fn = parse_program(mil, "<fake ANE>").functions["main"]
+        return sorted({op.op_type for op in fn.ops if op.op_type in MATMUL_OPS})
 
     def _load_plan(self, model: Obj, err: Any) -> bool:
         """Build the program a load puts on the engine from the directory's compiled files (net.plist and

@@ -184,3 +184,45 @@ def test_a_directory_held_by_another_program_is_never_rewritten(fake, monkeypatc
     assert same._engine.tmpdir == ka._engine.tmpdir
     ka.close()
     same.close()
+
+
+# -- what the chip and the macOS release decide ----------------------------------------------------------
+
+
+def _matmul_program() -> mil.Program:
+    @mil.program(inputs={"x": tensor("fp16", [1, 1, S, S])})
+    def prog(f, x):
+        return f.matmul(x=x, y=x, transpose_x=False, transpose_y=True, name="y")
+
+    return prog
+
+
+@pytest.mark.parametrize("chip", ["m1", "m2"])
+def test_matmul_is_refused_on_m1_and_m2_under_macos_26_and_compiles_under_15(tmpdir_ns, chip):
+    """maderix/ANE commit 709b602 (M1 Pro, macOS 26.3): "matmul and scaled_dot_product_attention ops still
+    fail on M1/M2"; maderix/ANE benchmarks/community_results.json: M1 Pro / Max trained with
+    training/stories_mil.h (matmul attention) on macOS 15. The fake refuses it there; the backend surfaces
+    CompilationFailed with the engine's NSError, and reports the chip and macOS it runs on."""
+    fake = FakeObjC(tmpdir_ns, chip=chip, macos="26.3")
+    backend = AneBackend(runtime=fake.runtime())
+    assert (backend.chip, backend.macos) == (chip, "26.3")
+    with pytest.raises(CompilationFailed, match=r"ANECCompile\(\) FAILED: matmul") as info:
+        backend.compile(_matmul_program())
+    assert info.value.code == 1
+    backend.compile(_add_program()).close()  # what has no matmul compiles
+    assert fake.errors == [] and fake.live_objects() == []
+    old = FakeObjC(tmpdir_ns, chip=chip, macos="15.4")
+    on_15 = AneBackend(runtime=old.runtime())
+    assert (on_15.chip, on_15.macos) == (chip, "15.4")
+    x = np.random.default_rng(1).standard_normal((1, 1, S, S)).astype(np.float32)
+    want = runtime.open("sim", chip=chip).compile(_matmul_program())(x=x)["y"]
+    with on_15.compile(_matmul_program()) as k:
+        np.testing.assert_array_equal(k(x=x)["y"], want)
+
+
+def test_matmul_compiles_on_m4_under_macos_26(tmpdir_ns):
+    fake = FakeObjC(tmpdir_ns, chip="m4", macos="26.3")
+    backend = AneBackend(runtime=fake.runtime())
+    assert (backend.chip, backend.macos) == ("m4", "26.3")
+    backend.compile(_matmul_program()).close()
+    assert fake.errors == []
