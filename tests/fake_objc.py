@@ -144,6 +144,24 @@ class FakeSurface:
         return np.frombuffer(self.memory, dtype=dtype, count=count).reshape(shape)
 
 
+class VirtualClock:
+    """A clock for ``anekit.runtime.ane.pacing.CompilePacer`` that never sleeps: ``sleep`` moves it on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 DATA_MAGIC = b"FAKEDATA"
 
 

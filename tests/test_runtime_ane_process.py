@@ -16,7 +16,7 @@ from anekit import mil, runtime
 from anekit.blob import build_blob_bytes
 from anekit.errors import CompilationFailed, CompileBudgetExhausted
 from anekit.mil import tensor
-from anekit.runtime.ane import ANE_FRAMEWORK, AneBackend, lifecycle
+from anekit.runtime.ane import ANE_FRAMEWORK, AneBackend, lifecycle, pacing
 from anekit.runtime.ane import backend as ane_backend
 from anekit.runtime.base import PROCESS_COMPILES
 from tests.fake_objc import FakeObjC
@@ -226,3 +226,46 @@ def test_matmul_compiles_on_m4_under_macos_26(tmpdir_ns):
     assert (backend.chip, backend.macos) == ("m4", "26.3")
     backend.compile(_matmul_program()).close()
     assert fake.errors == []
+
+
+# -- a pause after a failed compile ----------------------------------------------------------------------
+
+
+def test_the_compile_after_a_failed_one_waits_one_restart_interval(fake):
+    """sbryngelson/ane-guide part-5-practice/19-pitfalls-and-limits.md, "Pacing compiles after a failure":
+    a failed compile restarts the shared compile service; "wait at least one restart interval, roughly 15
+    seconds, before the next compile". The pacer's clock is virtual here: nothing sleeps."""
+    clock = pacing.PACER.clock
+    assert pacing.FAILED_COMPILE_PAUSE == 15.0
+    backend = _backend(fake)
+    backend.compile(_add_program()).close()
+    assert clock.slept == []  # no failure yet: no pause
+    fake.fail("compileWithQoS:options:error:", code=11, description="ANECCompile() FAILED")
+    with pytest.raises(CompilationFailed):
+        backend.compile(_add_program())
+    clock.advance(4.0)  # the host moves on: the next compile waits only what is left
+    _backend(fake).compile(_add_program()).close()  # any backend object: the service is the process's
+    assert clock.slept == [11.0]
+    backend.compile(_add_program()).close()
+    assert clock.slept == [11.0]  # one pause per failure
+
+
+def test_compiles_refused_on_the_host_or_long_after_a_failure_are_not_paced(fake):
+    clock = pacing.PACER.clock
+    backend = _backend(fake)
+    with pytest.raises(CompilationFailed, match="not given"):  # refused before the framework: not paced
+        backend.compile(_conv_program(), weights={"weights/other.bin": _blob(1.0)})
+    fake.fail("compileWithQoS:options:error:")
+    with pytest.raises(CompilationFailed):
+        backend.compile(_add_program())
+    clock.advance(pacing.FAILED_COMPILE_PAUSE + 1)
+    backend.compile(_add_program()).close()
+    assert clock.slept == []
+
+
+def test_the_dialect_fallback_waits_between_its_attempts(tmpdir_ns):
+    """An M1 under macOS 15 whose compiler refuses program(1.3): the program(1.0) retry is paced too."""
+    clock = pacing.PACER.clock
+    fake = FakeObjC(tmpdir_ns, chip="m1", macos="15.4", refuses_program=("1.3",))
+    AneBackend(runtime=fake.runtime()).compile(_add_program()).close()
+    assert clock.slept == [pacing.FAILED_COMPILE_PAUSE]

@@ -64,6 +64,7 @@ from anekit.runtime.ane.api import (
     MODEL_WITH_DESCRIPTOR,
     nil_check,
 )
+from anekit.runtime.ane import pacing
 from anekit.runtime.ane.objc import Id, Message, ObjCRuntime
 from anekit.runtime.ane.request import build_request
 from anekit.runtime.ane.surfaces import AneSurface
@@ -175,14 +176,19 @@ class EngineModel:
             write_bytes_atomic(os.path.join(self.tmpdir, "model.mil"), mil_text.encode("utf-8"))
             for rel, blob in files.items():
                 write_bytes_atomic(os.path.join(self.tmpdir, *PurePosixPath(rel).parts), blob)
-            rt.send_checked(
-                MODEL_COMPILE,
-                self.qos,
-                self.options,
-                to=self.model,
-                fails=CompilationFailed,
-                what=self._what(MODEL_COMPILE),
-            )
+            pacing.PACER.before_compile()  # after a failed compile, the service restarts first
+            try:
+                rt.send_checked(
+                    MODEL_COMPILE,
+                    self.qos,
+                    self.options,
+                    to=self.model,
+                    fails=CompilationFailed,
+                    what=self._what(MODEL_COMPILE),
+                )
+            except CompilationFailed:
+                pacing.PACER.failed()  # rule process.failed-compile-pause
+                raise
 
     def bind(self, inputs: Sequence[AneSurface], outputs: Sequence[AneSurface]) -> None:
         """The surfaces every request of this model binds, in binding order."""
