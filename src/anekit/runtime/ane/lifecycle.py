@@ -47,6 +47,7 @@ from anekit.errors import (
     UnloadFailed,
 )
 from anekit.fileio import write_bytes_atomic
+from anekit.runtime.ane import pacing
 from anekit.runtime.ane.api import (
     CLIENT_BEGIN_REALTIME,
     CLIENT_END_REALTIME,
@@ -64,7 +65,6 @@ from anekit.runtime.ane.api import (
     MODEL_WITH_DESCRIPTOR,
     nil_check,
 )
-from anekit.runtime.ane import pacing
 from anekit.runtime.ane.objc import Id, Message, ObjCRuntime
 from anekit.runtime.ane.request import build_request
 from anekit.runtime.ane.surfaces import AneSurface

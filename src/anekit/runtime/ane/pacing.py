@@ -1,4 +1,4 @@
-"""Pacing compiles after a failure: a failed compile restarts the shared compile service, so the next one waits.
+"""Pacing compiles after a failure: a failed compile restarts the shared compile service; the next waits.
 
 sbryngelson/ane-guide part-5-practice/19-pitfalls-and-limits.md, "Pacing compiles after a failure": a
 compile that fails restarts the compile service, which takes a few seconds to come back; failures that
