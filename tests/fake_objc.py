@@ -203,8 +203,19 @@ class FakeObjC:
         refuses_program: tuple[str, ...] = (),
         chip: str | None = None,
         macos: str | None = None,
+        max_loaded: int = 128,
+        degrade_after: int = 100_000,
     ) -> None:
         self.tmpdir = str(tmpdir)
+        # Loaded programs the process may hold: sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md,
+        # "near 128 programs per process: the next load fails with `GetANEFModel: must re-compile`".
+        self.max_loaded = max_loaded
+        # Evaluations after which a loaded program runs degraded until it is loaded again: ncdrone/rustane
+        # pull request #9 (M3 Ultra), "throughput degrades after ~100K cumulative" evaluations, reset by a
+        # refresh. Slowness has no numbers to show, so the fake counts such evaluations in ``degraded``.
+        self.degrade_after = degrade_after
+        self.evaluations = 0
+        self.degraded = 0
         # The Mac the fake stands for: its chip ("m1".."m5"; None: unnamed, the conservative numerics) and
         # macOS release ("26.3"; it sets os_version). Both decide what the compiler refuses (below).
         self.chip = chip
@@ -869,9 +880,14 @@ class FakeObjC:
         if (failed := self._bool_outcome("loadWithQoS:options:error:", err)) is not None:
             return failed
         assert model.value["compiled"], "load before compile"
+        loaded = sum(1 for o in self.of_class("_ANEInMemoryModel") if o.alive and o.value["loaded"])
+        if loaded >= self.max_loaded:
+            self._error(err, ANE_DOMAIN, 1, f"GetANEFModel: must re-compile ({loaded} programs loaded)")
+            return False
         if not self._load_plan(model, err):
             return False
         model.value["loaded"] = True
+        model.value["evaluations_at_load"] = self.evaluations
         model.value["loaded_at"] = self._tick()
         return True
 
@@ -907,14 +923,16 @@ class FakeObjC:
     def _in_memory_of(self, model: int, err: Any, selector: str) -> Obj | None:
         """The in-memory model behind an _ANEModel; None (and an NSError) for any other object."""
         o = self._obj(model)
-        if o.cls != "_ANEModel":  # public code passes -[_ANEInMemoryModel model]
+        if o.cls != "_ANEModel":  # bridge code passes -[_ANEInMemoryModel model]
             self._error(err, ANE_DOMAIN, 3, f"{selector}: {o.cls} is not an _ANEModel")
             return None
         return self._obj(o.value["in_memory"])
 
     def _begin_rt(self, client: Obj) -> bool:
+        """Counts the task; NO on an M4 (maderix/ANE 99ba013 docs/ANE_CHAINING_RESEARCH.md, M4 Max:
+        "beginRealTimeTask: NO (possibly needs entitlement)", the real-time evaluation working anyway)."""
         self.realtime_tasks += 1
-        return self._outcome("beginRealTimeTask")[0] == "ok"
+        return self._outcome("beginRealTimeTask")[0] == "ok" and self.chip != "m4"
 
     def _end_rt(self, client: Obj) -> bool:
         self.realtime_tasks -= 1
@@ -925,6 +943,8 @@ class FakeObjC:
     def _load_rt(self, client: Obj, model: int, options: int, qos: int, err: Any) -> bool:
         if (failed := self._bool_outcome("loadRealTimeModel:options:qos:error:", err)) is not None:
             return failed
+        if self.chip == "m3":  # christopherkarani/Espresso AGENTS.md (M3 Max, macOS 15): "returns NO with
+            return False  # no error. Silent entitlement gate."
         m = self._in_memory_of(model, err, "loadRealTimeModel")
         if m is None:
             return False
@@ -947,7 +967,15 @@ class FakeObjC:
         selector = "evaluateRealTimeWithModel:options:request:error:"
         if (failed := self._bool_outcome(selector, err)) is not None:
             return failed
+        o = self._obj(model)
+        if o.cls == "_ANEInMemoryModel":  # maderix/ANE 99ba013 ane_eval_rt: the in-memory model itself
+            return self._run_request(o, request, err)
         m = self._in_memory_of(model, err, "evaluateRealTimeWithModel")
+        if m is not None and not m.value.get("realtime"):
+            self._error(
+                err, ANE_DOMAIN, 3, "evaluateRealTimeWithModel: the _ANEModel is not loaded for real time"
+            )
+            return False
         return m is not None and self._run_request(m, request, err)
 
     def _surface_object(self, _: Any, surface: int | None) -> int | None:
@@ -1016,6 +1044,9 @@ class FakeObjC:
             var = params[k]
             by_name[var.name] = self._surface(ref).array(var.type.dtype.np, tuple(var.type.shape)).copy()
         results = v["plan"].run([by_name[var.name] for var in fn.inputs])
+        if self.evaluations - v.get("evaluations_at_load", 0) >= self.degrade_after:
+            self.degraded += 1
+        self.evaluations += 1
         for ref, k in zip(outs, out_idx):
             j = results_by_name[k]
             t = fn.outputs[j].type

@@ -766,19 +766,21 @@ def test_a_framework_that_does_not_load_is_reported(tmpdir_ns):
 # -- real-time evaluation ---------------------------------------------------------------------------------
 
 
-def test_realtime_evaluation_passes_the_model_property_and_brackets_the_task(fake):
-    """The real-time path as public code drives it: after the normal load, beginRealTimeTask and
-    loadRealTimeModel:options:qos:error:; runs through -[_ANEClient evaluateRealTimeWithModel:options:
-    request:error:] given -[_ANEInMemoryModel model] (an _ANEModel), not the in-memory model; before the
-    normal unload, unloadRealTimeModel:options:qos:error: and endRealTimeTask (selectors listed by
-    maderix/ANE training/m5result.md)."""
+def _realtime_calls(fake: FakeObjC, mark: int = 0) -> list[tuple[str, object]]:
+    """(message, the model it was handed) of every real-time evaluation since ``mark``."""
+    return [(c.name, c.values[0]) for c in fake.calls[mark:] if c.name == REALTIME]
+
+
+def test_realtime_first_hands_the_in_memory_model_itself_as_maderix_measured(fake):
+    """maderix/ANE commit 99ba013 (training/ane_runtime.h ane_eval_rt, docs/ANE_CHAINING_RESEARCH.md, M4
+    Max): -[_ANEClient evaluateRealTimeWithModel:options:request:error:] given the _ANEInMemoryModel itself
+    and an empty options dictionary, no real-time load or task: 1.74x-1.88x the standard call at 64x32. It
+    is the variant tried first; what worked is remembered for the next process."""
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    assert backend.realtime and fake.sent()[0] == "+[_ANEClient sharedConnection]"
+    assert backend.realtime and backend.realtime_paths.order == ("in-memory-model", "model-property")
     x, y = _rand((1, 4, 1, S)), _rand((1, 4, 1, S), 1)
     with backend.compile(_add_program()) as k:
-        built = [SURFACE_OBJECT] * 3 + [REQUEST]
-        assert fake.sent()[-7:] == [LOAD, *built, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD][-7:]
-        assert fake.realtime_tasks == 1
+        assert RT_BEGIN not in fake.sent() and RT_LOAD not in fake.sent()  # nothing real-time at load
         mark = len(fake.calls)
         np.testing.assert_array_equal(
             k(x=x, y=y)["z"], runtime.open("sim").compile(_add_program())(x=x, y=y)["z"]
@@ -786,59 +788,121 @@ def test_realtime_evaluation_passes_the_model_property_and_brackets_the_task(fak
         assert _since(fake, mark) == [REALTIME]
         call = fake.find(REALTIME)[0]
         assert call.types == ("ptr", "ptr", "ptr", "ptr")
-        assert call.values[:3] == ("<_ANEModel>", {}, "<_ANERequest>")
-        assert fake.find(RT_LOAD)[0].values[:3] == ("<_ANEModel>", {}, 21)
+        assert call.values[:3] == ("<_ANEInMemoryModel>", {}, "<_ANERequest>")
+        assert k.realtime_variant == "in-memory-model" and k.realtime_failure is None
         mark = len(fake.calls)
-    assert _since(fake, mark) == [RT_UNLOAD, RT_END, UNLOAD]
-    assert fake.realtime_tasks == 0 and k.realtime_failure is None
-    assert fake.live_objects() == []
+    assert _since(fake, mark) == [UNLOAD]
+    assert fake.realtime_tasks == 0 and fake.live_objects() == []
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "in-memory-model" and [a.value for a in outcome.attempts] == ["in-memory-model"]
 
 
-def test_the_in_memory_model_itself_is_refused_by_the_realtime_call(fake, backend):
-    """The old backend handed evaluateRealTimeWithModel: the _ANEInMemoryModel; public code hands it the
-    model's ``model`` property. The fake refuses anything but an _ANEModel."""
-    rt = backend.runtime
-    k = backend.compile(_add_program()).load()
-    with rt.autorelease_pool(), pytest.raises(EvalFailed, match="_ANEInMemoryModel is not an _ANEModel"):
-        client = rt.send(ane.api.CLIENT_SHARED)
-        rt.send_checked(
-            ane.CLIENT_EVALUATE_REALTIME,
-            k._engine.model,
-            k._engine.options,
-            k._engine.request,
-            to=client,
-            fails=EvalFailed,
-            what="old real-time call",
-        )
-    k.close()
-
-
-def test_a_failed_realtime_load_ends_the_task_and_uses_the_standard_call(fake):
+def test_when_the_in_memory_model_is_refused_the_model_property_variant_follows(fake):
+    """The variant bridge code writes (christopherkarani/Espresso Sources/ANEInterop/ane_interop.m): the
+    model's ``model`` property (an _ANEModel), beginRealTimeTask + loadRealTimeModel:options:qos:error:,
+    evaluated with the same _ANEModel, unloadRealTimeModel + endRealTimeTask before the normal unload. Once
+    it works, every kernel of the backend uses it without trying the first variant again."""
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    fake.fail("loadRealTimeModel:options:qos:error:", code=9, description="no real-time entitlement")
     k = backend.compile(_add_program()).load()
-    assert fake.sent()[-2:] == [RT_LOAD, RT_END] and fake.realtime_tasks == 0
-    assert "no real-time entitlement" in k.realtime_failure
+    fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time")
     mark = len(fake.calls)
     k.run()
-    k.unload()
-    assert _since(fake, mark) == [EVALUATE, UNLOAD]
-    k.load()  # a failed real-time load is not tried again
-    assert RT_BEGIN not in _since(fake, mark)
+    model_rt = [REALTIME, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, REALTIME]
+    assert _since(fake, mark) == model_rt
+    assert [m for _, m in _realtime_calls(fake, mark)] == ["<_ANEInMemoryModel>", "<_ANEModel>"]
+    assert fake.find(RT_LOAD)[0].values[:3] == ("<_ANEModel>", {}, 21)
+    assert k.realtime_variant == "model-property" and fake.realtime_tasks == 1
+    other = backend.compile(_add_program()).load()
+    mark = len(fake.calls)
+    other.run()
+    assert _since(fake, mark) == ["-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, REALTIME]
+    mark = len(fake.calls)
     k.close()
+    other.close()
+    assert _since(fake, mark) == [RT_UNLOAD, RT_END, UNLOAD] * 2
+    assert fake.realtime_tasks == 0 and fake.live_objects() == []
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "model-property"
+    assert [a.value for a in outcome.attempts] == ["in-memory-model", "model-property"]
+    assert "no real-time" in outcome.attempts[0].error
 
 
-def test_a_failed_realtime_call_falls_back_to_the_standard_one(fake):
+def test_an_m3_whose_realtime_load_returns_no_silently_ends_on_the_standard_call(tmpdir_ns):
+    """christopherkarani/Espresso AGENTS.md (M3 Max, macOS 15): "loadRealTimeModel: returns NO with no
+    error. Silent entitlement gate." The fake's M3 does that; with the first variant refused as well the
+    backend ends the task and uses the standard call for good — and the next process does not try again."""
+    fake = FakeObjC(tmpdir_ns, chip="m3", macos="15.4")
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
     k = backend.compile(_add_program()).load()
+    fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time")
+    mark = len(fake.calls)
+    k.run()
+    assert _since(fake, mark) == [REALTIME, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, RT_END, EVALUATE]
+    assert k.realtime_variant == "standard" and fake.realtime_tasks == 0
+    mark = len(fake.calls)
+    k.run()
+    assert _since(fake, mark) == [EVALUATE]
+    k.close()
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "standard" and "without an NSError" in outcome.attempts[1].error
+    PROCESS_COMPILES.reset()  # the next process
+    again = AneBackend(runtime=fake.runtime(), realtime=True)
+    assert not again.realtime and "remembered" in again.realtime_unavailable
+    with again.compile(_add_program()) as k2:
+        mark = len(fake.calls)
+        k2.run()
+        assert _since(fake, mark) == [EVALUATE]
+    assert fake.errors == []
+
+
+def test_the_next_process_starts_with_the_variant_that_worked(fake):
+    first = AneBackend(runtime=fake.runtime(), realtime=True)
+    with first.compile(_add_program()) as k:
+        fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9)
+        k.run()
+        assert k.realtime_variant == "model-property"
+    second = AneBackend(runtime=fake.runtime(), realtime=True)
+    assert second.realtime_paths.order == ("model-property", "in-memory-model")
+    with second.compile(_add_program()) as k:
+        mark = len(fake.calls)
+        k.run()
+        assert [m for _, m in _realtime_calls(fake, mark)] == ["<_ANEModel>"]
+
+
+def test_a_realtime_call_that_fails_after_working_leaves_that_kernel_on_the_standard_call(fake):
+    backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    k = backend.compile(_add_program()).load()
+    k.run()  # the in-memory model works
     fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time task")
     mark = len(fake.calls)
     k.run()
     k.run()
     assert _since(fake, mark) == [REALTIME, EVALUATE, EVALUATE]
-    assert "no real-time task" in k.realtime_failure
+    assert "no real-time task" in k.realtime_failure and backend.realtime_paths.chosen == "in-memory-model"
+    other = backend.compile(_add_program()).load()
+    mark = len(fake.calls)
+    other.run()  # the other kernels keep the variant
+    assert _since(fake, mark) == [REALTIME]
     k.close()
+    other.close()
     assert fake.realtime_tasks == 0
+
+
+def test_the_fake_refuses_an_ane_model_that_was_not_loaded_for_real_time(fake, backend):
+    rt = backend.runtime
+    k = backend.compile(_add_program()).load()
+    with rt.autorelease_pool(), pytest.raises(EvalFailed, match="not loaded for real time"):
+        client = rt.send(ane.api.CLIENT_SHARED)
+        rt.send_checked(
+            ane.CLIENT_EVALUATE_REALTIME,
+            rt.send(ane.MODEL_ANE_MODEL, to=k._engine.model),
+            k._engine.options,
+            k._engine.request,
+            to=client,
+            fails=EvalFailed,
+            what="real-time call without the real-time load",
+        )
+    k.close()
 
 
 def test_realtime_is_unavailable_without_the_client(fake):
@@ -850,10 +914,15 @@ def test_realtime_is_unavailable_without_the_client(fake):
     assert REALTIME not in fake.sent() and EVALUATE in fake.sent()
 
 
-def test_realtime_is_unavailable_without_the_model_property(fake):
+def test_without_the_model_property_only_the_in_memory_variant_is_tried(fake):
     fake.remove_method("_ANEInMemoryModel", "-", "model")
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    assert not backend.realtime and "-[_ANEInMemoryModel model]" in backend.realtime_unavailable
+    assert backend.realtime and backend.realtime_paths.order == ("in-memory-model",)
+    with backend.compile(_add_program()) as k:
+        fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9)
+        k.run()
+        assert k.realtime_variant == "standard"
+    assert "-[_ANEInMemoryModel model]" not in fake.sent()
 
 
 # -- threads ----------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import pytest
 
 from anekit import mil, runtime
 from anekit.blob import build_blob_bytes
-from anekit.errors import CompilationFailed, CompileBudgetExhausted
+from anekit.errors import CompilationFailed, CompileBudgetExhausted, LoadFailed
 from anekit.mil import tensor
-from anekit.runtime.ane import ANE_FRAMEWORK, AneBackend, lifecycle, pacing
+from anekit.runtime.ane import ANE_FRAMEWORK, AneBackend, lifecycle, pacing, residency
 from anekit.runtime.ane import backend as ane_backend
 from anekit.runtime.base import PROCESS_COMPILES
 from tests.fake_objc import FakeObjC
@@ -48,6 +48,18 @@ def _add_program() -> mil.Program:
         return f.add(x=x, y=y, name="z")
 
     return prog
+
+
+def _scale_program(factor: float) -> mil.Program:
+    @mil.program(inputs={"x": tensor("fp16", [1, 4, 1, S])})
+    def prog(f, x):
+        return f.mul(x=x, y=np.float16(factor), name="y")
+
+    return prog
+
+
+def _names(fake: FakeObjC, mark: int) -> list[str]:
+    return [c.name for c in fake.calls[mark:] if c.kind == "msg" and (c.cls or "").startswith("_ANE")]
 
 
 def _conv_program() -> mil.Program:
@@ -269,3 +281,99 @@ def test_the_dialect_fallback_waits_between_its_attempts(tmpdir_ns):
     fake = FakeObjC(tmpdir_ns, chip="m1", macos="15.4", refuses_program=("1.3",))
     AneBackend(runtime=fake.runtime()).compile(_add_program()).close()
     assert clock.slept == [pacing.FAILED_COMPILE_PAUSE]
+
+
+# -- the loaded-program ceiling and the periodic refresh ----------------------------------------------------
+
+
+def test_loading_past_the_ceiling_unloads_the_least_recently_used_kernel(tmpdir_ns, monkeypatch):
+    """sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md: "The loaded-program cap is near 128
+    programs per process: the next load fails with `GetANEFModel: must re-compile`". The fake refuses the
+    load past its cap; the backend keeps the process under its own ceiling by unloading the least recently
+    used kernel, which reloads itself before its next run (scaled down here: a cap of 4, anekit keeps 3)."""
+    fake = FakeObjC(tmpdir_ns, max_loaded=4)
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(max_loaded=3))
+    backend = _backend(fake)
+    factors = [1.0, 2.0, -1.0, 0.5, 3.0]
+    kernels = [backend.compile(_scale_program(f)).load() for f in factors]  # five loads, three kept
+    assert residency.RESIDENCY.loaded == 3 and residency.RESIDENCY.evictions == 2
+    assert all(k.is_loaded for k in kernels)  # as their users see them
+    assert [k._engine.loaded for k in kernels] == [False, False, True, True, True]
+    x = np.random.default_rng(2).standard_normal((1, 4, 1, S)).astype(np.float32)
+    for k, f in zip(kernels, factors):  # each runs its own program, reloaded where it was unloaded
+        want = (x.astype(np.float16) * np.float16(f)).astype(np.float32)
+        np.testing.assert_array_equal(k(x=x)["y"], want)
+    assert residency.RESIDENCY.loaded == 3 and fake.errors == []
+    for k in kernels:
+        k.close()
+    assert residency.RESIDENCY.loaded == 0 and fake.live_objects() == []
+
+
+def test_without_the_ceiling_the_fake_refuses_the_load_past_its_cap(tmpdir_ns, monkeypatch):
+    fake = FakeObjC(tmpdir_ns, max_loaded=4)
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(max_loaded=10**6))
+    backend = _backend(fake)
+    kernels = [backend.compile(_scale_program(f)).load() for f in (1.0, 2.0, 3.0, 4.0)]
+    with pytest.raises(LoadFailed, match="GetANEFModel: must re-compile"):
+        backend.compile(_scale_program(5.0)).load()
+    for k in kernels:
+        k.close()
+
+
+def test_a_full_residency_whose_kernels_are_all_busy_refuses_naming_the_ceiling(fake, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(max_loaded=1))
+    backend = _backend(fake)
+    busy = backend.compile(_scale_program(1.0)).load()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with busy.lock:
+            held.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    held.wait(10)
+    try:
+        with pytest.raises(LoadFailed, match=r"process\.loaded-program-ceiling"):
+            backend.compile(_scale_program(2.0)).load()
+    finally:
+        release.set()
+        worker.join()
+    busy.close()
+
+
+def test_every_loaded_kernel_is_refreshed_after_each_interval_of_process_evaluations(fake, monkeypatch):
+    """ncdrone/rustane pull request #9 (M3 Ultra, macOS 26.3.1): throughput degrades after ~100K cumulative
+    evaluations; a periodic refresh of the kernels resets it. The fake counts evaluations made after
+    ``degrade_after`` since a program's last load; the backend reloads each kernel once per interval of the
+    process's evaluations (scaled down: 5)."""
+    assert residency.REFRESH_EVALUATIONS == 100_000
+    fake.degrade_after = 5
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(refresh_every=5))
+    backend = _backend(fake)
+    a, b = backend.compile(_scale_program(2.0)).load(), backend.compile(_scale_program(3.0)).load()
+    x = np.ones((1, 4, 1, S), dtype=np.float32)
+    mark = len(fake.calls)
+    for _ in range(6):  # 12 evaluations: two refresh intervals pass
+        np.testing.assert_array_equal(a(x=x)["y"], 2.0)
+        np.testing.assert_array_equal(b(x=x)["y"], 3.0)
+    assert fake.degraded == 0
+    loads = [
+        n for n in _names(fake, mark) if n.endswith(("loadWithQoS:options:error:]", "unloadWithQoS:error:]"))
+    ]
+    assert len(loads) == 8 and residency.RESIDENCY.refreshes == 4  # each kernel, at 5 and at 10
+    a.close()
+    b.close()
+
+
+def test_without_the_refresh_the_fake_counts_degraded_evaluations(fake, monkeypatch):
+    fake.degrade_after = 5
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(refresh_every=0))
+    k = _backend(fake).compile(_scale_program(2.0)).load()
+    for _ in range(8):
+        k(x=np.ones((1, 4, 1, S), dtype=np.float32))
+    assert fake.degraded == 3
+    k.close()

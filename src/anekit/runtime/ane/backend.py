@@ -13,7 +13,7 @@ from anekit.mil.ir import Function, Program
 from anekit.mil.printer import print_program
 from anekit.rules import check_chip, check_surface_plan
 from anekit.rules.checks import enforce
-from anekit.runtime.ane.api import ANE_FRAMEWORK, CLIENT_SHARED, QOS, REALTIME, REQUIRED, first_missing
+from anekit.runtime.ane.api import ANE_FRAMEWORK, CLIENT_SHARED, QOS, REQUIRED, first_missing
 from anekit.runtime.ane.availability import chip_name, native_runtime
 from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.chaining import Chain
@@ -21,6 +21,8 @@ from anekit.runtime.ane.kernel import AneKernel
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.ane.memory import Attempt, Memory, Outcome, now
 from anekit.runtime.ane.objc import Id, ObjCRuntime, macos_release
+from anekit.runtime.ane.realtime import NEEDS, STANDARD, VARIANTS, RealtimePaths
+from anekit.runtime.ane.realtime import TRIAL as REALTIME_TRIAL
 from anekit.runtime.ane.weights import check_weights, content_names, weight_files, with_blob_paths
 from anekit.runtime.base import (
     DEFAULT_COMPILE_BUDGET,
@@ -90,17 +92,41 @@ class AneBackend(Backend):
         self.chaining = chaining
         self.realtime = False
         self.realtime_unavailable: str | None = None
+        self.realtime_paths: RealtimePaths | None = None
         self._client: Id | None = None
         if realtime:
-            missing = first_missing(self.runtime, REALTIME)
-            if missing is not None:
-                self.realtime_unavailable = f"{missing} is not available ({self.runtime.os_version})"
-            else:
-                with self.runtime.autorelease_pool():
-                    self._client = self.runtime.send(CLIENT_SHARED)  # a process-wide singleton
-                self.realtime = self._client is not None
-                if not self.realtime:
-                    self.realtime_unavailable = f"{CLIENT_SHARED} returned nil"
+            self._open_realtime()
+
+    def _open_realtime(self) -> None:
+        """The real-time variants this framework implements, in the evidence's order, what worked last
+        time on this chip and macOS first (``anekit.runtime.ane.realtime``)."""
+        rt = self.runtime
+        missing = {v: first_missing(rt, NEEDS[v]) for v in VARIANTS}
+        usable = [v for v in VARIANTS if missing[v] is None]
+        if not usable:
+            self.realtime_unavailable = f"{missing[VARIANTS[0]]} is not available ({rt.os_version})"
+            return
+        recalled = self.memory.recall(REALTIME_TRIAL, self.chip, rt.os_version)
+        if recalled is not None and recalled.value in (*usable, STANDARD):
+            kept = [v for v in usable if v != recalled.value]
+            usable = [] if recalled.value == STANDARD else [recalled.value, *kept]
+        if not usable:
+            self.realtime_unavailable = "no real-time variant worked here last time (remembered)"
+            return
+        with rt.autorelease_pool():
+            self._client = rt.send(CLIENT_SHARED)  # a process-wide singleton
+        if self._client is None:
+            self.realtime_unavailable = f"{CLIENT_SHARED} returned nil"
+            return
+
+        def settle(value: str, attempts: tuple[Attempt, ...]) -> None:
+            if recalled is None or recalled.value != value:
+                self.memory.remember(
+                    Outcome(REALTIME_TRIAL, self.chip, rt.os_version, value, attempts, now())
+                )
+
+        self.realtime = True
+        self.realtime_paths = RealtimePaths(usable, settle)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
@@ -133,7 +159,7 @@ class AneBackend(Backend):
                 continue
             if n:
                 self.count_compile()
-            engine = EngineModel(self.runtime, fn.name, self.qos, self._client if self.realtime else None)
+            engine = EngineModel(self.runtime, fn.name, self.qos, self._client, self.realtime_paths)
             try:
                 engine.compile(text, files)
             except CompilationFailed as e:

@@ -47,7 +47,7 @@ from anekit.errors import (
     UnloadFailed,
 )
 from anekit.fileio import write_bytes_atomic
-from anekit.runtime.ane import pacing
+from anekit.runtime.ane import pacing, residency
 from anekit.runtime.ane.api import (
     CLIENT_BEGIN_REALTIME,
     CLIENT_END_REALTIME,
@@ -66,6 +66,7 @@ from anekit.runtime.ane.api import (
     nil_check,
 )
 from anekit.runtime.ane.objc import Id, Message, ObjCRuntime
+from anekit.runtime.ane.realtime import IN_MEMORY_MODEL, STANDARD, RealtimePaths
 from anekit.runtime.ane.request import build_request
 from anekit.runtime.ane.surfaces import AneSurface
 
@@ -126,25 +127,41 @@ class EngineModel:
     """A compiled _ANEInMemoryModel, its request while loaded, and its temporary directory.
 
     Holds one reference to every object it retains and none to its kernel, so the kernel's finalizer
-    can close it. ``client``: the _ANEClient when real-time evaluation was asked for; ``realtime`` is
-    True while the real-time model is loaded, ``realtime_failure`` says why it is not.
+    can close it. ``lock`` is its kernel's lock (re-entrant): everything that loads, runs or unloads the
+    model holds it, the residency included when it unloads the model to make room.
+
+    ``paths``: the backend's real-time variants when real-time evaluation was asked for
+    (``anekit.runtime.ane.realtime``), with ``client`` the _ANEClient; ``realtime`` is True while the
+    real-time model of the ``model-property`` variant is loaded, ``realtime_failure`` says why this model
+    stays on the standard call. ``loaded_epoch``: the residency's refresh epoch at the last load.
     """
 
-    def __init__(self, rt: ObjCRuntime, name: str, qos: int, client: Id | None = None) -> None:
+    def __init__(
+        self,
+        rt: ObjCRuntime,
+        name: str,
+        qos: int,
+        client: Id | None = None,
+        paths: RealtimePaths | None = None,
+    ) -> None:
         self.rt = rt
         self.name = name
         self.qos = qos
         self.client = client
+        self.paths = paths if client is not None else None
+        self.lock = threading.RLock()
         self.model: Id | None = None
-        self.ane_model: Id | None = None  # -[_ANEInMemoryModel model], for the real-time calls
+        self.ane_model: Id | None = None  # -[_ANEInMemoryModel model], for the model-property variant
         self.options: Id | None = None
         self.request: Id | None = None
         self.tmpdir: str | None = None
         self.inputs: list[AneSurface] = []  # in binding order
         self.outputs: list[AneSurface] = []
         self.loaded = False
+        self.loaded_epoch = 0
         self.realtime = False
         self.realtime_failure: str | None = None
+        self.realtime_variant: str | None = None  # the variant this model last evaluated with
         self.closed = False
 
     def _what(self, message: Message | str) -> str:
@@ -197,43 +214,144 @@ class EngineModel:
     # -- load / unload -----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Load, build this load's request, and (real-time) load the real-time model."""
-        for attempt in range(LOAD_ATTEMPTS):
+        """Make room under the process's loaded-program ceiling, load, and build this load's request."""
+        with self.lock:
+            residency.RESIDENCY.make_room(self)
+            for attempt in range(LOAD_ATTEMPTS):
+                try:
+                    with self.rt.autorelease_pool():
+                        self.rt.send_checked(
+                            MODEL_LOAD,
+                            self.qos,
+                            self.options,
+                            to=self.model,
+                            fails=LoadFailed,
+                            what=self._what(MODEL_LOAD),
+                        )
+                    self.loaded = True
+                    break
+                except LoadFailed:
+                    if attempt + 1 == LOAD_ATTEMPTS:
+                        raise
+                    time.sleep(LOAD_RETRY_DELAY)
+            residency.RESIDENCY.entered(self)
+            self.loaded_epoch = residency.RESIDENCY.epoch
             try:
+                self.request = build_request(self.rt, self.inputs, self.outputs, self._what("request"))
+            except BaseException:
+                self.unload()
+                raise
+
+    def unload(self) -> None:
+        """Real-time unload and end of task, release the request, unload. Idempotent."""
+        with self.lock:
+            if not self.loaded:
+                return
+            try:
+                if self.realtime:
+                    self._unload_realtime()
+            finally:
+                request, self.request = self.request, None
+                self.rt.release(request)
+                residency.RESIDENCY.left(self)
                 with self.rt.autorelease_pool():
                     self.rt.send_checked(
-                        MODEL_LOAD,
+                        MODEL_UNLOAD,
                         self.qos,
-                        self.options,
                         to=self.model,
-                        fails=LoadFailed,
-                        what=self._what(MODEL_LOAD),
+                        fails=UnloadFailed,
+                        what=self._what(MODEL_UNLOAD),
                     )
-                self.loaded = True
-                break
-            except LoadFailed:
-                if attempt + 1 == LOAD_ATTEMPTS:
-                    raise
-                time.sleep(LOAD_RETRY_DELAY)
-        try:
-            self.request = build_request(self.rt, self.inputs, self.outputs, self._what("request"))
-        except BaseException:
+                self.loaded = False
+
+    def evict(self) -> None:
+        """Unloaded to make room for another program (its kernel reloads it before its next run)."""
+        self.unload()
+
+    def ready(self) -> None:
+        """Before an evaluation: reload after an eviction, and refresh (unload + load) once the process's
+        evaluations have completed another refresh interval since this model's last load."""
+        if not self.loaded:
+            self.load()
+        elif self.loaded_epoch < residency.RESIDENCY.epoch:
             self.unload()
-            raise
-        if self.client is not None and self.realtime_failure is None:
-            self._load_realtime()
+            self.load()
+            residency.RESIDENCY.refreshes += 1
+
+    # -- evaluate ----------------------------------------------------------------------------------
+
+    def evaluate(self) -> None:
+        """One evaluation: the real-time variant of the backend when one works, else the standard call."""
+        with self.lock:
+            self.ready()
+            try:
+                if not self._evaluate_realtime():
+                    self._evaluate_standard()
+            finally:
+                residency.RESIDENCY.evaluated(self)
+
+    def _evaluate_standard(self) -> None:
+        with self.rt.autorelease_pool():
+            self.rt.send_checked(
+                MODEL_EVALUATE,
+                self.qos,
+                self.options,
+                self.request,
+                to=self.model,
+                fails=EvalFailed,
+                what=self._what(MODEL_EVALUATE),
+            )
+        self.realtime_variant = STANDARD
+
+    def _evaluate_realtime(self) -> bool:
+        """Evaluate with the backend's current real-time variant, falling to the next on failure; False
+        when this evaluation is left to the standard call."""
+        paths = self.paths
+        while paths is not None and self.realtime_failure is None:
+            variant = paths.current()
+            if variant == STANDARD:
+                return False
+            try:
+                if variant == IN_MEMORY_MODEL:
+                    self._send_realtime(self.model)
+                else:
+                    if not self.realtime:
+                        self._load_realtime()
+                    self._send_realtime(self.ane_model)
+            except (EvalFailed, LoadFailed) as e:
+                if paths.chosen == variant:  # it works for the process: only this model gives it up
+                    self.realtime_failure = str(e)
+                    return False
+                paths.failed(variant, str(e).splitlines()[0])
+                continue
+            paths.worked(variant)
+            self.realtime_variant = variant
+            return True
+        return False
+
+    def _send_realtime(self, model: Id | None) -> None:
+        with self.rt.autorelease_pool():
+            self.rt.send_checked(
+                CLIENT_EVALUATE_REALTIME,
+                model,
+                self.options,
+                self.request,
+                to=self.client,
+                fails=EvalFailed,
+                what=self._what(CLIENT_EVALUATE_REALTIME),
+            )
 
     def _load_realtime(self) -> None:
-        """beginRealTimeTask + loadRealTimeModel:; on failure endRealTimeTask, and the standard call."""
+        """The model-property variant's load: beginRealTimeTask + loadRealTimeModel: with the model's
+        ``model`` property; on failure (an NSError, or NO without one) endRealTimeTask and LoadFailed."""
         rt, client = self.rt, self.client
         with rt.autorelease_pool():
             if self.ane_model is None:
                 ane_model = rt.send(MODEL_ANE_MODEL, to=self.model)
                 if not ane_model:
-                    self.realtime_failure = f"{MODEL_ANE_MODEL} returned nil"
-                    return
+                    raise LoadFailed(f"{self._what(MODEL_ANE_MODEL)} returned nil")
                 self.ane_model = rt.retain(ane_model)
-            rt.send(CLIENT_BEGIN_REALTIME, to=client)
+            rt.send(CLIENT_BEGIN_REALTIME, to=client)  # its NO is no failure (maderix/ANE 99ba013)
             try:
                 rt.send_checked(
                     CLIENT_LOAD_REALTIME,
@@ -244,10 +362,9 @@ class EngineModel:
                     fails=LoadFailed,
                     what=self._what(CLIENT_LOAD_REALTIME),
                 )
-            except LoadFailed as e:
+            except LoadFailed:
                 rt.send(CLIENT_END_REALTIME, to=client)
-                self.realtime_failure = str(e)
-                return
+                raise
         self.realtime = True
 
     def _unload_realtime(self) -> None:
@@ -266,48 +383,6 @@ class EngineModel:
                 )
             finally:
                 rt.send(CLIENT_END_REALTIME, to=client)
-
-    def unload(self) -> None:
-        """Real-time unload and end of task, release the request, unload. Idempotent."""
-        if not self.loaded:
-            return
-        try:
-            if self.realtime:
-                self._unload_realtime()
-        finally:
-            request, self.request = self.request, None
-            self.rt.release(request)
-            with self.rt.autorelease_pool():
-                self.rt.send_checked(
-                    MODEL_UNLOAD, self.qos, to=self.model, fails=UnloadFailed, what=self._what(MODEL_UNLOAD)
-                )
-            self.loaded = False
-
-    # -- evaluate ----------------------------------------------------------------------------------
-
-    def evaluate(self) -> None:
-        with self.rt.autorelease_pool():
-            self.rt.send_checked(
-                MODEL_EVALUATE,
-                self.qos,
-                self.options,
-                self.request,
-                to=self.model,
-                fails=EvalFailed,
-                what=self._what(MODEL_EVALUATE),
-            )
-
-    def evaluate_realtime(self) -> None:
-        with self.rt.autorelease_pool():
-            self.rt.send_checked(
-                CLIENT_EVALUATE_REALTIME,
-                self.ane_model,
-                self.options,
-                self.request,
-                to=self.client,
-                fails=EvalFailed,
-                what=self._what(CLIENT_EVALUATE_REALTIME),
-            )
 
     # -- release -----------------------------------------------------------------------------------
 
