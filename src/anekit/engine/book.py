@@ -469,8 +469,8 @@ _PROCESS_RULES = (
                 "15",
             ),
             Evidence(
-                f"{MADERIX} commit 99ba013 training/ane_runtime.h (ane_eval_rt), training/test_bench_paths.m, "
-                "docs/ANE_CHAINING_RESEARCH.md '5a: Real-time eval'",
+                f"{MADERIX} commit 99ba013 training/ane_runtime.h (ane_eval_rt), "
+                "training/test_bench_paths.m, docs/ANE_CHAINING_RESEARCH.md '5a: Real-time eval'",
                 "measured",
                 "evaluateRealTimeWithModel: handed the _ANEInMemoryModel itself with @{} options, no "
                 "loadRealTimeModel and beginRealTimeTask returning NO: 'RT vs Standard speedup: 1.74x' "
