@@ -368,8 +368,7 @@ _PROCESS_RULES = (
                 f"{MADERIX} training/stories_config.h and training/stories_io.h; mechramc/Orion "
                 "core/ane_runtime.m",
                 "reported",
-                "one process-wide counter (g_compile_count) against MAX_COMPILES 100 / "
-                "orion_compile_count()",
+                "one process-wide counter (g_compile_count) against MAX_COMPILES 100 / orion_compile_count()",
                 routes=DIRECT,
             ),
         ),
