@@ -12,9 +12,10 @@ selector, a message to a freed object, an over-release, an autorelease with no p
 lock).
 
 The engine classes behave like the framework as far as tests need: compiling checks that model.mil
-and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and builds a
-simulator plan from the MIL text and weight dictionary it was given; evaluating runs that plan on the
-IOSurfaces bound in the request. ``fail`` / ``return_nil`` / ``script`` queue results per selector (or
+and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and writes the
+compiled program there (net.plist and data); loading builds a simulator plan from that directory's
+compiled files; evaluating runs that plan on the IOSurfaces bound in the request. ``chip`` and ``macos``
+name the Mac it stands for (``FakeObjC(tmp, chip="m1", macos="26.3")``). ``fail`` / ``return_nil`` / ``script`` queue results per selector (or
 C function); ``defaults`` set the standing behaviour (``prepareChainingWithModel:`` fails with code 15
 by default, as reported publicly; ``-[_ANEInMemoryModel getUUID]`` is absent).
 
@@ -37,9 +38,22 @@ published descriptions and not from anekit's code (so a backend that breaks one 
   (Orion §11): recorded in ``errors`` (the process would be dead) and nil is returned;
 * requests — a request built before the model's latest load fails to evaluate (maderix/ANE
   training/ane_runtime.h builds it after load; nothing public reuses one across an unload/reload);
-* real-time — public code hands ``evaluateRealTimeWithModel:`` / ``loadRealTimeModel:`` the
-  in-memory model's ``model`` property (an ``_ANEModel``); anything else is refused with an NSError,
-  and ``beginRealTimeTask`` / ``endRealTimeTask`` must balance (``realtime_tasks``).
+* real-time — ``evaluateRealTimeWithModel:`` takes the _ANEInMemoryModel itself (maderix/ANE commit
+  99ba013 measured it on an M4 Max, ``beginRealTimeTask`` answering NO there), or an ``_ANEModel`` (the
+  ``model`` property) once ``loadRealTimeModel:`` loaded it; ``loadRealTimeModel:`` returns NO without
+  an NSError on an M3 (christopherkarani/Espresso AGENTS.md, M3 Max); ``beginRealTimeTask`` /
+  ``endRealTimeTask`` must balance (``realtime_tasks``);
+* directory identity — the hexStringIdentifier follows the MIL text and the weight dictionary's keys,
+  not the weight bytes, and a load reads the directory's compiled files, so a model whose directory
+  another program recompiled runs that program's weights (mechramc/Orion core/ane_runtime.m
+  ``orion_program_patch_weights``);
+* chips — on an M1 / M2 under macOS 26 a program with matmul or scaled_dot_product_attention fails to
+  compile (maderix/ANE commit 709b602, M1 Pro, macOS 26.3); under macOS 15 it compiles
+  (benchmarks/community_results.json);
+* processes — a load past ``max_loaded`` (near 128, sbryngelson/ane-guide
+  part-4-workloads/14-llm-case-study.md) fails with "GetANEFModel: must re-compile"; an evaluation
+  more than ``degrade_after`` (100K, ncdrone/rustane pull request #9) process evaluations after its
+  program's last load counts as ``degraded``.
 
 Rules that are only reported, or contradicted by working code (a 49 KB minimum surface, 128-byte
 alignment, size-ordered surfaces), are not enforced.

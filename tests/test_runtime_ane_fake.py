@@ -3,14 +3,15 @@
 Every call path of anekit.runtime.ane is exercised against tests/fake_objc.py: the exact message
 sequence of compile / load / run / unload, the marshalling of MIL text, weight dictionaries and
 surfaces, reference counting (nothing left alive), each scripted NSError becoming the right anekit
-exception, missing classes and selectors, the real-time path and the chaining opt-in with its
-fallback. The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
+exception, missing classes and selectors, the real-time variants and the chaining opt-in with its
+fallback (the per-process behaviour — compile budget, directory identity, pacing, the loaded-program
+ceiling, the refresh, what the chip decides — is in tests/test_runtime_ane_process.py). The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
 compared with the simulator bit for bit.
 
 The fake enforces the engine rules hardware-run projects published (see its docstring); the tests
 under "the engine rules the fake enforces" state each rule with its source and show the backend's old
-behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads, the
-in-memory model handed to the real-time call) failing, and the current backend passing. Shapes are
+behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads) failing,
+and the current backend passing. Shapes are
 [1, C, 1, S] with S = 32: rows of 64 bytes, the smallest with hardware precedent.
 """
 

@@ -1,6 +1,7 @@
 """A kernel of the engine: its IOSurface-backed surfaces and engine model, loaded / run / unloaded.
 
-Threads: each kernel has its own lock (``AneKernel.lock``, re-entrant) held for the whole of
+Threads: each kernel has its own lock (``AneKernel.lock``, re-entrant, shared with its engine model so
+the residency takes it to unload a kernel that makes room for another) held for the whole of
 ``load``, ``run``, ``unload``, ``close`` and ``kernel(**arrays)``, so one kernel can be shared
 between threads: calls on it are serialised, and its request is never rebuilt or released while an
 evaluation is using it. Different kernels run concurrently (each owns its surfaces and request).

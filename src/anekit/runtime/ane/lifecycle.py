@@ -5,26 +5,36 @@ Lifecycle (all calls at QoS 21 with an empty options dictionary, as public worki
     compile  +[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]
                  MIL text as NSData (mechramc/Orion docs/ane_constraints.md §9, rule
                  descriptor.mil-text-nsdata); weights always a dictionary, empty when there are none
-                 (Orion §11, rule descriptor.empty-weights-dict)
+                 (Orion §11, rule descriptor.empty-weights-dict), each file named by its bytes
+                 (``anekit.runtime.ane.weights``, rule descriptor.hex-id-weights)
              +[_ANEInMemoryModel inMemoryModelWithDescriptor:]
              -[_ANEInMemoryModel hexStringIdentifier]; model.mil and every weight file are written to
                  NSTemporaryDirectory()/<hexStringIdentifier>/ first (maderix/ANE training/ane_runtime.h)
-             -[_ANEInMemoryModel compileWithQoS:options:error:]
-    load     -[_ANEInMemoryModel loadWithQoS:options:error:] (retried once after 0.1 s), then the
-             request is built (``anekit.runtime.ane.request``; maderix/ANE training/ane_runtime.h
-             builds it after load), then, real-time only: -[_ANEClient beginRealTimeTask] and
-             -[_ANEClient loadRealTimeModel:options:qos:error:] with the model's ``model`` property
-    run      -[_ANEInMemoryModel evaluateWithQoS:options:request:error:], or real-time
-             -[_ANEClient evaluateRealTimeWithModel:options:request:error:] with the ``model`` property
-    unload   real-time only: unloadRealTimeModel:options:qos:error: and endRealTimeTask; the request is
-             released; -[_ANEInMemoryModel unloadWithQoS:error:]. Idempotent.
+             -[_ANEInMemoryModel compileWithQoS:options:error:], no sooner than 15 s after the process's
+                 last failed compile (``anekit.runtime.ane.pacing``, rule process.failed-compile-pause)
+    load     room under the process's loaded-program ceiling (``anekit.runtime.ane.residency``: the least
+             recently used model is unloaded first), -[_ANEInMemoryModel loadWithQoS:options:error:]
+             (retried once after 0.1 s), then the request is built (``anekit.runtime.ane.request``;
+             maderix/ANE training/ane_runtime.h builds it after load)
+    run      reload first if the residency unloaded the model, or unload + load once the process's
+             evaluations have completed another refresh interval (rule process.dual-die-throughput);
+             then the backend's real-time variant (``anekit.runtime.ane.realtime``: the in-memory model
+             handed to -[_ANEClient evaluateRealTimeWithModel:options:request:error:], or its ``model``
+             property after beginRealTimeTask + loadRealTimeModel:options:qos:error:), else
+             -[_ANEInMemoryModel evaluateWithQoS:options:request:error:]
+    unload   real-time (model property) only: unloadRealTimeModel:options:qos:error: and endRealTimeTask;
+             the request is released; -[_ANEInMemoryModel unloadWithQoS:error:]. Idempotent.
     close    unload if loaded, release every retained object, remove the temporary directory
 
-Identical programs get the same hexStringIdentifier and so share one temporary directory; it is
-reference counted and removed when its last model is released.
+Identical programs (the same text and the same weight bytes) get the same hexStringIdentifier and so
+share one temporary directory; it is reference counted and removed when its last model is released. A
+directory in use is never rewritten with other content (``TempDirs``).
 
 Reloading after changing weight files changes nothing (maderix/ANE training/test_weight_reload.m,
-training/m5result.md; rule weights.baked): new weights mean a new compile.
+training/m5result.md; rule weights.baked): new weights mean a new compile. What a load reads is the
+compiled program the compiler left in the directory (net.plist and data: mechramc/Orion core/ane_runtime.m
+``orion_program_patch_weights`` loads from them without compiling), which is why two programs must never
+share a directory unless they are the same program.
 """
 
 from __future__ import annotations
