@@ -22,8 +22,8 @@ Every engine fact applied here names its public source in the module that applie
 docs/ane_constraints.md, maderix/ANE training/*, sbryngelson/ane-guide, ncdrone/rustane), with the
 anekit rule id. What a process shares — the compile budget (``anekit.runtime.base.PROCESS_COMPILES``),
 the compile pacing, the loaded programs — is counted once per process, over every backend object.
-None of them has been observed by this project, which had no Mac: ``tests/fake_objc.py`` encodes the same published rules
-independently, and the backend is tested against it.
+None of them has been observed by this project, which had no Mac: ``tests/fake_objc.py`` encodes the
+same published rules independently, and the backend is tested against it.
 
 Importing this package loads nothing (no framework, no library): it imports on every platform.
 """
