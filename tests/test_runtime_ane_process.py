@@ -377,3 +377,49 @@ def test_without_the_refresh_the_fake_counts_degraded_evaluations(fake, monkeypa
         k(x=np.ones((1, 4, 1, S), dtype=np.float32))
     assert fake.degraded == 3
     k.close()
+
+
+# -- a baked training step over the fake: the per-layer kernels keep their own weights -----------------------
+
+
+def _baked_steps(backend, steps: int = 2) -> list[tuple[float, dict[str, np.ndarray]]]:
+    """``steps`` training steps of the same batch with the same weights, baked kernels."""
+    from anekit.kernels import ModelConfig
+    from anekit.llama import Params
+    from anekit.llama.step import Timer, make_kernels, train_step
+
+    cfg = ModelConfig(32, 64, 2, 4, 2, 64, 32)  # two layers: the same MIL text, different weight bytes
+    params = Params.init(cfg, seed=3, tied=True)
+    window = np.random.default_rng(4).integers(0, cfg.vocab_size, cfg.seq_len + 1)
+    kernels = make_kernels(backend, cfg, "baked")
+    kernels.compile(params, Timer())  # each kernel loaded as it is compiled, as maderix/ANE does
+    results = []
+    for _ in range(steps):
+        grads = params.zeros_like()
+        loss = train_step(kernels, params, grads, window[:-1], window[1:], Timer(), loss_scale=64.0).loss
+        results.append((loss, dict(grads.tensors())))
+    kernels.close()
+    return results
+
+
+@pytest.fixture
+def reloading(monkeypatch):
+    """A refresh before every evaluation: every kernel is reloaded after every layer was compiled."""
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency(refresh_every=1))
+
+
+def test_a_baked_training_step_over_the_fake_matches_the_simulator_after_reloads(fake, reloading):
+    (want_loss, want), _ = _baked_steps(runtime.open("sim", compile_budget=10**6))
+    for loss, grads in _baked_steps(_backend(fake)):
+        assert loss == want_loss
+        for name, g in grads.items():
+            np.testing.assert_array_equal(g, want[name], err_msg=name)
+    assert residency.RESIDENCY.refreshes > 0 and fake.errors == []
+
+
+def test_without_the_guard_a_reloaded_baked_step_runs_the_last_layers_weights(fake, reloading, monkeypatch):
+    monkeypatch.setattr(ane_backend, "content_names", lambda files: {rel: rel for rel in files})
+    monkeypatch.setattr(lifecycle.TEMP_DIRS, "check_content", False)
+    (want_loss, _), _ = _baked_steps(runtime.open("sim", compile_budget=10**6))
+    first, second = _baked_steps(_backend(fake))
+    assert first[0] != want_loss or second[0] != want_loss
