@@ -28,6 +28,8 @@ from typing import Any
 
 import anekit
 from anekit import runtime
+from anekit.engine.constructs import UnknownMacOS, macos_major
+from anekit.engine.training_routes import NoTrainingRoute, training_route
 from anekit.kernels.config import ModelConfig
 from anekit.runtime.base import Backend
 from anekit.tools import smoke as ladder
@@ -285,6 +287,28 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
     ]
     order = {t.id: list(t.order(chip, macos or "")) for t in TRIALS.values()}
     return Trials(chip, macos, order, str(memory.path), memory.problem, outcomes)
+
+
+def route_line(chip_brand: str | None, macos: str | None, chip: str | None = None) -> str:
+    """``<route id> (<why>; evidence: <sources>)``: the training route of this Mac's chip and macOS
+    (``anekit.engine.training_routes``), or of ``chip`` under every macOS when one is named off a Mac; off
+    a Mac with no chip named, that none is detected and what any chip gets."""
+    from anekit.runtime.ane.availability import chip_name
+
+    note = ""
+    if chip is None and macos is None:
+        r = training_route("any")
+        return f"no chip detected (not a Mac); on any chip and macOS: {r.id}"
+    name = chip or chip_name(chip_brand or "")
+    try:
+        major = macos_major(macos or "")
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    try:
+        r = training_route(name, major)
+    except NoTrainingRoute as e:
+        return f"none ({note}{e})"
+    return f"{r.id} ({note}{r.why}; evidence: {' · '.join(r.sources())})"
 
 
 def diagnose(env: Mapping[str, str] | None = None, objc_runtime: Any = None) -> Report:
