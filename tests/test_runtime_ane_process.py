@@ -423,3 +423,22 @@ def test_without_the_guard_a_reloaded_baked_step_runs_the_last_layers_weights(fa
     (want_loss, _), _ = _baked_steps(runtime.open("sim", compile_budget=10**6))
     first, second = _baked_steps(_backend(fake))
     assert first[0] != want_loss or second[0] != want_loss
+
+
+def test_on_an_m1_under_macos_26_the_matmul_kernels_are_refused_and_its_route_has_none(tmpdir_ns):
+    """What the backend reports is what the engine layer's route choice takes: on the fake M1 under macOS
+    26.3 the legacy kernels (matmul attention) fail to compile, as maderix/ANE 709b602 measured, and the
+    training route for that chip and macOS uses no matmul."""
+    from anekit.engine.training_routes import training_route
+    from anekit.kernels import ModelConfig
+    from anekit.llama import Params
+    from anekit.llama.step import Timer, make_kernels
+
+    fake = FakeObjC(tmpdir_ns, chip="m1", macos="26.3")
+    backend = AneBackend(runtime=fake.runtime())
+    route = training_route(backend.chip, backend.macos)
+    assert not any(c.startswith("matmul") for c in route.constructs), route.constructs
+    cfg = ModelConfig(32, 64, 2, 4, 2, 64, 32)
+    with pytest.raises(CompilationFailed, match=r"ANECCompile\(\) FAILED: matmul"):  # the shared SDPA kernel
+        make_kernels(backend, cfg, "baked").compile(Params.init(cfg, seed=3, tied=True), Timer())
+    assert fake.errors == []
