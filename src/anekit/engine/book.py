@@ -503,7 +503,8 @@ _PROCESS_RULES = (
     Rule(
         "process.dual-die-throughput",
         "On a two-die Ultra the engine's throughput degrades within one process after tens of thousands of "
-        "evaluations (about 28K measured): long runs restart the process.",
+        "evaluations (about 28K measured): anekit reloads every loaded kernel after each 100K evaluations "
+        "of the process (rustane's refresh), and long runs restart the process.",
         "process",
         "slow",
         (

@@ -58,7 +58,12 @@ class AneBackend(Backend):
     reports ("26.3"; "" off macOS).
 
     Compiles count against ``compile_budget`` on the process's one counter (``PROCESS_COMPILES``): every
-    backend object of a process shares it, as the engine's limit of about 119 compiles does.
+    backend object of a process shares it, as the engine's limit of about 119 compiles does. Also per
+    process: a compile after one the engine refused waits about 15 s (``anekit.runtime.ane.pacing``; the
+    dialect trial's fallback pays it once per chip and macOS), at most 120 programs stay loaded (the least
+    recently used is unloaded to load another, ``anekit.runtime.ane.residency``), and every loaded kernel
+    is reloaded after each 100K evaluations. Weight files reach the engine named by their bytes
+    (``anekit.runtime.ane.weights``), so kernels that differ only in weights never share a directory.
     """
 
     name = "ane"
