@@ -1261,3 +1261,23 @@ def test_a_memory_file_nested_too_deep_is_ignored_not_a_crash():
     path.write_text("[" * 100_000 + "]" * 100_000)
     mem = memory.Memory()
     assert mem.recall("dialect", "m1", "macOS 15") is None and "ignored" in (mem.problem or "")
+
+
+def test_a_program_that_fails_every_way_does_not_count_against_the_realtime_variants(fake, backend):
+    """When the standard call fails too, the variants' failures were the program's: nothing is remembered
+    and the variants are tried again on the next evaluation."""
+    rt_backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    k = rt_backend.compile(_add_program()).load()
+    for selector in ("evaluateRealTimeWithModel:options:request:error:",) * 2 + (
+        "evaluateWithQoS:options:request:error:",
+    ):
+        fake.fail(selector, code=0x1D, description=STATUS_0X1D)
+    with pytest.raises(EvalFailed, match="status=0x1d"):
+        k.run()
+    assert [o for o in memory.Memory().entries() if o.trial == "realtime"] == []
+    assert rt_backend.realtime_paths.chosen is None and rt_backend.realtime_paths.attempts == []
+    mark = len(fake.calls)
+    k.run()  # the program runs now: the first variant is tried again, and works
+    assert _since(fake, mark) == [REALTIME] and k.realtime_variant == "in-memory-model"
+    fake.refusals.clear()
+    k.close()

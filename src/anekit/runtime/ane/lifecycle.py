@@ -294,9 +294,16 @@ class EngineModel:
         """One evaluation: the real-time variant of the backend when one works, else the standard call."""
         with self.lock:
             self.ready()
+            failed: list[str] = []
             try:
-                if not self._evaluate_realtime():
+                if not self._evaluate_realtime(failed):
                     self._evaluate_standard()
+                    if failed and self.paths is not None:
+                        self.paths.standard_worked()
+            except EvalFailed:
+                if failed and self.paths is not None:  # the program fails every way: not the variants' fault
+                    self.paths.forgive(failed)
+                raise
             finally:
                 residency.RESIDENCY.evaluated(self)
 
@@ -313,9 +320,9 @@ class EngineModel:
             )
         self.realtime_variant = STANDARD
 
-    def _evaluate_realtime(self) -> bool:
-        """Evaluate with the backend's current real-time variant, falling to the next on failure; False
-        when this evaluation is left to the standard call."""
+    def _evaluate_realtime(self, failed: list[str]) -> bool:
+        """Evaluate with the backend's current real-time variant, falling to the next on failure (each
+        appended to ``failed``); False when this evaluation is left to the standard call."""
         paths = self.paths
         while paths is not None and self.realtime_failure is None:
             variant = paths.current()
@@ -333,6 +340,7 @@ class EngineModel:
                     self.realtime_failure = str(e)
                     return False
                 paths.failed(variant, str(e).splitlines()[0])
+                failed.append(variant)
                 continue
             paths.worked(variant)
             self.realtime_variant = variant

@@ -18,7 +18,8 @@ process.realtime-eval). The public record has two ways of driving it:
 ``standard``  -[_ANEInMemoryModel evaluateWithQoS:options:request:error:], what every project runs.
 
 The process tries them in that order at its first real-time evaluation; a variant that fails (an NSError,
-or NO without one) is not tried again, and the first that works is kept for every kernel of the backend
+or NO without one) is not tried again — unless the standard call then fails as well, which makes it the
+program's failure, not the variant's — and the first that works is kept for every kernel of the backend
 and remembered per chip and macOS (``anekit.runtime.ane.memory``, trial id ``realtime``), so the next
 process starts with it. This is not an ``anekit.engine.trials.Trial``: the standard call always works and
 is the fallback, not a rival to rank, and the second variant has no hardware run to its name.
@@ -63,7 +64,8 @@ NEEDS: dict[str, tuple[Message, ...]] = {
 class RealtimePaths:
     """The variant this backend's kernels evaluate with: ``current()``, until one has worked (``chosen``).
 
-    ``settle(value, attempts)`` is called once, when a variant first works or every one has failed.
+    ``settle(value, attempts)`` is called once, when a variant first works, or when the standard call
+    works after every variant failed.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class RealtimePaths:
         self.chosen: str | None = STANDARD if not self.order else None
         self.attempts: list[Attempt] = []
         self._settle = settle
+        self._settled_value: str | None = None
         self._lock = threading.Lock()
 
     def current(self) -> str:
@@ -91,11 +94,22 @@ class RealtimePaths:
             if self.chosen is not None or any(a.value == variant for a in self.attempts):
                 return
             self.attempts.append(Attempt(variant, why))
-            done = len(self.attempts) == len(self.order)
-            if done:
-                self.chosen = STANDARD
-        if done:
+            if len(self.attempts) == len(self.order):
+                self.chosen = STANDARD  # settled once the standard call has worked (``standard_worked``)
+
+    def standard_worked(self) -> None:
+        """The standard call worked after every variant failed: that is the outcome to remember."""
+        if self.chosen == STANDARD and self.order:
             self._settled(STANDARD)
+
+    def forgive(self, variants: Sequence[str]) -> None:
+        """The standard call failed too: the failures of ``variants`` were the program's, not theirs, so
+        they are tried again (and nothing is settled on their account)."""
+        with self._lock:
+            if self.chosen not in (None, STANDARD):
+                return
+            self.attempts = [a for a in self.attempts if a.value not in variants]
+            self.chosen = None
 
     def worked(self, variant: str) -> None:
         with self._lock:
@@ -105,5 +119,6 @@ class RealtimePaths:
         self._settled(variant)
 
     def _settled(self, value: str) -> None:
-        if self._settle is not None:
+        if self._settle is not None and self._settled_value != value:
+            self._settled_value = value
             self._settle(value, (*self.attempts, Attempt(value)))
