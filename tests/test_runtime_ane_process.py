@@ -442,3 +442,13 @@ def test_on_an_m1_under_macos_26_the_matmul_kernels_are_refused_and_its_route_ha
     with pytest.raises(CompilationFailed, match=r"ANECCompile\(\) FAILED: matmul"):  # the shared SDPA kernel
         make_kernels(backend, cfg, "baked").compile(Params.init(cfg, seed=3, tied=True), Timer())
     assert fake.errors == []
+
+
+def test_every_backend_says_what_it_runs_on_for_the_route_choice(fake):
+    from anekit.engine.training_routes import training_route
+
+    sim = runtime.open("sim", chip="m2")
+    assert (sim.chip, sim.macos) == ("m2", "")
+    assert training_route(sim.chip, sim.macos).attention == "host"  # m2 under every macOS major
+    ane = _backend(fake)
+    assert (ane.chip, ane.macos) == ("any", "15.1")  # the fake names no chip; its macOS is 15.1

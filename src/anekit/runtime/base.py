@@ -348,9 +348,16 @@ class Backend:
     ``compile_count`` is what the counter this backend draws on has counted (``counter``: the process's
     ``PROCESS_COMPILES`` for a backend that drives the engine; by default a counter of its own);
     ``compiles_made`` is what this object compiled itself.
+
+    ``chip`` and ``macos`` say what the backend runs on, as the engine layer's training route takes them
+    (``anekit.engine.training_routes.training_route(backend.chip, backend.macos)``): the ane backend
+    reports the Mac's; the simulator its chip profile, and "" for macOS (every major the engine layer
+    knows).
     """
 
     name = "base"
+    chip = "any"
+    macos = ""
 
     def __init__(
         self, compile_budget: int = DEFAULT_COMPILE_BUDGET, counter: CompileCounter | None = None
