@@ -330,9 +330,33 @@ _PROCESS_RULES = (
         checked_by="anekit.runtime.ane",
     ),
     Rule(
+        "descriptor.hex-id-weights",
+        "A model's hexStringIdentifier (its NSTemporaryDirectory() directory) follows the MIL text and the "
+        "weight dictionary's keys, not the weight bytes, and a load reads the compiled files of that "
+        "directory: programs that differ only in weight bytes must not share names, or reloading one runs "
+        "the weights of the last one compiled.",
+        "process",
+        "wrong numbers",
+        (
+            Evidence(
+                "mechramc/Orion core/ane_runtime.m, orion_program_patch_weights",
+                "reported",
+                "'Same hexId as donor (same MIL text + weight dict keys)'; a model is loaded without "
+                "compiling from the net.plist and data files of its directory ('The compiled ANE data file "
+                "IS the BLOBFILE')",
+                M4,
+                DIRECT,
+                ORION_OS,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.weights.content_names (weight files named by their bytes); "
+        "anekit.runtime.ane.lifecycle.TempDirs (a live directory is never rewritten with other content)",
+    ),
+    Rule(
         "process.compile-budget",
         "A process can compile about 119 programs before the compiler fails or the process becomes "
-        "unstable; anekit's budget is 100, after which the trainer checkpoints and re-executes itself.",
+        "unstable; anekit's budget is 100 per process, counted over every backend object of the process, "
+        "after which the trainer checkpoints and re-executes itself.",
         "process",
         "refused",
         (
@@ -340,8 +364,52 @@ _PROCESS_RULES = (
                 "§5 (first documented by maderix/ANE)",
                 "after about 119 ANECompile() calls the compiler fails",
             ),
+            Evidence(
+                f"{MADERIX} training/stories_config.h and training/stories_io.h; mechramc/Orion "
+                "core/ane_runtime.m",
+                "reported",
+                "one process-wide counter (g_compile_count) against MAX_COMPILES 100 / orion_compile_count()",
+                routes=DIRECT,
+            ),
         ),
-        checked_by="anekit.runtime.base.Backend.compile; anekit.training.loop",
+        checked_by="anekit.runtime.base.PROCESS_COMPILES (AneBackend); anekit.training.loop",
+    ),
+    Rule(
+        "process.failed-compile-pause",
+        "A failed compile restarts the shared compile service; the next compile waits one restart "
+        "interval (about 15 s), or a run of failures stalls unrelated compiles.",
+        "process",
+        "slow",
+        (
+            Evidence(
+                "sbryngelson/ane-guide part-5-practice/19-pitfalls-and-limits.md, 'Pacing compiles after a "
+                "failure'",
+                "measured",
+                "failures faster than the service restarts slow unrelated compiles down; failures spaced "
+                "past the restart interval cause no degradation: 'wait at least one restart interval, "
+                "roughly 15 seconds, before the next compile'",
+                routes=COMPILED,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.pacing (FAILED_COMPILE_PAUSE)",
+    ),
+    Rule(
+        "process.loaded-program-ceiling",
+        "A process can hold near 128 loaded programs; the next load fails ('GetANEFModel: must "
+        "re-compile'). anekit keeps at most 120 loaded per process and unloads the least recently used "
+        "kernel to load another (it reloads itself before its next run).",
+        "process",
+        "refused",
+        (
+            Evidence(
+                "sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md",
+                "measured",
+                "'The loaded-program cap is near 128 programs per process: the next load fails with "
+                "`GetANEFModel: must re-compile`'",
+                routes=COMPILED,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.residency (MAX_LOADED, least recently used unload)",
     ),
     Rule(
         "process.request-per-load",
@@ -399,8 +467,20 @@ _PROCESS_RULES = (
                 DIRECT,
                 "15",
             ),
+            Evidence(
+                f"{MADERIX} commit 99ba013 training/ane_runtime.h (ane_eval_rt), "
+                "training/test_bench_paths.m, docs/ANE_CHAINING_RESEARCH.md '5a: Real-time eval'",
+                "measured",
+                "evaluateRealTimeWithModel: handed the _ANEInMemoryModel itself with @{} options, no "
+                "loadRealTimeModel and beginRealTimeTask returning NO: 'RT vs Standard speedup: 1.74x' "
+                "(M4 Max)",
+                M4,
+                DIRECT,
+                "15",
+            ),
         ),
-        checked_by="anekit.runtime.ane (realtime=True, falls back to the standard call on any failure)",
+        checked_by="anekit.runtime.ane.realtime (realtime=True: the in-memory model first, then the model "
+        "property, then the standard call; what worked is remembered per chip and macOS)",
     ),
     Rule(
         "process.chaining",
@@ -423,7 +503,8 @@ _PROCESS_RULES = (
     Rule(
         "process.dual-die-throughput",
         "On a two-die Ultra the engine's throughput degrades within one process after tens of thousands of "
-        "evaluations (about 28K measured): long runs restart the process.",
+        "evaluations (about 28K measured): anekit reloads every loaded kernel after each 100K evaluations "
+        "of the process (rustane's refresh), and long runs restart the process.",
         "process",
         "slow",
         (
@@ -437,8 +518,19 @@ _PROCESS_RULES = (
                 DIRECT,
                 "26.3.1",
             ),
+            Evidence(
+                "ncdrone/rustane pull request #9 description (M3 Ultra 512GB, macOS 26.3.1)",
+                "measured",
+                "'ANE throughput degrades after ~100K cumulative doEvaluateDirectWithModel: calls (~150 "
+                "steps at 600M). Added periodic kernel recompile to reset firmware state.'",
+                ("m3",),
+                DIRECT,
+                "26.3.1",
+            ),
         ),
-        checked_by="not enforced: the trainer's compile budget re-executes long runs every 100 compiles",
+        checked_by="anekit.runtime.ane.residency (every loaded kernel unloaded and reloaded after each "
+        "100K evaluations of the process); the trainer's compile budget re-executes long runs every 100 "
+        "compiles",
     ),
 )
 
