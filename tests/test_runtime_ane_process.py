@@ -386,7 +386,8 @@ def _baked_steps(backend, steps: int = 2) -> list[tuple[float, dict[str, np.ndar
     """``steps`` training steps of the same batch with the same weights, baked kernels."""
     from anekit.kernels import ModelConfig
     from anekit.llama import Params
-    from anekit.llama.step import Timer, make_kernels, train_step
+    from anekit.llama.kernel_sets import make_kernels
+    from anekit.llama.step import Timer, train_step
 
     cfg = ModelConfig(32, 64, 2, 4, 2, 64, 32)  # two layers: the same MIL text, different weight bytes
     params = Params.init(cfg, seed=3, tied=True)
@@ -432,7 +433,8 @@ def test_on_an_m1_under_macos_26_the_matmul_kernels_are_refused_and_its_route_ha
     from anekit.engine.training_routes import training_route
     from anekit.kernels import ModelConfig
     from anekit.llama import Params
-    from anekit.llama.step import Timer, make_kernels
+    from anekit.llama.kernel_sets import make_kernels
+    from anekit.llama.step import Timer
 
     fake = FakeObjC(tmpdir_ns, chip="m1", macos="26.3")
     backend = AneBackend(runtime=fake.runtime())

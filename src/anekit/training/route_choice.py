@@ -4,8 +4,10 @@
   detected them (``anekit.engine.training_routes.training_route``).
 - In the simulator with a chip named (``--chip C``, ``numerics={"chip": C}``) it is the route that runs
   on every macOS version the engine layer knows for C: the route a user of that chip gets whatever
-  macOS they run ("any" names every chip, so its route runs on every chip too).
-- In the simulator with no chip named, the kernels stay the legacy set (``anekit.kernels.route.LEGACY``):
+  macOS they run.
+- In the simulator with no chip named, or "any" (the conservative numerics of every chip: no route has a
+  precedent on every chip under every macOS — the M1's kernels have no RoPE run, the M3 under macOS 15
+  refuses convs other than 512 channels), the kernels stay the legacy set (``anekit.kernels.route.LEGACY``):
   no chip's route, the simulator's own default. A Mac never gets it.
 
 An explicit weight mode (``--weights``) picks the route of the same attention with that mode when every
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from anekit.engine.chips import ANY
 from anekit.engine.constructs import precedent
 from anekit.engine.training_routes import CANDIDATES, TrainingRoute, training_route
 from anekit.errors import AnekitError
@@ -29,7 +32,7 @@ def chosen_route(backend: Any, numerics: dict[str, Any]) -> TrainingRoute | None
     if getattr(backend, "name", "") == "ane":
         return training_route(backend.chip, getattr(backend, "macos", ""))
     chip = numerics.get("chip")
-    if chip is None:
+    if chip is None or chip == ANY:  # "any" names no chip: no route runs on every chip under every macOS
         return None
     return training_route(chip, "")
 
