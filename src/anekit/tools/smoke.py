@@ -212,8 +212,8 @@ def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Itera
         ("conv1x1", lambda: conv_rung(dialect, rng)),
         ("multi_io", lambda: multi_io_rung(dialect, rng)),
     ]
-    for build in smoke_constructs.RUNGS:
-        builders.append((build.__name__, partial(construct_rung, build, dialect, rng)))
+    for program in smoke_constructs.RUNGS:
+        builders.append((program.__name__, partial(construct_rung, program, dialect, rng)))
     weights = catalog.random_weights(cfg, seed)
     for i, name in enumerate(kernel_names()):
         builders.append((name, partial(kernel_rung, name, cfg, weights, dialect, seed + 1 + i)))
