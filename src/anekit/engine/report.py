@@ -14,8 +14,8 @@ Schema, version 1 (every field required, no other field allowed; JSON object key
       "version": 1,
       "anekit": "0.1.0",                      # the anekit version that wrote it
       "when": "2026-12-02T03:40:00Z",         # UTC, ISO 8601, seconds
-      "chip": {"device": "m1-pro",            # anekit.engine.chips device name, or null
-               "generation": "m1"},           # its generation (m1 ... m5), or null
+      "chip": {"device": "m1-pro",            # anekit.engine.chips device name, or null (both null:
+               "generation": "m1"},           # its generation (m1 ... m5)   a chip anekit does not know)
       "macos": {"version": "26.3",            # the macOS version, "" off a Mac
                 "major": "26"},               # its first number, "" off a Mac
       "backend": "ane",                       # "ane" (the Neural Engine) or "sim" (the simulator)
@@ -374,7 +374,7 @@ def from_json(doc: Any, what: str = "[report]", file: str = "") -> Report:
 
 def _chip(r: _Reader, chip: dict[str, Any], backend: str) -> tuple[str | None, str | None]:
     dev, gen = chip["device"], chip["generation"]
-    if dev is None and gen is None and backend == "sim":
+    if dev is None and gen is None:  # a chip anekit does not know (or the simulator's "any"): no evidence
         return None, None
     dev = r.text(dev, "chip.device", empty=False)
     try:
