@@ -319,3 +319,129 @@ def test_every_rung_of_the_ladder_lints_without_errors_for_every_chip(dialect):
         for chip in ("any", *CHIPS):
             broken = errors(check_program(program, chip, rung.weights or None))
             assert not broken, (rung.name, chip, [f.short() for f in broken])
+
+
+# -- --report FILE: the first-contact report ------------------------------------------------------------
+
+
+def test_report_in_the_simulator_is_a_valid_first_contact_report(sim_only, tmp_path, capsys):
+    from anekit.engine import report as first
+
+    out = tmp_path / "first.json"
+    assert _doctor("--smoke", "--report", str(out)) == 0
+    doc = json.loads(out.read_text())
+    r = first.load_report(out)  # the schema's checks, every field
+    assert doc["schema"] == "anekit-doctor-report" and doc["version"] == 1 and doc["backend"] == "sim"
+    assert r.backend == "sim" and r.macos == "" and r.evidence() == {}  # the simulator is not hardware
+    assert [x.name for x in r.rungs] == smoke.rung_names()
+    assert all(x.ran for x in r.rungs)
+    exercised = {c for x in r.rungs for c in x.constructs}
+    assert set(first.VOCABULARY) <= exercised  # every construct of the vocabulary has a rung
+    assert [p.id for p in r.probes] == [
+        "mac.output-ceiling",
+        "input.nan-coercion",
+        "mac.subnormal-flush",
+        "slice.width-offset-gain",
+    ]
+    ceiling = r.probes[0]
+    assert ceiling.got == ("7c00", "77ff")  # 64 x 512 saturates at the port; 64 x 511.75 = 32752
+    assert ceiling.inputs["x"].shape == (1, 64, 1, 32) and len(ceiling.inputs["x"].nonzero) == 128
+    assert set(ceiling.inputs["x"].nonzero[:2]) == {(0, 0, "6000"), (0, 1, "5fff")}  # 512, 511.75
+    assert [p.name for p in tmp_path.iterdir()] == ["first.json"]  # no temporary file left
+    assert (
+        f"wrote the first-contact report {out} (from the simulator: no evidence)" in capsys.readouterr().out
+    )
+
+
+def test_report_names_the_failed_stage_and_the_constructs(sim_only, monkeypatch, tmp_path):
+    from anekit.engine import report as first
+
+    _use_backend(monkeypatch, FailingCompile("qk"))  # the matmul of the Q K^T rung
+    out = tmp_path / "first.json"
+    assert _doctor("--smoke", "--report", str(out)) == 1
+    by_name = {x.name: x for x in first.load_report(out).rungs}
+    qk = by_name["matmul_activations"]
+    assert qk.constructs == ("matmul.activations",)
+    assert qk.compile == first.Stage("failed", "CompilationFailed: [compile] ANECCompile() FAILED (injected)",
+                                     qk.compile.ms)  # fmt: skip
+    assert (qk.load, qk.run, qk.compare) == (first.Stage(), first.Stage(), first.Stage())
+    assert by_name["conv1x1"].ran and by_name["conv1x1"].constructs == ("conv.baked",)
+
+
+def test_report_is_written_atomically(sim_only, tmp_path, monkeypatch):
+    from anekit import fileio
+
+    out = tmp_path / "first.json"
+    out.write_text("the previous report\n")
+
+    def crash(point, path):
+        if point == "fsync" and path.name == "first.json":
+            raise fileio.SimulatedCrash(point)
+
+    monkeypatch.setattr(fileio, "fault_hook", crash)
+    with pytest.raises(fileio.SimulatedCrash):
+        _doctor("--smoke", "--report", str(out))
+    assert out.read_text() == "the previous report\n"  # never half-written
+
+
+def _refused(tmp_path, *argv: str, starts: str) -> None:
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = _cli("--smoke", *argv, cwd=tmp_path)
+    _one_error_line(proc, starts)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_cli_report_over_a_symlink_is_refused(tmp_path):
+    (tmp_path / "target.json").write_text("kept\n")
+    (tmp_path / "link.json").symlink_to("target.json")
+    _refused(
+        tmp_path, "--report", "link.json", starts="anekit: [doctor] --report link.json: is a symbolic link"
+    )
+    assert (tmp_path / "target.json").read_text() == "kept\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_cli_report_onto_a_fifo_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    _refused(
+        tmp_path,
+        "--report",
+        "fifo",
+        starts="anekit: [doctor] --report fifo: a FIFO (named pipe), not a regular",
+    )
+
+
+def test_cli_report_over_the_json_output_is_refused(tmp_path):
+    _refused(tmp_path, "--json", "r.json", "--report", "./r.json",
+             starts="anekit: [doctor] --report ./r.json: is the --json output too")  # fmt: skip
+
+
+def test_cli_report_over_an_input_is_refused(tmp_path, monkeypatch):
+    """The doctor reads the trials memory (its input): the report never goes over it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "trials.json").write_text('{"version": 1, "entries": []}\n')
+    monkeypatch.setenv("ANEKIT_CACHE", str(cache))
+    _refused(
+        tmp_path,
+        "--report",
+        "cache/trials.json",
+        starts="anekit: [doctor] --report cache/trials.json: is the input",
+    )
+    assert (cache / "trials.json").read_text() == '{"version": 1, "entries": []}\n'
+
+
+def test_cli_report_needs_smoke(tmp_path):
+    proc = _cli("--report", "r.json", cwd=tmp_path)
+    _one_error_line(proc, "anekit: [doctor] --report needs --smoke")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_report_with_json_writes_both(tmp_path):
+    from anekit.engine import report as first
+
+    proc = _cli("--smoke", "--json", "ladder.json", "--report", "first.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "ladder.json").read_text())["ok"] is True
+    assert first.load_report(tmp_path / "first.json").backend == "sim"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.json", "ladder.json"]
