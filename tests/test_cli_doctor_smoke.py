@@ -445,3 +445,53 @@ def test_cli_report_with_json_writes_both(tmp_path):
     assert json.loads((tmp_path / "ladder.json").read_text())["ok"] is True
     assert first.load_report(tmp_path / "first.json").backend == "sim"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.json", "ladder.json"]
+
+
+# -- the construct rungs ------------------------------------------------------------------------------------
+
+
+def test_every_construct_of_the_vocabulary_has_a_small_rung_of_its_own():
+    from anekit.engine.report import VOCABULARY
+    from anekit.tools import smoke_constructs
+
+    rng = np.random.default_rng(0)
+    built = [b(rng) for b in smoke_constructs.RUNGS]
+    assert [c.name for c in built] == smoke.construct_names()
+    alone = {c.constructs[0] for c in built if len(c.constructs) == 1}
+    assert alone | {"rmsnorm.scale-repeated", "rmsnorm.fused-before-matmuls"} == set(VOCABULARY) - {
+        "conv.baked"
+    }
+    assert {c for b in built for c in b.constructs} | {"conv.baked"} == set(VOCABULARY)
+    for c in built:  # small: no surface over [1, 192, 1, 320] (act + Wq, Wk, Wv + the scale: 5 x 64)
+        shapes = [v.type.shape for v in c.program.main.inputs] + [
+            v.type.shape for v in c.program.main.outputs
+        ]
+        assert all(s[1] <= 192 and s[3] <= 320 for s in shapes), (c.name, shapes)
+        assert smoke_constructs.constructs_in(c.program) == tuple(sorted(c.constructs)), c.name
+
+
+@pytest.mark.parametrize(
+    "kernel, has, lacks",
+    [
+        # the baked FFN is 1x1 convs and the gate: no matmul (forward.ffn_fwd)
+        ("ffn_fwd", {"conv.baked", "gate.silu", "rmsnorm.peak-normalised"}, {"matmul.activations", "matmul.dynamic-weights"}),
+        # baked attention: convs for the projections, Q K^T and probs @ V as matmuls, RoPE as the swap conv
+        ("sdpa_fwd", {"conv.baked", "matmul.activations", "softmax.scores", "rope.swap-conv"},
+         {"matmul.dynamic-weights", "rmsnorm.scale-repeated", "rmsnorm.fused-before-matmuls"}),
+        # the dynamic SDPA: the RMSNorm with the repeated scale ahead of Q, K, V as dynamic matmuls
+        ("sdpa_fwd_dynamic", {"matmul.dynamic-weights", "matmul.activations", "rmsnorm.scale-repeated",
+                              "rmsnorm.fused-before-matmuls"}, {"conv.baked"}),
+        ("ffn_bwd_w2t_dynamic", {"matmul.dynamic-weights"}, {"matmul.activations", "conv.baked"}),
+        # the vocabulary softmax is over channels, not the key axis
+        ("softmax_vocab", set(), {"softmax.scores"}),
+    ],
+)  # fmt: skip
+def test_the_constructs_found_in_the_kernels(kernel, has, lacks):
+    from anekit.kernels import catalog
+    from anekit.tools import smoke_constructs
+
+    cfg = preset("stories260K")
+    found = set(
+        smoke_constructs.constructs_in(catalog.build(kernel, cfg, catalog.random_weights(cfg, 0)).program)
+    )
+    assert has <= found and not (lacks & found), (kernel, found)
