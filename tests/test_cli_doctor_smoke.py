@@ -495,3 +495,17 @@ def test_the_constructs_found_in_the_kernels(kernel, has, lacks):
         smoke_constructs.constructs_in(catalog.build(kernel, cfg, catalog.random_weights(cfg, 0)).program)
     )
     assert has <= found and not (lacks & found), (kernel, found)
+
+
+def test_the_readme_says_how_to_run_it_and_send_the_file():
+    """The README's "First contact" section: the exact command, and where the file goes."""
+    from anekit.cli.main import build_parser
+
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("## First contact", 1)[1].split("\n## ", 1)[0]
+    command = "anekit doctor --smoke --report first-contact.json"
+    assert f"```sh\n{command}\n```" in section
+    args = build_parser().parse_args(command.split()[1:])
+    assert (args.command, args.smoke, args.report) == ("doctor", True, "first-contact.json")
+    assert "open an issue on the\nproject's tracker and attach the file" in section
+    assert "http" not in section  # no address is invented
