@@ -149,40 +149,44 @@ def test_the_chip_is_named_as_the_engine_layer_names_it() -> None:
     assert doctor.chip_of("sim", None, "any") == (None, None)
 
 
-def test_the_route_is_unknown_without_the_routes_module(monkeypatch) -> None:
-    import importlib
-    import sys
-    import types
+def test_the_route_is_the_engine_layers_for_the_chip_and_macos(monkeypatch) -> None:
+    from anekit.engine.training_routes import NoTrainingRoute, training_route
 
-    real = importlib.import_module
+    want = training_route("m1", "26")
+    got = doctor.chosen_route("m1", "26.3")
+    assert got is not None and (got.id, got.why, got.evidence) == (want.id, want.why, want.sources())
+    older = doctor.chosen_route("m1", "14.2")  # a major without evidence: the route for every major
+    assert older is not None and older.id == training_route("m1", "").id
+    assert older.why.startswith("macOS 14.2 has no evidence: the route for every macOS")
+    assert doctor.chosen_route(None, "").id == training_route("any").id  # type: ignore[union-attr]
 
-    def without(name, *a):
-        if name == doctor.ROUTES_MODULE:
-            raise ImportError(name)
-        return real(name, *a)
+    def none(chip, macos=""):
+        raise NoTrainingRoute(f"[engine] no training route for {chip}")
 
-    monkeypatch.setattr(doctor.importlib, "import_module", without)
-    assert doctor.chosen_route("m1", "26") is None
-    monkeypatch.undo()
+    monkeypatch.setattr(doctor, "training_route", none)
+    assert doctor.chosen_route("m4", "26") is None  # recorded as "unknown"
 
-    asked = []
 
-    def training_route(chip, macos=""):
-        asked.append((chip, macos))
-        if chip == "m7":
-            from anekit.errors import AnekitError
+class RunsEverything(SimBackend):
+    """The engine as a Mac might find it against the record: every rung compiles and runs."""
 
-            raise AnekitError("[engine] unknown chip 'm7'")
-        ev = types.SimpleNamespace(source="maderix/ANE 709b602")
-        return types.SimpleNamespace(id="conv-host-attention", why="no matmul run", evidence=(ev,))
+    name = "ane"
 
-    module = types.ModuleType(doctor.ROUTES_MODULE)
-    module.training_route = training_route
-    monkeypatch.setitem(sys.modules, doctor.ROUTES_MODULE, module)
-    from anekit.engine.report import Route
 
-    assert doctor.chosen_route("m1", "26") == Route(
-        "conv-host-attention", "no matmul run", ("maderix/ANE 709b602",)
-    )
-    assert doctor.chosen_route(None, "") is not None and asked[-1] == ("any", "")
-    assert doctor.chosen_route("m7", "") is None
+@pytest.mark.parametrize(
+    "engine, route", [(FakeEngine, "conv-host-attention"), (RunsEverything, "dynamic-engine-attention")]
+)
+def test_a_report_moves_the_route_without_a_code_change(no_env, tmp_path, engine, route) -> None:
+    """m1 under macOS 26: matmul has a measured refusal (maderix/ANE 709b602), so no engine attention. A
+    report of the same Mac written, read back from its file and handed to the engine layer decides it:
+    one where matmul failed again keeps the conv route, one where every rung ran gives the dynamic one."""
+    from anekit.engine import report as first
+    from anekit.engine.training_routes import training_route
+
+    assert training_route("m1", "26").id == "conv-host-attention"
+    found = doctor.smoke(engine(), preset("stories260K"), "ios18", report=_mac("Apple M1", "26.3"))
+    made = doctor.first_contact(found)
+    assert made.route is not None and made.route.id == "conv-host-attention"  # what anekit chose before
+    first.write_report(tmp_path / "m1.json", made)
+    extra = first.shipped_evidence(tmp_path)
+    assert training_route("m1", "26", extra=extra).id == route

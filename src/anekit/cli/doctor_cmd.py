@@ -48,6 +48,7 @@ def format_report(r: dict[str, Any]) -> str:
     add(("os", f"{osr['system']} {osr['release']} {osr['machine']}"))
     add(("macOS", osr["macos"] or ("unknown" if osr["system"] == "Darwin" else "no (not macOS)")))
     add(("chip", osr["chip"] or "unknown"))
+    add(("training route", doctor.route_line(osr["chip"], osr["macos"])))
     add(("framework", f"{fw['path']} ({'present' if fw['exists'] else 'not found'})"))
     add(("framework loads", "yes" if fw["loaded"] else f"no: {fw['status']}"))
     if fw["loaded"]:

@@ -1,7 +1,7 @@
 """How the training step's kernels are cut: the construct choices of one training route.
 
 The engine layer decides which route a chip and macOS version get, from the hardware runs of each
-construct (``anekit.engine.routes``); this module is the kernels' side of it, the four choices the
+construct (``anekit.engine.training_routes``); this module is the kernels' side of it, the four choices the
 lowerings and the step act on:
 
 - ``weights``: "baked" (BLOBFILE consts in 1x1 convs; recompiled when the weights change) or "dynamic"
@@ -70,4 +70,33 @@ class KernelRoute:
 
 LEGACY = KernelRoute()
 
-__all__ = ["ATTENTION", "LEGACY", "NORM", "ROPE", "WEIGHTS", "KernelRoute", "BadKernelRoute"]
+# The training routes the engine layer chooses from (``anekit.engine.training_routes``, which names them by
+# the same ids with the same four strings: a test holds the two tables together), by id.
+ROUTES = {
+    "dynamic-engine-attention": KernelRoute("dynamic", "engine", "host", "slice"),
+    "baked-engine-attention": KernelRoute("baked", "engine", "host", "slice"),
+    "conv-host-attention": KernelRoute("baked", "host", "host", "host"),
+}
+
+
+def kernel_route(route_id: str) -> KernelRoute:
+    """The kernels of the training route ``route_id`` ("" : the legacy kernels); one line naming the known
+    ids otherwise."""
+    if not route_id:
+        return LEGACY
+    if route_id not in ROUTES:
+        raise BadKernelRoute(f"[kernels] unknown training route '{route_id}' (known: {', '.join(ROUTES)})")
+    return ROUTES[route_id]
+
+
+__all__ = [
+    "ATTENTION",
+    "LEGACY",
+    "NORM",
+    "ROPE",
+    "ROUTES",
+    "WEIGHTS",
+    "BadKernelRoute",
+    "KernelRoute",
+    "kernel_route",
+]

@@ -34,6 +34,8 @@ from anekit import runtime
 from anekit.engine import report as first
 from anekit.engine.chips import GENERATIONS, UnknownChip
 from anekit.engine.chips import device as chip_device
+from anekit.engine.constructs import UnknownMacOS, macos_major
+from anekit.engine.training_routes import NoTrainingRoute, training_route
 from anekit.kernels.config import ModelConfig
 from anekit.runtime.base import Backend
 from anekit.tools import smoke as ladder
@@ -293,6 +295,28 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
     return Trials(chip, macos, order, str(memory.path), memory.problem, outcomes)
 
 
+def route_line(chip_brand: str | None, macos: str | None, chip: str | None = None) -> str:
+    """``<route id> (<why>; evidence: <sources>)``: the training route of this Mac's chip and macOS
+    (``anekit.engine.training_routes``), or of ``chip`` under every macOS when one is named off a Mac; off
+    a Mac with no chip named, that none is detected and what any chip gets."""
+    from anekit.runtime.ane.availability import chip_name
+
+    note = ""
+    if chip is None and macos is None:
+        r = training_route("any")
+        return f"no chip detected (not a Mac); on any chip and macOS: {r.id}"
+    name = chip or chip_name(chip_brand or "")
+    try:
+        major = macos_major(macos or "")
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    try:
+        r = training_route(name, major)
+    except NoTrainingRoute as e:
+        return f"none ({note}{e})"
+    return f"{r.id} ({note}{r.why}; evidence: {' · '.join(r.sources())})"
+
+
 def diagnose(env: Mapping[str, str] | None = None, objc_runtime: Any = None) -> Report:
     """Everything the doctor reports about this machine (``env``: the environment, default os.environ)."""
     import numpy as np
@@ -442,8 +466,6 @@ def smoke(
 
 # -- the first-contact report -------------------------------------------------------------------------------
 
-ROUTES_MODULE = "anekit.engine.training_routes"
-
 
 def chip_of(backend: str, brand: str | None, simulated: str | None) -> tuple[str | None, str | None]:
     """(device, generation) as ``anekit.engine.chips`` names them: this Mac's from its brand string
@@ -459,19 +481,20 @@ def chip_of(backend: str, brand: str | None, simulated: str | None) -> tuple[str
     return (simulated, simulated) if simulated in GENERATIONS else (None, None)
 
 
-def chosen_route(chip: str | None, macos_major: str) -> first.Route | None:
-    """The training route ``anekit.engine.training_routes`` chooses for ``chip`` (None: any) and the macOS
-    major ("" off a Mac: every major it knows); None when the module is not there or refuses the chip."""
+def chosen_route(chip: str | None, macos: str) -> first.Route | None:
+    """The training route ``anekit.engine.training_routes`` chooses for ``chip`` (None: any chip) under
+    ``macos`` ("" off a Mac, or a major it has no evidence for: the route for every major it knows, which
+    the why says); None when no route is found."""
+    note = ""
     try:
-        routes = importlib.import_module(ROUTES_MODULE)
-    except ImportError:
-        return None
+        major = macos_major(macos)
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
     try:
-        chosen = routes.training_route(chip or "any", macos_major)
-    except anekit.AnekitError:
+        chosen = training_route(chip or "any", major)
+    except NoTrainingRoute:
         return None
-    sources = tuple(str(getattr(e, "source", e)) for e in getattr(chosen, "evidence", ()))
-    return first.Route(str(chosen.id), str(getattr(chosen, "why", "")), sources)
+    return first.Route(chosen.id, note + chosen.why, tuple(chosen.sources()))
 
 
 def _stages(r: ladder.RungResult) -> dict[str, first.Stage]:
@@ -523,5 +546,5 @@ def first_contact(found: SmokeReport, when: datetime | None = None) -> first.Rep
         backend=backend,
         rungs=rungs,
         probes=tuple(_probe(r) for r in found.numerics.results),
-        route=chosen_route(gen, major),
+        route=chosen_route(gen, macos),
     )

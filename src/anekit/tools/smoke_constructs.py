@@ -6,11 +6,8 @@ positions: the smallest shape with hardware precedent is 64 x 32, maderix/ANE tr
 and the dynamic kernels align segments to 64 columns) and written as anekit's own kernels write the
 construct (``anekit.kernels.blocks.KernelBuilder``, ``anekit.kernels.composable``), so that a rung that
 runs on a Mac is evidence for what the training kernels emit. Where anekit's kernels do not write a
-construct, the rung writes it as the hardware-run code it comes from does:
-
-- ``rmsnorm.plain``: reduce_sum of x * x, pow(-0.5), as maderix/ANE training/stories_mil.h;
-- ``rope.slice-concat``: the pair swap on a [1, H, S * hd / 2, 2] view of the heads (slice, mul by -1,
-  concat on the last axis), as maderix/ANE training/training_dynamic/mil_dynamic.h describes it.
+construct (``rmsnorm.plain``), the rung writes it as the hardware-run code it comes from does:
+reduce_sum of x * x, pow(-0.5), as maderix/ANE training/stories_mil.h.
 
 A rung that combines constructs (the RMSNorm ahead of three dynamic matmuls) lists them all; the report
 lays a failure on the constructs no other rung ran (``anekit.engine.report``), so the single-construct
@@ -34,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.blob import fp16_blob
-from anekit.kernels.blocks import KernelBuilder, rope_full_tables
+from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import (
     COLUMN_ALIGN,
     Segment,
@@ -51,7 +48,6 @@ from anekit.mil import Builder, Program, Var, tensor
 from anekit.mil.ir import Op
 
 DIM, HEADS, SEQ = 64, 2, 64
-HEAD_DIM = DIM // HEADS
 # The model the rungs are cut for: two heads of 32 channels, 64 positions (llama2.c's RMSNorm epsilon).
 CONFIG = ModelConfig(DIM, 2 * DIM, 1, HEADS, HEADS, 32, SEQ, name="smoke")
 NORM_FILE = "@model_path/weights/rms.bin"
@@ -185,29 +181,11 @@ def rope_swap_conv(rng: np.random.Generator) -> ConstructProgram:
 
 
 def rope_slice_concat(rng: np.random.Generator) -> ConstructProgram:
-    """RoPE on the heads [1, H, S, hd]: each pair (a, b) of a [1, H, S hd / 2, 2] view becomes (-b, a) by
-    two slices, a mul by -1 and a concat on the last axis; x * cos + swapped * sin."""
-    kb = _builder("rope_slice_concat", [("x", DIM)])
-    f = kb.f
-    xh = kb.heads(kb.part("x"), HEADS, "x")  # (1, H, S, hd)
-    pairs = kb.reshape(xh, [1, HEADS, SEQ * HEAD_DIM // 2, 2], "pairs")  # (1, H, S*hd/2, 2)
-    size = [1, HEADS, SEQ * HEAD_DIM // 2, 1]
-    a = f.slice_by_size(x=pairs, begin=[0, 0, 0, 0], size=size, name="pair_a")  # (1, H, S*hd/2, 1)
-    b_ = f.slice_by_size(x=pairs, begin=[0, 0, 0, 1], size=size, name="pair_b")  # (1, H, S*hd/2, 1)
-    nb = f.mul(x=b_, y=-1.0, name="pair_nb")  # (1, H, S*hd/2, 1)
-    swapped = f.concat(values=(nb, a), axis=3, interleave=False, name="pair_swap")  # (1, H, S*hd/2, 2)
-    sw = kb.reshape(swapped, [1, HEADS, SEQ, HEAD_DIM], "swapped")  # (1, H, S, hd)
-    cos, sin = rope_full_tables(CONFIG, DIM)  # (1, C, 1, S) each
-    heads = (1, HEADS, SEQ, HEAD_DIM)
-
-    def table(name: str, t: np.ndarray) -> Var:  # (1, C, 1, S) -> (1, H, S, hd)
-        return kb.weight(
-            name, heads, np.ascontiguousarray(t.reshape(HEADS, HEAD_DIM, SEQ).transpose(0, 2, 1))
-        )
-
-    xc = f.mul(x=xh, y=table("rope_cos", cos), name="xc")  # (1, H, S, hd)
-    ps = f.mul(x=sw, y=table("rope_sin", sin), name="ps")  # (1, H, S, hd)
-    out = kb.merge_heads(f.add(x=xc, y=ps, name="rot"), HEADS, "rope")  # (1, C, 1, S)
+    """RoPE as the training routes' kernels write it (``KernelBuilder.rope`` with rope "slice"): each pair
+    (a, b) of a [1, H, S hd / 2, 2] view of the heads becomes (-b, a) by two slices, a mul by -1 and a
+    concat on the last axis; x * cos + swapped * sin."""
+    kb = KernelBuilder("rope_slice_concat", CONFIG, Layout.of([("x", DIM)], SEQ), None, rope="slice")
+    out = kb.rope(kb.part("x"), DIM, "rope")  # (1, C, 1, S)
     return _spec(_finish(kb, out), ("rope.slice-concat",), "RoPE as reshape + slice + negate + concat")
 
 
