@@ -349,8 +349,9 @@ def test_shipped_evidence_merges_every_report_in_the_folder(tmp_path):
 
 
 def test_the_vocabulary_is_the_engine_layers_construct_ids():
-    """The ids a report may name are the engine layer's (its constructs module when there, else the
-    shared vocabulary of schema version 1)."""
+    """The ids a report may name are the engine layer's constructs, the version-1 vocabulary among them."""
+    from anekit.engine.constructs import CONSTRUCTS
+
     ids = rep.construct_ids()
-    assert set(rep.VOCABULARY) <= set(ids)
+    assert ids == tuple(CONSTRUCTS) and set(rep.VOCABULARY) <= set(ids)
     assert len(set(rep.VOCABULARY)) == len(rep.VOCABULARY) == 12

@@ -65,7 +65,6 @@ The source of each record is ``anekit doctor report <device> macOS <version> (<f
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -74,6 +73,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from anekit.engine.chips import GENERATIONS, UnknownChip, device
+from anekit.engine.constructs import CONSTRUCTS
 from anekit.engine.evidence import DIRECT, Evidence
 from anekit.engine.numerics import BEHAVIOURS, CHIPS
 from anekit.errors import AnekitError
@@ -92,8 +92,8 @@ HEX = re.compile(r"^[0-9a-f]{4}$")
 WHEN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 MACOS = re.compile(r"^\d{1,3}(\.\d{1,3}){0,2}$")
 SHIPPED = Path(__file__).resolve().parent / "reports"  # the reports shipped with anekit (package data)
-# The construct ids a version-1 report may name when anekit.engine.constructs is not there to ask
-# (the shared vocabulary of the engine layer's constructs; that module's own ids take precedence).
+# The construct ids of the engine layer when schema version 1 was written (anekit.engine.constructs holds
+# them, and any added since: a report may name every id that module knows).
 VOCABULARY = (
     "conv.baked",
     "matmul.activations",
@@ -118,19 +118,8 @@ class ReportError(AnekitError, ValueError):
 
 
 def construct_ids() -> tuple[str, ...]:
-    """The construct ids a report may name: ``anekit.engine.constructs``' when it is there, else
-    ``VOCABULARY``."""
-    try:
-        module = importlib.import_module("anekit.engine.constructs")
-    except ImportError:
-        return VOCABULARY
-    table = getattr(module, "CONSTRUCTS", None)
-    if isinstance(table, Mapping):
-        return tuple(str(k) for k in table)
-    if isinstance(table, Iterable):
-        ids = tuple(str(getattr(c, "id", c)) for c in table)
-        return ids or VOCABULARY
-    return VOCABULARY
+    """The construct ids a report may name: those of ``anekit.engine.constructs``."""
+    return tuple(CONSTRUCTS)
 
 
 # -- the records -------------------------------------------------------------------------------------------
