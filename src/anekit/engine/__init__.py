@@ -7,7 +7,9 @@
 - ``anekit.engine.performance``: the per-device performance figures — how fast (read by ``anekit.cost``);
 - ``anekit.engine.trials``: the questions the macOS backend settles by trying;
 - ``anekit.engine.constructs``: the constructs of the training kernels with their hardware runs, and the
-  precedent policy; ``anekit.engine.training_routes``: the training route each chip and macOS get.
+  precedent policy; ``anekit.engine.training_routes``: the training route each chip and macOS get;
+- ``anekit.engine.report``: a Mac's first-contact report (``anekit doctor --smoke --report FILE``) read
+  back as measured evidence per construct, and the reports shipped in ``anekit/engine/reports/``.
 """
 
 from anekit.engine.chips import DEVICES, GENERATIONS, Device, UnknownChip, device
