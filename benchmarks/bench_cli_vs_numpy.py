@@ -102,7 +102,8 @@ def step_times(config: str, repeat: int) -> dict[str, list[float]]:
     from anekit import runtime
     from anekit.kernels import preset
     from anekit.llama import Params
-    from anekit.llama.step import Timer, make_kernels, train_step
+    from anekit.llama.kernel_sets import make_kernels
+    from anekit.llama.step import Timer, train_step
 
     cfg = preset(config)
     params = Params.init(cfg, seed=0)

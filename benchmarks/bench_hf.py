@@ -103,7 +103,8 @@ def measure_lora(directory: Path, seq: int) -> dict:
     from anekit import runtime
     from anekit.hf.adapters import Adapters, LoraSpec
     from anekit.hf.model import load_model
-    from anekit.llama.step import Timer, make_kernels, train_step
+    from anekit.llama.kernel_sets import make_kernels
+    from anekit.llama.step import Timer, train_step
     from anekit.training.lora import LoraTrainable, frozen_base
     from anekit.training.state import TrainConfig, TrainState
 

@@ -29,7 +29,8 @@ import numpy as np
 from anekit import runtime
 from anekit.kernels import ModelConfig, preset
 from anekit.llama import Params
-from anekit.llama.step import Timer, make_kernels, train_step
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Timer, train_step
 from anekit.training.loop import TrainConfig, TrainState, apply_adamw
 
 F32 = np.float32

@@ -17,7 +17,8 @@ import numpy as np
 from anekit import runtime
 from anekit.cli.train_cmd import _config
 from anekit.llama import Params
-from anekit.llama.step import Timer, make_kernels, train_step
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Timer, train_step
 
 
 def main() -> None:

@@ -126,7 +126,7 @@ def _stand_in_reason(target: Target) -> str | None:
 
 def compiles_spent(target_id: str) -> int:
     """Compiles done so far in this process by every backend of ``target_id`` the harness created."""
-    return sum(b.compile_count for b in _created.get(target_id, []))
+    return sum(b.compiles_made for b in _created.get(target_id, []))
 
 
 def skip_reason(target_id: str) -> str | None:

@@ -39,6 +39,22 @@ def _trials_memory_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setattr(memory, "default_path", lambda: path)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh engine process: the process-wide compile count is zero (the harness
+    keeps its own tally of what a real engine has compiled, ``tests.backend_harness.compiles_spent``), no
+    program is loaded (``residency.RESIDENCY``), and the pause after a failed compile runs on a virtual
+    clock (``pacing.PACER.clock``), never sleeping."""
+    from anekit.runtime.ane import pacing, residency
+    from anekit.runtime.base import PROCESS_COMPILES
+    from tests.fake_objc import VirtualClock
+
+    PROCESS_COMPILES.reset()
+    clock = VirtualClock()
+    monkeypatch.setattr(pacing, "PACER", pacing.CompilePacer(clock=clock, sleep=clock.sleep))
+    monkeypatch.setattr(residency, "RESIDENCY", residency.Residency())
+
+
 @pytest.fixture(scope="module", params=["jit", "numpy"])
 def fp16_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a module's tests twice: with anekit.jit's compiled loops, and with the numpy paths alone.

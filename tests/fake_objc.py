@@ -12,9 +12,10 @@ selector, a message to a freed object, an over-release, an autorelease with no p
 lock).
 
 The engine classes behave like the framework as far as tests need: compiling checks that model.mil
-and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and builds a
-simulator plan from the MIL text and weight dictionary it was given; evaluating runs that plan on the
-IOSurfaces bound in the request. ``fail`` / ``return_nil`` / ``script`` queue results per selector (or
+and the weight files were written to ``NSTemporaryDirectory()/<hexStringIdentifier>/`` and writes the
+compiled program there (net.plist and data); loading builds a simulator plan from that directory's
+compiled files; evaluating runs that plan on the IOSurfaces bound in the request. ``chip`` and ``macos``
+name the Mac it stands for (``FakeObjC(tmp, chip="m1", macos="26.3")``). ``fail`` / ``return_nil`` / ``script`` queue results per selector (or
 C function); ``defaults`` set the standing behaviour (``prepareChainingWithModel:`` fails with code 15
 by default, as reported publicly; ``-[_ANEInMemoryModel getUUID]`` is absent).
 
@@ -37,9 +38,22 @@ published descriptions and not from anekit's code (so a backend that breaks one 
   (Orion §11): recorded in ``errors`` (the process would be dead) and nil is returned;
 * requests — a request built before the model's latest load fails to evaluate (maderix/ANE
   training/ane_runtime.h builds it after load; nothing public reuses one across an unload/reload);
-* real-time — public code hands ``evaluateRealTimeWithModel:`` / ``loadRealTimeModel:`` the
-  in-memory model's ``model`` property (an ``_ANEModel``); anything else is refused with an NSError,
-  and ``beginRealTimeTask`` / ``endRealTimeTask`` must balance (``realtime_tasks``).
+* real-time — ``evaluateRealTimeWithModel:`` takes the _ANEInMemoryModel itself (maderix/ANE commit
+  99ba013 measured it on an M4 Max, ``beginRealTimeTask`` answering NO there), or an ``_ANEModel`` (the
+  ``model`` property) once ``loadRealTimeModel:`` loaded it; ``loadRealTimeModel:`` returns NO without
+  an NSError on an M3 (christopherkarani/Espresso AGENTS.md, M3 Max); ``beginRealTimeTask`` /
+  ``endRealTimeTask`` must balance (``realtime_tasks``);
+* directory identity — the hexStringIdentifier follows the MIL text and the weight dictionary's keys,
+  not the weight bytes, and a load reads the directory's compiled files, so a model whose directory
+  another program recompiled runs that program's weights (mechramc/Orion core/ane_runtime.m
+  ``orion_program_patch_weights``);
+* chips — on an M1 / M2 under macOS 26 a program with matmul or scaled_dot_product_attention fails to
+  compile (maderix/ANE commit 709b602, M1 Pro, macOS 26.3); under macOS 15 it compiles
+  (benchmarks/community_results.json);
+* processes — a load past ``max_loaded`` (near 128, sbryngelson/ane-guide
+  part-4-workloads/14-llm-case-study.md) fails with "GetANEFModel: must re-compile"; an evaluation
+  more than ``degrade_after`` (100K, ncdrone/rustane pull request #9) process evaluations after its
+  program's last load counts as ``degraded``.
 
 Rules that are only reported, or contradicted by working code (a 49 KB minimum surface, 128-byte
 alignment, size-ordered surfaces), are not enforced.
@@ -72,6 +86,7 @@ ANE_DOMAIN = "com.apple.appleneuralengine"
 # the text is published; the NSError code that carries it is not, so the fake picks one.
 STATUS_0X1D = "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
 PROGRAM_INFERENCE_ERROR_CODE = 0x1D
+MATMUL_OPS = frozenset({"matmul", "scaled_dot_product_attention"})  # refused on M1 / M2 under macOS 26
 
 _KIND = {
     "@": "ptr",
@@ -143,6 +158,50 @@ class FakeSurface:
         return np.frombuffer(self.memory, dtype=dtype, count=count).reshape(shape)
 
 
+class VirtualClock:
+    """A clock for ``anekit.runtime.ane.pacing.CompilePacer`` that never sleeps: ``sleep`` moves it on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+DATA_MAGIC = b"FAKEDATA"
+
+
+def pack_data(files: dict[str, bytes]) -> bytes:
+    """The fake compiler's data file: every weight file it compiled, by dictionary key."""
+    out = [DATA_MAGIC]
+    for key, blob in sorted(files.items()):
+        name = key.encode()
+        out += [len(name).to_bytes(4, "little"), name, len(blob).to_bytes(8, "little"), blob]
+    return b"".join(out)
+
+
+def unpack_data(data: bytes) -> dict[str, bytes]:
+    """The weight files of a ``pack_data`` file, keyed as the plan wants them (relative paths)."""
+    assert data.startswith(DATA_MAGIC), "not a fake data file"
+    files, at = {}, len(DATA_MAGIC)
+    while at < len(data):
+        n = int.from_bytes(data[at : at + 4], "little")
+        name = data[at + 4 : at + 4 + n].decode()
+        at += 4 + n
+        size = int.from_bytes(data[at : at + 8], "little")
+        files[name.removeprefix("@model_path/")] = data[at + 8 : at + 8 + size]
+        at += 8 + size
+    return files
+
+
 Outcome = tuple  # ("ok",) ("fail", domain, code, description) ("fail-no-error",) ("nil",) ("skip",)
 
 
@@ -156,8 +215,27 @@ class FakeObjC:
         framework_loads: bool = True,
         os_version: str = "macOS 15.1 (fake)",
         refuses_program: tuple[str, ...] = (),
+        chip: str | None = None,
+        macos: str | None = None,
+        max_loaded: int = 128,
+        degrade_after: int = 100_000,
     ) -> None:
         self.tmpdir = str(tmpdir)
+        # Loaded programs the process may hold: sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md,
+        # "near 128 programs per process: the next load fails with `GetANEFModel: must re-compile`".
+        self.max_loaded = max_loaded
+        # Evaluations after which a loaded program runs degraded until it is loaded again: ncdrone/rustane
+        # pull request #9 (M3 Ultra), "throughput degrades after ~100K cumulative" evaluations, reset by a
+        # refresh. Slowness has no numbers to show, so the fake counts such evaluations in ``degraded``.
+        self.degrade_after = degrade_after
+        self.evaluations = 0
+        self.degraded = 0
+        # The Mac the fake stands for: its chip ("m1".."m5"; None: unnamed, the conservative numerics) and
+        # macOS release ("26.3"; it sets os_version). Both decide what the compiler refuses (below).
+        self.chip = chip
+        self.macos = macos
+        if macos is not None:
+            os_version = f"macOS {macos} (fake)"
         # MIL program versions the compiler refuses: maderix/ANE pull request #6 (M1 Pro, macOS 26) saw
         # program(1.3) / <ios18> fail to compile where program(1.0) / <ios16> ran.
         self.refuses_program = refuses_program
@@ -198,7 +276,8 @@ class FakeObjC:
     # -- the Libraries protocol -------------------------------------------------------------------------
 
     def runtime(self) -> ObjCRuntime:
-        return ObjCRuntime(self, os_version=self.os_version)
+        brand = f"Apple {self.chip.upper()} Pro (fake)" if self.chip else None
+        return ObjCRuntime(self, os_version=self.os_version, chip_brand=brand)
 
     def load(self, path: str) -> None:
         if path != ANE_FRAMEWORK:
@@ -717,9 +796,12 @@ class FakeObjC:
         if self._outcome("inMemoryModelWithDescriptor:")[0] == "nil":
             return None
         d = self._obj(desc).value
+        # The identifier follows the MIL text and the weight dictionary's KEYS, not the weight bytes
+        # (mechramc/Orion core/ane_runtime.m orion_program_patch_weights: "Same hexId as donor (same MIL
+        # text + weight dict keys)").
         digest = hashlib.sha256(d["mil"].encode())
-        for key, (offset, blob) in sorted(d["weights"].items()):
-            digest.update(key.encode() + offset.to_bytes(8, "little") + blob)
+        for key in sorted(d["weights"]):
+            digest.update(b"\0" + key.encode())
         value = {
             **d,
             "hex": digest.hexdigest()[:40],
@@ -755,23 +837,71 @@ class FakeObjC:
         if version in self.refuses_program:
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: program({version}) is not supported")
             return False
+        refused = self._refused_ops(v["mil"])
+        if refused:
+            self._error(err, ANE_DOMAIN, 1, f"ANECCompile() FAILED: {', '.join(refused)} (fake {self.chip})")
+            return False
         try:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
-            # The engine computes with its chip's numerics: the fake's chip is unnamed, so it takes the
-            # conservative profile ("any"), as the simulator does off a Mac.
-            numerics = EngineNumerics(bind("any"))
-            v["plan"] = Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", numerics)
+            Plan(v["fn"], {k: blob for k, (_, blob) in v["weights"].items()}, "ane", self._numerics())
         except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")
             return False
+        # The compiled program lands in the model's directory: net.plist and data, which the compiler
+        # writes there and a later load reads back (Orion orion_program_patch_weights loads a model from
+        # those two files without compiling: "The compiled ANE data file IS the BLOBFILE"). The fake's
+        # data file is its own container of the weight files it compiled from the directory.
+        compiled = {key: (folder / key.removeprefix("@model_path/")).read_bytes() for key in v["weights"]}
+        (folder / "net.plist").write_text(v["mil"])
+        (folder / "data").write_bytes(pack_data(compiled))
         v["compiled"] = True
+        return True
+
+    def _numerics(self) -> EngineNumerics:
+        """The engine computes with its chip's numerics; an unnamed chip takes the conservative profile
+        ("any"), as the simulator does off a Mac."""
+        return EngineNumerics(bind(self.chip or "any"))
+
+    def _refused_ops(self, mil: str) -> list[str]:
+        """The ops of ``mil`` this chip's compiler refuses under this macOS: matmul and
+        scaled_dot_product_attention on M1 / M2 under macOS 26 (maderix/ANE commit 709b602, M1 Pro,
+        macOS 26.3: "matmul and scaled_dot_product_attention ops still fail on M1/M2 — these are M4+ ANE
+        ops"). Under macOS 15 they compile (maderix/ANE benchmarks/community_results.json: M1 Pro / Max
+        trained with training/stories_mil.h, whose attention is matmul)."""
+        major = (self.macos or "").split(".")[0]
+        if self.chip not in ("m1", "m2") or major != "26":
+            return []
+        fn = parse_program(mil, "<fake ANE>").functions["main"]
+        return sorted({op.op_type for op in fn.ops if op.op_type in MATMUL_OPS})
+
+    def _load_plan(self, model: Obj, err: Any) -> bool:
+        """Build the program a load puts on the engine from the directory's compiled files (net.plist and
+        data), whichever model compiled them last: a model whose directory another program rewrote runs
+        that program's weights."""
+        v = model.value
+        folder = Path(self.tmpdir) / v["hex"]
+        try:
+            text = (folder / "net.plist").read_text()
+            compiled = unpack_data((folder / "data").read_bytes())
+        except OSError:
+            self._error(err, ANE_DOMAIN, 1, f"program load failure: {folder} has no compiled program")
+            return False
+        fn = v["fn"] if text == v["mil"] else verify(parse_program(text, "<fake ANE>")).functions["main"]
+        v["plan"] = Plan(fn, compiled, "ane", self._numerics())
         return True
 
     def _load(self, model: Obj, qos: int, options: int, err: Any) -> bool:
         if (failed := self._bool_outcome("loadWithQoS:options:error:", err)) is not None:
             return failed
         assert model.value["compiled"], "load before compile"
+        loaded = sum(1 for o in self.of_class("_ANEInMemoryModel") if o.alive and o.value["loaded"])
+        if loaded >= self.max_loaded:
+            self._error(err, ANE_DOMAIN, 1, f"GetANEFModel: must re-compile ({loaded} programs loaded)")
+            return False
+        if not self._load_plan(model, err):
+            return False
         model.value["loaded"] = True
+        model.value["evaluations_at_load"] = self.evaluations
         model.value["loaded_at"] = self._tick()
         return True
 
@@ -807,14 +937,16 @@ class FakeObjC:
     def _in_memory_of(self, model: int, err: Any, selector: str) -> Obj | None:
         """The in-memory model behind an _ANEModel; None (and an NSError) for any other object."""
         o = self._obj(model)
-        if o.cls != "_ANEModel":  # public code passes -[_ANEInMemoryModel model]
+        if o.cls != "_ANEModel":  # bridge code passes -[_ANEInMemoryModel model]
             self._error(err, ANE_DOMAIN, 3, f"{selector}: {o.cls} is not an _ANEModel")
             return None
         return self._obj(o.value["in_memory"])
 
     def _begin_rt(self, client: Obj) -> bool:
+        """Counts the task; NO on an M4 (maderix/ANE 99ba013 docs/ANE_CHAINING_RESEARCH.md, M4 Max:
+        "beginRealTimeTask: NO (possibly needs entitlement)", the real-time evaluation working anyway)."""
         self.realtime_tasks += 1
-        return self._outcome("beginRealTimeTask")[0] == "ok"
+        return self._outcome("beginRealTimeTask")[0] == "ok" and self.chip != "m4"
 
     def _end_rt(self, client: Obj) -> bool:
         self.realtime_tasks -= 1
@@ -825,6 +957,8 @@ class FakeObjC:
     def _load_rt(self, client: Obj, model: int, options: int, qos: int, err: Any) -> bool:
         if (failed := self._bool_outcome("loadRealTimeModel:options:qos:error:", err)) is not None:
             return failed
+        if self.chip == "m3":  # christopherkarani/Espresso AGENTS.md (M3 Max, macOS 15): "returns NO with
+            return False  # no error. Silent entitlement gate."
         m = self._in_memory_of(model, err, "loadRealTimeModel")
         if m is None:
             return False
@@ -847,7 +981,15 @@ class FakeObjC:
         selector = "evaluateRealTimeWithModel:options:request:error:"
         if (failed := self._bool_outcome(selector, err)) is not None:
             return failed
+        o = self._obj(model)
+        if o.cls == "_ANEInMemoryModel":  # maderix/ANE 99ba013 ane_eval_rt: the in-memory model itself
+            return self._run_request(o, request, err)
         m = self._in_memory_of(model, err, "evaluateRealTimeWithModel")
+        if m is not None and not m.value.get("realtime"):
+            self._error(
+                err, ANE_DOMAIN, 3, "evaluateRealTimeWithModel: the _ANEModel is not loaded for real time"
+            )
+            return False
         return m is not None and self._run_request(m, request, err)
 
     def _surface_object(self, _: Any, surface: int | None) -> int | None:
@@ -916,6 +1058,9 @@ class FakeObjC:
             var = params[k]
             by_name[var.name] = self._surface(ref).array(var.type.dtype.np, tuple(var.type.shape)).copy()
         results = v["plan"].run([by_name[var.name] for var in fn.inputs])
+        if self.evaluations - v.get("evaluations_at_load", 0) >= self.degrade_after:
+            self.degraded += 1
+        self.evaluations += 1
         for ref, k in zip(outs, out_idx):
             j = results_by_name[k]
             t = fn.outputs[j].type

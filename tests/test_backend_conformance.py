@@ -146,7 +146,7 @@ def test_cases_stop_before_the_engines_process_budget_runs_out(monkeypatch):
     _fake_backend_module(monkeypatch, is_available=lambda: True)
     monkeypatch.setitem(harness._created, "ane", [])
     assert harness.skip_reason("ane") is None
-    spent = types.SimpleNamespace(compile_count=harness.PROCESS_COMPILE_LIMIT["ane"] - 5)
+    spent = types.SimpleNamespace(compiles_made=harness.PROCESS_COMPILE_LIMIT["ane"] - 5)
     harness._created["ane"].append(spent)
     assert "used 95 of the engine's ~100 compiles" in (harness.skip_reason("ane") or "")
     assert harness.skip_reason("sim") is None  # the simulator has no process budget

@@ -32,6 +32,7 @@ RUNG_KEYS = {
     "what",
     "sha256",
     "inputs",
+    "constructs",
     "outputs",
     "status",
     "stage",
@@ -41,7 +42,6 @@ RUNG_KEYS = {
     "ms",
     "stage_ms",
 }
-FIRST_RUNGS = ["elementwise", "conv1x1", "multi_io"]
 
 
 def _doctor(*argv: str) -> int:
@@ -103,7 +103,7 @@ class MisboundInputs(SimBackend):
 def test_ladder_runs_every_rung_and_passes_in_the_simulator(sim_only, capsys):
     assert _doctor("--smoke") == 0
     out = capsys.readouterr().out
-    names = FIRST_RUNGS + smoke.kernel_names()
+    names = smoke.rung_names()
     for i, name in enumerate(names, 1):
         line = next(x for x in out.splitlines() if x.split()[:2] == [str(i), name])
         assert " PASS " in line and "max_err 0 " in line and line.endswith(" ms")
@@ -148,7 +148,7 @@ def test_json_report_has_machine_backend_and_every_rung(sim_only, tmp_path, caps
     assert report["backend"]["name"] == "sim" and report["config"] == "stories260K"
     assert report["tolerance"] == {"atol": smoke.ATOL, "rtol": smoke.RTOL}
     rungs = report["rungs"]
-    assert [r["name"] for r in rungs] == FIRST_RUNGS + smoke.kernel_names()
+    assert [r["name"] for r in rungs] == smoke.rung_names()
     for r in rungs:
         assert set(r) == RUNG_KEYS
         assert r["status"] == "pass" and r["error"] is None and r["max_err"] == 0.0
@@ -188,7 +188,7 @@ def test_a_compile_failure_is_reported_and_the_ladder_goes_on(sim_only, monkeypa
         assert r["error"] == "CompilationFailed: [compile] ANECCompile() FAILED (injected)"
         assert r["max_err"] is None
     assert by_name["multi_io"]["status"] == "pass"
-    assert all(by_name[n]["status"] == "pass" for n in smoke.kernel_names())
+    assert all(by_name[n]["status"] == "pass" for n in smoke.construct_names() + smoke.kernel_names())
     assert report["summary"]["failed"] == ["elementwise", "conv1x1"] and report["ok"] is False
     text = capsys.readouterr().out
     assert "compile: CompilationFailed: [compile] ANECCompile() FAILED (injected)" in text
@@ -200,7 +200,7 @@ def test_a_run_failure_is_reported_with_its_stage(sim_only, monkeypatch, capsys)
     assert _doctor("--smoke") == 1
     text = capsys.readouterr().out
     assert "run: EvalFailed: [run] evaluateWithQoS failed: status 0x1d (injected)" in text
-    assert "0/20 rungs pass on sim" in text
+    assert f"0/{len(smoke.rung_names())} rungs pass on sim" in text
 
 
 def test_misbound_inputs_fail_the_multi_input_rung_on_its_numbers():
@@ -319,3 +319,193 @@ def test_every_rung_of_the_ladder_lints_without_errors_for_every_chip(dialect):
         for chip in ("any", *CHIPS):
             broken = errors(check_program(program, chip, rung.weights or None))
             assert not broken, (rung.name, chip, [f.short() for f in broken])
+
+
+# -- --report FILE: the first-contact report ------------------------------------------------------------
+
+
+def test_report_in_the_simulator_is_a_valid_first_contact_report(sim_only, tmp_path, capsys):
+    from anekit.engine import report as first
+
+    out = tmp_path / "first.json"
+    assert _doctor("--smoke", "--report", str(out)) == 0
+    doc = json.loads(out.read_text())
+    r = first.load_report(out)  # the schema's checks, every field
+    assert doc["schema"] == "anekit-doctor-report" and doc["version"] == 1 and doc["backend"] == "sim"
+    assert r.backend == "sim" and r.macos == "" and r.evidence() == {}  # the simulator is not hardware
+    assert [x.name for x in r.rungs] == smoke.rung_names()
+    assert all(x.ran for x in r.rungs)
+    exercised = {c for x in r.rungs for c in x.constructs}
+    assert set(first.VOCABULARY) <= exercised  # every construct of the vocabulary has a rung
+    assert [p.id for p in r.probes] == [
+        "mac.output-ceiling",
+        "input.nan-coercion",
+        "mac.subnormal-flush",
+        "slice.width-offset-gain",
+    ]
+    ceiling = r.probes[0]
+    assert ceiling.got == ("7c00", "77ff")  # 64 x 512 saturates at the port; 64 x 511.75 = 32752
+    assert ceiling.inputs["x"].shape == (1, 64, 1, 32) and len(ceiling.inputs["x"].nonzero) == 128
+    assert set(ceiling.inputs["x"].nonzero[:2]) == {(0, 0, "6000"), (0, 1, "5fff")}  # 512, 511.75
+    assert [p.name for p in tmp_path.iterdir()] == ["first.json"]  # no temporary file left
+    assert (
+        f"wrote the first-contact report {out} (from the simulator: no evidence)" in capsys.readouterr().out
+    )
+
+
+def test_report_names_the_failed_stage_and_the_constructs(sim_only, monkeypatch, tmp_path):
+    from anekit.engine import report as first
+
+    _use_backend(monkeypatch, FailingCompile("qk"))  # the matmul of the Q K^T rung
+    out = tmp_path / "first.json"
+    assert _doctor("--smoke", "--report", str(out)) == 1
+    by_name = {x.name: x for x in first.load_report(out).rungs}
+    qk = by_name["matmul_activations"]
+    assert qk.constructs == ("matmul.activations",)
+    assert qk.compile == first.Stage("failed", "CompilationFailed: [compile] ANECCompile() FAILED (injected)",
+                                     qk.compile.ms)  # fmt: skip
+    assert (qk.load, qk.run, qk.compare) == (first.Stage(), first.Stage(), first.Stage())
+    assert by_name["conv1x1"].ran and by_name["conv1x1"].constructs == ("conv.baked",)
+
+
+def test_report_is_written_atomically(sim_only, tmp_path, monkeypatch):
+    from anekit import fileio
+
+    out = tmp_path / "first.json"
+    out.write_text("the previous report\n")
+
+    def crash(point, path):
+        if point == "fsync" and path.name == "first.json":
+            raise fileio.SimulatedCrash(point)
+
+    monkeypatch.setattr(fileio, "fault_hook", crash)
+    with pytest.raises(fileio.SimulatedCrash):
+        _doctor("--smoke", "--report", str(out))
+    assert out.read_text() == "the previous report\n"  # never half-written
+
+
+def _refused(tmp_path, *argv: str, starts: str) -> None:
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = _cli("--smoke", *argv, cwd=tmp_path)
+    _one_error_line(proc, starts)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_cli_report_over_a_symlink_is_refused(tmp_path):
+    (tmp_path / "target.json").write_text("kept\n")
+    (tmp_path / "link.json").symlink_to("target.json")
+    _refused(
+        tmp_path, "--report", "link.json", starts="anekit: [doctor] --report link.json: is a symbolic link"
+    )
+    assert (tmp_path / "target.json").read_text() == "kept\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_cli_report_onto_a_fifo_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    _refused(
+        tmp_path,
+        "--report",
+        "fifo",
+        starts="anekit: [doctor] --report fifo: a FIFO (named pipe), not a regular",
+    )
+
+
+def test_cli_report_over_the_json_output_is_refused(tmp_path):
+    _refused(tmp_path, "--json", "r.json", "--report", "./r.json",
+             starts="anekit: [doctor] --report ./r.json: is the --json output too")  # fmt: skip
+
+
+def test_cli_report_over_an_input_is_refused(tmp_path, monkeypatch):
+    """The doctor reads the trials memory (its input): the report never goes over it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "trials.json").write_text('{"version": 1, "entries": []}\n')
+    monkeypatch.setenv("ANEKIT_CACHE", str(cache))
+    _refused(
+        tmp_path,
+        "--report",
+        "cache/trials.json",
+        starts="anekit: [doctor] --report cache/trials.json: is the input",
+    )
+    assert (cache / "trials.json").read_text() == '{"version": 1, "entries": []}\n'
+
+
+def test_cli_report_needs_smoke(tmp_path):
+    proc = _cli("--report", "r.json", cwd=tmp_path)
+    _one_error_line(proc, "anekit: [doctor] --report needs --smoke")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_report_with_json_writes_both(tmp_path):
+    from anekit.engine import report as first
+
+    proc = _cli("--smoke", "--json", "ladder.json", "--report", "first.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "ladder.json").read_text())["ok"] is True
+    assert first.load_report(tmp_path / "first.json").backend == "sim"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.json", "ladder.json"]
+
+
+# -- the construct rungs ------------------------------------------------------------------------------------
+
+
+def test_every_construct_of_the_vocabulary_has_a_small_rung_of_its_own():
+    from anekit.engine.report import VOCABULARY
+    from anekit.tools import smoke_constructs
+
+    rng = np.random.default_rng(0)
+    built = [b(rng) for b in smoke_constructs.RUNGS]
+    assert [c.name for c in built] == smoke.construct_names()
+    alone = {c.constructs[0] for c in built if len(c.constructs) == 1}
+    assert alone | {"rmsnorm.scale-repeated", "rmsnorm.fused-before-matmuls"} == set(VOCABULARY) - {
+        "conv.baked"
+    }
+    assert {c for b in built for c in b.constructs} | {"conv.baked"} == set(VOCABULARY)
+    for c in built:  # small: no surface over [1, 192, 1, 320] (act + Wq, Wk, Wv + the scale: 5 x 64)
+        shapes = [v.type.shape for v in c.program.main.inputs] + [
+            v.type.shape for v in c.program.main.outputs
+        ]
+        assert all(s[1] <= 192 and s[3] <= 320 for s in shapes), (c.name, shapes)
+        assert smoke_constructs.constructs_in(c.program) == tuple(sorted(c.constructs)), c.name
+
+
+@pytest.mark.parametrize(
+    "kernel, has, lacks",
+    [
+        # the baked FFN is 1x1 convs and the gate: no matmul (forward.ffn_fwd)
+        ("ffn_fwd", {"conv.baked", "gate.silu", "rmsnorm.peak-normalised"}, {"matmul.activations", "matmul.dynamic-weights"}),
+        # baked attention: convs for the projections, Q K^T and probs @ V as matmuls, RoPE as the swap conv
+        ("sdpa_fwd", {"conv.baked", "matmul.activations", "softmax.scores", "rope.swap-conv"},
+         {"matmul.dynamic-weights", "rmsnorm.scale-repeated", "rmsnorm.fused-before-matmuls"}),
+        # the dynamic SDPA: the RMSNorm with the repeated scale ahead of Q, K, V as dynamic matmuls
+        ("sdpa_fwd_dynamic", {"matmul.dynamic-weights", "matmul.activations", "rmsnorm.scale-repeated",
+                              "rmsnorm.fused-before-matmuls"}, {"conv.baked"}),
+        ("ffn_bwd_w2t_dynamic", {"matmul.dynamic-weights"}, {"matmul.activations", "conv.baked"}),
+        # the vocabulary softmax is over channels, not the key axis
+        ("softmax_vocab", set(), {"softmax.scores"}),
+    ],
+)  # fmt: skip
+def test_the_constructs_found_in_the_kernels(kernel, has, lacks):
+    from anekit.kernels import catalog
+    from anekit.tools import smoke_constructs
+
+    cfg = preset("stories260K")
+    found = set(
+        smoke_constructs.constructs_in(catalog.build(kernel, cfg, catalog.random_weights(cfg, 0)).program)
+    )
+    assert has <= found and not (lacks & found), (kernel, found)
+
+
+def test_the_readme_says_how_to_run_it_and_send_the_file():
+    """The README's "First contact" section: the exact command, and where the file goes."""
+    from anekit.cli.main import build_parser
+
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("## First contact", 1)[1].split("\n## ", 1)[0]
+    command = "anekit doctor --smoke --report first-contact.json"
+    assert f"```sh\n{command}\n```" in section
+    args = build_parser().parse_args(command.split()[1:])
+    assert (args.command, args.smoke, args.report) == ("doctor", True, "first-contact.json")
+    assert "open an issue on the\nproject's tracker and attach the file" in section
+    assert "http" not in section  # no address is invented

@@ -103,3 +103,46 @@ def test_the_dialect_trial_puts_the_option_with_most_hardware_runs_first():
         trials.trial("x")
     with pytest.raises(ValueError, match="no hardware run"):
         trials.Trial("t", "q", (trials.Option("a", (_ev(M1),)), trials.Option("b", (_ev(M1, "reported"),))))
+
+
+def _os(chips_: tuple[str, ...], macos: str, refutes: bool = False) -> Evidence:
+    return Evidence("a source", "measured", "what it saw", chips_, ("direct",), macos, refutes=refutes)
+
+
+# (evidence, macOS asked) -> the severity on m1 .. m5 on the direct route, worked out by hand: under a major
+# version, records naming other majors are left out on both sides; records naming none count for all.
+MACOS_CASES = [
+    ("refused on m1 under 26, asked for 26", [_os(M1, "26.3")], "26", ["error"] * 5),
+    ("refused on m1 under 26, asked for 15", [_os(M1, "26.3")], "15", [None] * 5),
+    ("refused under 26, ran under 15, no version asked", [_os(M1, "26.3"), _os(M1, "15.0", True)], "",
+     ["warn"] * 5),
+    ("refused under 26, ran under 15, asked for 26", [_os(M1, "26.3"), _os(M1, "15.0", True)], "26.1",
+     ["error"] * 5),
+    ("refused under 26, ran under 15, asked for 15", [_os(M1, "26.3"), _os(M1, "15.0", True)], "15",
+     [None] * 5),
+    ("a record with no version counts under every one", [_ev(M1)], "15", ["error"] * 5),
+    ("a run with no version contradicts under 26 too", [_os(M1, "26.3"), _ev(M1, refutes=True)], "26",
+     ["warn"] * 5),
+    ("a record naming two versions counts under both", [_os(M1, "15.0, 26.3")], "15", ["error"] * 5),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "items", "macos", "want"), MACOS_CASES, ids=[c[0] for c in MACOS_CASES])
+def test_the_severity_policy_under_a_macos_version(what, items, macos, want):
+    assert [severity(items, c, "direct", macos=macos) for c in chips.GENERATIONS] == want
+
+
+def test_macos_versions_are_numbers_and_records_name_theirs():
+    assert evidence.check_macos("26") == "26" and evidence.check_macos("15.3.1") == "15"
+    assert evidence.check_macos("") == "" and trials.macos_major is evidence.macos_major
+    for bad in ("sequoia", "15.x", "26..1", "v26"):
+        with pytest.raises(AnekitError, match=rf"^\[rules\] macOS version '{bad}' is not a version number"):
+            evidence.check_macos(bad)
+        with pytest.raises(AnekitError, match="is not a version number"):
+            severity([_ev(M1)], "m1", "direct", macos=bad)
+    assert _os(M1, "15.0, 15.6.1").majors == {"15"} and _ev(M1).majors == frozenset()
+    assert _os(M1, "26.3").holds_under("26") and not _os(M1, "26.3").holds_under("15")
+    assert _ev(M1).holds_under("15") and _os(M1, "26.3").holds_under("")
+    with pytest.raises(ValueError, match="macOS 'Tahoe' is not a list of versions"):
+        _os(M1, "Tahoe")
+    assert "Under a macOS major version" in evidence.POLICY

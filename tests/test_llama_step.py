@@ -8,7 +8,8 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
-from anekit.llama.step import Kernels, Timer, make_kernels, train_step, unscale
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Kernels, Timer, train_step, unscale
 from tests.llama_reference import loss_and_grads
 
 CONFIGS = {

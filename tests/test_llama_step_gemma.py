@@ -13,14 +13,8 @@ import pytest
 from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.llama import Params
-from anekit.llama.step import (
-    Timer,
-    eval_loss,
-    first_compiles,
-    forward_layers,
-    make_kernels,
-    train_step,
-)
+from anekit.llama.kernel_sets import first_compiles, make_kernels
+from anekit.llama.step import Timer, eval_loss, forward_layers, train_step
 from tests.test_llama_step_hf import _step  # one step, its gradients unscaled
 
 # Two layers, the first sliding (window 8 of 32 positions) with RoPE base 10^4, the second full with 10^6;

@@ -11,8 +11,9 @@ from anekit import runtime
 from anekit.kernels import ModelConfig
 from anekit.kernels.config import RopeScaling
 from anekit.llama import Params, cpu_ops
+from anekit.llama.kernel_sets import make_kernels
 from anekit.llama.sample import forward_logits
-from anekit.llama.step import Timer, make_kernels, train_step, unscale
+from anekit.llama.step import Timer, train_step, unscale
 
 BASE = ModelConfig(32, 48, 2, 4, 2, 64, 32)  # seq 32: a surface row needs 64 bytes
 CONFIGS = {

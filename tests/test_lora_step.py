@@ -9,7 +9,8 @@ import pytest
 
 from anekit import runtime
 from anekit.hf.adapters import FIELDS, Adapters, LoraSpec
-from anekit.llama.step import Timer, make_kernels, train_step
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Timer, train_step
 from anekit.training.lora import LoraTrainable, MergedParams, frozen_base
 from tests.test_llama_step_hf import BASE, CONFIGS, _loss, _params, _window
 

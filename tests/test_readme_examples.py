@@ -230,12 +230,28 @@ def _run(example: Example, folder: Path, namespace: dict) -> tuple[int, str, str
             timeout=120,
         )
         return proc.returncode, proc.stdout, proc.stderr
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _no_reexec(example):
         try:
             status = main(argv[1:])
         except SystemExit as e:  # argparse's usage error
             status = e.code if isinstance(e.code, int) else 1
     return status, out.getvalue(), err.getvalue()
+
+
+@contextlib.contextmanager
+def _no_reexec(example: Example) -> Iterator[None]:
+    """An in-process example must not re-execute itself (a training run out of compile budget does):
+    ``os.execv`` would replace the test process, which then exits 0 with the rest of the suite unrun."""
+    real = os.execv
+
+    def refuse(*args: object) -> None:
+        raise AssertionError(f"README line {example.line}: '{example.text}' re-executed itself (os.execv)")
+
+    os.execv = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os.execv = real
 
 
 @pytest.fixture(scope="module")

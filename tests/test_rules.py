@@ -139,6 +139,12 @@ CASES = {
         lambda f, x: f.real_div(x=f.sin(x=x), y=f.cos(x=x)),
     ),
     "op.from-m3": ("m2", lambda f, x: f.sin(x=x), lambda f, x: f.atan(x=x)),
+    "op.curated-path-only": (
+        "m1",
+        lambda f, x: f.cumsum(x=x, axis=3),
+        lambda f, x: f.matmul(x=x, y=f.const(np.triu(np.ones((1, 1, 32, 32), np.float16)))),
+    ),
+    "op.identity-alone": ("m5", lambda f, x: f.identity(x=x), lambda f, x: f.relu(x=x)),
 }
 
 
@@ -421,3 +427,152 @@ def test_the_strict_refusal_names_the_cli_flag_that_runs_it_anyway(tmp_path, cap
     assert main(["run", str(path), "--random", "0"]) == 1
     assert "`anekit run --no-strict`" in capsys.readouterr().err
     assert main(["run", str(path), "--random", "0", "--no-strict"]) == 0
+
+
+# -- the macOS dimension -------------------------------------------------------------------------------
+
+
+def test_matmul_on_m1_m2_is_refused_under_macos_26_and_not_under_15():
+    """maderix pull request #6 measured matmul failing on an M1 Pro under macOS 26.3 on the in-memory
+    route; M1 Pro / Max trained with matmul attention under macOS 15; the book's e5rt run weighs on e5rt."""
+    scores = tensor("fp16", [1, 4, 64, 32])
+    prog = _prog(lambda f, x, q: f.matmul(x=q, y=q, transpose_y=True), {"x": X, "q": scores})
+    for chip in ("m1", "m2"):
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip, macos="26"), "error"), chip
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip, macos="26.3.1"), "error"), chip
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, macos="15")), chip
+        assert "op.matmul-sdpa-m1" in _ids(check_program(prog, chip), "warn"), chip  # both sides count
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, route="e5rt", macos="26")), chip
+    for chip in ("m3", "m4", "m5"):
+        assert "op.matmul-sdpa-m1" not in _ids(check_program(prog, chip, macos="26")), chip
+    r = rule("op.matmul-sdpa-m1")
+    assert r.verdict("direct", "26") == "error on m1, m2" and r.verdict("direct", "15") == "-"
+    assert r.verdict("direct") == "warn on m1, m2" and r.verdict("e5rt") == "-"
+    assert "e5rt route only" in r.decision
+
+
+def test_a_finding_judged_for_a_macos_version_says_so():
+    scores = tensor("fp16", [1, 4, 64, 32])
+    prog = _prog(lambda f, x, q: f.matmul(x=q, y=q, transpose_y=True), {"x": X, "q": scores})
+    [finding] = [f for f in check_program(prog, "m1", macos="26") if f.rule.id == "op.matmul-sdpa-m1"]
+    assert finding.macos == "26" and finding.is_error
+    assert "chip m1, route direct, macOS 26: error on m1, m2" in str(finding)
+    assert finding.as_dict()["macos"] == "26" and finding.as_dict()["verdict"] == "error on m1, m2"
+    with pytest.raises(AnekitError, match=r"macOS version 'Tahoe' is not a version number"):
+        check_program(prog, "m1", macos="Tahoe")
+
+
+# -- the gate: single ops a hardware sweep refused or ran -------------------------------------------------
+
+ALONE = tensor("fp16", [1, 64, 1, 64])  # the single-op programs' shape (tests/engine_corpus)
+
+
+def _alone(body) -> mil.Program:
+    return _prog(body, {"x": ALONE})
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+def test_cumsum_alone_is_refused_on_every_chip_and_its_triangular_matmul_is_not(route):
+    """ANEForge's census: the MIL cumsum op is unimplemented on the backend (M5), the curated path runs the
+    prefix sum as x @ U (U upper-triangular ones); the book's M1 'native' is that curated path."""
+    scan = _alone(lambda f, x: f.cumsum(x=x, axis=3))
+    for chip in ("any", *CHIPS):
+        assert "op.curated-path-only" in _ids(check_program(scan, chip, route=route), "error"), chip
+    upper = np.triu(np.ones((64, 64), np.float16))
+    as_matmul = _alone(lambda f, x: f.matmul(x=x, y=f.const(upper.reshape(1, 1, 64, 64))))
+    for chip in CHIPS:
+        assert "op.curated-path-only" not in _ids(check_program(as_matmul, chip, route=route)), chip
+    assert "op.curated-path-only" not in _ids(check_program(scan, "m4", route="coreml"))
+    r = rule("op.curated-path-only")
+    assert "capabilities.json" in r.source and any("curated runtime path" in e.observed for e in r.evidence)
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+def test_identity_alone_is_flagged_where_the_sweep_refused_it(route):
+    """ANEForge's M5 sweep refused identity alone, the book's one-op run on the M1 (and its measured M5
+    column) ran it: a warning on the M5 naming both, nothing on the M1 and M2; after a computing op the
+    alone rule is silent."""
+    alone = _alone(lambda f, x: f.identity(x=x))
+    found = {chip: check_program(alone, chip, route=route) for chip in CHIPS}
+    assert "op.identity-alone" in _ids(found["m5"], "warn") and not errors(found["m5"])
+    for chip in ("m3", "m4"):
+        assert "op.identity-alone" in _ids(found[chip], "warn"), chip
+    for chip in ("m1", "m2"):
+        assert "op.identity-alone" not in _ids(found[chip]), chip
+    after = _alone(lambda f, x: f.identity(x=f.relu(x=x)))
+    for chip in CHIPS:
+        assert "op.identity-alone" not in _ids(check_program(after, chip, route=route)), chip
+    r = rule("op.identity-alone")
+    assert r.conflicted and "compile-walled" in r.source and "04-capability-surface.md" in r.source
+
+
+@pytest.mark.parametrize("route", ["direct", "e5rt"])
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_and_cos_alone_are_accepted_where_they_ran_and_refused_where_they_did_not(op, route):
+    """ANEForge's M5 sweep compiled and ran sin and cos alone; the M1 and M2 refuse them (the book's
+    one-op confirmation on the M1, ANEForge's catalog 'REJECTED on M1/A14 - silicon-measured')."""
+    alone = _alone(lambda f, x: getattr(f, op)(x=x))
+    for chip in ("m1", "m2"):
+        assert "op.from-m3" in _ids(check_program(alone, chip, route=route), "error"), chip
+    for chip in ("m3", "m4", "m5"):
+        assert not check_program(alone, chip, route=route), chip  # no finding at all
+    r = rule("op.from-m3")
+    assert "entries 'sin', 'cos'" in r.decision and "REJECTED on M1/A14" in str(r.evidence)
+
+
+# -- the corpus judged under the macOS versions its cases were observed under ----------------------------
+
+# contested case -> its contested rule's severity under the case's macOS, by hand: pull request #6's matmul
+# failure (26.3) stands alone under 26 (the M1 runs were under 15, the book's on e5rt); its cast failures
+# stay contested (the book's cast run names no version, so it counts under 26 too).
+UNDER_ITS_MACOS = {
+    "maderix-pr6-sdpa5-no-mask-ios16": "error",
+    "maderix-pr6-weight-reload-64ch-cast": "warn",
+    "maderix-weight-reload-64ch-on-m1": "warn",
+}
+
+
+def _corpus():
+    from tests.engine_corpus.known_good import KNOWN_GOOD
+    from tests.engine_corpus.known_refused import KNOWN_CONTESTED
+
+    return KNOWN_GOOD, KNOWN_CONTESTED
+
+
+def test_a_contested_case_is_judged_under_the_macos_it_was_observed_under():
+    _, contested = _corpus()
+    with_macos = {c.name: c for c in contested if c.macos}
+    assert set(with_macos) == set(UNDER_ITS_MACOS)
+    for name, want in UNDER_ITS_MACOS.items():
+        c = with_macos[name]
+        program = mil.verify(mil.parse(c.mil))
+        for chip in c.chips:
+            found = check_program(program, chip, c.weights, c.route, c.macos)
+            assert {f.severity for f in found if f.rule.id in c.contested} == {want}, (name, chip)
+
+
+def test_a_known_good_program_breaks_no_error_rule_under_its_macos():
+    """M1 Pro / Max trained with matmul attention under macOS 15: no error there; the same kernel under
+    macOS 26 is what pull request #6 saw fail (an error), which anekit's M1 route under 26 avoids."""
+    good, _ = _corpus()
+    with_macos = [c for c in good if c.macos]
+    assert [c.name for c in with_macos] == ["maderix-stories-sdpa-fwd-taps-m1-macos15"]
+    for c in with_macos:
+        program = mil.verify(mil.parse(c.mil))
+        for chip in c.chips:
+            for version in c.macos.split(","):
+                found = check_program(program, chip, c.weights, c.route, version.strip())
+                assert not errors(found) and "op.matmul-sdpa-m1" not in _ids(found), (c.name, chip, version)
+            under_26 = check_program(program, chip, c.weights, c.route, "26")
+            assert "op.matmul-sdpa-m1" in _ids(under_26, "error")
+
+
+def test_the_m3_channel_rule_splits_by_macos():
+    """M3 Pro and M3 Ultra under macOS 15.7.4: only 512-channel convs compiled; the M3 Ultra under macOS
+    26.3 ran 256 / 384-channel inmem_peak convs and trained with 768-channel ones."""
+    w = np.zeros((64, 64, 1, 1), np.float16)
+    conv = _prog(lambda f, x: f.conv(x=x, weight=f.const(w)))
+    assert "conv.channels-512-m3" in _ids(check_program(conv, "m3", macos="15"), "error")
+    assert "conv.channels-512-m3" not in _ids(check_program(conv, "m3", macos="26"))
+    assert "conv.channels-512-m3" in _ids(check_program(conv, "m3"), "warn")
+    assert "conv.channels-512-m3" not in _ids(check_program(conv, "m4", macos="15"))

@@ -3,14 +3,15 @@
 Every call path of anekit.runtime.ane is exercised against tests/fake_objc.py: the exact message
 sequence of compile / load / run / unload, the marshalling of MIL text, weight dictionaries and
 surfaces, reference counting (nothing left alive), each scripted NSError becoming the right anekit
-exception, missing classes and selectors, the real-time path and the chaining opt-in with its
-fallback. The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
+exception, missing classes and selectors, the real-time variants and the chaining opt-in with its
+fallback (the per-process behaviour — compile budget, directory identity, pacing, the loaded-program
+ceiling, the refresh, what the chip decides — is in tests/test_runtime_ane_process.py). The fake engine runs the simulator's plan on the IOSurfaces it is given, so results are
 compared with the simulator bit for bit.
 
 The fake enforces the engine rules hardware-run projects published (see its docstring); the tests
 under "the engine rules the fake enforces" state each rule with its source and show the backend's old
-behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads, the
-in-memory model handed to the real-time call) failing, and the current backend passing. Shapes are
+behaviour (size-ordered surfaces, declaration-order binding, one request kept across reloads) failing,
+and the current backend passing. Shapes are
 [1, C, 1, S] with S = 32: rows of 64 bytes, the smallest with hardware precedent.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import hashlib
 import os
 import re
 import subprocess
@@ -45,6 +47,7 @@ from anekit.mil import tensor
 from anekit.mil.parser import parse_program
 from anekit.runtime import ane
 from anekit.runtime.ane import AneBackend, AneSurface, binding, lifecycle, memory, objc
+from anekit.runtime.base import PROCESS_COMPILES
 from tests.fake_objc import ANE_DOMAIN, STATUS_0X1D, FakeObjC
 
 COMPILE = "-[_ANEInMemoryModel compileWithQoS:options:error:]"
@@ -134,6 +137,9 @@ MULTI_SHAPES = {"x": (1, 8, 1, S), "b": (1, 2, 1, S)}
 
 WEIGHTS = np.arange(16, dtype=np.float32).reshape(4, 4, 1, 1) / 8
 BLOB = build_blob_bytes([(WEIGHTS, "fp16")])[0]
+# The name the engine gets for weights/w.bin holding BLOB: the digest of its bytes in the file name (rule
+# descriptor.hex-id-weights, tests/test_runtime_ane_process.py).
+BLOB_NAME = f"weights/w-{hashlib.sha256(BLOB).hexdigest()[:16]}.bin"
 
 
 def _rand(shape, seed=0) -> np.ndarray:
@@ -229,12 +235,13 @@ def test_the_mil_text_and_weights_are_marshalled_and_written_before_compiling(fa
     (desc,) = fake.find("+[_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist:]")
     assert desc.types == ("ptr", "ptr", "ptr")
     text, weights, options = desc.values
-    assert weights == {"@model_path/weights/w.bin": {"offset": 0, "data": BLOB}} and options is None
+    assert weights == {f"@model_path/{BLOB_NAME}": {"offset": 0, "data": BLOB}} and options is None
     assert parse_program(text.decode()).functions["main"] == k.layout.fn  # the engine's function, as MIL
     (model,) = fake.of_class("_ANEInMemoryModel")
     folder = tmpdir_ns / model.value["hex"]
     assert (folder / "model.mil").read_bytes() == text
-    assert (folder / "weights" / "w.bin").read_bytes() == BLOB  # the fake checks this at compile time too
+    assert (folder / BLOB_NAME).read_bytes() == BLOB  # the fake checks this at compile time too
+    assert f'"@model_path/{BLOB_NAME}"' in text.decode()
     x = _rand((1, 4, 1, S))
     expected = runtime.open("sim").compile(_conv_program(), weights={"weights/w.bin": BLOB})(x=x)["y"]
     np.testing.assert_array_equal(k(x=x)["y"], expected)
@@ -249,7 +256,7 @@ def test_weight_names_and_file_sources(fake, backend, tmp_path, key):
     for source in (BLOB, bytearray(BLOB), memoryview(BLOB), str(path), path):
         k = backend.compile(_conv_program(), weights={key: source})
         assert fake.find("modelWithMILText:weights:optionsPlist:")[-1].values[1] == {
-            "@model_path/weights/w.bin": {"offset": 0, "data": BLOB}
+            f"@model_path/{BLOB_NAME}": {"offset": 0, "data": BLOB}
         }
         k.close()
 
@@ -760,19 +767,21 @@ def test_a_framework_that_does_not_load_is_reported(tmpdir_ns):
 # -- real-time evaluation ---------------------------------------------------------------------------------
 
 
-def test_realtime_evaluation_passes_the_model_property_and_brackets_the_task(fake):
-    """The real-time path as public code drives it: after the normal load, beginRealTimeTask and
-    loadRealTimeModel:options:qos:error:; runs through -[_ANEClient evaluateRealTimeWithModel:options:
-    request:error:] given -[_ANEInMemoryModel model] (an _ANEModel), not the in-memory model; before the
-    normal unload, unloadRealTimeModel:options:qos:error: and endRealTimeTask (selectors listed by
-    maderix/ANE training/m5result.md)."""
+def _realtime_calls(fake: FakeObjC, mark: int = 0) -> list[tuple[str, object]]:
+    """(message, the model it was handed) of every real-time evaluation since ``mark``."""
+    return [(c.name, c.values[0]) for c in fake.calls[mark:] if c.name == REALTIME]
+
+
+def test_realtime_first_hands_the_in_memory_model_itself_as_maderix_measured(fake):
+    """maderix/ANE commit 99ba013 (training/ane_runtime.h ane_eval_rt, docs/ANE_CHAINING_RESEARCH.md, M4
+    Max): -[_ANEClient evaluateRealTimeWithModel:options:request:error:] given the _ANEInMemoryModel itself
+    and an empty options dictionary, no real-time load or task: 1.74x-1.88x the standard call at 64x32. It
+    is the variant tried first; what worked is remembered for the next process."""
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    assert backend.realtime and fake.sent()[0] == "+[_ANEClient sharedConnection]"
+    assert backend.realtime and backend.realtime_paths.order == ("in-memory-model", "model-property")
     x, y = _rand((1, 4, 1, S)), _rand((1, 4, 1, S), 1)
     with backend.compile(_add_program()) as k:
-        built = [SURFACE_OBJECT] * 3 + [REQUEST]
-        assert fake.sent()[-7:] == [LOAD, *built, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD][-7:]
-        assert fake.realtime_tasks == 1
+        assert RT_BEGIN not in fake.sent() and RT_LOAD not in fake.sent()  # nothing real-time at load
         mark = len(fake.calls)
         np.testing.assert_array_equal(
             k(x=x, y=y)["z"], runtime.open("sim").compile(_add_program())(x=x, y=y)["z"]
@@ -780,59 +789,121 @@ def test_realtime_evaluation_passes_the_model_property_and_brackets_the_task(fak
         assert _since(fake, mark) == [REALTIME]
         call = fake.find(REALTIME)[0]
         assert call.types == ("ptr", "ptr", "ptr", "ptr")
-        assert call.values[:3] == ("<_ANEModel>", {}, "<_ANERequest>")
-        assert fake.find(RT_LOAD)[0].values[:3] == ("<_ANEModel>", {}, 21)
+        assert call.values[:3] == ("<_ANEInMemoryModel>", {}, "<_ANERequest>")
+        assert k.realtime_variant == "in-memory-model" and k.realtime_failure is None
         mark = len(fake.calls)
-    assert _since(fake, mark) == [RT_UNLOAD, RT_END, UNLOAD]
-    assert fake.realtime_tasks == 0 and k.realtime_failure is None
-    assert fake.live_objects() == []
+    assert _since(fake, mark) == [UNLOAD]
+    assert fake.realtime_tasks == 0 and fake.live_objects() == []
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "in-memory-model" and [a.value for a in outcome.attempts] == ["in-memory-model"]
 
 
-def test_the_in_memory_model_itself_is_refused_by_the_realtime_call(fake, backend):
-    """The old backend handed evaluateRealTimeWithModel: the _ANEInMemoryModel; public code hands it the
-    model's ``model`` property. The fake refuses anything but an _ANEModel."""
-    rt = backend.runtime
-    k = backend.compile(_add_program()).load()
-    with rt.autorelease_pool(), pytest.raises(EvalFailed, match="_ANEInMemoryModel is not an _ANEModel"):
-        client = rt.send(ane.api.CLIENT_SHARED)
-        rt.send_checked(
-            ane.CLIENT_EVALUATE_REALTIME,
-            k._engine.model,
-            k._engine.options,
-            k._engine.request,
-            to=client,
-            fails=EvalFailed,
-            what="old real-time call",
-        )
-    k.close()
-
-
-def test_a_failed_realtime_load_ends_the_task_and_uses_the_standard_call(fake):
+def test_when_the_in_memory_model_is_refused_the_model_property_variant_follows(fake):
+    """The variant bridge code writes (christopherkarani/Espresso Sources/ANEInterop/ane_interop.m): the
+    model's ``model`` property (an _ANEModel), beginRealTimeTask + loadRealTimeModel:options:qos:error:,
+    evaluated with the same _ANEModel, unloadRealTimeModel + endRealTimeTask before the normal unload. Once
+    it works, every kernel of the backend uses it without trying the first variant again."""
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    fake.fail("loadRealTimeModel:options:qos:error:", code=9, description="no real-time entitlement")
     k = backend.compile(_add_program()).load()
-    assert fake.sent()[-2:] == [RT_LOAD, RT_END] and fake.realtime_tasks == 0
-    assert "no real-time entitlement" in k.realtime_failure
+    fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time")
     mark = len(fake.calls)
     k.run()
-    k.unload()
-    assert _since(fake, mark) == [EVALUATE, UNLOAD]
-    k.load()  # a failed real-time load is not tried again
-    assert RT_BEGIN not in _since(fake, mark)
+    model_rt = [REALTIME, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, REALTIME]
+    assert _since(fake, mark) == model_rt
+    assert [m for _, m in _realtime_calls(fake, mark)] == ["<_ANEInMemoryModel>", "<_ANEModel>"]
+    assert fake.find(RT_LOAD)[0].values[:3] == ("<_ANEModel>", {}, 21)
+    assert k.realtime_variant == "model-property" and fake.realtime_tasks == 1
+    other = backend.compile(_add_program()).load()
+    mark = len(fake.calls)
+    other.run()
+    assert _since(fake, mark) == ["-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, REALTIME]
+    mark = len(fake.calls)
     k.close()
+    other.close()
+    assert _since(fake, mark) == [RT_UNLOAD, RT_END, UNLOAD] * 2
+    assert fake.realtime_tasks == 0 and fake.live_objects() == []
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "model-property"
+    assert [a.value for a in outcome.attempts] == ["in-memory-model", "model-property"]
+    assert "no real-time" in outcome.attempts[0].error
 
 
-def test_a_failed_realtime_call_falls_back_to_the_standard_one(fake):
+def test_an_m3_whose_realtime_load_returns_no_silently_ends_on_the_standard_call(tmpdir_ns):
+    """christopherkarani/Espresso AGENTS.md (M3 Max, macOS 15): "loadRealTimeModel: returns NO with no
+    error. Silent entitlement gate." The fake's M3 does that; with the first variant refused as well the
+    backend ends the task and uses the standard call for good — and the next process does not try again."""
+    fake = FakeObjC(tmpdir_ns, chip="m3", macos="15.4")
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
     k = backend.compile(_add_program()).load()
+    fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time")
+    mark = len(fake.calls)
+    k.run()
+    assert _since(fake, mark) == [REALTIME, "-[_ANEInMemoryModel model]", RT_BEGIN, RT_LOAD, RT_END, EVALUATE]
+    assert k.realtime_variant == "standard" and fake.realtime_tasks == 0
+    mark = len(fake.calls)
+    k.run()
+    assert _since(fake, mark) == [EVALUATE]
+    k.close()
+    [outcome] = [o for o in memory.Memory().entries() if o.trial == "realtime"]
+    assert outcome.value == "standard" and "without an NSError" in outcome.attempts[1].error
+    PROCESS_COMPILES.reset()  # the next process
+    again = AneBackend(runtime=fake.runtime(), realtime=True)
+    assert not again.realtime and "remembered" in again.realtime_unavailable
+    with again.compile(_add_program()) as k2:
+        mark = len(fake.calls)
+        k2.run()
+        assert _since(fake, mark) == [EVALUATE]
+    assert fake.errors == []
+
+
+def test_the_next_process_starts_with_the_variant_that_worked(fake):
+    first = AneBackend(runtime=fake.runtime(), realtime=True)
+    with first.compile(_add_program()) as k:
+        fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9)
+        k.run()
+        assert k.realtime_variant == "model-property"
+    second = AneBackend(runtime=fake.runtime(), realtime=True)
+    assert second.realtime_paths.order == ("model-property", "in-memory-model")
+    with second.compile(_add_program()) as k:
+        mark = len(fake.calls)
+        k.run()
+        assert [m for _, m in _realtime_calls(fake, mark)] == ["<_ANEModel>"]
+
+
+def test_a_realtime_call_that_fails_after_working_leaves_that_kernel_on_the_standard_call(fake):
+    backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    k = backend.compile(_add_program()).load()
+    k.run()  # the in-memory model works
     fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9, description="no real-time task")
     mark = len(fake.calls)
     k.run()
     k.run()
     assert _since(fake, mark) == [REALTIME, EVALUATE, EVALUATE]
-    assert "no real-time task" in k.realtime_failure
+    assert "no real-time task" in k.realtime_failure and backend.realtime_paths.chosen == "in-memory-model"
+    other = backend.compile(_add_program()).load()
+    mark = len(fake.calls)
+    other.run()  # the other kernels keep the variant
+    assert _since(fake, mark) == [REALTIME]
     k.close()
+    other.close()
     assert fake.realtime_tasks == 0
+
+
+def test_the_fake_refuses_an_ane_model_that_was_not_loaded_for_real_time(fake, backend):
+    rt = backend.runtime
+    k = backend.compile(_add_program()).load()
+    with rt.autorelease_pool(), pytest.raises(EvalFailed, match="not loaded for real time"):
+        client = rt.send(ane.api.CLIENT_SHARED)
+        rt.send_checked(
+            ane.CLIENT_EVALUATE_REALTIME,
+            rt.send(ane.MODEL_ANE_MODEL, to=k._engine.model),
+            k._engine.options,
+            k._engine.request,
+            to=client,
+            fails=EvalFailed,
+            what="real-time call without the real-time load",
+        )
+    k.close()
 
 
 def test_realtime_is_unavailable_without_the_client(fake):
@@ -844,10 +915,15 @@ def test_realtime_is_unavailable_without_the_client(fake):
     assert REALTIME not in fake.sent() and EVALUATE in fake.sent()
 
 
-def test_realtime_is_unavailable_without_the_model_property(fake):
+def test_without_the_model_property_only_the_in_memory_variant_is_tried(fake):
     fake.remove_method("_ANEInMemoryModel", "-", "model")
     backend = AneBackend(runtime=fake.runtime(), realtime=True)
-    assert not backend.realtime and "-[_ANEInMemoryModel model]" in backend.realtime_unavailable
+    assert backend.realtime and backend.realtime_paths.order == ("in-memory-model",)
+    with backend.compile(_add_program()) as k:
+        fake.fail("evaluateRealTimeWithModel:options:request:error:", code=9)
+        k.run()
+        assert k.realtime_variant == "standard"
+    assert "-[_ANEInMemoryModel model]" not in fake.sent()
 
 
 # -- threads ----------------------------------------------------------------------------------------------
@@ -1142,6 +1218,7 @@ def test_a_refused_dialect_falls_back_and_the_next_process_starts_with_what_comp
     assert [a.value for a in outcome.attempts] == ["ios18", "ios16"]
     assert "InvalidMILProgram" in outcome.attempts[0].error
     mark = len(fake.find("modelWithMILText:weights:optionsPlist:"))
+    PROCESS_COMPILES.reset()  # the next process
     second = AneBackend(runtime=fake.runtime(), chip="m1")
     assert second.preferred_dialect() == "ios16"
     second.compile(_add_program()).close()
@@ -1184,3 +1261,23 @@ def test_a_memory_file_nested_too_deep_is_ignored_not_a_crash():
     path.write_text("[" * 100_000 + "]" * 100_000)
     mem = memory.Memory()
     assert mem.recall("dialect", "m1", "macOS 15") is None and "ignored" in (mem.problem or "")
+
+
+def test_a_program_that_fails_every_way_does_not_count_against_the_realtime_variants(fake, backend):
+    """When the standard call fails too, the variants' failures were the program's: nothing is remembered
+    and the variants are tried again on the next evaluation."""
+    rt_backend = AneBackend(runtime=fake.runtime(), realtime=True)
+    k = rt_backend.compile(_add_program()).load()
+    for selector in ("evaluateRealTimeWithModel:options:request:error:",) * 2 + (
+        "evaluateWithQoS:options:request:error:",
+    ):
+        fake.fail(selector, code=0x1D, description=STATUS_0X1D)
+    with pytest.raises(EvalFailed, match="status=0x1d"):
+        k.run()
+    assert [o for o in memory.Memory().entries() if o.trial == "realtime"] == []
+    assert rt_backend.realtime_paths.chosen is None and rt_backend.realtime_paths.attempts == []
+    mark = len(fake.calls)
+    k.run()  # the program runs now: the first variant is tried again, and works
+    assert _since(fake, mark) == [REALTIME] and k.realtime_variant == "in-memory-model"
+    fake.refusals.clear()
+    k.close()

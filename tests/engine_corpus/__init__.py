@@ -11,7 +11,9 @@ checked against what public, hardware-run projects observed:
 - ``known_refused.KNOWN_CONTESTED``: programs measured to fail where another hardware-run program says
   the same construct works on that chip (often under another macOS version). The severity policy makes
   their rules warnings naming both sides (``contested`` lists them), and the macOS backend settles the
-  split by trying (``anekit.engine.trials``).
+  split by trying (``anekit.engine.trials``). Where the two sides name different macOS versions, the
+  case's ``macos`` says which it was observed under, and judged under that version the rule is an error
+  (the other side's runs, under other versions, do not count there).
 
 A rule that fires as an error on a known-good case for one of its chips and route contradicts a
 measurement; a known-refused case that no rule flags is a gap in the book.
@@ -38,7 +40,9 @@ The sources, abbreviated in the ``source`` strings:
   silicon, its M3 and M4 cells are predictions (so M3 / M4 are never claimed from it here).
 - sbryngelson/ANEForge (read at the commits named in each case): docs/op-catalog.md,
   aneforge/full_mil_vocabulary_sweep.json (an M5 sweep: "fails ANECCompile ... on M5",
-  aneforge/_capabilities.py), aneforge/_compile.py (its MIL emitter), docs/, bench/.
+  aneforge/_capabilities.py; its per-op results as docs/capabilities.json records them: "evidence":
+  "docs/full_mil_vocabulary_sweep.json (klass=...)"), aneforge/_compile.py (its MIL emitter), docs/,
+  bench/.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class Case:
     observed: str  # what was observed, e.g. "trained Stories110M on M4" or "ANECCompile() FAILED"
     weights: dict[str, bytes] | None = None  # BLOBFILE path -> weight file bytes; None: reads none
     contested: tuple[str, ...] = ()  # refused cases measured both ways: the rules that warn about them
+    macos: str = ""  # the macOS version(s) it was observed under, where the source states them
 
     def __post_init__(self) -> None:
         problems = []

@@ -117,11 +117,12 @@ def case(
     program_name: str | None = None,
     values: dict[tuple[str, int], np.ndarray] | None = None,
     contested: tuple[str, ...] = (),
+    macos: str = "",
 ) -> Case:
     """A Case whose MIL is ``programs/<program_name or name>.mil``, with the weight files it reads."""
     text = program(program_name or name)
     weights = weights_for(text, values) if values else _shared_weights(text)
-    return Case(name, text, chips, route, source, observed, weights, contested)
+    return Case(name, text, chips, route, source, observed, weights, contested, macos)
 
 
 @cache

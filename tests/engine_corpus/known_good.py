@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tests.engine_corpus import Case
 from tests.engine_corpus._programs import case
 
@@ -16,6 +18,8 @@ ANEFORGE = "sbryngelson/ANEForge"
 EMITTER = f"{ANEFORGE} aneforge/_compile.py (commit 03eea5a)"
 SWEEP = f"{ANEFORGE} aneforge/full_mil_vocabulary_sweep.json (commit 067717a; an M5 sweep, aneforge/_capabilities.py)"
 CATALOG = f"{ANEFORGE} docs/op-catalog.md (commit 669c897)"
+CENSUS = f"{ANEFORGE} docs/capabilities.json (commit 067717a; each op's entry records its sweep result)"
+COMMUNITY = f"{MADERIX} benchmarks/community_results.json"
 
 # -- maderix/ANE training kernels -------------------------------------------------------------------
 STORIES_DIMS = (
@@ -87,6 +91,21 @@ MADERIX_CASES: tuple[Case, ...] = (
         "maderix-stories-sdpa-bwd2-110m",
         "gen_sdpa_bwd2",
         "at the Stories110M dims it trained at (DIM 768, HEADS 12, SEQ 256: input [1, 7680, 1, 256])",
+    ),
+    case(
+        "maderix-stories-sdpa-fwd-taps-m1-macos15",
+        ("m1",),
+        "direct",
+        f"{MADERIX} training/stories_mil.h gen_sdpa_fwd_taps() (program(1.3) on the main line through d91c984; "
+        f"the program(1.0) rewrite of {PR6} stayed on its branch), compiled by training/train_large.m; "
+        f"{STORIES_DIMS}; chips and macOS: {COMMUNITY} M1 Pro (macOS 15.0, 148-163 ms/step: 'Training works "
+        "via stories_mil.h') and M1 Max (macOS 15.6.1, 143-167 ms/step); "
+        f"{REPORT} 'Key Findings - M1/M1 Pro/M1 Max: Training works via stories_mil.h' and 'macOS 15.x - Works "
+        "for all M-series with correct MIL format'. Its attention is matmul: the run that "
+        f"{PR6} contradicts under macOS 26.3 (known_refused 'maderix-pr6-sdpa5-no-mask-ios16')",
+        "compiled and evaluated every step of Stories110M training on M1 Pro and M1 Max under macOS 15",
+        program_name="maderix-stories-sdpa-fwd-taps",
+        macos="15.0, 15.6.1",
     ),
     case(
         "maderix-pr6-stories-ffn-fwd-taps-ios16",
@@ -500,6 +519,29 @@ E5RT_CASES: tuple[Case, ...] = (
             observed="compiled and ran on the M5",
         )
         for op in ("sin", "cos")
+    ),
+    _native(
+        "aneforge-identity",
+        "identity",
+        "",
+        chips=("m1", "m2"),
+        appendix="Native on M1, M2 and M4/M5, 'Aliases a cast or no-op'",
+        note=f"compiled alone ('a graph that contains ONLY that operation', {GUIDE} part-1-machine/"
+        "04-capability-surface.md). The M5 is not claimed: ANEForge's M5 sweep refused the same program "
+        "(known_refused 'aneforge-identity-on-m5', contested)",
+    ),
+    case(
+        "aneforge-cumsum-triangular-matmul",
+        ("m1",),
+        "e5rt",
+        f"{CATALOG} row 'cumsum': 'runs ON the ANE as a single op (verified M1 2026-06-09: cos 1.0) ... The "
+        f"standard MIL cumsum op is unimplemented, so it is reached via the curated e5rt path'; {CENSUS} entry "
+        "'cumsum': 'The prefix-sum capability is reachable on the same e5rt path via an upper-triangular ones "
+        "matmul (x @ U; relerr ~3e-4; O(N^2) in the matmul)'. Written here as that matmul (the matmul handler "
+        f"of {EMITTER}, U a [64, 64] BLOBFILE const of ones on and above the diagonal, transpose_y = false)",
+        "ran on the M1: the curated path (by the census, this matmul) verified there, cosine 1.0 against a "
+        "prefix sum",
+        values={("@model_path/weights.bin", 64): np.triu(np.ones((64, 64), np.float16))},
     ),
 )
 

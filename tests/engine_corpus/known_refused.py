@@ -11,6 +11,7 @@ from tests.engine_corpus.known_good import (
     ANEFORGE,
     APPENDIX_A,
     CATALOG,
+    CENSUS,
     EMITTER,
     GUIDE,
     MADERIX,
@@ -69,6 +70,7 @@ DIRECT_CASES: tuple[Case, ...] = (
         "ANE compile failed on an M1 Pro (shorthand / program(1.3) syntax and the fp32<->fp16 cast, per PR #6)",
         program_name="maderix-weight-reload-64ch",
         contested=("op.cast-m1-m2",),
+        macos="26.3",
     ),
     case(
         "maderix-pr6-weight-reload-64ch-cast",
@@ -79,6 +81,7 @@ DIRECT_CASES: tuple[Case, ...] = (
         "with fp16 I/O (M1/M2 fallback)'",
         "compile failed on an M1 Pro: the cast op (fp32 <-> fp16); the fp16-I/O text compiles (known_good)",
         contested=("op.cast-m1-m2",),
+        macos="26.3",
     ),
     case(
         "maderix-pr6-sdpa5-no-mask-ios16",
@@ -89,8 +92,10 @@ DIRECT_CASES: tuple[Case, ...] = (
         "ops still fail on M1/M2 - these are M4+ ANE ops. The attention tests (test_ane_causal_attn, "
         "test_ane_sdpa5, test_full_fused attention part) require M4 hardware.' (scaled_dot_product_attention is "
         "not an iOS16 op either)",
-        "failed on an M1 Pro (the attention tests do not run there)",
+        "failed on an M1 Pro under macOS 26.3 (the attention tests do not run there); M1 Pro / Max trained "
+        "with matmul attention under macOS 15 (known_good 'maderix-stories-sdpa-fwd-taps-m1-macos15')",
         contested=("op.matmul-sdpa-m1",),
+        macos="26.3",
     ),
     case(
         "maderix-inmem-peak-256ch-64x-on-m1",
@@ -188,6 +193,30 @@ E5RT_CASES: tuple[Case, ...] = (
             program_name=f"aneforge-{op}",
         )
         for op in ("sin", "cos")
+    ),
+    case(
+        "aneforge-cumsum",
+        ("m5",),
+        "e5rt",
+        f"{CENSUS} entry 'cumsum' (arch-gated-negative, negative-confirmed): 'the native MIL cumsum op is "
+        "unimplemented on the ANE backend - a native-op gap'; "
+        f"{CATALOG} row 'cumsum': 'The standard MIL cumsum op is unimplemented'; {APPENDIX_A} row 'cumsum': "
+        "'Native through a curated runtime path, not the standard compile path'. The one-op program is written "
+        f"in the style of {EMITTER} (its shape chosen here); the curated path's matmul runs (known_good "
+        "'aneforge-cumsum-triangular-matmul')",
+        "refused: the MIL op has no implementation on the engine's backend",
+    ),
+    case(
+        "aneforge-identity-on-m5",
+        ("m5",),
+        "e5rt",
+        f"{CENSUS} entry 'identity' (arch-gated-negative, evidence 'docs/full_mil_vocabulary_sweep.json "
+        "(klass=compile-walled)'): 'the authored minimal MIL program fails ANECCompile (ane_e5rt_program_"
+        f"compile, mask=0x4) on M5'; against it, {APPENDIX_A} row 'identity': Native, its M5 column measured, "
+        "each op confirmed alone (known_good 'aneforge-identity' on the M1 and M2)",
+        "ANECCompile fails on the M5 (one-op identity program)",
+        program_name="aneforge-identity",
+        contested=("op.identity-alone",),
     ),
     case(
         "aneforge-topk",

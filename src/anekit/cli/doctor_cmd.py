@@ -8,21 +8,28 @@ would fail. ``--json`` prints the report as JSON; ``--json OUT`` writes it to OU
 ``--smoke`` then runs the ladder (``anekit.tools.doctor.smoke``) on that backend (the engine on a Mac,
 the simulator elsewhere, which the output says), one line per rung and a summary; with ``--json OUT``
 the whole report (this machine, the backend, every rung) goes to OUT. Exits 0 when every rung passes,
-1 otherwise.
+1 otherwise. ``--report FILE`` (with ``--smoke``) also writes the first-contact report
+(``anekit.engine.report``, schema version 1: the chip, the macOS, each rung's constructs and compile /
+load / run outcome with its time, each numeric probe's bits, the training route chosen) to FILE,
+atomically; FILE must be a regular file name: a symlink, a FIFO, a device, the ``--json`` output or an
+input of the doctor (its trials memory) is refused before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from anekit import runtime
 from anekit.cli import flags
+from anekit.engine.report import write_report
 from anekit.fileio import atomic_write
 from anekit.kernels import preset
-from anekit.outputs import OutputError, check_file, writing
+from anekit.outputs import OutputError, check_apart, check_file, writing
 from anekit.tools import doctor, smoke, smoke_numerics
 
 
@@ -41,6 +48,7 @@ def format_report(r: dict[str, Any]) -> str:
     add(("os", f"{osr['system']} {osr['release']} {osr['machine']}"))
     add(("macOS", osr["macos"] or ("unknown" if osr["system"] == "Darwin" else "no (not macOS)")))
     add(("chip", osr["chip"] or "unknown"))
+    add(("training route", doctor.route_line(osr["chip"], osr["macos"])))
     add(("framework", f"{fw['path']} ({'present' if fw['exists'] else 'not found'})"))
     add(("framework loads", "yes" if fw["loaded"] else f"no: {fw['status']}"))
     if fw["loaded"]:
@@ -98,6 +106,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--smoke", action="store_true", help="compile, load and run a ladder of programs and compare"
     )
     p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="--smoke: write the first-contact report (chip, macOS, each rung's outcome, the probes' bits, "
+        "the training route) to FILE, to attach to an issue",
+    )
+    p.add_argument(
         "--config",
         default="stories260K",
         type=flags.preset,
@@ -126,6 +140,27 @@ def check_writable(path: str) -> None:
     check_file(path, "[doctor] --json", devices=True)  # /dev/stdout, a pipe: written into, never replaced
 
 
+def check_report(path: str, json_out: str | None) -> None:
+    """Refuse, before any work, a ``--report`` path anekit must not write: not a regular file name (a
+    symlink, a FIFO, a device, a directory), the ``--json`` output, or the doctor's input (the trials
+    memory it reads)."""
+    what = "[doctor] --report"
+    if not path:
+        raise OutputError(f"{what} needs a file name")
+    with writing(path, what):
+        if os.path.islink(path):
+            raise OutputError(
+                f"{what} {path}: is a symbolic link; the report is written only as a regular file: choose a "
+                "file name"
+            )
+    check_file(path, what)
+    if json_out not in (None, "-") and os.path.abspath(path) == os.path.abspath(str(json_out)):
+        raise OutputError(f"{what} {path}: is the --json output too: choose another file")
+    from anekit.runtime.ane.memory import Memory
+
+    check_apart(path, what, (("(the trials memory)", Path(Memory().path)),))
+
+
 def write_json(path: str, report: dict[str, Any]) -> None:
     """The report as JSON in ``path``, written atomically (never half-written); a character device or FIFO
     is written into as it is (never replaced by a file)."""
@@ -138,6 +173,11 @@ def run(args: argparse.Namespace) -> int:
     to_file = args.json not in (None, "-")
     if to_file:
         check_writable(args.json)
+    report_to = getattr(args, "report", None)
+    if report_to is not None:
+        if not getattr(args, "smoke", False):
+            raise OutputError("[doctor] --report needs --smoke (the report is what the ladder found)")
+        check_report(report_to, args.json)
     if getattr(args, "smoke", False):
         return run_smoke(args)
     report = doctor.diagnose().to_json()
@@ -178,6 +218,12 @@ def run_smoke(args: argparse.Namespace) -> int:
     elif args.json:
         write_json(args.json, found.to_json())
         print(f"wrote {args.json}", file=out)
+    if getattr(args, "report", None):
+        contact = doctor.first_contact(found)
+        with writing(args.report, "[doctor] --report"):
+            write_report(args.report, contact)
+        kind = "measured on the Neural Engine" if contact.hardware else "from the simulator: no evidence"
+        print(f"wrote the first-contact report {args.report} ({kind})", file=out)
     return 0 if not failed else 1
 
 

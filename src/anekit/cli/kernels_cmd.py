@@ -1,4 +1,5 @@
-"""``anekit kernels dump --config NAME OUT_DIR``: every kernel of one layer and the head, as files."""
+"""``anekit kernels dump --config NAME OUT_DIR``: every kernel of one layer and the head, as files;
+``--chip C [--macos V]``: the kernels of that chip's training route instead."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from anekit.cli import flags
+from anekit.errors import AnekitError
 from anekit.fileio import (
     DirLock,
     remove_stale_temporaries,
@@ -16,7 +18,7 @@ from anekit.fileio import (
 )
 from anekit.outputs import OutputError, check_apart, check_dir, looks_like, writing
 from anekit.tools.config import is_preset, model_config
-from anekit.tools.dump import INDEX, DumpedKernel, kernels_of, write_kernels
+from anekit.tools.dump import INDEX, DumpedKernel, kernels_of, route_kernels, write_kernels
 from anekit.words import plural
 
 TEMP_KIND = "kernels"  # the kind in the names of a dump's temporary directories (fileio.temporary_name)
@@ -47,6 +49,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"seed of the random (llama2.c-style) weights, 0 .. {flags.SEED_MAX} (default: %(default)s)",
     )
     dump.add_argument("--dynamic", action="store_true", help="also the dynamic-weight variants")
+    dump.add_argument(
+        "--chip",
+        type=flags.chip,
+        help="the kernels of this chip's training route (any, m1 .. m5), as its training step compiles them",
+    )
+    dump.add_argument(
+        "--macos",
+        metavar="VERSION",
+        help="with --chip: the route under this macOS version (15, 26, 15.3 ...); default: the route that "
+        "runs under every macOS version anekit has evidence for",
+    )
     dump.add_argument(
         "--force",
         action="store_true",
@@ -81,7 +94,16 @@ def run_dump(args: argparse.Namespace) -> int:
     cfg = model_config(args.config)
     model = None if is_preset(args.config) else args.config  # a preset names no directory
     check_out(args.out, args.force, model)
-    names, weights = kernels_of(args.config, cfg, args.seed, args.dynamic)
+    route, specs, weights = None, None, dict[str, object]()
+    if args.chip is not None:
+        if args.dynamic:
+            raise AnekitError("[kernels] --dynamic does not apply with --chip: the chip's route decides")
+        route, specs = route_kernels(args.config, cfg, args.chip, args.macos or "", args.seed)
+        names = list(specs)
+    else:
+        if args.macos is not None:
+            raise AnekitError("[kernels] --macos applies with --chip only")
+        names, weights = kernels_of(args.config, cfg, args.seed, args.dynamic)
     # Written into a temporary sibling directory and renamed, so a failure leaves nothing half-written.
     # The lines are printed once the dump is in place: a closed stdout (``| head``) cannot cut it short.
     with (
@@ -94,11 +116,14 @@ def run_dump(args: argparse.Namespace) -> int:
         tmp = temporary_dir(args.out, TEMP_KIND)
         try:
             width = max(18, *(len(n) for n in names))  # a sliding kind's names are longer
-            lines = [_line(k, width) for k in write_kernels(tmp, names, cfg, weights)]
+            lines = [_line(k, width) for k in write_kernels(tmp, names, cfg, weights, specs, route)]
             replace_path(tmp, args.out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     print("\n".join(lines))
+    if route is not None:
+        where = f"macOS {route.macos}" if route.macos else "every macOS"
+        print(f"training route of {route.chip} under {where}: {route.id} ({route.why})")
     print(f"wrote {plural(len(names), 'kernel')} of {cfg.name} to {args.out}")
     return 0

@@ -1,5 +1,6 @@
-"""``anekit lint FILE_OR_DIR... [--chip CHIP] [--route ROUTE] [--json]``: the rule book's findings, one per
-line, each saying the chip and route it was judged for and the rule's verdict per chip on that route."""
+"""``anekit lint FILE_OR_DIR... [--chip CHIP] [--route ROUTE] [--macos V] [--json]``: the rule book's
+findings, one per line, each saying the chip, route (and macOS version) it was judged for and the rule's
+verdict per chip on that route."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from anekit.cli import flags
+from anekit.engine.evidence import check_macos
 from anekit.errors import AnekitError
 from anekit.rules import CHIPS, ROUTES
 from anekit.rules.doc import markdown
@@ -51,6 +53,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"how the program reaches the engine: {', '.join(ROUTES)} (default: direct for MIL and Python "
         "files — the in-memory route anekit's backend drives —, coreml for packages)",
     )
+    p.add_argument(
+        "--macos",
+        type=_macos,
+        default="",
+        metavar="V",
+        help="the macOS version to judge for: a major version (15, 26) or a full one (15.3, 26.0.1); "
+        "evidence observed under other major versions then does not count (default: none — all the evidence "
+        "counts)",
+    )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--errors-only", action="store_true", help="print only findings of error severity")
     p.set_defaults(run=run_lint)
@@ -62,7 +73,7 @@ def run_lint(args: argparse.Namespace) -> int:
         return 0
     if not args.paths:
         raise AnekitError("[lint] name at least one FILE_OR_DIR (or --rules to list the rule book)")
-    results = lint_paths(args.paths, args.chip, args.route)
+    results = lint_paths(args.paths, args.chip, args.route, args.macos)
     if args.errors_only:
         for r in results:
             r.findings = [f for f in r.findings if f.is_error]
@@ -72,6 +83,7 @@ def run_lint(args: argparse.Namespace) -> int:
         doc = {
             "chip": args.chip,
             "route": _route_said(args.route, args.paths),
+            "macos": args.macos,
             "errors": errors,
             "warnings": warnings,
             "programs": [r.as_dict() for r in results],
@@ -83,9 +95,10 @@ def run_lint(args: argparse.Namespace) -> int:
             for line in r.lines():
                 print(line)
         route = _route_said(args.route, args.paths)
+        os_ = f", macOS: {args.macos}" if args.macos else ""
         print(
             f"{plural(len(results), 'program')}: {plural(errors, 'error')}, {plural(warnings, 'warning')} "
-            f"(chip: {args.chip}, route: {route})"
+            f"(chip: {args.chip}, route: {route}{os_})"
         )
     return 1 if errors else 0
 
@@ -96,3 +109,12 @@ def _route_said(route: str | None, paths: list[Path]) -> str:
         return route
     packages = any(is_package(p) for p in paths)
     return "direct (coreml for packages)" if packages else "direct"
+
+
+def _macos(value: str) -> str:
+    """``--macos``: a version number (argparse reports the problem as a usage error)."""
+    try:
+        check_macos(value, "lint")
+    except AnekitError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("[lint] ")) from None
+    return value.strip()

@@ -242,4 +242,4 @@ def _input_paths(args: argparse.Namespace, states: bool) -> list[tuple[str, Path
 def _numerics_label(backend: runtime.Backend) -> str:
     """ ", chip m1 numerics engine" for the simulator, "" for the engine itself."""
     numerics = getattr(backend, "numerics", None)
-    return "" if numerics is None else f" (chip {backend.chip}, numerics {numerics})"  # type: ignore[attr-defined]
+    return "" if numerics is None else f" (chip {backend.chip}, numerics {numerics})"

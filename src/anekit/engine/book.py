@@ -330,9 +330,33 @@ _PROCESS_RULES = (
         checked_by="anekit.runtime.ane",
     ),
     Rule(
+        "descriptor.hex-id-weights",
+        "A model's hexStringIdentifier (its NSTemporaryDirectory() directory) follows the MIL text and the "
+        "weight dictionary's keys, not the weight bytes, and a load reads the compiled files of that "
+        "directory: programs that differ only in weight bytes must not share names, or reloading one runs "
+        "the weights of the last one compiled.",
+        "process",
+        "wrong numbers",
+        (
+            Evidence(
+                "mechramc/Orion core/ane_runtime.m, orion_program_patch_weights",
+                "reported",
+                "'Same hexId as donor (same MIL text + weight dict keys)'; a model is loaded without "
+                "compiling from the net.plist and data files of its directory ('The compiled ANE data file "
+                "IS the BLOBFILE')",
+                M4,
+                DIRECT,
+                ORION_OS,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.weights.content_names (weight files named by their bytes); "
+        "anekit.runtime.ane.lifecycle.TempDirs (a live directory is never rewritten with other content)",
+    ),
+    Rule(
         "process.compile-budget",
         "A process can compile about 119 programs before the compiler fails or the process becomes "
-        "unstable; anekit's budget is 100, after which the trainer checkpoints and re-executes itself.",
+        "unstable; anekit's budget is 100 per process, counted over every backend object of the process, "
+        "after which the trainer checkpoints and re-executes itself.",
         "process",
         "refused",
         (
@@ -340,8 +364,52 @@ _PROCESS_RULES = (
                 "§5 (first documented by maderix/ANE)",
                 "after about 119 ANECompile() calls the compiler fails",
             ),
+            Evidence(
+                f"{MADERIX} training/stories_config.h and training/stories_io.h; mechramc/Orion "
+                "core/ane_runtime.m",
+                "reported",
+                "one process-wide counter (g_compile_count) against MAX_COMPILES 100 / orion_compile_count()",
+                routes=DIRECT,
+            ),
         ),
-        checked_by="anekit.runtime.base.Backend.compile; anekit.training.loop",
+        checked_by="anekit.runtime.base.PROCESS_COMPILES (AneBackend); anekit.training.loop",
+    ),
+    Rule(
+        "process.failed-compile-pause",
+        "A failed compile restarts the shared compile service; the next compile waits one restart "
+        "interval (about 15 s), or a run of failures stalls unrelated compiles.",
+        "process",
+        "slow",
+        (
+            Evidence(
+                "sbryngelson/ane-guide part-5-practice/19-pitfalls-and-limits.md, 'Pacing compiles after a "
+                "failure'",
+                "measured",
+                "failures faster than the service restarts slow unrelated compiles down; failures spaced "
+                "past the restart interval cause no degradation: 'wait at least one restart interval, "
+                "roughly 15 seconds, before the next compile'",
+                routes=COMPILED,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.pacing (FAILED_COMPILE_PAUSE)",
+    ),
+    Rule(
+        "process.loaded-program-ceiling",
+        "A process can hold near 128 loaded programs; the next load fails ('GetANEFModel: must "
+        "re-compile'). anekit keeps at most 120 loaded per process and unloads the least recently used "
+        "kernel to load another (it reloads itself before its next run).",
+        "process",
+        "refused",
+        (
+            Evidence(
+                "sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md",
+                "measured",
+                "'The loaded-program cap is near 128 programs per process: the next load fails with "
+                "`GetANEFModel: must re-compile`'",
+                routes=COMPILED,
+            ),
+        ),
+        checked_by="anekit.runtime.ane.residency (MAX_LOADED, least recently used unload)",
     ),
     Rule(
         "process.request-per-load",
@@ -399,8 +467,20 @@ _PROCESS_RULES = (
                 DIRECT,
                 "15",
             ),
+            Evidence(
+                f"{MADERIX} commit 99ba013 training/ane_runtime.h (ane_eval_rt), "
+                "training/test_bench_paths.m, docs/ANE_CHAINING_RESEARCH.md '5a: Real-time eval'",
+                "measured",
+                "evaluateRealTimeWithModel: handed the _ANEInMemoryModel itself with @{} options, no "
+                "loadRealTimeModel and beginRealTimeTask returning NO: 'RT vs Standard speedup: 1.74x' "
+                "(M4 Max)",
+                M4,
+                DIRECT,
+                "15",
+            ),
         ),
-        checked_by="anekit.runtime.ane (realtime=True, falls back to the standard call on any failure)",
+        checked_by="anekit.runtime.ane.realtime (realtime=True: the in-memory model first, then the model "
+        "property, then the standard call; what worked is remembered per chip and macOS)",
     ),
     Rule(
         "process.chaining",
@@ -423,7 +503,8 @@ _PROCESS_RULES = (
     Rule(
         "process.dual-die-throughput",
         "On a two-die Ultra the engine's throughput degrades within one process after tens of thousands of "
-        "evaluations (about 28K measured): long runs restart the process.",
+        "evaluations (about 28K measured): anekit reloads every loaded kernel after each 100K evaluations "
+        "of the process (rustane's refresh), and long runs restart the process.",
         "process",
         "slow",
         (
@@ -437,8 +518,19 @@ _PROCESS_RULES = (
                 DIRECT,
                 "26.3.1",
             ),
+            Evidence(
+                "ncdrone/rustane pull request #9 description (M3 Ultra 512GB, macOS 26.3.1)",
+                "measured",
+                "'ANE throughput degrades after ~100K cumulative doEvaluateDirectWithModel: calls (~150 "
+                "steps at 600M). Added periodic kernel recompile to reset firmware state.'",
+                ("m3",),
+                DIRECT,
+                "26.3.1",
+            ),
         ),
-        checked_by="not enforced: the trainer's compile budget re-executes long runs every 100 compiles",
+        checked_by="anekit.runtime.ane.residency (every loaded kernel unloaded and reloaded after each "
+        "100K evaluations of the process); the trainer's compile budget re-executes long runs every 100 "
+        "compiles",
     ),
 )
 
@@ -581,6 +673,39 @@ _OP_RULES = (
         decision="Measured native on M1, M2 and M5: the report stands only where nothing was measured.",
     ),
     Rule(
+        "op.identity-alone",
+        "A function whose only op is identity (its output is its input) was refused by the compiler on the "
+        "M5: give the engine an op that computes, or copy on the host.",
+        "op",
+        "refused",
+        (
+            Evidence(
+                f"{FORGE} docs/capabilities.json (commit 067717a), entry 'identity' (arch-gated-negative, "
+                "negative-confirmed; evidence 'docs/full_mil_vocabulary_sweep.json (klass=compile-walled)')",
+                "measured",
+                "'compiles-walled: the authored minimal MIL program fails ANECCompile "
+                "(ane_e5rt_program_compile, mask=0x4) on M5'",
+                M5,
+                COMPILED,
+            ),
+            Evidence(
+                f"{GUIDE_MATRIX} row 'identity'; {GUIDE} part-1-machine/04-capability-surface.md ('Every "
+                "operation marked native in Appendix A was compiled and run on the M1', each in 'a graph "
+                "that contains ONLY that operation')",
+                "measured",
+                f"identity native, 'Aliases a cast or no-op' ({GUIDE_COMPILED})",
+                ("m1", "m2", "m5"),
+                COMPILED,
+                refutes=True,
+            ),
+        ),
+        decision="Measured both ways on the M5, each side compiling identity alone through e5rt (ANEForge's "
+        "sweep: refused; the book's one-op confirmation: native, its M5 column measured): a warning there "
+        "naming both. On the M1 and M2 only the book's run speaks: the rule does not apply. On the M3 and "
+        "M4, measured on neither side, a warning. Identity after a computing op (a function output) is "
+        "op.identity-output's; anekit's kernels end in their last compute op.",
+    ),
+    Rule(
         "op.cast-m1-m2",
         "M1 and M2 were reported to lack cast (fp32 <-> fp16) on the in-memory route: their kernels take and "
         "return fp16.",
@@ -604,31 +729,60 @@ _OP_RULES = (
     ),
     Rule(
         "op.matmul-sdpa-m1",
-        "matmul and scaled_dot_product_attention were reported to fail on M1 / M2 under macOS 26.",
+        "matmul and scaled_dot_product_attention fail on M1 / M2 under macOS 26 on the in-memory route (they "
+        "ran there under macOS 15).",
         "op",
         "refused",
         (
             Evidence(
                 PR6,
                 "measured",
-                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops'",
+                "'matmul and scaled_dot_product_attention ops still fail on M1/M2 -- these are M4+ ANE ops' "
+                "(the attention tests do not run on the M1 Pro)",
                 M1,
                 DIRECT,
                 "26.3",
             ),
-            _guide_native("matmul and scaled_dot_product_attention", ("m1", "m2")),
+            Evidence(
+                PR6,
+                "reported",
+                "the same commit message names the M2 with the M1 ('fail on M1/M2'); it was tested on the M1 "
+                "Pro only",
+                ("m2",),
+                DIRECT,
+                "26.3",
+            ),
+            Evidence(
+                f"{GUIDE_MATRIX} rows 'matmul', 'scaled_dot_product_attention'; {GUIDE} back-matter/"
+                "methodology.md ('on macOS 14 or later (verified on macOS 26.5)')",
+                "measured",
+                "matmul ('Engine lane or convolution fold') and scaled_dot_product_attention native on the "
+                "M1 and M2, each compiled alone and run through the e5rt runtime",
+                ("m1", "m2"),
+                E5RT,
+                "26.5",
+                refutes=True,
+            ),
             Evidence(
                 f"{MADERIX_COMMUNITY} (M1 Pro macOS 15.0, M1 Max 15.6.1: 'Training works via stories_mil.h')",
                 "measured",
                 "the training kernels, whose attention is matmul, train on M1 Pro and M1 Max",
                 M1,
                 DIRECT,
-                "15",
+                "15.0, 15.6.1",
                 refutes=True,
             ),
         ),
         chips=("m1", "m2"),
-        decision="Measured both ways on the M1, split by macOS version: a warning on the M1.",
+        decision="Split by macOS version on the in-memory route: measured failing on an M1 Pro under macOS "
+        "26.3 (pull request #6, which names M1 and M2) and training on M1 Pro / Max under macOS 15. Under "
+        "macOS 26 it is an error on the M1 and, by the policy (measured on the M1, nothing run against it on "
+        "the M2 on this route), on the M2; under macOS 15 it does not apply; with no macOS named it is a "
+        "warning on the M1 and the M2, both sides counted. The book's measurement (M1, M2, through e5rt, "
+        "macOS 26.5) weighs on the e5rt route only: e5rt lowers a matmul its own way (the book's note: "
+        "'Engine lane or convolution fold') before ANECCompile, the in-memory route hands the MIL as "
+        "written, and on the in-memory route two hardware runs answer the question per macOS version. "
+        "anekit's training route for M1 / M2 under macOS 26 uses no matmul.",
     ),
     Rule(
         "op.softmax-axis-size",
@@ -711,10 +865,11 @@ _OP_RULES = (
                 "15.7.4",
             ),
             Evidence(
-                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (macOS "
-                f"26.3)",
+                f"{MADERIX} pull request #28 benchmarks/submissions/m3-ultra-mac-studio-2026-03-03 (raw/"
+                "system_info.txt: macOS 26.3; raw/inmem_peak.log, raw/train_large.log)",
                 "measured",
-                "the stories110M dynamic pipeline (768 channels) trained on the M3 Ultra",
+                "on the M3 Ultra the inmem_peak convs of 256 and 384 channels ran (64x / 128x conv 256ch and "
+                "384ch sp64) and the static pipeline's 768-channel conv kernels trained Stories110M",
                 ("m3",),
                 DIRECT,
                 "26.3",
@@ -722,7 +877,9 @@ _OP_RULES = (
             ),
         ),
         chips=("m3",),
-        decision="Measured both ways on the M3, split by macOS version: a warning.",
+        decision="Measured both ways on the M3, split by macOS version (the M3 Ultra on both sides): under "
+        "macOS 15 an error (no run against it there), under macOS 26 it does not apply, with no version "
+        "named a warning.",
     ),
     Rule(
         "op.square-activation-width-m5",

@@ -21,6 +21,10 @@ reports outrank the reference documents and our own assumptions):
 - ``assumed``: no source for this chip or route: another figure stands in (the observation says which);
 - ``unknown``: no data at all.
 
+macOS: a record names the version(s) it was observed under (``macos``: "26.3", "15.0, 15.6.1") where the
+source states them. The policy can be asked for one macOS major version; records naming only other majors
+then do not count, on either side, and records naming none count under every version.
+
 Routes — how a program reaches the engine (DESIGN.md "Routes"): ``direct`` (MIL text and weight files
 handed to the private framework's in-memory model, surfaces the caller allocates: anekit's backend),
 ``e5rt`` (the Espresso / e5rt runtime, which compiles MIL to an E5 bundle) and ``coreml`` (a CoreML
@@ -29,6 +33,7 @@ package; CoreML allocates the buffers and places ops the engine refuses on the C
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -69,6 +74,32 @@ def check_route(route: str, layer: str = "rules") -> str:
     return route
 
 
+class UnknownMacOS(AnekitError, ValueError):
+    """A macOS version that names no major version."""
+
+
+_VERSION = re.compile(r"(\d+)(?:\.\d+)*")
+_PLAIN_VERSION = re.compile(r"\d+(?:\.\d+){0,2}")
+
+
+def macos_major(version: str) -> str:
+    """The major version in a macOS version string ("15.3.1" -> "15", "macOS 26.0 (25A...)" -> "26");
+    "" when there is none."""
+    found = _VERSION.search(version or "")
+    return found.group(1) if found else ""
+
+
+def check_macos(version: str, layer: str = "rules") -> str:
+    """The major version of ``version`` ("15", "26", "15.3", "26.0.1"; "": none asked, returned as is);
+    one line saying what is expected otherwise."""
+    if version and not _PLAIN_VERSION.fullmatch(version.strip()):
+        raise UnknownMacOS(
+            f"[{layer}] macOS version '{version}' is not a version number (expected a major version such as "
+            "15 or 26, or a full one such as 15.3 or 26.0.1)"
+        )
+    return macos_major(version)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One observation behind a fact: who, what, where (chips, routes, macOS) and how strong."""
@@ -93,12 +124,24 @@ class Evidence:
             problems.append(f"chips {self.chips} not a subset of {GENERATIONS}")
         if not self.routes or not set(self.routes) <= set(ROUTES):
             problems.append(f"routes {self.routes} not a subset of {ROUTES}")
+        if self.macos and not all(macos_major(v) for v in self.macos.split(",")):
+            problems.append(f"macOS {self.macos!r} is not a list of versions (e.g. '26.3' or '15.0, 15.6.1')")
         if problems:
             raise ValueError(f"[engine] evidence from '{self.source}': " + "; ".join(problems))
 
     @property
     def is_hardware(self) -> bool:
         return self.status in HARDWARE
+
+    @property
+    def majors(self) -> frozenset[str]:
+        """The macOS major versions it names (none: it does not say)."""
+        return frozenset(macos_major(v) for v in self.macos.split(",") if v.strip())
+
+    def holds_under(self, major: str) -> bool:
+        """Whether it counts under macOS ``major`` ("": no version asked): a record that names no version
+        counts under every one, a record that names versions only under theirs."""
+        return not major or not self.majors or major in self.majors
 
     def covers(self, chip: str, route: str) -> bool:
         """Whether it was observed on ``chip`` ("any": some chip) and ``route``."""
@@ -126,7 +169,10 @@ POLICY = (
     "program or computes wrong numbers and that was measured on hardware on its route (on this chip, or "
     "on another chip it speaks of while no hardware-run program on the route contradicts it); in every "
     "other case (reports, decompiled tables, seed laws, slowness, CPU fallback) it is a warning. For no "
-    'chip in particular ("any") a rule is an error only when it is one on every chip.'
+    'chip in particular ("any") a rule is an error only when it is one on every chip. Under a macOS major '
+    "version (15, 26, ...) only the evidence observed under that version, or under no version it names, "
+    "counts, on either side: a refusal measured under macOS 26 says nothing under macOS 15, and a run under "
+    "macOS 15 does not contradict it under 26. Without a version all the evidence counts."
 )
 
 
@@ -136,13 +182,16 @@ def severity(
     route: str,
     claimed: tuple[str, ...] = GENERATIONS,
     can_refuse: bool = True,
+    macos: str = "",
 ) -> str | None:
     """``error``, ``warn`` or None (the rule does not apply) on ``chip`` and ``route``: POLICY.
 
     ``claimed``: the generations the rule speaks of (a generation-gated rule names its own); on other
     chips it does not apply. ``can_refuse``: whether the rule says the engine refuses a program or
-    computes wrong numbers (only such a rule can be an error)."""
-    items = tuple(evidence)
+    computes wrong numbers (only such a rule can be an error). ``macos``: a macOS version ("26", "15.3";
+    "": every version): the evidence naming other major versions is left out, on both sides."""
+    major = check_macos(macos)
+    items = tuple(e for e in evidence if e.holds_under(major))
     if chip == ANY:
         found = [severity(items, c, route, claimed, can_refuse) for c in GENERATIONS]
         if all(s is None for s in found):
@@ -172,7 +221,9 @@ def chips_at(
     level: str,
     claimed: tuple[str, ...] = GENERATIONS,
     can_refuse: bool = True,
+    macos: str = "",
 ) -> tuple[str, ...]:
-    """The generations on which the policy gives ``level`` ("error" or "warn") on ``route``."""
+    """The generations on which the policy gives ``level`` ("error" or "warn") on ``route`` (under macOS
+    ``macos``: "" for every version)."""
     items = tuple(evidence)
-    return tuple(c for c in GENERATIONS if severity(items, c, route, claimed, can_refuse) == level)
+    return tuple(c for c in GENERATIONS if severity(items, c, route, claimed, can_refuse, macos) == level)

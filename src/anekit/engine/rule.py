@@ -4,7 +4,8 @@ A rule says what it is about (``scope``), what it claims (``statement``), on whi
 (``chips``: a generation-gated rule names its own) and who enforces it (``checked_by``). Everything else
 follows from its evidence (``anekit.engine.evidence``): the routes it applies to are the routes of its
 supporting evidence, and its severity on a chip and route is the one severity policy's verdict
-(``evidence.POLICY``), never a field someone sets. ``decision`` records, where sources disagree, what
+(``evidence.POLICY``), never a field someone sets; asked for a macOS major version, only the evidence
+observed under it (or under no stated version) counts. ``decision`` records, where sources disagree, what
 anekit does about it.
 
 Scopes: ``program`` (the program as a whole), ``op`` (one operation), ``tensor`` (a function input or
@@ -91,10 +92,11 @@ class Rule:
         parts += [f"against: {e.source}" for e in self.against]
         return "; ".join(dict.fromkeys(parts))
 
-    def severity_on(self, chip: str = ANY, route: str = "direct") -> str | None:
-        """``error``, ``warn`` or None (does not apply) on ``chip`` and ``route``, by the policy."""
+    def severity_on(self, chip: str = ANY, route: str = "direct", macos: str = "") -> str | None:
+        """``error``, ``warn`` or None (does not apply) on ``chip`` and ``route`` under macOS ``macos`` ("":
+        every version), by the policy."""
         check_route(route)
-        return severity(self.evidence, chip, route, self.chips, self.can_refuse)
+        return severity(self.evidence, chip, route, self.chips, self.can_refuse, macos)
 
     @property
     def severity(self) -> str:
@@ -102,20 +104,21 @@ class Rule:
         found = {self.severity_on(c, r) for c in GENERATIONS for r in self.routes}
         return "error" if "error" in found else "warn"
 
-    def chips_at(self, level: str, route: str = "direct") -> tuple[str, ...]:
-        """The generations on which it is ``level`` ("error" or "warn") on ``route``."""
-        return chips_at(self.evidence, route, level, self.chips, self.can_refuse)
+    def chips_at(self, level: str, route: str = "direct", macos: str = "") -> tuple[str, ...]:
+        """The generations on which it is ``level`` ("error" or "warn") on ``route`` under ``macos``."""
+        return chips_at(self.evidence, route, level, self.chips, self.can_refuse, macos)
 
-    def verdict(self, route: str) -> str:
-        """``error on m1, m2; warn on m3`` style: its severity per chip on ``route`` ("-": none)."""
+    def verdict(self, route: str, macos: str = "") -> str:
+        """``error on m1, m2; warn on m3`` style: its severity per chip on ``route`` under ``macos`` ("":
+        every version; "-": applies nowhere)."""
         parts = []
         for level in SEVERITIES:
-            chips = self.chips_at(level, route)
+            chips = self.chips_at(level, route, macos)
             if chips:
                 named = "all chips" if set(chips) == set(GENERATIONS) else ", ".join(chips)
                 parts.append(f"{level} on {named}")
         return "; ".join(parts) or "-"
 
-    def applies_to(self, chip: str, route: str = "direct") -> bool:
-        """Whether it applies on ``chip`` ("any": on some chip) and ``route``."""
-        return route in self.routes and self.severity_on(chip, route) is not None
+    def applies_to(self, chip: str, route: str = "direct", macos: str = "") -> bool:
+        """Whether it applies on ``chip`` ("any": on some chip) and ``route`` under ``macos``."""
+        return route in self.routes and self.severity_on(chip, route, macos) is not None

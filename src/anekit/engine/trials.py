@@ -13,20 +13,12 @@ chip; failures count against an option on the same keys. Ties keep the declared 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from anekit.engine.chips import ANY
-from anekit.engine.evidence import Evidence
+from anekit.engine.evidence import Evidence, macos_major
 from anekit.engine.sources import MADERIX, MADERIX_COMMUNITY, MADERIX_REPORT
 from anekit.errors import AnekitError
-
-
-def macos_major(version: str) -> str:
-    """The major version in a macOS version string ("15.3.1" -> "15", "macOS 26.0 (25A...)" -> "26");
-    "" when there is none."""
-    found = re.search(r"(\d+)(?:\.\d+)*", version or "")
-    return found.group(1) if found else ""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import numpy as np
 
 from anekit.errors import AnekitError
 from anekit.jsonio import loads
+from anekit.kernels.route import kernel_route
 from anekit.llama.params import Params
 from anekit.llama.run_record import HF_RUN_FORMAT, HF_RUN_SCHEMA, HF_RUN_VERSION
 from anekit.outputs import writing
@@ -271,6 +272,7 @@ class HFSource:
                 weight_decay=0.0 if mode == "lora" else 0.1,
                 seed=o.seed or 0,
                 weights="dynamic",
+                route=self._route(o.route),
             )
         if tc.steps * tc.accum > INT32_MAX:
             raise AnekitError(
@@ -340,6 +342,17 @@ class HFSource:
             self.resumed_wall = float(st.get("wall", 0.0))
             if s.step < tc.steps:
                 self.marks.append((s.step, "budget" if o.restarted else "resume"))
+
+    @staticmethod
+    def _route(route: str | None) -> str:
+        """The training route of a new run (``anekit.training.route_choice``): one with dynamic weights (the
+        run validates as it goes, reading the kernels the last step left); "" for the legacy kernels."""
+        if route and kernel_route(route).weights != "dynamic":
+            raise AnekitError(
+                f"[train] a Hugging Face model trains with dynamic weights (it validates as it goes); this "
+                f"chip's training route {route} runs {kernel_route(route).weights} weights"
+            )
+        return route or ""
 
     def _check_same(self, stored: dict[str, Any], tc: Any) -> None:
         o, hf = self.options, self.hf

@@ -97,15 +97,20 @@ def sdpa_bwd1(
     )
 
 
-def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full") -> KernelSpec:
+def sdpa_bwd1_weightless(cfg: ModelConfig, *, kind: str = "full", identity_wo: bool = True) -> KernelSpec:
     """SDPA backward 1 without trained weights (the dynamic pipeline's, fed da = Wo^T do by a dynamic
-    matmul): baked with Wo = I where Wo is square (llama2.c), else taking da (q_dim) as its input."""
-    if cfg.q_dim == cfg.dim:
+    matmul): baked with Wo = I where Wo is square (llama2.c) and ``identity_wo`` (the legacy kernel), else
+    taking da (q_dim) as its input. The training routes take da always: the identity conv computes
+    nothing, and it was the one conv of their dynamic kernels (the M3's contested 512-channel rule,
+    'conv.channels-512-m3', warns on every conv of more channels)."""
+    if cfg.q_dim == cfg.dim and identity_wo:
         return sdpa_bwd1(cfg, {"wo": np.eye(cfg.dim, dtype=np.float32)}, kind=kind)
     return sdpa_bwd1(cfg, None, da_input=True, kind=kind)
 
 
-def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -> KernelSpec:
+def sdpa_bwd2(
+    cfg: ModelConfig, weights: Weights = None, *, kind: str = "full", rope: str = "conv"
+) -> KernelSpec:
     """Softmax backward and the gradients of the (pre-RoPE) Q and K projections.
 
     Input: concat(probs (H*S), dp (H*S), q (q_dim), k (kv_dim)): probs and dp as ``sdpa_bwd1`` writes
@@ -114,10 +119,13 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") 
     weight data): the projections Wq xnorm (+ bq) and Wk xnorm (+ bk), or, with a q / k norm, that
     norm's outputs (the host carries them back through the norm). ``weights`` is unused (the kernel bakes no
     model weight) and accepted for a uniform generator signature. The scores' scale is
-    ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables.
+    ``cfg.scores_scale``; ``kind`` "sliding" rotates back with the sliding layers' RoPE tables. ``rope``:
+    how the rotation back is written, the route's choice (``KernelBuilder.rope``: "conv", the legacy swap
+    conv, or "slice" / "matmul", slices and a concat or a matmul by the rotate-half permutation on the
+    heads view, where dq and dk already are: x cos - (x @ P) sin, the transposed rotation).
     """
     inputs, outputs = sdpa_bwd2_layouts(cfg)
-    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind)
+    kb = KernelBuilder("sdpa_bwd2", cfg, inputs, weights, kind, rope=rope)
     qd, kv, h, kvh = cfg.q_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     probs = kb.score_heads(kb.part("probs"), "probs")  # (1, H, S, S)
     dp = kb.score_heads(kb.part("dp"), "dp")  # (1, H, S, S)
@@ -130,6 +138,11 @@ def sdpa_bwd2(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") 
     ds = kb.f.mul(x=ds, y=cfg.scores_scale, name="ds")  # (1, H, S, S): of the raw q.k
     dsg = kb.group_queries(ds, "dsg")  # (1, KVH, G*S, S)
     dq = kb.f.matmul(x=dsg, y=kh, transpose_x=False, transpose_y=False, name="dq_g")  # (1, KVH, G*S, hd)
+    if cfg.rope and kb.rotates_heads:  # rotated back on the heads views the products give
+        dqh = kb.rope_heads(kb.ungroup(dq, "dq_h"), "dq_rope", inverse=True)  # (1, H, S, hd)
+        dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
+        dkh = kb.rope_heads(dk, "dk_rope", inverse=True)  # (1, KVH, S, hd)
+        return kb.finish(outputs, {"dq": kb.merge_heads(dqh, h, "dq"), "dk": kb.merge_heads(dkh, kvh, "dk")})
     dq = kb.merge_heads(kb.ungroup(dq, "dq_h"), h, "dq")  # (1, q_dim, 1, S)
     dk = kb.f.matmul(x=dsg, y=qg, transpose_x=True, transpose_y=False, name="dk_h")  # (1, KVH, S, hd)
     dk = kb.merge_heads(dk, kvh, "dk")  # (1, kv_dim, 1, S)

@@ -20,7 +20,9 @@ from functools import lru_cache
 import numpy as np
 
 from anekit.blob import build_blob_bytes
+from anekit.engine.extents import SPATIAL
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.route import NORM, ROPE, BadKernelRoute
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
 from anekit.mil.values import string_literal
@@ -78,6 +80,33 @@ def rope_full_tables(cfg: ModelConfig, channels: int, kind: str = "full") -> tup
     return np.repeat(cos, 2, axis=1), np.repeat(sin, 2, axis=1)  # (1, C, 1, S) each
 
 
+def rope_head_tables(cfg: ModelConfig, kind: str = "full") -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [1, 1, S, head_dim] for rotating the pairs (2i, 2i + 1) of every head in the heads view
+    [1, n, S, hd] (broadcast over the heads): row s, column j holds the angle of position s for the pair
+    of j, the tables maderix/ANE training/training_dynamic/mil_dynamic.h bakes as rope_cos / rope_sin."""
+    cos, sin = rope_full_tables(cfg, cfg.head_dim, kind)  # (1, hd, 1, S) each: channel j, position s
+    return cos.transpose(0, 2, 3, 1), sin.transpose(0, 2, 3, 1)  # (1, 1, S, hd) each
+
+
+def pair_view(n_heads: int, seq: int, head_dim: int) -> list[int]:
+    """The shape viewing heads [1, n, S, hd] as channel pairs on the last axis: [1, n, S*hd/2, 2], as
+    maderix's and rustane's kernels reshape them; [1, n*S, hd/2, 2] (the same elements in the same order)
+    when S*hd/2 is wider than the engine's widest spatial extent on the M1 to M3 (16384,
+    ``anekit.engine.extents`` 'extent.spatial')."""
+    pairs = seq * head_dim // 2
+    if pairs <= SPATIAL.limit("any"):
+        return [1, n_heads, pairs, 2]
+    return [1, n_heads * seq, head_dim // 2, 2]
+
+
+def rotate_half_matrix(head_dim: int) -> np.ndarray:
+    """The (hd, hd) matrix P with x P = (-b0, a0, -b1, a1, ...) for a row x = (a0, b0, a1, b1, ...): the
+    pair swap of one head's row as a matmul from the right, P[2i + 1, 2i] = -1 and P[2i, 2i + 1] = 1, the
+    constant ncdrone/rustane's sdpaFwd multiplies the heads by since pull request #9 ('rotate_half(x) =
+    x @ P'); the transpose of ``pair_swap_matrix``, which swaps a column from the left."""
+    return np.ascontiguousarray(pair_swap_matrix(head_dim).T)
+
+
 def pair_swap_matrix(channels: int) -> np.ndarray:
     """The (channels, channels) matrix P with P x = (-b0, a0, -b1, a1, ...) for x = (a0, b0, a1, b1, ...).
 
@@ -94,7 +123,11 @@ class KernelBuilder:
     """One kernel being generated: MIL function ``main(x) -> out`` plus its fp16 weight file.
 
     ``kind`` is the layer type the kernel serves ("full" or "sliding", ``ModelConfig.layer_types``): it
-    chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables."""
+    chooses the attention mask (causal, or banded to the sliding window) and the RoPE tables. ``norm`` and
+    ``rope`` are the training route's choices (``anekit.kernels.route``): ``norm`` "host" makes the
+    channel RMSNorms the family asks for no-ops (the input is normalised already, ``MilBlocks.rms_norm``),
+    ``rope`` chooses how ``rope`` writes the rotation (a swap conv, slices and a concat, or a matmul by a
+    constant permutation); the defaults are the legacy kernels'."""
 
     def __init__(
         self,
@@ -103,9 +136,18 @@ class KernelBuilder:
         inputs: Layout,
         weights: Mapping[str, np.ndarray] | None,
         kind: str = "full",
+        *,
+        norm: str = "engine",
+        rope: str = "conv",
     ) -> None:
+        if norm not in NORM:
+            raise BadKernelRoute(f"[{name}] norm '{norm}' (choose one of: {', '.join(NORM)})")
+        if rope not in ROPE:
+            raise BadKernelRoute(f"[{name}] rope '{rope}' (choose one of: {', '.join(ROPE)})")
         self.name = name
         self.kind = kind
+        self.norm_at = norm  # where the channel RMSNorms run: "engine" (here) or "host"
+        self.rope_form = rope  # how RoPE is written: "conv", "slice", "matmul" ("host": the kernel has none)
         # the engine's channel / spatial limits for kernels of this model (the vocabulary: the head's own)
         self.cfg = cfg.check_kernels(vocab=False)
         self.inputs = inputs
@@ -117,6 +159,8 @@ class KernelBuilder:
         self._parts: dict[str, Var] = {}
         self._mask: Var | None = None
         self._rope: dict[int, tuple[Var, Var, Var]] = {}  # channels -> (pair swap, cos, sin)
+        self._rope_heads: tuple[Var, Var] | None = None  # (cos, sin) [1, 1, S, hd] of the heads-view RoPE
+        self._rope_perm: Var | None = None  # P [1, 1, hd, hd] of the matmul RoPE
         self.shared_files: dict[str, bytes] = {}
 
     # -- inputs and weights ------------------------------------------------------------------------
@@ -348,6 +392,9 @@ class KernelBuilder:
     def rope(self, x: Var, channels: int, tag: str, inverse: bool = False) -> Var:
         """Rotate channel pairs (2i, 2i+1) by the position angle; ``inverse`` rotates back (the transpose).
 
+        ``rope_form`` "slice" or "matmul" (the training routes): on the heads view, ``rope_heads``, and
+        back to [1, C, 1, S]. "conv" (the legacy kernels), as follows.
+
         [1, C, 1, S] -> x * cos + (P x) * sin (inverse: x * cos - (P x) * sin), where P is the constant
         pair swap (a, b) -> (-b, a) applied as a 1x1 conv and cos / sin are full [1, C, 1, S] tables
         (each pair's angle on both of its channels), llama2.c's rotation of pairs (2i, 2i+1).
@@ -363,6 +410,11 @@ class KernelBuilder:
         """
         if channels != x.type.shape[1]:  # type: ignore[attr-defined]
             raise LayoutError(f"[{self.name}] rope '{tag}': {x.type} does not have {channels} channels")
+        if self.rotates_heads:
+            n = channels // self.cfg.head_dim
+            rotated = self.rope_heads(self.heads(x, n, tag), tag, inverse)  # (1, n, S, hd)
+            return self.merge_heads(rotated, n, tag)  # (1, C, 1, S)
+        self._check_rope_form(tag)
         swap, c, s = self._rope_consts(channels)
         xc = self.f.mul(x=x, y=c, name=f"{tag}_xc")  # (1, C, 1, S)
         px = self.conv(x, swap, f"{tag}_swap")  # (1, C, 1, S): (-b, a) per pair
@@ -370,6 +422,91 @@ class KernelBuilder:
         if inverse:
             return self.f.sub(x=xc, y=ps, name=tag)  # (1, C, 1, S)
         return self.f.add(x=xc, y=ps, name=tag)  # (1, C, 1, S)
+
+    @property
+    def rotates_heads(self) -> bool:
+        """Whether RoPE is written on the heads view [1, n, S, hd] ("slice", "matmul"), where the attention
+        reads it, rather than on [1, C, 1, S] ("conv")."""
+        return self.rope_form in ("slice", "matmul")
+
+    def rope_heads(self, xh: Var, tag: str, inverse: bool = False) -> Var:
+        """RoPE of the heads view [1, n, S, hd] written as hardware-run code writes it: x cos + rot(x) sin
+        (``inverse``: x cos - rot(x) sin, the transpose), rot(x) taking each pair (a, b) to (-b, a).
+
+        ``rope_form`` "matmul": rot(x) = x @ P, a matmul of the heads by the constant hd x hd permutation
+        P [1, 1, hd, hd] (``rotate_half_matrix``, broadcast over the heads), as ncdrone/rustane
+        crates/engine/src/kernels/sdpa_fwd.rs writes it since pull request #9, where the M3 Ultra under
+        macOS 26.3.1 refused the slice form and this one compiled and trained (the engine layer's
+        construct 'rope.permutation-matmul'). No reshape, slice or concat: the heads view stays as the
+        attention reads it. Exact: each output is one input times +-1, the other products are zeros.
+
+        ``rope_form`` "slice": rot is a reshape of the heads to pairs on the last axis (``pair_view``), two
+        one-wide slices of that axis (a and b), a mul of b by -1 and a concat of (-b, a) on the last axis
+        (interleave false), reshaped back: maderix/ANE training/training_dynamic/mil_dynamic.h
+        gen_sdpa_fwd_dynamic (from c3c5094 on: q_p / q_e / q_o / nq / qrp / q_rot, concat axis 3; M4) and
+        ncdrone/rustane crates/engine/src/kernels/sdpa_fwd.rs before pull request #9 (M4 Max, M5 Max),
+        which ran on hardware (the M3 Ultra under macOS 26.3.1 refused it, rustane pull request #9: the
+        engine layer's construct 'rope.slice-concat'). Exact: the slices, the negation and the concat move
+        fp16 values without rounding them.
+
+        Both forms rotate back (``inverse``) with the same construct in sdpa_bwd2. cos and sin are
+        [1, 1, S, hd] tables broadcast over the heads (``rope_head_tables``), shared by every rotation of
+        the kernel, as P is.
+        """
+        if not self.rotates_heads:
+            raise LayoutError(
+                f"[{self.name}] rope '{tag}': rope_heads writes the slice or matmul form, not "
+                f"{self.rope_form}"
+            )
+        f = self.f
+        rot = (
+            self._rotate_half_matmul(xh, tag)
+            if self.rope_form == "matmul"
+            else self._rotate_half_slices(xh, tag)
+        )
+        c, s = self._rope_head_consts()
+        xc = f.mul(x=xh, y=c, name=f"{tag}_xc")  # (1, n, S, hd)
+        rs = f.mul(x=rot, y=s, name=f"{tag}_rs")  # (1, n, S, hd)
+        if inverse:
+            return f.sub(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
+        return f.add(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, S, hd)
+
+    def _rotate_half_matmul(self, xh: Var, tag: str) -> Var:
+        """[1, n, S, hd] @ P [1, 1, hd, hd] -> [1, n, S, hd]: (-b, a) per pair (``rope_heads``)."""
+        if self._rope_perm is None:
+            hd = self.cfg.head_dim
+            perm = rotate_half_matrix(hd).reshape(1, 1, hd, hd)
+            self._rope_perm = self.weight("rope_perm", (1, 1, hd, hd), perm)
+        return self.f.matmul(x=xh, y=self._rope_perm, transpose_x=False, transpose_y=False, name=f"{tag}_rot")
+
+    def _rotate_half_slices(self, xh: Var, tag: str) -> Var:
+        """[1, n, S, hd] -> [1, n, S, hd]: (-b, a) per pair by reshape, slices, negate and concat
+        (``rope_heads``)."""
+        shape = list(xh.type.shape)  # type: ignore[attr-defined]
+        n, seq, hd = shape[1], shape[2], shape[3]
+        f = self.f
+        pairs = self.reshape(xh, pair_view(n, seq, hd), f"{tag}_pairs")  # (1, n, S*hd/2, 2)
+        half = [*pairs.type.shape[:3], 1]  # type: ignore[attr-defined]
+        a = f.slice_by_size(x=pairs, begin=[0, 0, 0, 0], size=half, name=f"{tag}_a")  # (1, n, S*hd/2, 1)
+        b = f.slice_by_size(x=pairs, begin=[0, 0, 0, 1], size=half, name=f"{tag}_b")  # (1, n, S*hd/2, 1)
+        nb = f.mul(x=b, y=-1.0, name=f"{tag}_nb")  # (1, n, S*hd/2, 1)
+        swapped = f.concat(values=(nb, a), axis=3, interleave=False, name=f"{tag}_swap")  # (1, n, S*hd/2, 2)
+        return self.reshape(swapped, shape, f"{tag}_rot")  # (1, n, S, hd): (-b, a) per pair
+
+    def _rope_head_consts(self) -> tuple[Var, Var]:
+        """The heads-view RoPE's cos / sin tables [1, 1, S, hd], made once per kernel."""
+        if self._rope_heads is None:
+            cos, sin = rope_head_tables(self.cfg, self.kind)  # (1, 1, S, hd) each
+            shape = (1, 1, self.cfg.seq_len, self.cfg.head_dim)
+            self._rope_heads = (
+                self.weight("rope_cos_heads", shape, cos),
+                self.weight("rope_sin_heads", shape, sin),
+            )
+        return self._rope_heads
+
+    def _check_rope_form(self, tag: str) -> None:
+        if self.rope_form == "host":
+            raise LayoutError(f"[{self.name}] rope '{tag}': this route rotates on the host, not in a kernel")
 
     def _rope_consts(self, channels: int) -> tuple[Var, Var, Var]:
         """The pair swap [C, C, 1, 1] and the cos / sin tables [1, C, 1, S] for ``channels``, made once."""

@@ -341,9 +341,17 @@ def check_channels(name: str, **counts: int) -> None:
             )
 
 
-def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout, kind: str = "full") -> KernelBuilder:
+def dynamic_builder(
+    name: str,
+    cfg: ModelConfig,
+    columns: SpatialLayout,
+    kind: str = "full",
+    *,
+    norm: str = "engine",
+    rope: str = "conv",
+) -> KernelBuilder:
     """A KernelBuilder whose input ``x`` is the whole packed surface [1, C, 1, W]; checks the width first.
-    ``kind``: the layer type the kernel serves (``KernelBuilder``)."""
+    ``kind``, ``norm``, ``rope``: the kernel's layer type and route choices (``KernelBuilder``)."""
     act = sum(s.columns for s in columns.activation_segments)
     weights = columns.columns - act - columns.padded_columns
     check_spatial(
@@ -351,7 +359,8 @@ def dynamic_builder(name: str, cfg: ModelConfig, columns: SpatialLayout, kind: s
         columns.columns,
         f"activation columns {act} + packed weight columns {weights} + padding {columns.padded_columns}",
     )
-    return KernelBuilder(name, cfg, Layout.of([("x", columns.channels)], columns.columns), None, kind)
+    inputs = Layout.of([("x", columns.channels)], columns.columns)
+    return KernelBuilder(name, cfg, inputs, None, kind, norm=norm, rope=rope)
 
 
 def finish_dynamic(

@@ -38,6 +38,12 @@ at offset 0); the sanitizer reports any of them over 4094. Outputs are
 not padded here. Every input width is checked against the engine's 15-bit spatial limit (ConfigError
 naming the rule).
 
+With the route's ``norm`` "host" (``anekit.kernels.route``) the forward kernels take the normalised
+input, as maderix's sdpaFwd / ffnFused at c3c5094 and ncdrone/rustane's do: their inputs lose the
+rms_att / rms_ffn segments (and Gemma 3's post_att_norm / post_ffn_norm), so no RMSNorm scale is
+repeated over S columns any more (the construct ``rmsnorm.scale-repeated``) and none is computed in the
+kernel (``rmsnorm.peak-normalised``) but Qwen 3's per-head q / k norm, whose scales stay segments.
+
 Kernel                C         segments (rows x columns), each padded to a multiple of 64 columns
 sdpa_fwd_dynamic      max(dim,  act dim x S, wq_t dim x q_dim, wk_t dim x kv, wv_t dim x kv,
                       q_dim)    wo_t q_dim x dim, rms_att dim x S; with biases bq q_dim x S,
@@ -76,10 +82,11 @@ from anekit.kernels.spec import Layout
 # -- SDPA forward ------------------------------------------------------------------------------------
 
 
-def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
+def sdpa_fwd_dynamic_columns(cfg: ModelConfig, norm: str = "engine") -> SpatialLayout:
     """Columns of the dynamic SDPA forward input: x, then Wq^T, Wk^T, Wv^T, Wo^T and rms_att; with
     ``cfg.qkv_bias`` then bq, bk, bv and with ``cfg.qk_norm`` q_norm, k_norm, each vector repeated over
-    S columns (the per-head norm scales tiled over the heads first).
+    S columns (the per-head norm scales tiled over the heads first). ``norm`` "host": no rms_att and no
+    post_att_norm (x is the normalised input).
 
     The surface has max(dim, q_dim) channels: Wo^T has q_dim rows (= dim for llama2.c models, whose
     layout this leaves as it was)."""
@@ -90,13 +97,14 @@ def sdpa_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
         Segment("wk_t", d, kv, (("wk", d, True),)),
         Segment("wv_t", d, kv, (("wv", d, True),)),
         Segment("wo_t", q, d, (("wo", q, True),)),
-        Segment("rms_att", d, s, (("rms_att", d, False),)),
     ]
+    if norm == "engine":
+        segments.append(Segment("rms_att", d, s, (("rms_att", d, False),)))
     if cfg.qkv_bias:
         segments += [Segment(b, n, s, ((b, n, False),)) for b, n in (("bq", q), ("bk", kv), ("bv", kv))]
     if cfg.qk_norm:
         segments += [Segment(w, n, s, ((w, n, False),)) for w, n in (("q_norm", q), ("k_norm", kv))]
-    if cfg.post_norms:
+    if cfg.post_norms and norm == "engine":
         segments.append(Segment("post_att_norm", d, s, (("post_att_norm", d, False),)))
     return SpatialLayout.of(max(d, q), segments, align=COLUMN_ALIGN)
 
@@ -107,7 +115,9 @@ def norm_offsets(cfg: ModelConfig, keys: tuple[str, ...]) -> dict[str, float]:
     return {k: cfg.norm_offset for k in keys} if cfg.norm_offset else {}
 
 
-def sdpa_fwd_dynamic(cfg: ModelConfig, *, kind: str = "full") -> DynamicKernelSpec:
+def sdpa_fwd_dynamic(
+    cfg: ModelConfig, *, kind: str = "full", norm: str = "engine", rope: str = "conv"
+) -> DynamicKernelSpec:
     """``forward.sdpa_fwd`` with its weights in the input: [1, max(dim, q_dim), 1, W]
     (``sdpa_fwd_dynamic_columns``).
 
@@ -118,46 +128,53 @@ def sdpa_fwd_dynamic(cfg: ModelConfig, *, kind: str = "full") -> DynamicKernelSp
     as the RMSNorm scale is. Gemma 3: post_att_norm as a segment like rms_att (the o_pre tap as in
     ``forward.sdpa_fwd``), every norm scale packed as ``cfg.norm_offset`` + w, and ``kind`` choosing
     the mask and the RoPE tables of a sliding layer.
+
+    ``norm`` "host": x is the normalised input (``sdpa_fwd_dynamic_columns``, ``forward.sdpa_fwd``);
+    ``rope`` "slice": RoPE with slices and a concat, "matmul": by the rotate-half permutation
+    (``KernelBuilder.rope_heads``).
     """
-    columns = sdpa_fwd_dynamic_columns(cfg)
-    kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns, kind)
+    columns = sdpa_fwd_dynamic_columns(cfg, norm)
+    kb = dynamic_builder("sdpa_fwd_dynamic", cfg, columns, kind, norm=norm, rope=rope)
     activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
-    offsets = norm_offsets(cfg, ("rms_att", "q_norm", "k_norm", "post_att_norm"))
+    scales = ("rms_att", "q_norm", "k_norm", "post_att_norm") if norm == "engine" else ("q_norm", "k_norm")
+    offsets = norm_offsets(cfg, scales)
     return sdpa_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 
 # -- FFN forward -------------------------------------------------------------------------------------
 
 
-def ffn_fwd_dynamic_columns(cfg: ModelConfig) -> SpatialLayout:
+def ffn_fwd_dynamic_columns(cfg: ModelConfig, norm: str = "engine") -> SpatialLayout:
     """Columns of the dynamic FFN forward input: x, then W1^T, W3^T, W2 (untransposed) and rms_ffn (with
-    post-norms then post_ffn_norm)."""
+    post-norms then post_ffn_norm); ``norm`` "host": no norm scale (x is the normalised input)."""
     d, h = cfg.dim, cfg.hidden_dim
     segments = [
         Segment("act", d, cfg.seq_len),
         Segment("w1_t", d, h, (("w1", d, True),)),
         Segment("w3_t", d, h, (("w3", d, True),)),
         Segment("w2", d, h, (("w2", d, False),)),
-        Segment("rms_ffn", d, cfg.seq_len, (("rms_ffn", d, False),)),
     ]
-    if cfg.post_norms:
+    if norm == "engine":
+        segments.append(Segment("rms_ffn", d, cfg.seq_len, (("rms_ffn", d, False),)))
+    if cfg.post_norms and norm == "engine":
         segments.append(Segment("post_ffn_norm", d, cfg.seq_len, (("post_ffn_norm", d, False),)))
     return SpatialLayout.of(d, segments, align=COLUMN_ALIGN)
 
 
-def ffn_fwd_dynamic(cfg: ModelConfig) -> DynamicKernelSpec:
+def ffn_fwd_dynamic(cfg: ModelConfig, *, norm: str = "engine") -> DynamicKernelSpec:
     """``forward.ffn_fwd`` with its weights in the input: [1, dim, 1, W] (``ffn_fwd_dynamic_columns``).
 
     Activation part x (dim, S), the residual stream after attention. Output taps as ffn_fwd: ffn_out,
     h1, h3, silu_out, x2norm (with post-norms also ffn_pre; the gate is ``KernelBuilder.gate``). h1 and
     h3 are two matmuls sharing one transposed x2norm. W2^T would need hidden rows, more than the dim
     channels, so W2 (dim, hidden) is packed as is and turned into W2^T by a transpose op in the kernel,
-    as maderix's ffnFused does (mil_dynamic.h).
+    as maderix's ffnFused does (mil_dynamic.h). ``norm`` "host": x is the normalised input, as maderix's
+    ffnFused reads x2norm from the CPU (``ffn_fwd_dynamic_columns``, ``forward.ffn_fwd``).
     """
-    columns = ffn_fwd_dynamic_columns(cfg)
-    kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns)
+    columns = ffn_fwd_dynamic_columns(cfg, norm)
+    kb = dynamic_builder("ffn_fwd_dynamic", cfg, columns, norm=norm)
     activations = Layout.of([("x", cfg.dim)], cfg.seq_len)
-    offsets = norm_offsets(cfg, ("rms_ffn", "post_ffn_norm"))
+    offsets = norm_offsets(cfg, ("rms_ffn", "post_ffn_norm") if norm == "engine" else ())
     return ffn_forward(cfg, Packed(kb, columns, activations, offsets))  # type: ignore[return-value]
 
 

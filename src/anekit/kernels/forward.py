@@ -11,6 +11,18 @@ The layer's two forward kernels are no writing of the layer of their own: ``sdpa
 Gemma 3) through ``mil_blocks.MilBlocks``, over a weight source (``anekit.kernels.source``):
 ``sdpa_fwd`` / ``ffn_fwd`` give them baked weights, ``dynamic.sdpa_fwd_dynamic`` / ``ffn_fwd_dynamic``
 weights packed into the input.
+
+The training route's ``norm`` "host" (``anekit.kernels.route``) moves every channel RMSNorm of the two
+kernels to the host, as maderix/ANE's dynamic pipeline (training/training_dynamic/mil_dynamic.h:
+"RMSNorm done on CPU" from cb474e1 on, and at c3c5094 "RMSNorm stays on CPU (ANE can't handle RMS + 3
+matmuls without BNNS fallback)") and ncdrone/rustane's sdpa_fwd / ffn kernels do: the kernel's input x
+is the normalised input the host computed, so it has no rms_att / rms_ffn weight and no ``xnorm`` /
+``x2norm`` tap (the host holds that value: ``anekit.llama.step`` puts it under the same key), and with
+Gemma 3's post-norms its ``o_out`` / ``ffn_out`` is Wo's / W2's output itself, which the host
+normalises (no ``o_pre`` / ``ffn_pre`` tap). Qwen 3's and Gemma 3's per-head q / k norm stays in the
+SDPA kernel (it sits between the projections and RoPE; moving it would split the kernel in two): the one
+RMSNorm such a route's kernels still compute, the construct ``rmsnorm.peak-normalised`` applied per head
+(``KernelBuilder.head_rmsnorm``).
 """
 
 from __future__ import annotations
@@ -32,20 +44,25 @@ from anekit.models.blocks import LayerPlan, Rope
 Weights = Mapping[str, np.ndarray] | None
 
 
-def sdpa_fwd_layout(cfg: ModelConfig) -> Layout:
+def sdpa_fwd_layout(cfg: ModelConfig, norm: str = "engine") -> Layout:
     """Taps of the SDPA forward kernel, in order: o_out (dim), q (q_dim), k, v (kv_dim), attn_out (q_dim),
     xnorm (dim), then, with a q / k norm only, q_pre (q_dim) and k_pre (kv_dim), and with post-norms only
-    o_pre (dim). New taps go at the end, so the offsets of the others never move."""
+    o_pre (dim). New taps go at the end, so the offsets of the others never move. ``norm`` "host": no
+    xnorm and no o_pre (the host holds the one and computes from o_out what the other fed)."""
     d, q, kv = cfg.dim, cfg.q_dim, cfg.kv_dim
-    taps = [("o_out", d), ("q", q), ("k", kv), ("v", kv), ("attn_out", q), ("xnorm", d)]
+    taps = [("o_out", d), ("q", q), ("k", kv), ("v", kv), ("attn_out", q)]
+    if norm == "engine":
+        taps += [("xnorm", d)]
     if cfg.qk_norm:
         taps += [("q_pre", q), ("k_pre", kv)]
-    if cfg.post_norms:
+    if cfg.post_norms and norm == "engine":
         taps += [("o_pre", d)]
     return Layout.of(taps, cfg.seq_len)
 
 
-def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -> KernelSpec:
+def sdpa_fwd(
+    cfg: ModelConfig, weights: Weights = None, *, kind: str = "full", norm: str = "engine", rope: str = "conv"
+) -> KernelSpec:
     """RMSNorm, Q/K/V projections (plus biases), the per-head q / k RMSNorm, RoPE (when enabled), causal
     attention, Wo, and the post-attention RMSNorm (Gemma 3).
 
@@ -61,8 +78,12 @@ def sdpa_fwd(cfg: ModelConfig, weights: Weights = None, *, kind: str = "full") -
     the residual adds, and the tap o_pre holds Wo @ attention before that norm (the host's backward of
     it). Every norm scale is ``cfg.norm_offset`` + its weight (``KernelBuilder.norm_scale``); ``kind``
     "sliding" bands the mask to ``cfg.sliding_window`` and takes the sliding layers' RoPE tables.
+
+    ``norm`` "host": x is the normalised input (no rms_att; the module docstring), ``rope`` "slice": RoPE
+    written with slices and a concat, "matmul": by the rotate-half permutation (``KernelBuilder.rope_heads``).
     """
-    kb = KernelBuilder("sdpa_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights, kind)
+    inputs = Layout.of([("x", cfg.dim)], cfg.seq_len)
+    kb = KernelBuilder("sdpa_fwd", cfg, inputs, weights, kind, norm=norm, rope=rope)
     return sdpa_forward(cfg, Baked(kb))
 
 
@@ -73,19 +94,23 @@ def sdpa_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
     blocks = MilBlocks(src)
     model = model_for(cfg)
     out = model.attention(blocks, src.act("x"), kind_plan(model, cfg, src.kb.kind))  # (1, dim, 1, S)
-    return src.finish(sdpa_fwd_layout(cfg), block_taps(blocks.taps, out, "o_out", "o_pre"))
+    layout = sdpa_fwd_layout(cfg, src.kb.norm_at)
+    return src.finish(layout, block_taps(blocks.taps, out, "o_out", "o_pre"))
 
 
-def ffn_fwd_layout(cfg: ModelConfig) -> Layout:
-    """Taps of the FFN forward kernel, in order (with post-norms, ffn_pre (dim) last)."""
+def ffn_fwd_layout(cfg: ModelConfig, norm: str = "engine") -> Layout:
+    """Taps of the FFN forward kernel, in order (with post-norms, ffn_pre (dim) last); ``norm`` "host":
+    no x2norm and no ffn_pre."""
     d, h = cfg.dim, cfg.hidden_dim
-    taps = [("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h), ("x2norm", d)]
-    if cfg.post_norms:
+    taps = [("ffn_out", d), ("h1", h), ("h3", h), ("silu_out", h)]
+    if norm == "engine":
+        taps += [("x2norm", d)]
+    if cfg.post_norms and norm == "engine":
         taps += [("ffn_pre", d)]
     return Layout.of(taps, cfg.seq_len)
 
 
-def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
+def ffn_fwd(cfg: ModelConfig, weights: Weights = None, *, norm: str = "engine") -> KernelSpec:
     """RMSNorm (rms_ffn), W1 and W3 projections, the gate (SwiGLU, or Gemma's GeGLU), W2, and the
     post-FFN RMSNorm (Gemma 3).
 
@@ -93,8 +118,11 @@ def ffn_fwd(cfg: ModelConfig, weights: Weights = None) -> KernelSpec:
     h1 (W1 output), h3 (W3 output), silu_out (act(h1) * h3, the W2 input, whatever ``cfg.mlp_act``),
     x2norm (the normalised input). With ``cfg.post_norms`` ffn_out is the W2 output RMS-normalised by
     post_ffn_norm and the tap ffn_pre holds the W2 output itself.
+
+    ``norm`` "host": x is the normalised input (no rms_ffn weight, no x2norm tap) and, with post-norms,
+    ffn_out the W2 output, which the host normalises (the module docstring).
     """
-    kb = KernelBuilder("ffn_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights)
+    kb = KernelBuilder("ffn_fwd", cfg, Layout.of([("x", cfg.dim)], cfg.seq_len), weights, norm=norm)
     return ffn_forward(cfg, Baked(kb))
 
 
@@ -104,7 +132,8 @@ def ffn_forward(cfg: ModelConfig, src: WeightSource) -> KernelSpec:
     blocks = MilBlocks(src)
     model = model_for(cfg)
     out = model.mlp(blocks, src.act("x"), kind_plan(model, cfg, "full"))  # (1, dim, 1, S)
-    return src.finish(ffn_fwd_layout(cfg), block_taps(blocks.taps, out, "ffn_out", "ffn_pre"))
+    layout = ffn_fwd_layout(cfg, src.kb.norm_at)
+    return src.finish(layout, block_taps(blocks.taps, out, "ffn_out", "ffn_pre"))
 
 
 def kind_plan(model: Any, cfg: ModelConfig, kind: str) -> LayerPlan:

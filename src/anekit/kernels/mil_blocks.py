@@ -36,11 +36,18 @@ class MilBlocks:
         self.cfg = self.kb.cfg
         self.taps: dict[str, Var] = {}
         self._normed: set[int] = set()  # ids of the norms' outputs (their products share token rows)
+        self._heads: dict[int, Var] = {}  # id of a [1, C, 1, S] value -> its heads view, where one was made
 
     # -- norms -------------------------------------------------------------------------------------
 
     def rms_norm(self, x: Var, weight: str, *, offset: float, name: str) -> Var:
+        """The channel RMSNorm; with the norm on the host (``KernelBuilder.norm_at`` "host") ``x`` itself:
+        the kernel's input is the host's normalised value (the layer's input norms), or its output is the
+        value the host normalises (Gemma 3's post-norms, which then follow the kernel)."""
         self._check_offset(offset, weight)
+        if self.kb.norm_at == "host":
+            self._normed.add(id(x))
+            return x
         channels = x.type.shape[1]  # type: ignore[attr-defined]
         out = self.kb.rmsnorm(x, self.src.scale(weight, channels), NAMES.get(name, name))  # (1, C, 1, S)
         self._normed.add(id(out))
@@ -78,8 +85,17 @@ class MilBlocks:
                 f"[{self.kb.name}] RoPE {rope} is not the {self.kb.kind} layers' (theta {theta}, scaling "
                 f"{scaling}) whose tables this kernel bakes"
             )
-        cfg = self.cfg
-        return self.kb.rope(q, cfg.q_dim, f"q_{name}"), self.kb.rope(k, cfg.kv_dim, f"k_{name}")
+        kb, cfg = self.kb, self.cfg
+        if not kb.rotates_heads:
+            return kb.rope(q, cfg.q_dim, f"q_{name}"), kb.rope(k, cfg.kv_dim, f"k_{name}")
+        # the slice and matmul forms rotate the heads view, which the attention then reads as it is
+        rotated = []
+        for x, n, tag in ((q, cfg.n_heads, f"q_{name}"), (k, cfg.n_kv_heads, f"k_{name}")):
+            xh = kb.rope_heads(kb.heads(x, n, tag), tag)  # (1, n, S, hd)
+            flat = kb.merge_heads(xh, n, tag)  # (1, n*hd, 1, S): the tap
+            self._heads[id(flat)] = xh
+            rotated.append(flat)
+        return rotated[0], rotated[1]
 
     def attention(self, q: Var, k: Var, v: Var, *, window: int, score_scale: float, name: str) -> Var:
         kb, cfg = self.kb, self.cfg
@@ -88,9 +104,16 @@ class MilBlocks:
                 f"[{kb.name}] attention with window {window} and scale {score_scale}; this {kb.kind} "
                 f"layer's kernel masks to {cfg.kind_window(kb.kind)} and scales by {cfg.scores_scale}"
             )
-        probs = kb.attention_probs(kb.heads(q, cfg.n_heads, "qh"), kb.heads(k, cfg.n_kv_heads, "kh"), name)
+        probs = kb.attention_probs(
+            self._heads_of(q, cfg.n_heads, "qh"), self._heads_of(k, cfg.n_kv_heads, "kh"), name
+        )
         out = kb.attend(probs, kb.heads(v, cfg.n_kv_heads, "vh"), name)  # (1, H, S, hd)
         return kb.merge_heads(out, cfg.n_heads, name)  # (1, q_dim, 1, S)
+
+    def _heads_of(self, x: Var, n_heads: int, tag: str) -> Var:
+        """The heads view [1, n, S, hd] of ``x``: the one RoPE made, else a new one."""
+        made = self._heads.get(id(x))
+        return made if made is not None else self.kb.heads(x, n_heads, tag)
 
     # -- MLP and the rest --------------------------------------------------------------------------
 

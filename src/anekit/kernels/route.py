@@ -1,7 +1,7 @@
 """How the training step's kernels are cut: the construct choices of one training route.
 
 The engine layer decides which route a chip and macOS version get, from the hardware runs of each
-construct (``anekit.engine.routes``); this module is the kernels' side of it, the four choices the
+construct (``anekit.engine.training_routes``); this module is the kernels' side of it, the four choices the
 lowerings and the step act on:
 
 - ``weights``: "baked" (BLOBFILE consts in 1x1 convs; recompiled when the weights change) or "dynamic"
@@ -11,7 +11,9 @@ lowerings and the step act on:
 - ``norm``: "engine" (the RMSNorm fused into the kernel that reads it) or "host" (the host normalises and
   the kernel reads the normalised input);
 - ``rope``: "conv" (the pair swap as a constant 1x1 conv), "slice" (the pair swap written as hardware-run
-  code writes it: reshape, slice, negate, concat) or "host" (RoPE on the host, with host attention).
+  code writes it: reshape, slice, negate, concat), "matmul" (the pair swap as a matmul of the heads by a
+  constant hd x hd permutation, as rustane wrote it for the M3 Ultra: pull request #9) or "host" (RoPE on
+  the host, with host attention).
 
 ``LEGACY`` is the kernel set anekit built before routes existed (and still builds when no chip is named
 off a Mac): dynamic or baked weights, everything on the engine, the swap conv.
@@ -26,7 +28,7 @@ from anekit.errors import AnekitError
 WEIGHTS = ("baked", "dynamic")
 ATTENTION = ("engine", "host")
 NORM = ("engine", "host")
-ROPE = ("conv", "slice", "host")
+ROPE = ("conv", "slice", "matmul", "host")
 
 
 class BadKernelRoute(AnekitError, ValueError):
@@ -70,4 +72,34 @@ class KernelRoute:
 
 LEGACY = KernelRoute()
 
-__all__ = ["ATTENTION", "LEGACY", "NORM", "ROPE", "WEIGHTS", "KernelRoute", "BadKernelRoute"]
+# The training routes the engine layer chooses from (``anekit.engine.training_routes``, which names them by
+# the same ids with the same four strings: a test holds the two tables together), by id.
+ROUTES = {
+    "dynamic-engine-attention": KernelRoute("dynamic", "engine", "host", "slice"),
+    "dynamic-engine-attention-rope-matmul": KernelRoute("dynamic", "engine", "host", "matmul"),
+    "baked-engine-attention": KernelRoute("baked", "engine", "host", "slice"),
+    "conv-host-attention": KernelRoute("baked", "host", "host", "host"),
+}
+
+
+def kernel_route(route_id: str) -> KernelRoute:
+    """The kernels of the training route ``route_id`` ("" : the legacy kernels); one line naming the known
+    ids otherwise."""
+    if not route_id:
+        return LEGACY
+    if route_id not in ROUTES:
+        raise BadKernelRoute(f"[kernels] unknown training route '{route_id}' (known: {', '.join(ROUTES)})")
+    return ROUTES[route_id]
+
+
+__all__ = [
+    "ATTENTION",
+    "LEGACY",
+    "NORM",
+    "ROPE",
+    "ROUTES",
+    "WEIGHTS",
+    "BadKernelRoute",
+    "KernelRoute",
+    "kernel_route",
+]

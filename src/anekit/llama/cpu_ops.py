@@ -280,3 +280,97 @@ def clip_grad_norm(grads: Sequence[np.ndarray], max_norm: float) -> float:
         for g in grads:
             g *= scale
     return norm
+
+
+# -- attention on the host (the matmul-free route, ``anekit.llama.step_host``) -----------------------------
+#
+# Heads of q (n_heads * hd, S) are grouped as (kv heads, group, ...): query head h = g * group + m reads kv
+# head g, as run.c's h / kv_mul. Every product is one batched float32 sgemm over the kv heads, on operands
+# laid out so that BLAS takes them as they are: numpy's matmul runs a transposed view of a score matrix
+# through its own loops (7x slower at stories15M's shapes), so only the small (C, S) operands are copied
+# into the order a product needs, never an (S, S) one. A kv head's group is stacked along rows (G*S):
+# the sums over the group of P^T da and dS^T Q are one product each.
+
+
+def rope_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool = False) -> np.ndarray:
+    """Channel pairs (2i, 2i + 1) of x (C, S) turned by the angles whose cos / sin are (C / 2, S), as
+    llama2.c rotates them: (a, b) -> (a cos - b sin, a sin + b cos); ``inverse`` turns back (the
+    transposed rotation, a gradient's way)."""
+    c, s = x.shape
+    ok = c % 2 == 0 and cos.shape == (c // 2, s) == sin.shape
+    _check("rope", ok, f"x (C, S) with C even, cos / sin (C/2, S); got {x.shape}, {cos.shape}, {sin.shape}")
+    pairs = x.reshape(c // 2, 2, s)  # (C/2, 2, S)
+    a, b = pairs[:, 0], pairs[:, 1]  # (C/2, S) each
+    sin = -sin if inverse else sin
+    out = np.empty_like(pairs)
+    out[:, 0] = a * cos - b * sin
+    out[:, 1] = a * sin + b * cos
+    return out.reshape(c, s)
+
+
+def _rows(x: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
+    """x (heads * hd, S) as (heads, S, hd): each head's positions as rows (a copy, C-ordered)."""
+    return np.ascontiguousarray(x.reshape(heads, head_dim, x.shape[1]).transpose(0, 2, 1))
+
+
+def _stacked(x: np.ndarray, kv_heads: int, head_dim: int) -> np.ndarray:
+    """x (H * hd, S) as (KVH, hd, G*S): a kv head's group side by side along columns (a copy)."""
+    s = x.shape[1]
+    return np.ascontiguousarray(x.reshape(kv_heads, -1, head_dim, s).transpose(0, 2, 1, 3)).reshape(
+        kv_heads, head_dim, -1
+    )
+
+
+def attention_probs(
+    q: np.ndarray, k: np.ndarray, kv_heads: int, head_dim: int, scale: float, mask: np.ndarray
+) -> np.ndarray:
+    """softmax over keys of (q . k) * scale + mask: q (H * hd, S), k (KVH * hd, S), mask (S, S) additive
+    (0, or -inf where a key is hidden) -> probs (KVH, G, S, S), float32."""
+    s = q.shape[1]
+    qh = _rows(q, q.shape[0] // head_dim, head_dim).reshape(kv_heads, -1, s, head_dim)  # (KVH, G, S, hd)
+    kh = np.ascontiguousarray(k).reshape(kv_heads, 1, head_dim, s)  # (KVH, 1, hd, S)
+    scores = np.matmul(qh, kh)  # (KVH, G, S, S)
+    scores *= np.float32(scale)
+    scores += mask
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores, out=scores)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def attend(probs: np.ndarray, v: np.ndarray, head_dim: int) -> np.ndarray:
+    """probs (KVH, G, S, S) @ values v (KVH * hd, S) per head -> (H * hd, S)."""
+    kvh, g, s, _ = probs.shape
+    vh = _rows(v, kvh, head_dim).reshape(kvh, 1, s, head_dim)  # (KVH, 1, S, hd)
+    out = np.matmul(probs, vh)  # (KVH, G, S, hd)
+    return np.ascontiguousarray(out.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
+
+
+def attend_bwd(
+    probs: np.ndarray, v: np.ndarray, da: np.ndarray, head_dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of :func:`attend` given da (H * hd, S): dv (KVH * hd, S) = P^T da summed over each kv
+    head's group, and dp (KVH, G, S, S) = da V^T."""
+    kvh, g, s, _ = probs.shape
+    dah = _rows(da, kvh * g, head_dim).reshape(kvh, g, s, head_dim)  # (KVH, G, S, hd)
+    dp = np.matmul(dah, np.ascontiguousarray(v).reshape(kvh, 1, head_dim, s))  # (KVH, G, S, S)
+    # dv^T = da^T P over the group's stacked rows: (KVH, hd, G*S) @ (KVH, G*S, S), already (kv_dim, S)
+    dv = np.matmul(_stacked(da, kvh, head_dim), probs.reshape(kvh, g * s, s))  # (KVH, hd, S)
+    return dv.reshape(kvh * head_dim, s), dp
+
+
+def attention_probs_bwd(
+    probs: np.ndarray, dp: np.ndarray, q: np.ndarray, k: np.ndarray, head_dim: int, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients (dq (H * hd, S), dk (KVH * hd, S)) of :func:`attention_probs` given dp (KVH, G, S, S):
+    the softmax backward dS = P * (dP - rowsum(P * dP)) * scale, then dq = dS K, dk = dS^T Q summed over
+    each kv head's group. The mask is constant: a masked score has P = 0, so no gradient."""
+    kvh, g, s, _ = probs.shape
+    ds = dp - np.sum(probs * dp, axis=-1, keepdims=True)  # (KVH, G, S, S)
+    ds *= probs
+    ds *= np.float32(scale)
+    dq = np.matmul(ds, _rows(k, kvh, head_dim).reshape(kvh, 1, s, head_dim))  # (KVH, G, S, hd)
+    dq_cols = np.ascontiguousarray(dq.transpose(0, 1, 3, 2)).reshape(kvh * g * head_dim, s)
+    # dk^T = Q^T dS over the group's stacked rows: (KVH, hd, G*S) @ (KVH, G*S, S), already (kv_dim, S)
+    dk = np.matmul(_stacked(q, kvh, head_dim), ds.reshape(kvh, g * s, s))  # (KVH, hd, S)
+    return dq_cols, dk.reshape(kvh * head_dim, s)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anekit.errors import FormatError
+from anekit.kernels.route import ROUTES
 
 FORMAT = "blzt"  # the format the errors name (the BLZT checkpoint's run record came first)
 _INT32 = (-(2**31), 2**31 - 1)
@@ -218,6 +219,7 @@ RUN_SCHEMA = Obj(
                 "loss_scale": Num(0.0, open_lo=True),
                 "seed": Int(0, 2**32 - 1),
                 "weights": Str(("baked", "dynamic")),
+                "route": Str(("", *ROUTES)),  # the training route's id; "" (and absent): the legacy kernels
             },
         ),
         "data": _SOURCE,

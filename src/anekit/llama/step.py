@@ -24,6 +24,16 @@ travel in the inputs (``DynamicKernels``), every kernel is compiled once. The SD
 has no trained weights and is compiled once in both modes. Activation gradients entering the kernels
 are multiplied by ``loss_scale`` so small gradients survive fp16 storage; weight gradients are divided
 by it again.
+
+Training routes (``anekit.kernels.route.KernelRoute``, chosen per chip by the engine layer): the route's
+``weights`` is the weight mode above; its ``norm`` "host" normalises each kernel's input here, as maderix/
+ANE's dynamic pipeline (training/training_dynamic, c3c5094) and ncdrone/rustane do, and its ``rope``
+"slice" writes RoPE as their kernels write it ("matmul": as rustane's since pull request #9, for the
+M3). Either way ``run`` answers the same names with the same keys: with the norm on the host it puts the
+normalised input it computed under ``xnorm`` / ``x2norm`` (rounded to fp16, the value the kernel read)
+and, for Gemma 3, normalises the kernel's Wo / W2 output itself (``o_pre`` / ``ffn_pre`` the kernel's
+output, ``o_out`` / ``ffn_out`` the normalised one), so ``train_step`` and ``forward_layers`` never ask
+which route runs.
 """
 
 from __future__ import annotations
@@ -38,7 +48,9 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.numerics import behaviour
+from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig, attention_bwd, backward, dynamic, forward
+from anekit.kernels.route import LEGACY, BadKernelRoute, KernelRoute
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
@@ -46,6 +58,15 @@ from anekit.runtime.base import Backend, Kernel
 
 # Kernels whose weights change with every optimizer step (compiled once per accumulation batch).
 KERNELS_PER_LAYER = ("sdpa_fwd", "ffn_fwd", "ffn_bwd", "sdpa_bwd1", "qkv_bwd")
+# The legacy baked kernel set (``LEGACY`` is the dynamic one): everything on the engine, the swap conv.
+LEGACY_BAKED = KernelRoute("baked", LEGACY.attention, LEGACY.norm, LEGACY.rope)
+# With the norm on the host, per forward kernel: (the scale of its input's norm, the tap of the normalised
+# input, Gemma 3's post-norm scale, the tap the post-norm gives, the tap of the post-norm's input).
+HOST_NORMS = {
+    "sdpa_fwd": ("rms_att", "xnorm", "post_att_norm", "o_out", "o_pre"),
+    "ffn_fwd": ("rms_ffn", "x2norm", "post_ffn_norm", "ffn_out", "ffn_pre"),
+}
+NORM_SCALES = ("rms_att", "rms_ffn", "post_att_norm", "post_ffn_norm")
 
 
 @dataclass
@@ -69,31 +90,36 @@ def norm_scale(cfg: ModelConfig, w: np.ndarray) -> np.ndarray:
     return w + np.float32(cfg.norm_offset) if cfg.norm_offset else w
 
 
-def first_compiles(cfg: ModelConfig, weights: str) -> int:
-    """Programs a fresh kernel set compiles before its first step completes: one SDPA backward 2 per layer
-    kind, then the weight-bearing kernels (all per layer when baked; dynamic: five once, and the SDPA
-    forward and backward 1 once per kind)."""
-    kinds = len(cfg.layer_kinds)
-    if weights == "dynamic":
-        return kinds + DynamicKernels.compiles_for(cfg)
-    return kinds + Kernels.compiles_per_batch(cfg)
-
-
 class Kernels:
     """The compiled kernels for one set of weights: ``layers[i][name]`` and ``sdpa_bwd2``, shared by the
-    layers of a kind (``bwd2[kind]``; ``sdpa_bwd2`` is the first kind's)."""
+    layers of a kind (``bwd2[kind]``; ``sdpa_bwd2`` is the first kind's).
 
-    def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
+    ``route``: the training route whose kernels these are (``WEIGHTS`` its weight mode; default the
+    legacy kernels of that mode); with engine attention the SDPA backward 2 kernels are compiled here."""
+
+    WEIGHTS = "baked"
+
+    def __init__(self, backend: Backend, cfg: ModelConfig, route: KernelRoute | None = None) -> None:
+        if route is None:
+            route = LEGACY_BAKED if self.WEIGHTS == "baked" else LEGACY
+        if route.weights != self.WEIGHTS:
+            raise BadKernelRoute(
+                f"[step] {type(self).__name__} runs {self.WEIGHTS} weights; the route has {route.weights} "
+                f"({route.describe()})"
+            )
         self.backend = backend
         self.cfg = cfg
+        self.route = route
         self.specs: list[dict[str, KernelSpec]] = []
         self.layers: list[dict[str, Kernel]] = []
         self._buffers: dict[str, np.ndarray] = {}
+        self._scales: list[dict[str, np.ndarray]] = []  # per layer, the norm scales the host applies
         self.bwd2: dict[str, tuple[KernelSpec, Kernel]] = {}
-        for kind in cfg.layer_kinds:
-            spec2 = attention_bwd.sdpa_bwd2(cfg, kind=kind)
-            self.bwd2[kind] = (spec2, spec2.compile(backend).load())
-        self.sdpa_bwd2 = self.bwd2[cfg.layer_kinds[0]]
+        if route.attention == "engine":
+            for kind in cfg.layer_kinds:
+                spec2 = attention_bwd.sdpa_bwd2(cfg, kind=kind, rope=route.rope)
+                self.bwd2[kind] = (spec2, spec2.compile(backend).load())
+            self.sdpa_bwd2 = self.bwd2[cfg.layer_kinds[0]]
 
     @staticmethod
     def compiles_per_batch(cfg: ModelConfig) -> int:
@@ -106,22 +132,51 @@ class Kernels:
     def compile(self, params: Params, timer: Timer) -> None:
         """(Re)compile every weight-bearing kernel with the current weights."""
         self.close_layers()
-        cfg = self.cfg
+        cfg, route = self.cfg, self.route
         with timer.phase("compile"):
             for i in range(cfg.n_layers):
                 w = params.kernel_weights(i)
                 kind = cfg.layer_type(i)  # the attention kernels' mask and RoPE tables are the kind's
                 specs = {
-                    "sdpa_fwd": forward.sdpa_fwd(cfg, w, kind=kind),
-                    "ffn_fwd": forward.ffn_fwd(cfg, w),
+                    "sdpa_fwd": forward.sdpa_fwd(cfg, w, kind=kind, norm=route.norm, rope=route.rope),
+                    "ffn_fwd": forward.ffn_fwd(cfg, w, norm=route.norm),
                     "ffn_bwd": backward.ffn_bwd(cfg, w),
                     "sdpa_bwd1": attention_bwd.sdpa_bwd1(cfg, w, kind=kind),
                     "qkv_bwd": attention_bwd.qkv_bwd(cfg, w),
                 }
                 self.specs.append(specs)
                 self.layers.append({name: spec.compile(self.backend).load() for name, spec in specs.items()})
+                if route.norm == "host":  # the scales the kernels were built with, for the host's norms
+                    self._scales.append({k: w[k].copy() for k in NORM_SCALES if k in w})
 
     def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
+        """The outputs of kernel ``name`` of ``layer`` given its input parts, by tap name; with the route's
+        norm on the host the forward kernels' norms are computed here (``host_normed``)."""
+        if self.route.norm == "host" and name in HOST_NORMS:
+            return self.host_normed(layer, name, parts["x"])
+        return self.run_kernel(layer, name, **parts)
+
+    def host_normed(self, layer: int, name: str, x: np.ndarray) -> dict[str, np.ndarray]:
+        """A forward kernel whose norms run on the host: x (dim, T) normalised here and rounded to fp16 (the
+        values the kernel's fp16 input holds, so the weight gradients read what the kernel read), the
+        kernel run on it, and the taps completed as the kernel with the norms in it gives them."""
+        cfg = self.cfg
+        scale, tap, post, out, pre = HOST_NORMS[name]
+        xn = round_to_fp16(cpu_ops.rmsnorm(x, norm_scale(cfg, self.norm_weight(layer, scale)), cfg.norm_eps))
+        taps = self.run_kernel(layer, name, x=xn)  # (dim, T) in, the kernel's taps out
+        taps[tap] = xn  # (dim, T)
+        if cfg.post_norms:  # Gemma 3: the kernel gave Wo's / W2's output; the residual adds it normalised
+            taps[pre] = taps[out]  # (dim, T)
+            post_scale = norm_scale(cfg, self.norm_weight(layer, post))
+            taps[out] = cpu_ops.rmsnorm(taps[pre], post_scale, cfg.norm_eps)  # (dim, T)
+        return taps
+
+    def norm_weight(self, layer: int, key: str) -> np.ndarray:
+        """The norm weight ``key`` of ``layer`` the kernels were compiled with (baked: a copy taken then)."""
+        return self._scales[layer][key]
+
+    def run_kernel(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
+        """Run kernel ``name`` of ``layer`` on its input parts as they are."""
         if name == "sdpa_bwd2":
             spec, kernel = self.bwd2[self.cfg.layer_type(layer)]
         else:
@@ -140,7 +195,7 @@ class Kernels:
         for kernels in self.layers:
             for k in kernels.values():
                 k.close()
-        self.layers, self.specs = [], []
+        self.layers, self.specs, self._scales = [], [], []
 
     def close(self) -> None:
         self.close_layers()
@@ -159,8 +214,10 @@ class DynamicKernels(Kernels):
     splits it (training/training_dynamic/train.m: ffnBwdW2t, ffnBwdW13t), so each input is dense.
     """
 
-    def __init__(self, backend: Backend, cfg: ModelConfig) -> None:
-        super().__init__(backend, cfg)
+    WEIGHTS = "dynamic"
+
+    def __init__(self, backend: Backend, cfg: ModelConfig, route: KernelRoute | None = None) -> None:
+        super().__init__(backend, cfg, route)
         self.params: Params | None = None
         self.dynamic: dict[str, tuple[KernelSpec, Kernel]] = {}
 
@@ -177,9 +234,9 @@ class DynamicKernels(Kernels):
         self.params = params
         if self.dynamic:
             return
-        cfg = self.cfg
+        cfg, route = self.cfg, self.route
         specs: dict[str, KernelSpec] = {
-            "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg),
+            "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg, norm=route.norm),
             "ffn_bwd_w2t": dynamic.ffn_bwd_w2t_dynamic(cfg),
             "ffn_bwd_w13t": dynamic.ffn_bwd_w13t_dynamic(cfg),
             "qkv_bwd": dynamic.qkv_bwd_dynamic(cfg),
@@ -187,14 +244,22 @@ class DynamicKernels(Kernels):
         }
         for kind in cfg.layer_kinds:  # "sdpa_fwd" / "sdpa_bwd1" for full layers, "sdpa_fwd:sliding" ...
             tail = "" if kind == "full" else f":{kind}"
-            specs[f"sdpa_fwd{tail}"] = dynamic.sdpa_fwd_dynamic(cfg, kind=kind)
-            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind)
+            specs[f"sdpa_fwd{tail}"] = dynamic.sdpa_fwd_dynamic(
+                cfg, kind=kind, norm=route.norm, rope=route.rope
+            )
+            legacy = route == LEGACY  # the legacy kernels bake Wo = I; a route's take da itself
+            specs[f"sdpa_bwd1{tail}"] = attention_bwd.sdpa_bwd1_weightless(cfg, kind=kind, identity_wo=legacy)
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
 
-    def run(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
+    def norm_weight(self, layer: int, key: str) -> np.ndarray:
+        """The norm weight ``key`` of ``layer`` as it is now (the kernels read the weights at every run)."""
+        assert self.params is not None, "compile() first"
+        return getattr(self.params.layers[layer], key)
+
+    def run_kernel(self, layer: int, name: str, **parts: np.ndarray) -> dict[str, np.ndarray]:
         if name == "sdpa_bwd2":
-            return super().run(layer, name, **parts)
+            return super().run_kernel(layer, name, **parts)
         assert self.params is not None, "compile() first"
         w = self.params.kernel_weights(layer)
         kind = self.cfg.layer_type(layer)
@@ -217,15 +282,6 @@ class DynamicKernels(Kernels):
         for _, kernel in self.dynamic.values():
             kernel.close()
         super().close()
-
-
-def make_kernels(backend: Backend, cfg: ModelConfig, weights: str) -> Kernels:
-    """The kernel set of a weight mode: "baked" (recompiled per batch) or "dynamic" (compiled once)."""
-    if weights == "dynamic":
-        return DynamicKernels(backend, cfg)
-    if weights == "baked":
-        return Kernels(backend, cfg)
-    raise ValueError(f"weights must be 'baked' or 'dynamic', not {weights!r}")
 
 
 # The largest scaled activation gradient a step lets into the kernels: half the MAC output port's 2^15

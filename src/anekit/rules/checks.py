@@ -1,9 +1,10 @@
 """Checks of the rule book over a program, a surface plan and weight files: each finding names its rule.
 
 ``check_program`` walks every function of a Program once and applies the op, tensor and program rules
-for a chip; ``check_surface_plan`` judges the surfaces a backend is about to allocate and bind;
-``check_weight_names`` and the BLOBFILE check look at the weight files a program refers to. A finding
-says which rule, where (function, op, line), why, and the source of the rule.
+for a chip, a route and (optionally) a macOS version; ``check_surface_plan`` judges the surfaces a
+backend is about to allocate and bind; ``check_weight_names`` and the BLOBFILE check look at the weight
+files a program refers to. A finding says which rule, where (function, op, line), why, and the source of
+the rule.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from anekit.engine import extents as ext
 from anekit.engine import ops as op_tables
 from anekit.engine.book import Rule, rule
 from anekit.engine.chips import ANY, GENERATIONS, check_generation
-from anekit.engine.evidence import check_route
+from anekit.engine.evidence import check_macos, check_route
 from anekit.errors import AnekitError, CompilationFailed
 from anekit.mil import types as T
 from anekit.mil.dialect import function_problems
@@ -64,10 +65,12 @@ class Finding:
     severity: str = ""  # the rule's on this chip and route (default: its worst anywhere)
     chip: str = ANY
     route: str = "direct"
+    macos: str = ""  # the macOS version it was judged for ("": every version)
 
     def __post_init__(self) -> None:
         if not self.severity:
-            object.__setattr__(self, "severity", self.rule.severity_on(self.chip, self.route) or "warn")
+            found = self.rule.severity_on(self.chip, self.route, self.macos)
+            object.__setattr__(self, "severity", found or "warn")
 
     @property
     def is_error(self) -> bool:
@@ -81,8 +84,10 @@ class Finding:
         return f"{self.rule.id} {self.severity} {self.where}: {self.message}"
 
     def scope(self) -> str:
-        """``chip m4, route direct; error on m4, warn on m3`` — where the finding applies and how."""
-        return f"chip {self.chip}, route {self.route}: {self.rule.verdict(self.route)}"
+        """``chip m4, route direct: error on m4, warn on m3`` — where the finding applies and how (with
+        ``, macOS 26`` after the route when it was judged for one)."""
+        os_ = f", macOS {self.macos}" if self.macos else ""
+        return f"chip {self.chip}, route {self.route}{os_}: {self.rule.verdict(self.route, self.macos)}"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -90,7 +95,8 @@ class Finding:
             "severity": self.severity,
             "chip": self.chip,
             "route": self.route,
-            "verdict": self.rule.verdict(self.route),
+            "macos": self.macos,
+            "verdict": self.rule.verdict(self.route, self.macos),
             "status": self.rule.status,
             "where": self.where,
             "line": self.line,
@@ -112,17 +118,20 @@ def enforce(
     weights: WeightFiles | None,
     who: str,
     route: str = "direct",
+    macos: str = "",
 ) -> list[Finding]:
-    """Refuse ``fn`` with CompilationFailed listing every error rule it breaks for ``chip``; returns the
-    warnings. What both backends call before compiling (``who`` says which, for the message)."""
-    findings = check_function(program, fn, chip, weights, route)
+    """Refuse ``fn`` with CompilationFailed listing every error rule it breaks for ``chip`` (under macOS
+    ``macos``, "" for every version); returns the warnings. What both backends call before compiling
+    (``who`` says which, for the message)."""
+    findings = check_function(program, fn, chip, weights, route, macos)
     broken = errors(findings)
     if broken:
         listing = "\n".join(f"  {f.short()}" for f in broken)
+        os_ = f", macOS {macos}" if macos else ""
         raise CompilationFailed(
-            f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}, route "
-            f"{route}; `anekit lint` gives each rule's source; `anekit run --no-strict`, strict=False or "
-            "ANEKIT_STRICT=0 runs it anyway):\n"
+            f"[compile] the engine would refuse or miscompute '{fn.name}' ({who}, chip {chip}, "
+            f"route {route}{os_}; `anekit lint` gives each rule's source; `anekit run --no-strict`, "
+            "strict=False or ANEKIT_STRICT=0 runs it anyway):\n"
             f"{listing}"
         )
     return [f for f in findings if not f.is_error]
@@ -143,12 +152,19 @@ class _Context:
     """What the checks of one function share: the chip, the weight files, and who consumes what."""
 
     def __init__(
-        self, program: Program, fn: Function, chip: str, weights: WeightFiles | None, route: str = "direct"
+        self,
+        program: Program,
+        fn: Function,
+        chip: str,
+        weights: WeightFiles | None,
+        route: str = "direct",
+        macos: str = "",
     ) -> None:
         self.program = program
         self.fn = fn
         self.chip = chip
         self.route = route
+        self.macos = macos
         self.weights = weights
         self.findings: list[Finding] = []
 
@@ -166,7 +182,9 @@ class _Context:
         on some or a warning on all, and left out when it is a warning on some chips only."""
         r = rule(rule_id)
         if self.chip == ANY:
-            levels = [r.severity_on(c, self.route) if c in broken_on else None for c in GENERATIONS]
+            levels = [
+                r.severity_on(c, self.route, self.macos) if c in broken_on else None for c in GENERATIONS
+            ]
             errors_on = [c for c, level in zip(GENERATIONS, levels) if level == "error"]
             if not errors_on and not all(level == "warn" for level in levels):
                 return  # a warning on some chips only: ``--chip`` shows it
@@ -174,12 +192,12 @@ class _Context:
             if severity == "warn" and errors_on:
                 message = f"{message} (an error on {', '.join(errors_on)})"
         else:
-            found = r.severity_on(self.chip, self.route) if self.chip in broken_on else None
+            found = r.severity_on(self.chip, self.route, self.macos) if self.chip in broken_on else None
             if found is None:
                 return
             severity = found
         where = f"{self.fn.name}: {where}"
-        self.findings.append(Finding(r, where, message, line, severity, self.chip, self.route))
+        self.findings.append(Finding(r, where, message, line, severity, self.chip, self.route, self.macos))
 
     def report_op(self, rule_id: str, op: Op, message: str, broken_on: tuple[str, ...] = GENERATIONS) -> None:
         line = f" (line {op.line})" if op.line else ""
@@ -202,18 +220,23 @@ def _on(*op_types: str) -> Callable[[OpCheck], OpCheck]:
 
 
 def check_program(
-    program: Program, chip: str = "any", weights: WeightFiles | None = None, route: str = "direct"
+    program: Program,
+    chip: str = "any",
+    weights: WeightFiles | None = None,
+    route: str = "direct",
+    macos: str = "",
 ) -> list[Finding]:
     """Every finding of the op, tensor and program rules for ``chip`` ("any": the rules of every chip)
     and ``route`` ("direct": the in-memory framework with caller-made surfaces; "e5rt": the Espresso /
-    e5rt runtime; "coreml": a package).
+    e5rt runtime; "coreml": a package), under macOS ``macos`` ("15", "26.3"; "": every version — the
+    evidence observed under other major versions then does not count, see ``anekit.engine.evidence``).
 
     ``weights`` maps BLOBFILE paths (``@model_path/weights/x.bin``) to their bytes or files; when given,
     BLOBFILE offsets are checked against the files' metadata records.
     """
     findings: list[Finding] = []
     for fn in program.functions.values():
-        findings.extend(check_function(program, fn, chip, weights, route))
+        findings.extend(check_function(program, fn, chip, weights, route, macos))
     return findings
 
 
@@ -223,11 +246,13 @@ def check_function(
     chip: str = "any",
     weights: WeightFiles | None = None,
     route: str = "direct",
+    macos: str = "",
 ) -> list[Finding]:
     """The findings of one function of ``program`` (what a backend compiles)."""
     check_chip(chip)
     check_route(route)
-    ctx = _Context(program, fn, chip, weights, route)
+    check_macos(macos)
+    ctx = _Context(program, fn, chip, weights, route, macos)
     _check_io(ctx)
     _check_extents(ctx)
     for op in fn.ops:
@@ -235,6 +260,7 @@ def check_function(
         for check in _OP_CHECKS.get(op.op_type, ()):
             check(ctx, op)
     _check_bridge_only(ctx)
+    _check_identity_alone(ctx)
     _check_outputs(ctx)
     _check_dialect(ctx)
     return ctx.findings
@@ -326,6 +352,7 @@ _OP_TABLE_RULES = (
     (op_tables.NO_PATH, "op.off-engine", "is placed off the engine by CoreML"),
     (op_tables.FROM_M2, "op.from-m2", "needs the M2 or later"),
     (op_tables.FROM_M3_GATED, "op.from-m3", "runs on the engine only from the M3"),
+    (op_tables.CURATED_PATH_ONLY, "op.curated-path-only", "has no implementation on the compile path"),
     (op_tables.M1_FALLBACK, "op.m1-software-fallback", "takes a software path on the M1"),
 )
 
@@ -345,9 +372,17 @@ def _check_bridge_only(ctx: _Context) -> None:
             ctx.report_op("op.bridge-only", op, f"{op.op_type} is the only kind of op in the function")
 
 
+def _check_identity_alone(ctx: _Context) -> None:
+    """op.identity-alone: a function whose only computing op is identity (its output is its input)."""
+    computing = [op for op in ctx.fn.ops if op.op_type not in op_tables.FOLDED]
+    if computing and all(op.op_type == "identity" for op in computing):
+        for op in computing:
+            ctx.report_op("op.identity-alone", op, "identity is the function's only op")
+
+
 def _check_dialect(ctx: _Context) -> None:
     """dialect.m1-m2: what the older program(1.0) / <ios16> form cannot express."""
-    if not rule("dialect.m1-m2").applies_to(ctx.chip, ctx.route):
+    if not rule("dialect.m1-m2").applies_to(ctx.chip, ctx.route, ctx.macos):
         return
     for op, problem in function_problems(ctx.fn, "ios16"):
         if op is None:
@@ -401,7 +436,7 @@ def _cast(ctx: _Context, op: Op) -> None:
 
 @_on("matmul", "scaled_dot_product_attention")
 def _matmul_m1(ctx: _Context, op: Op) -> None:
-    ctx.report_op("op.matmul-sdpa-m1", op, f"{op.op_type} (reported failing on M1 / M2 under macOS 26)")
+    ctx.report_op("op.matmul-sdpa-m1", op, f"{op.op_type} (fails on M1 / M2 under macOS 26, in memory)")
 
 
 @_on("softmax")
@@ -904,8 +939,10 @@ def iter_rules_checked() -> Iterator[str]:
         "op.from-m3",
         "op.m1-software-fallback",
         "op.bridge-only",
+        "op.curated-path-only",
         "op.cast-int32-m1",
         "op.identity-output",
+        "op.identity-alone",
         "op.cast-m1-m2",
         "op.matmul-sdpa-m1",
         "op.softmax-axis-size",

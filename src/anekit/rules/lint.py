@@ -56,10 +56,12 @@ def lint_program(
     weights: WeightFiles | None = None,
     route: str = "direct",
     missing_weights: Iterable[str] = (),
+    macos: str = "",
 ) -> LintResult:
     """Check one program for ``chip`` and ``route`` ("direct": the in-memory route, "e5rt", or "coreml"
-    for a package's program, whose buffers are CoreML's). ``weights``: the files its BLOBFILE paths
-    resolve to (None: not checked); ``missing_weights``: one line per value whose file is not there."""
+    for a package's program, whose buffers are CoreML's) under macOS ``macos`` ("15", "26.3"; "": every
+    version). ``weights``: the files its BLOBFILE paths resolve to (None: not checked);
+    ``missing_weights``: one line per value whose file is not there."""
     return LintResult(
-        target, check_program(program, chip, weights, route), missing_weights=list(missing_weights)
+        target, check_program(program, chip, weights, route, macos), missing_weights=list(missing_weights)
     )

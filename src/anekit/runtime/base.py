@@ -9,6 +9,15 @@ Every backend implements the same small protocol (DESIGN.md "Backends")::
     kernel.states -> {state name: array}                 # buffers of state<...> inputs, kept across runs
     backend.compile_count, backend.compile_budget
 
+Compiles are a per-process budget on the engine: mechramc/Orion docs/ane_constraints.md §5 (first
+documented by maderix/ANE) measured the compiler failing after about 119 compiles per process, and both
+projects count them in one process-wide counter (Orion core/ane_runtime.m ``g_compile_count``, maderix/ANE
+training/stories_config.h ``g_compile_count`` against ``MAX_COMPILES 100``). A backend that drives the
+engine counts on ``PROCESS_COMPILES``, shared by every backend object of the process; the simulator gives
+each backend object its own ``CompileCounter`` (each stands for a fresh engine process, which is how the
+trainer's checkpoint-and-re-execute is exercised off a Mac). ``PROCESS_COMPILES.reset()`` is for tests
+only: it pretends the process is new.
+
 A function input of type ``state<tensor<...>>`` (a stateful iOS18 function, CoreML's MLState) gets no
 surface: it is a buffer the kernel holds across runs, zero when the kernel is made, in ``kernel.states``
 (name -> numpy array of the wrapped shape; float states hold float32 values). Ops read and write it in
@@ -306,14 +315,66 @@ def strict_default() -> bool:
     return os.environ.get("ANEKIT_STRICT", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+class CompileCounter:
+    """Compiles counted against a budget: one per process for the engine (``PROCESS_COMPILES``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def take(self) -> None:
+        """Count one compile (failed compiles count too: the engine counts them)."""
+        with self._lock:
+            self._count += 1
+
+    def reset(self) -> None:
+        """For tests: count from zero, as a fresh process would."""
+        with self._lock:
+            self._count = 0
+
+
+# The engine's compiles of this process, shared by every backend object that drives the engine (rule
+# process.compile-budget: mechramc/Orion docs/ane_constraints.md §5, about 119 per process).
+PROCESS_COMPILES = CompileCounter()
+
+
 class Backend:
-    """Base of the backends: compile accounting and program preparation shared by all."""
+    """Base of the backends: compile accounting and program preparation shared by all.
+
+    ``compile_count`` is what the counter this backend draws on has counted (``counter``: the process's
+    ``PROCESS_COMPILES`` for a backend that drives the engine; by default a counter of its own);
+    ``compiles_made`` is what this object compiled itself.
+
+    ``chip`` and ``macos`` say what the backend runs on, as the engine layer's training route takes them
+    (``anekit.engine.training_routes.training_route(backend.chip, backend.macos)``): the ane backend
+    reports the Mac's; the simulator its chip profile, and "" for macOS (every major the engine layer
+    knows).
+    """
 
     name = "base"
+    chip = "any"
+    macos = ""
 
-    def __init__(self, compile_budget: int = DEFAULT_COMPILE_BUDGET) -> None:
+    def __init__(
+        self, compile_budget: int = DEFAULT_COMPILE_BUDGET, counter: CompileCounter | None = None
+    ) -> None:
         self.compile_budget = compile_budget
-        self.compile_count = 0
+        self.counter = counter if counter is not None else CompileCounter()
+        self.compiles_made = 0
+
+    @property
+    def compile_count(self) -> int:
+        """Compiles counted against ``compile_budget`` (for the engine: by every backend of the process)."""
+        return self.counter.count
+
+    def count_compile(self) -> None:
+        """One more compile against the budget (each attempt the engine sees is one)."""
+        self.counter.take()
+        self.compiles_made += 1
 
     def compile(
         self, program: Program | str, weights: Weights | None = None, *, function: str = "main"
@@ -325,7 +386,7 @@ class Backend:
         """
         if self.compile_count >= self.compile_budget:
             raise CompileBudgetExhausted(self.compile_budget)
-        self.compile_count += 1
+        self.count_compile()
         prog = prepare_program(program)
         if function in prog.functions:
             fn = prog.functions[function]

@@ -7,7 +7,9 @@ budget, the numpy / Python versions, each backend and why it is unavailable, the
 returns (honouring ``ANEKIT_BACKEND``) and the trials the macOS backend settles by trying. ``smoke()``
 runs the ladder of ``anekit.tools.smoke`` and the numeric rungs of ``anekit.tools.smoke_numerics`` on a
 backend. Both return typed reports; ``to_json()`` gives the JSON document ``anekit doctor --json``
-prints.
+prints. ``first_contact()`` turns a smoke report into the engine layer's first-contact report
+(``anekit.engine.report``, what ``anekit doctor --smoke --report FILE`` writes): each rung's constructs
+and stage outcomes, each numeric probe's bits, the chip, the macOS and the training route chosen.
 
 The framework facts come from ``anekit.runtime.ane.probe()``, which declares the classes and selectors
 the backend uses and only looks them up (it sends no message). The ane module is imported lazily: when
@@ -23,11 +25,17 @@ import platform
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
 
 import anekit
 from anekit import runtime
+from anekit.engine import report as first
+from anekit.engine.chips import GENERATIONS, UnknownChip
+from anekit.engine.chips import device as chip_device
+from anekit.engine.constructs import UnknownMacOS, macos_major
+from anekit.engine.training_routes import NoTrainingRoute, training_route
 from anekit.kernels.config import ModelConfig
 from anekit.runtime.base import Backend
 from anekit.tools import smoke as ladder
@@ -287,6 +295,31 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
     return Trials(chip, macos, order, str(memory.path), memory.problem, outcomes)
 
 
+def route_line(chip_brand: str | None, macos: str | None, chip: str | None = None) -> str:
+    """``<route id> (<why>; evidence: <sources>)``: the training route of this Mac's chip and macOS
+    (``anekit.engine.training_routes``), or of ``chip`` under every macOS when one is named off a Mac; off
+    a Mac with no chip named, that none is detected and what any chip gets."""
+    from anekit.runtime.ane.availability import chip_name
+
+    note = ""
+    if chip is None and macos is None:
+        try:
+            anywhere = training_route("any").id
+        except NoTrainingRoute as e:
+            anywhere = f"none ({e})"
+        return f"no chip detected (not a Mac); on any chip and macOS: {anywhere}"
+    name = chip or chip_name(chip_brand or "")
+    try:
+        major = macos_major(macos or "")
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    try:
+        r = training_route(name, major)
+    except NoTrainingRoute as e:
+        return f"none ({note}{e})"
+    return f"{r.id} ({note}{r.why}; evidence: {' · '.join(r.sources())})"
+
+
 def diagnose(env: Mapping[str, str] | None = None, objc_runtime: Any = None) -> Report:
     """Everything the doctor reports about this machine (``env``: the environment, default os.environ)."""
     import numpy as np
@@ -431,4 +464,90 @@ def smoke(
     note = backend_note(backend.name, report)
     return SmokeReport(
         report, backend.name, type(backend).__name__, note, dialect, cfg.name, seed, results, found
+    )
+
+
+# -- the first-contact report -------------------------------------------------------------------------------
+
+
+def chip_of(backend: str, brand: str | None, simulated: str | None) -> tuple[str | None, str | None]:
+    """(device, generation) as ``anekit.engine.chips`` names them: this Mac's from its brand string
+    ("Apple M1 Pro" -> m1-pro, m1) on the engine, the simulated profile's chip in the simulator; (None,
+    None) where neither is known."""
+    if backend == "ane":
+        name = (brand or "").removeprefix("Apple").strip()
+        try:
+            found = chip_device(name)
+        except UnknownChip:
+            return None, None
+        return found.name, found.generation
+    return (simulated, simulated) if simulated in GENERATIONS else (None, None)
+
+
+def chosen_route(chip: str | None, macos: str) -> first.Route | None:
+    """The training route ``anekit.engine.training_routes`` chooses for ``chip`` (None: any chip) under
+    ``macos`` ("" off a Mac, or a major it has no evidence for: the route for every major it knows, which
+    the why says); None when no route is found."""
+    note = ""
+    try:
+        major = macos_major(macos)
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    try:
+        chosen = training_route(chip or "any", major)
+    except NoTrainingRoute:
+        return None
+    return first.Route(chosen.id, note + chosen.why, tuple(chosen.sources()))
+
+
+def _stages(r: ladder.RungResult) -> dict[str, first.Stage]:
+    """compile / load / run / compare of one rung: ok up to the failing stage, failed there, not run after."""
+    failed = r.stage if r.status != "pass" else None
+    if failed in ("reference", "generate"):  # the backend never saw it
+        return {s: first.Stage() for s in first.STAGES}
+    out, reached = {}, True
+    for s in first.STAGES:
+        ms = r.stage_ms.get(s)
+        if not reached:
+            out[s] = first.Stage()
+        elif s == failed:
+            out[s] = first.Stage("failed", (r.error or "").splitlines()[0] or "failed", ms)
+            reached = False
+        else:
+            out[s] = first.Stage("ok", None, ms)
+    return out
+
+
+def _probe(r: smoke_numerics.NumericResult) -> first.Probe:
+    inputs = {
+        name: first.Tensor(tuple(int(d) for d in x.shape), tuple(smoke_numerics.nonzero(x)))
+        for name, x in r.inputs.items()
+    }
+    got = None if r.got is None else tuple(smoke_numerics.bits(r.got))
+    expected = {c: tuple(smoke_numerics.bits(v)) for c, v in r.expected.items()}
+    error = None if got is not None else (r.error or "nothing was read")
+    return first.Probe(r.name, r.behaviour, inputs, r.read, got, expected, error)
+
+
+def first_contact(found: SmokeReport, when: datetime | None = None) -> first.Report:
+    """The first-contact report of a smoke run (``anekit.engine.report``, schema version 1; ``when``: now
+    unless given). In the simulator the chip is the profile it computed with (none for "any")."""
+    doc = found.doctor
+    backend = "ane" if found.backend == "ane" else "sim"
+    dev, gen = chip_of(backend, doc.chip, found.numerics.assumed)
+    macos = (doc.host.macos or "") if backend == "ane" else ""
+    major = macos.split(".")[0] if macos else ""
+    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rungs = tuple(first.Rung(r.name, tuple(r.constructs), **_stages(r)) for r in found.rungs)
+    return first.Report(
+        anekit=anekit.__version__,
+        when=stamp,
+        device=dev,
+        generation=gen,
+        macos=macos,
+        macos_major=major,
+        backend=backend,
+        rungs=rungs,
+        probes=tuple(_probe(r) for r in found.numerics.results),
+        route=chosen_route(gen, macos),
     )

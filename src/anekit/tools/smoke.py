@@ -13,8 +13,16 @@ Rungs, in order (each one adds one thing the engine must get right):
    alphabetical order and every output depending on its inputs asymmetrically, so a backend that binds
    surfaces in the wrong order (the engine binds by MIL name, alphabetically: Orion, same file) gives
    wrong numbers instead of passing by luck.
-4. every kernel of a preset (``anekit.kernels.catalog``: layer, head and dynamic-weight kernels), one
-   at a time, with random llama2.c-style weights.
+4. one small program per construct of the engine layer's vocabulary (``anekit.tools.smoke_constructs``:
+   matmul of two activations, matmul by weights from the input, softmax over the keys, the RMSNorms,
+   the two RoPE forms, the gates), each tagged with the construct ids it exercises;
+5. every kernel of a preset (``anekit.kernels.catalog``: layer, head and dynamic-weight kernels), one
+   at a time, with random llama2.c-style weights, tagged with the constructs found in it
+   (``smoke_constructs.constructs_in``).
+
+Every rung names the constructs it exercises (none for the first and third), so that a report of the
+ladder on a Mac (``anekit doctor --smoke --report FILE``, ``anekit.engine.report``) is measured evidence
+per construct.
 
 Each rung is compiled, loaded and run on the backend under test and on the simulator ("ane"
 precision, the executable spec); it passes when every output's largest absolute difference is within
@@ -42,6 +50,7 @@ from anekit.mil import Builder, Program, tensor
 from anekit.mil.printer import print_program
 from anekit.runtime.base import Backend
 from anekit.runtime.sim import SimBackend
+from anekit.tools import smoke_constructs
 
 CHANNELS, SPATIAL = 64, 32  # the smallest shape with hardware precedent (maderix/ANE, see above)
 WEIGHT_FILE = "@model_path/weights/weight.bin"
@@ -63,6 +72,7 @@ class Rung:
     weights: dict[str, bytes]
     inputs: dict[str, np.ndarray]  # by MIL input name, full shape, float32
     what: str  # what this rung exercises, for the report
+    constructs: tuple[str, ...] = ()  # the construct ids of anekit.engine it exercises
 
 
 @dataclass
@@ -73,6 +83,7 @@ class RungResult:
     what: str
     sha256: str  # of the program text compiled
     inputs: dict[str, list[int]]
+    constructs: list[str] = field(default_factory=list)  # the construct ids it exercises
     outputs: dict[str, list[int]] = field(default_factory=dict)
     status: str = "fail"
     stage: str | None = None  # "reference", "compile", "load", "run" or "compare" when failed
@@ -130,6 +141,7 @@ def conv_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
         {WEIGHT_FILE: fp16_blob(weights)},
         _inputs_of(prog, rng),
         "1x1 conv, baked BLOBFILE weights",
+        ("conv.baked",),
     )
 
 
@@ -155,17 +167,41 @@ def multi_io_rung(dialect: str | None, rng: np.random.Generator) -> Rung:
     )
 
 
+def construct_rung(
+    build: Callable[[np.random.Generator], smoke_constructs.ConstructProgram],
+    dialect: str | None,
+    rng: np.random.Generator,
+) -> Rung:
+    c = build(rng)
+    text = print_program(c.program, dialect)
+    return Rung(c.name, text, c.weights, _inputs_of(c.program, rng), c.what, c.constructs)
+
+
 def kernel_rung(name: str, cfg: ModelConfig, weights: dict[str, Any], dialect: str | None, seed: int) -> Rung:
     spec = catalog.build(name, cfg, weights)
     rng = np.random.default_rng(seed)
     x = _random((1, spec.inputs.channels, 1, spec.inputs.spatial), rng)  # (1, C_in, 1, S)
     kind = "dynamic-weight kernel" if name in catalog.DYNAMIC_KERNELS else "kernel"
     text = print_program(spec.program, dialect)
-    return Rung(name, text, spec.weight_files(), {"x": x}, f"{cfg.name} {kind}")
+    found = smoke_constructs.constructs_in(spec.program)
+    return Rung(name, text, spec.weight_files(), {"x": x}, f"{cfg.name} {kind}", found)
+
+
+FIRST_RUNGS = ("elementwise", "conv1x1", "multi_io")
+
+
+def construct_names() -> list[str]:
+    """The construct rungs, in ladder order (after the first three)."""
+    return smoke_constructs.names()
 
 
 def kernel_names() -> list[str]:
     return [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS, *catalog.DYNAMIC_KERNELS]
+
+
+def rung_names() -> list[str]:
+    """Every rung of the ladder, in order."""
+    return [*FIRST_RUNGS, *construct_names(), *kernel_names()]
 
 
 def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Iterable[Rung | tuple[str, str]]:
@@ -176,6 +212,8 @@ def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Itera
         ("conv1x1", lambda: conv_rung(dialect, rng)),
         ("multi_io", lambda: multi_io_rung(dialect, rng)),
     ]
+    for program in smoke_constructs.RUNGS:
+        builders.append((program.__name__, partial(construct_rung, program, dialect, rng)))
     weights = catalog.random_weights(cfg, seed)
     for i, name in enumerate(kernel_names()):
         builders.append((name, partial(kernel_rung, name, cfg, weights, dialect, seed + 1 + i)))
@@ -199,20 +237,22 @@ def _execute(
     """Compile, load and run one rung: (outputs, None, None) or (None, failing stage, error)."""
     stage = "compile"
     kernel = None
+    timings = {} if timings is None else timings
+    t0 = time.perf_counter()
     try:
-        t0 = time.perf_counter()
         kernel = backend.compile(rung.text, rung.weights)
         t1 = time.perf_counter()
+        timings["compile"] = 1e3 * (t1 - t0)
         stage = "load"
         kernel.load()
         t2 = time.perf_counter()
+        timings["load"] = 1e3 * (t2 - t1)
         stage = "run"
         outputs = kernel(**rung.inputs)
-        t3 = time.perf_counter()
-        if timings is not None:
-            timings.update({"compile": 1e3 * (t1 - t0), "load": 1e3 * (t2 - t1), "run": 1e3 * (t3 - t2)})
+        timings["run"] = 1e3 * (time.perf_counter() - t2)
         return outputs, None, None
-    except Exception as e:  # every failure of the backend is what the ladder reports
+    except Exception as e:  # every failure of the backend is what the ladder reports; its stage is timed
+        timings[stage] = 1e3 * (time.perf_counter() - t0) - sum(timings.values())
         return None, stage, _error(e)
     finally:
         if kernel is not None:
@@ -250,6 +290,7 @@ def run_rung(rung: Rung, backend: Backend, reference: Backend) -> RungResult:
         rung.what,
         hashlib.sha256(rung.text.encode("utf-8")).hexdigest(),
         {k: list(v.shape) for k, v in rung.inputs.items()},
+        list(rung.constructs),
     )
     want, stage, error = _execute(reference, rung)
     if want is None:

@@ -12,6 +12,8 @@ Each rung is a program of the smoke ladder's proven shape ([1, 64, 1, 32] fp16 s
 The expected value of each rung on every chip comes from the simulator running the same program with
 that chip's profile, so the report says which profiles the machine matches and where it differs from
 the profile anekit assumed for its chip: the first run on real hardware tells whether the record holds.
+Each result also keeps its inputs (the nonzero elements) and the elements it read, and gives the values
+as fp16 bits (``bits``): what a first-contact report (``anekit.engine.report``) records of a probe.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from anekit.blob import fp16_blob
 from anekit.engine.numerics import CHIPS
+from anekit.fp16 import f32_to_f16_bits
 from anekit.mil import Builder, tensor
 from anekit.mil.printer import print_program
 from anekit.runtime.base import Backend
@@ -55,6 +58,8 @@ class NumericResult:
     expected: dict[str, list[float]]
     matches: list[str] = field(default_factory=list)
     error: str | None = None
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)  # the probe's inputs, by MIL name
+    read: tuple[tuple[int, int], ...] = ()  # (channel, position) of each element read
 
     def to_json(self) -> dict[str, Any]:
         def clean(v: list[float] | None) -> list[Any] | None:
@@ -68,6 +73,18 @@ class NumericResult:
             "matches": self.matches,
             "error": self.error,
         }
+
+
+def bits(values: list[float]) -> list[str]:
+    """fp16 values as their bits, 4 lower-case hex digits each (``[inf, 1.0]`` -> ``["7c00", "3c00"]``)."""
+    return [f"{int(b):04x}" for b in f32_to_f16_bits(np.asarray(values, dtype=np.float32)).ravel()]
+
+
+def nonzero(x: np.ndarray) -> list[tuple[int, int, str]]:
+    """The nonzero (or NaN) elements of a [1, C, 1, S] input as (channel, position, fp16 bits)."""
+    flat = np.asarray(x, dtype=np.float32).reshape(x.shape[1], -1)  # (C, S)
+    where = np.argwhere((flat != 0) | np.isnan(flat))
+    return [(int(c), int(s), bits([float(flat[c, s])])[0]) for c, s in where]
 
 
 def _program(body: Callable[[Any, Any], Any], spatial: int = SPATIAL) -> Any:
@@ -128,7 +145,9 @@ def run(backend: Backend, dialect: str | None) -> list[NumericResult]:
     results = []
     for rung in rungs(dialect):
         expected = {c: _read(SimBackend(chip=c, strict=False), rung) for c in CHIPS}
-        result = NumericResult(rung.name, rung.behaviour, None, expected)
+        result = NumericResult(
+            rung.name, rung.behaviour, None, expected, inputs=dict(rung.inputs), read=rung.probes
+        )
         try:
             result.got = _read(backend, rung)
         except Exception as e:  # a refusal is a finding of this rung, not a crash of the ladder

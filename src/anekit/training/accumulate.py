@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from anekit.kernels.route import kernel_route
+from anekit.llama.kernel_sets import make_kernels
 from anekit.llama.params import layer_shapes
-from anekit.llama.step import Kernels, StepResult, Timer, make_kernels, train_step
+from anekit.llama.step import Kernels, StepResult, Timer, train_step
 from anekit.threads import blas_threads, cores
 from anekit.training.budget import first_step_compiles
 
@@ -59,8 +61,10 @@ def blas_share(cfg: Any, workers: int) -> int:
 class Accumulator:
     """Runs the sequences of one batch: ``kernels`` on this thread, or ``threads`` workers."""
 
-    def __init__(self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1) -> None:
-        self.backend, self.cfg, self.weights = backend, cfg, weights
+    def __init__(
+        self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1, route: str = ""
+    ) -> None:
+        self.backend, self.cfg, self.weights, self.route = backend, cfg, weights, route
         self.threads = max(1, threads if weights == "dynamic" else 1)
         # Worker t > 0 makes and compiles its kernels in its own thread on its first sequence, while the
         # others compute: the start of a run does not wait for every worker's compiles.
@@ -73,7 +77,7 @@ class Accumulator:
     def compiles_needed(self) -> int:
         """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
         made = [k for k in self.kernels if k is not None]
-        fresh = first_step_compiles(self.cfg, self.weights) * (len(self.kernels) - len(made))
+        fresh = first_step_compiles(self.cfg, self.weights, self.route) * (len(self.kernels) - len(made))
         return sum(k.compiles_needed() for k in made) + fresh
 
     def compile(self, params: Any, timer: Timer) -> None:
@@ -87,7 +91,8 @@ class Accumulator:
         kernels = self.kernels[t]
         if kernels is None:
             with self._compiling:
-                kernels = make_kernels(self.backend, self.cfg, self.weights)
+                route = kernel_route(self.route) if self.route else None
+                kernels = make_kernels(self.backend, self.cfg, self.weights, route)
                 kernels.compile(self.params, timer)
             self.kernels[t] = kernels
         return kernels

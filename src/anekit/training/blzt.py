@@ -25,6 +25,7 @@ from anekit.errors import AnekitError
 from anekit.fileio import LOCK_FILE, remove_stale_temporaries
 from anekit.inputs import LIMITS, check_input
 from anekit.kernels import PRESETS, ModelConfig, preset
+from anekit.kernels.route import kernel_route
 from anekit.llama import checkpoint
 from anekit.llama.params import Params
 from anekit.llama.run_record import RUN_FORMAT
@@ -170,6 +171,17 @@ def _check_finite(params: Any, init: Path | None) -> None:
             raise AnekitError(f"[train] {where}: {name} holds NaN or infinite values")
 
 
+def _route_weights(route: str | None, weights: str | None = None) -> str | None:
+    """The weight mode of training route ``route`` (None: no route, the legacy kernels); an explicit
+    ``weights`` that contradicts it is refused."""
+    if not route:
+        return None
+    mode = kernel_route(route).weights
+    if weights is not None and weights != mode:
+        raise AnekitError(f"[train] {opt('weights', weights)} contradicts the route {route} ({mode} weights)")
+    return mode
+
+
 def _check_options(options: TrainOptions, stored: RunRecord, where: Path) -> None:
     """On resume: refuse every given option that contradicts the stored run."""
     given = {
@@ -179,6 +191,7 @@ def _check_options(options: TrainOptions, stored: RunRecord, where: Path) -> Non
         "lr": (options.lr, stored.tc.lr),
         "seed": (options.seed, stored.tc.seed),
         "weights": (options.weights, stored.tc.weights),
+        "route": (options.route, stored.tc.route),
     }
     for name, (value, kept) in given.items():
         if value is not None and value != kept:
@@ -465,7 +478,8 @@ class BlztSource:
             accum=o.accum or DEFAULT_ACCUM,
             lr=o.lr or DEFAULT_LR.get(name, GENERIC_LR),
             seed=o.seed or 0,
-            weights=o.weights or DEFAULT_WEIGHTS,
+            weights=_route_weights(o.route, o.weights) or o.weights or DEFAULT_WEIGHTS,
+            route=o.route or "",
         )
         if tc.steps * tc.accum > INT32_MAX:
             raise AnekitError(

@@ -19,7 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.llama.step import Timer, make_kernels
+from anekit.kernels.route import kernel_route
+from anekit.llama.kernel_sets import make_kernels
+from anekit.llama.step import Timer
 from anekit.runtime.base import Backend
 from anekit.training.accumulate import Accumulator
 from anekit.training.budget import BudgetTooSmall, check_budget, first_step_compiles
@@ -88,12 +90,13 @@ def train(
     cfg = state.params.cfg
     timer = Timer()
     timer.seconds.update(state.seconds)
-    check_budget(backend.compile_budget - backend.compile_count, cfg, tc.weights)
-    kernels = make_kernels(backend, cfg, tc.weights)
+    check_budget(backend.compile_budget - backend.compile_count, cfg, tc.weights, tc.route)
+    route = kernel_route(tc.route) if tc.route else None  # None: the legacy kernels of tc.weights
+    kernels = make_kernels(backend, cfg, tc.weights, route)
     # no more workers than the compile budget holds kernel sets for: a restart must still make progress
     budget_left = backend.compile_budget - backend.compile_count
-    threads = max(1, min(threads, budget_left // first_step_compiles(cfg, tc.weights)))
-    workers = Accumulator(backend, cfg, tc.weights, kernels, threads)
+    threads = max(1, min(threads, budget_left // first_step_compiles(cfg, tc.weights, tc.route)))
+    workers = Accumulator(backend, cfg, tc.weights, kernels, threads, tc.route)
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     last_save = time.monotonic()

@@ -40,6 +40,7 @@ class TrainOptions:
     numerics: dict[str, Any] = field(default_factory=dict)  # the simulator's chip / numerics / sanitize
     restarted: bool = False  # a re-executed process continuing after a compile-budget restart
     threads: int | None = None  # sequences run at once (default: every core, simulator and dynamic weights)
+    route: str | None = None  # a training route's id (anekit.kernels.route.ROUTES; default: the chip's)
 
 
 # How messages name the options: as the Python parameters (``resume=True``, ``steps=5``) by default, as

@@ -29,7 +29,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,26 +182,43 @@ class Run:
         if out.exists() and not out.is_dir():
             raise AnekitError(f"[train] {opt('out', out)} is a file, not a directory")
         runtime.check_numerics_options(o.backend, o.numerics)  # before any write
+        self._open_backend()
+        o = self.options = self._with_route(o)
         self.source.prepare(o, out, ckpt_path)
         self.seen = self.source.seen
         self.resumed_wall = self.source.resumed_wall
-        self._open_backend()
+        self._check_budget()
         if ckpt_path.exists() and not ckpt_path.is_file():
             raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
         if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
             raise AnekitError(f"[train] the output directory {out} is not writable")
 
     def _open_backend(self) -> None:
-        """The backend the options name, with a compile budget that holds one step (a budget below it
-        would restart forever)."""
-        from anekit.training.budget import check_budget
-
+        """The backend the options name (opened before the run is read: its chip decides the route)."""
         o = self.options
         backend_options: dict[str, Any] = dict(o.numerics)
         if o.compile_budget is not None:
             backend_options["compile_budget"] = o.compile_budget
         self.backend: Backend = runtime.open(o.backend, **backend_options)
-        check_budget(self.backend.compile_budget, self.cfg, self.tc.weights)
+
+    def _with_route(self, o: TrainOptions) -> TrainOptions:
+        """``o`` with the training route a new run takes (``anekit.training.route_choice``): the one it
+        names, else its chip's, its weight mode applied; a resumed run keeps its own (``route`` given
+        and different: refused as a contradiction by the source)."""
+        from anekit.training.route_choice import chosen_route, with_weights
+
+        self.route = chosen_route(self.backend, o.numerics)
+        if o.route is not None or o.resume:
+            return o
+        if self.route is None:
+            return replace(o, route="")
+        return replace(o, route=with_weights(self.route, o.weights))
+
+    def _check_budget(self) -> None:
+        """A compile budget that holds one step (a budget below it would restart forever)."""
+        from anekit.training.budget import check_budget
+
+        check_budget(self.backend.compile_budget, self.cfg, self.tc.weights, self.tc.route)
 
     # -- 2. the output directory, locked for the run ----------------------------------------------------
 

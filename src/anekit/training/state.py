@@ -27,6 +27,7 @@ class TrainConfig:
     loss_scale: float = 1024.0  # activation gradients are scaled by this inside the fp16 kernels
     seed: int = 0
     weights: str = "baked"  # "baked" (recompile per batch, fastest per step) or "dynamic" (compile once)
+    route: str = ""  # the training route's id (anekit.kernels.route.ROUTES); "": the legacy kernels
 
     def lr_at(self, step: int) -> float:
         """Warmup (linear) then cosine decay to min_lr."""

@@ -7,18 +7,23 @@ The private framework is driven through ``objc`` (ctypes, no pyobjc). One module
     availability  is_available / unavailable_reason / probe (``anekit doctor``)
     surfaces      IOSurface-backed ``Surface``s and their allocation sizes (uniform per direction)
     binding       the function the engine compiles and the order surfaces bind (alphabetical by name)
-    weights       weight files in the model directory; reserved names refused
+    weights       weight files in the model directory, named by their bytes; reserved names refused
     request       the _ANERequest, built after every load
     lifecycle     one _ANEInMemoryModel: compile, load, evaluate (standard / real-time), unload
+    pacing        the pause after a failed compile (one compile-service restart, about 15 s)
+    residency     the loaded-program ceiling of a process (LRU unload) and the periodic refresh
+    realtime      the real-time variants, tried in the evidence's order, the one that worked kept
     memory        which MIL dialect compiled, per chip and macOS, remembered in a per-user file
     kernel        AneKernel (with its per-kernel lock)
     chaining      _ANEChainingRequest, opt-in, with a sequential fallback
     backend       AneBackend: compile (the MIL dialect trial), kernels, chains
 
 Every engine fact applied here names its public source in the module that applies it (mechramc/Orion
-docs/ane_constraints.md, maderix/ANE training/*), with the anekit rule id. None of them has been
-observed by this project, which had no Mac: ``tests/fake_objc.py`` encodes the same published rules
-independently, and the backend is tested against it.
+docs/ane_constraints.md, maderix/ANE training/*, sbryngelson/ane-guide, ncdrone/rustane), with the
+anekit rule id. What a process shares — the compile budget (``anekit.runtime.base.PROCESS_COMPILES``),
+the compile pacing, the loaded programs — is counted once per process, over every backend object.
+None of them has been observed by this project, which had no Mac: ``tests/fake_objc.py`` encodes the
+same published rules independently, and the backend is tested against it.
 
 Importing this package loads nothing (no framework, no library): it imports on every platform.
 """

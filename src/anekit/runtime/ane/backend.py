@@ -4,6 +4,7 @@ trial), hand back its kernel, and chain kernels."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from anekit.engine.trials import DIALECT
 from anekit.errors import CompilationFailed, MilDialectError
@@ -12,16 +13,26 @@ from anekit.mil.ir import Function, Program
 from anekit.mil.printer import print_program
 from anekit.rules import check_chip, check_surface_plan
 from anekit.rules.checks import enforce
-from anekit.runtime.ane.api import ANE_FRAMEWORK, CLIENT_SHARED, QOS, REALTIME, REQUIRED, first_missing
+from anekit.runtime.ane.api import ANE_FRAMEWORK, CLIENT_SHARED, QOS, REQUIRED, first_missing
 from anekit.runtime.ane.availability import chip_name, native_runtime
 from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.chaining import Chain
 from anekit.runtime.ane.kernel import AneKernel
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.ane.memory import Attempt, Memory, Outcome, now
-from anekit.runtime.ane.objc import Id, ObjCRuntime
-from anekit.runtime.ane.weights import check_weights, weight_files
-from anekit.runtime.base import DEFAULT_COMPILE_BUDGET, Backend, Kernel, Surface, WeightSource, strict_default
+from anekit.runtime.ane.objc import Id, ObjCRuntime, macos_release
+from anekit.runtime.ane.realtime import NEEDS, STANDARD, VARIANTS, RealtimePaths
+from anekit.runtime.ane.realtime import TRIAL as REALTIME_TRIAL
+from anekit.runtime.ane.weights import check_weights, content_names, weight_files, with_blob_paths
+from anekit.runtime.base import (
+    DEFAULT_COMPILE_BUDGET,
+    PROCESS_COMPILES,
+    Backend,
+    Kernel,
+    Surface,
+    WeightSource,
+    strict_default,
+)
 
 
 class AneBackend(Backend):
@@ -39,6 +50,20 @@ class AneBackend(Backend):
     backend tries the dialects in the order with the most hardware runs for this chip and macOS, falls
     back on ``CompilationFailed``, and remembers what compiled (``memory``, default the per-user file of
     ``anekit.runtime.ane.memory``). ``dialect`` ("ios18" or "ios16") fixes it instead.
+
+    What the backend runs on, for the trainer to pick a training route
+    (``anekit.engine.training_routes.training_route(backend.chip, backend.macos)``): ``chip`` is the rule
+    book's name of the chip ("m1".."m5", "any" when the brand string names none: what
+    ``anekit.runtime.ane.availability.chip_name`` detects), ``macos`` the macOS release the runtime
+    reports ("26.3"; "" off macOS).
+
+    Compiles count against ``compile_budget`` on the process's one counter (``PROCESS_COMPILES``): every
+    backend object of a process shares it, as the engine's limit of about 119 compiles does. Also per
+    process: a compile after one the engine refused waits about 15 s (``anekit.runtime.ane.pacing``; the
+    dialect trial's fallback pays it once per chip and macOS), at most 120 programs stay loaded (the least
+    recently used is unloaded to load another, ``anekit.runtime.ane.residency``), and every loaded kernel
+    is reloaded after each 100K evaluations. Weight files reach the engine named by their bytes
+    (``anekit.runtime.ane.weights``), so kernels that differ only in weights never share a directory.
     """
 
     name = "ane"
@@ -56,12 +81,14 @@ class AneBackend(Backend):
         dialect: str | None = None,
         memory: Memory | None = None,
     ) -> None:
-        super().__init__(compile_budget)
-        self.chip = check_chip(chip) if chip is not None else chip_name()
+        # One budget per process (rule process.compile-budget).
+        super().__init__(compile_budget, PROCESS_COMPILES)
         self.fixed_dialect = mil_dialect(dialect).name if dialect is not None else None
         self.memory = memory if memory is not None else Memory()
         self.strict = strict_default() if strict is None else bool(strict)
         self.runtime = runtime if runtime is not None else native_runtime()
+        self.chip = check_chip(chip) if chip is not None else chip_name(self.runtime.chip_brand)
+        self.macos = macos_release(self.runtime.os_version)
         self.runtime.load_framework(ANE_FRAMEWORK)
         for message in REQUIRED:
             self.runtime.bind(message)
@@ -70,17 +97,41 @@ class AneBackend(Backend):
         self.chaining = chaining
         self.realtime = False
         self.realtime_unavailable: str | None = None
+        self.realtime_paths: RealtimePaths | None = None
         self._client: Id | None = None
         if realtime:
-            missing = first_missing(self.runtime, REALTIME)
-            if missing is not None:
-                self.realtime_unavailable = f"{missing} is not available ({self.runtime.os_version})"
-            else:
-                with self.runtime.autorelease_pool():
-                    self._client = self.runtime.send(CLIENT_SHARED)  # a process-wide singleton
-                self.realtime = self._client is not None
-                if not self.realtime:
-                    self.realtime_unavailable = f"{CLIENT_SHARED} returned nil"
+            self._open_realtime()
+
+    def _open_realtime(self) -> None:
+        """The real-time variants this framework implements, in the evidence's order, what worked last
+        time on this chip and macOS first (``anekit.runtime.ane.realtime``)."""
+        rt = self.runtime
+        missing = {v: first_missing(rt, NEEDS[v]) for v in VARIANTS}
+        usable = [v for v in VARIANTS if missing[v] is None]
+        if not usable:
+            self.realtime_unavailable = f"{missing[VARIANTS[0]]} is not available ({rt.os_version})"
+            return
+        recalled = self.memory.recall(REALTIME_TRIAL, self.chip, rt.os_version)
+        if recalled is not None and recalled.value in (*usable, STANDARD):
+            kept = [v for v in usable if v != recalled.value]
+            usable = [] if recalled.value == STANDARD else [recalled.value, *kept]
+        if not usable:
+            self.realtime_unavailable = "no real-time variant worked here last time (remembered)"
+            return
+        with rt.autorelease_pool():
+            self._client = rt.send(CLIENT_SHARED)  # a process-wide singleton
+        if self._client is None:
+            self.realtime_unavailable = f"{CLIENT_SHARED} returned nil"
+            return
+
+        def settle(value: str, attempts: tuple[Attempt, ...]) -> None:
+            if recalled is None or recalled.value != value:
+                self.memory.remember(
+                    Outcome(REALTIME_TRIAL, self.chip, rt.os_version, value, attempts, now())
+                )
+
+        self.realtime = True
+        self.realtime_paths = RealtimePaths(usable, settle)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:
@@ -91,6 +142,11 @@ class AneBackend(Backend):
             raise CompilationFailed(f"[compile] surface plan of '{fn.name}': {'; '.join(map(str, broken))}")
         files = weight_files(weights)
         check_weights(fn, files)
+        # Weight files named by their bytes, so a model's directory follows its weights (rule
+        # descriptor.hex-id-weights, anekit.runtime.ane.weights).
+        names = content_names(files)
+        layout = replace(layout, fn=with_blob_paths(layout.fn, names))
+        files = {names[rel]: blob for rel, blob in files.items()}
         engine_prog = Program({"main": layout.fn}, prog.version, dict(prog.attributes))
         macos = self.runtime.os_version
         recalled = None if self.fixed_dialect else self.memory.recall(DIALECT.id, self.chip, macos)
@@ -106,8 +162,9 @@ class AneBackend(Backend):
                 attempts.append(Attempt(dialect, str(e).splitlines()[0]))
                 failures.append(CompilationFailed(f"[compile] '{fn.name}' for {self.chip}: {e}"))
                 continue
-            self.compile_count += bool(n)
-            engine = EngineModel(self.runtime, fn.name, self.qos, self._client if self.realtime else None)
+            if n:
+                self.count_compile()
+            engine = EngineModel(self.runtime, fn.name, self.qos, self._client, self.realtime_paths)
             try:
                 engine.compile(text, files)
             except CompilationFailed as e:

@@ -1,6 +1,7 @@
 """A kernel of the engine: its IOSurface-backed surfaces and engine model, loaded / run / unloaded.
 
-Threads: each kernel has its own lock (``AneKernel.lock``, re-entrant) held for the whole of
+Threads: each kernel has its own lock (``AneKernel.lock``, re-entrant, shared with its engine model so
+the residency takes it to unload a kernel that makes room for another) held for the whole of
 ``load``, ``run``, ``unload``, ``close`` and ``kernel(**arrays)``, so one kernel can be shared
 between threads: calls on it are serialised, and its request is never rebuilt or released while an
 evaluation is using it. Different kernels run concurrently (each owns its surfaces and request).
@@ -11,12 +12,10 @@ kernel lock from the writes to the reads.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from anekit.errors import EvalFailed
 from anekit.mil.ir import Function
 from anekit.runtime.ane.binding import Layout
 from anekit.runtime.ane.lifecycle import EngineModel
@@ -35,7 +34,7 @@ class AneKernel(Kernel):
     def __init__(self, backend: Backend, fn: Function, layout: Layout, engine: EngineModel) -> None:
         super().__init__(backend, fn)
         self.layout = layout
-        self.lock = threading.RLock()
+        self.lock = engine.lock  # one lock for the kernel and its engine model (the residency takes it too)
         self._engine = engine
         self._owned.append(engine)  # first: unloaded and released before its surfaces
         try:
@@ -71,6 +70,11 @@ class AneKernel(Kernel):
     def realtime_failure(self) -> str | None:
         return self._engine.realtime_failure
 
+    @property
+    def realtime_variant(self) -> str | None:
+        """The evaluation variant of the last run ("in-memory-model", "model-property", "standard")."""
+        return self._engine.realtime_variant
+
     # -- the kernel lock around the lifecycle -------------------------------------------------------
 
     def load(self) -> AneKernel:
@@ -103,15 +107,7 @@ class AneKernel(Kernel):
         self._engine.unload()
 
     def _run(self) -> None:
-        engine = self._engine
-        if engine.realtime and engine.realtime_failure is None:
-            try:
-                engine.evaluate_realtime()
-            except EvalFailed as e:
-                engine.realtime_failure = str(e)  # stay on the standard call from now on
-                engine.evaluate()
-        else:
-            engine.evaluate()
+        self._engine.evaluate()  # reloads first if the residency unloaded it, or a refresh is due
         self.host_copies()
 
     def host_copies(self) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import platform
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -266,15 +267,30 @@ def macos_version() -> str:
     return f"macOS {release}" if release else f"not macOS: {platform.system()} {platform.release()}"
 
 
+def macos_release(os_version: str) -> str:
+    """The release number of a ``macos_version()`` string ("macOS 26.3 (25D...)" -> "26.3"); "" when it
+    names no macOS release."""
+    found = re.match(r"macOS (\d+(?:\.\d+)*)", os_version or "")
+    return found.group(1) if found else ""
+
+
 # -- the runtime ----------------------------------------------------------------------------------------
 
 
 class ObjCRuntime:
     """Typed access to the Objective-C runtime and the Foundation / IOSurface functions it needs."""
 
-    def __init__(self, libraries: Libraries | None = None, *, os_version: str | None = None) -> None:
+    def __init__(
+        self,
+        libraries: Libraries | None = None,
+        *,
+        os_version: str | None = None,
+        chip_brand: str | None = None,
+    ) -> None:
         self.libraries: Libraries = libraries if libraries is not None else NativeLibraries()
         self.os_version = os_version or macos_version()
+        # The CPU brand string ("Apple M4 Max") when the libraries know it; None: ask the system (sysctl).
+        self.chip_brand = chip_brand
         self._functions: dict[str, Callable[..., Any]] = {}
         self._senders: dict[tuple[str, tuple[str, ...]], Callable[..., Any]] = {}
         self._classes: dict[str, int] = {}

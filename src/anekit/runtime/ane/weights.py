@@ -11,11 +11,24 @@ itself writes ``net.plist`` and ``data`` there (mechramc/Orion core/ane_runtime.
 directory: "The compiled ANE data file IS the BLOBFILE"). A weight whose path starts with one of these
 names would be overwritten by, or overwrite, the framework's own file; it is refused at compile,
 case-insensitively (macOS file systems usually are).
+
+Names that carry the bytes (rule descriptor.hex-id-weights): the model's hexStringIdentifier, and so its
+directory, follows the MIL text and the weight dictionary's keys, not the weight bytes (mechramc/Orion
+core/ane_runtime.m ``orion_program_patch_weights``: "Same hexId as donor (same MIL text + weight dict
+keys)"), and a load reads the compiled files of that directory (the same function loads a model from a
+directory without compiling). Per-layer baked kernels share their MIL text and weight names, so without
+care they share one directory: compiling layer j + 1 rewrites it and reloading layer j runs j + 1's
+weights. So the engine gets every weight file under a name that carries the digest of its bytes
+(``weights/w.bin`` -> ``weights/w-<16 hex digits>.bin``), in the dictionary and in the BLOBFILE paths of
+the text it compiles (``content_names``, ``with_blob_paths``): different bytes, different keys, a
+different directory. The program's own text and the kernel's names are unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import hashlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -61,6 +74,34 @@ def weight_files(weights: dict[str, WeightSource]) -> dict[str, bytes]:
             except OSError as e:
                 raise CompilationFailed(f"[compile] weight '{key}': cannot read {source}: {e}") from e
     return files
+
+
+DIGEST_CHARS = 16  # hex digits of the sha256 of a weight file's bytes kept in its name (64 bits)
+
+
+def content_names(files: Mapping[str, bytes]) -> dict[str, str]:
+    """{relative path: the same path with the digest of its bytes before the extension}."""
+    names = {}
+    for rel, blob in files.items():
+        path = PurePosixPath(rel)
+        digest = hashlib.sha256(blob).hexdigest()[:DIGEST_CHARS]
+        names[rel] = str(path.with_name(f"{path.stem}-{digest}{path.suffix}"))
+    return names
+
+
+def with_blob_paths(fn: Function, names: Mapping[str, str]) -> Function:
+    """A copy of ``fn`` whose BLOBFILE paths name the files as ``names`` renames them (``fn`` itself, which
+    the caller's program shares, is left alone); ``fn`` when nothing is renamed."""
+    if all(old == new for old, new in names.items()):
+        return fn
+    renamed = copy.deepcopy(fn)
+    for _, lit in blob_literals(renamed):
+        ref = lit.value
+        assert isinstance(ref, BlobRef)
+        rel = ref.path.removeprefix(MODEL_PATH)
+        if rel in names:
+            lit.value = BlobRef(MODEL_PATH + names[rel], ref.offset)
+    return renamed
 
 
 def blob_literals(fn: Function) -> Iterator[tuple[str, Literal]]:
