@@ -1,10 +1,12 @@
-"""Benchmark: what the exact MAC first stage costs the training kernels, before (float32 BLAS beyond 8192
-products, as anekit computed them before) and after (the 4-lane first-stage model up to 2^26 products).
+"""Benchmark: what the exact MAC first stage costs the training kernels: numerics "engine" (the default:
+the 4-lane first-stage model up to 2^14 products, float32 BLAS beyond) against numerics "exact" (the model
+up to 2^26 products, every stories15M kernel).
 
 Run: OPENBLAS_NUM_THREADS=2 python benchmarks/bench_first_stage.py [--configs stories15M] [--repeat 3]
 Weights are random (llama2.c-style init); inputs are N(0, 1); chip m1. Prints the median run time of each
-kernel under both budgets, and the ratio. The compiled loops (numba, the `fast` extra) decide the after
-figure: without them the numpy model runs, about 30 times slower again.
+kernel under both, and the ratio (``--budget`` sets the exact model's budget of the second). The
+compiled loops (numba, the `fast` extra) decide the exact figure: without them the numpy model runs, about
+30 times slower again.
 """
 
 from __future__ import annotations
@@ -19,10 +21,7 @@ import numpy as np
 
 from anekit import jit
 from anekit.kernels import catalog, preset
-from anekit.runtime.sim import SimBackend
-from anekit.runtime.sim import numerics as sim_numerics
-
-BEFORE = 1 << 13  # the budget of the exact model before: probe-sized ops only
+from anekit.runtime.sim import SimBackend, mac
 
 
 def run_ms(backend: SimBackend, spec: Any, repeat: int) -> float:
@@ -47,7 +46,7 @@ def main() -> None:
     ap.add_argument("--kernels", nargs="*", help="kernel names (default: every layer and head kernel)")
     ap.add_argument("--budget", type=int, help="the exact model's budget after (default: anekit's)")
     args = ap.parse_args()
-    shipped = sim_numerics.EXACT_MAC_PRODUCTS
+    shipped = mac.EXACT_MAC_PRODUCTS
     after = args.budget or shipped
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
     print(f"compiled loops: {jit.available()}; OPENBLAS_NUM_THREADS={threads}; exact budget {after} products")
@@ -60,17 +59,18 @@ def main() -> None:
         for name in names:
             spec = catalog.build(name, cfg, weights)
             figures = []
-            for budget in (BEFORE, after):
-                sim_numerics.EXACT_MAC_PRODUCTS = budget
-                try:
-                    figures.append(run_ms(SimBackend(chip="m1", compile_budget=10**9), spec, args.repeat))
-                finally:
-                    sim_numerics.EXACT_MAC_PRODUCTS = shipped
+            for numerics in ("engine", "exact"):
+                backend = SimBackend(chip="m1", compile_budget=10**9, numerics=numerics)
+                if numerics == "exact" and after != shipped:
+                    import anekit.runtime.sim.backend as sim_backend
+
+                    sim_backend.EXACT_MAC_PRODUCTS = after  # read when the backend builds a plan
+                figures.append(run_ms(backend, spec, args.repeat))
             totals[0] += figures[0]
             totals[1] += figures[1]
             ratio = figures[1] / figures[0] if figures[0] else float("nan")
-            print(f"  {name:>18}: before {figures[0]:8.1f} ms   after {figures[1]:8.1f} ms   x{ratio:6.1f}")
-        print(f"  {'all kernels':>18}: before {totals[0]:8.1f} ms   after {totals[1]:8.1f} ms")
+            print(f"  {name:>18}: engine {figures[0]:8.1f} ms   exact {figures[1]:8.1f} ms   x{ratio:6.1f}")
+        print(f"  {'all kernels':>18}: engine {totals[0]:8.1f} ms   exact {totals[1]:8.1f} ms")
 
 
 if __name__ == "__main__":

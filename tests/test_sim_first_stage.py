@@ -81,7 +81,9 @@ def test_worked_sum_5116_and_the_wide_accumulator():
 def test_first_stage_at_training_shapes(chip):
     """5116 and SWEEP inside kernels of the training shapes (stories15M: dim 288, hidden 768, seq 256): a
     1x1 conv of 288 input channels to 768 over 256 positions (an FFN up-projection) and a 768-term
-    projection as a matmul, each holding the probes' rows among random activations."""
+    projection as a matmul, each holding the probes' rows among random activations. Numerics "exact"
+    models the first stage at these sizes; "engine" (the default) only at probe sizes, where the same
+    conv keeps the ones (float32 accumulation beyond 2^14 products)."""
     rng = np.random.default_rng(30)
     dim, hidden, seq = 288, 768, 256
     x = rng.standard_normal((1, dim, 1, seq)).astype(np.float16).astype(np.float32)
@@ -89,14 +91,18 @@ def test_first_stage_at_training_shapes(chip):
     x[0, :, 0, 1] = ([4096.0, -4096.0, 1.0] * 96)[:dim]  # position 1: the sweep's floor at 4096, 96 ones
     w = rng.standard_normal((hidden, dim, 1, 1)).astype(np.float16).astype(np.float32) * 0.05
     w[0] = 1.0  # output channel 0 sums its input: the book's matmul against ones
-    out = probe(lambda f, v: f.conv1x1(v, fp16(w)), chip, x=x)
+    fast = probe(lambda f, v: f.conv1x1(v, fp16(w)), chip, x=x)
+    assert fast[0, 0, 0, 0] == 4384  # float32 accumulation: 4383, stored as fp16
+    out = probe(lambda f, v: f.conv1x1(v, fp16(w)), chip, x=x, numerics="exact")
     # 4096 + 1 + 1 + 1 in the first tile loses its three ones (the 5116 case): 4096 + 284 = 4380 (fp16: 4380)
     assert out[0, 0, 0, 0] == 4380
     # 96 ones in 24 periods of 12 lanes: one survivor per period, the floor's rate (16 ones -> 4)
     assert out[0, 0, 0, 1] == 24
     ones = x[0, :, 0, :].T.copy()  # (seq, dim) @ (dim, 1): the same rows as a matmul
     ones = np.concatenate([ones, np.ones((seq, hidden - dim), np.float32)], axis=1)
-    got = probe(lambda f, v: f.matmul(x=v, y=fp16(np.ones((hidden, 2), np.float32))), chip, x=ones)
+    got = probe(
+        lambda f, v: f.matmul(x=v, y=fp16(np.ones((hidden, 2), np.float32))), chip, x=ones, numerics="exact"
+    )
     assert got[0, 0] == 4096 + 284 + (hidden - dim)  # 4860: the tail of ones is exact in fp16 there
     assert got[1, 0] == 24 + (hidden - dim)
 

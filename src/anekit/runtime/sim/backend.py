@@ -10,19 +10,22 @@ from anekit.runtime.base import Backend, Kernel, WeightSource, strict_default
 from anekit.runtime.sim.chip import ChipNumerics, bind, check_chip
 from anekit.runtime.sim.heap import keep_freed_memory
 from anekit.runtime.sim.kernel import SimKernel
+from anekit.runtime.sim.mac import ENGINE_MAC_PRODUCTS, EXACT_MAC_PRODUCTS
 from anekit.runtime.sim.numerics import EngineNumerics
 from anekit.runtime.sim.plan import Plan
 from anekit.runtime.sim.sanitizer import Sanitizer
 
 PRECISIONS = ("ane", "fp32")
-NUMERICS = ("engine", "ieee")
+NUMERICS = ("engine", "exact", "ieee")
 
 
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
     ``numerics`` "engine" (the default) computes with the numeric profile of ``chip``
-    (``anekit.engine.numerics``: "any" is the conservative union of every chip); "ieee" is the ideal
+    (``anekit.engine.numerics``: "any" is the conservative union of every chip), the MAC's 4-lane first
+    stage modelled exactly for ops of up to 2^14 products (every published probe); "exact" models it up
+    to 2^26 (every stories15M training kernel; 4-6x slower, ``runtime.sim.mac``); "ieee" is the ideal
     machine (fp16 storage, fp32 accumulation, exact functions). ``sanitize`` keeps a ``Sanitizer``
     (``self.sanitizer``, shared by every kernel this backend compiles) counting, per op, where the
     profile departs from the ideal machine. ``precision="fp32"`` has no profile: it is the float32
@@ -52,7 +55,7 @@ class SimBackend(Backend):
             raise OptionError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         if numerics not in NUMERICS:
             raise OptionError(f"[sim] numerics must be one of {', '.join(NUMERICS)}, not {numerics!r}")
-        if sanitize and (numerics != "engine" or precision != "ane"):
+        if sanitize and (numerics not in ("engine", "exact") or precision != "ane"):
             raise OptionError(
                 "[sim] sanitize compares a chip's numerics with the ideal machine: it needs numerics "
                 f"'engine' and precision 'ane' (got numerics {numerics!r}, precision {precision!r})"
@@ -65,7 +68,7 @@ class SimBackend(Backend):
         self.route = None if route is None else check_route(route, "sim")
         self.numerics = numerics
         # what the chip computes (``runtime.sim.chip``); None: the ideal machine
-        self.chip_numerics: ChipNumerics | None = bind(self.chip) if numerics == "engine" else None
+        self.chip_numerics: ChipNumerics | None = bind(self.chip) if numerics != "ieee" else None
         self.profile = None if self.chip_numerics is None else self.chip_numerics.profile
         self.sanitizer = Sanitizer() if sanitize else None
         keep_freed_memory()  # plans allocate all their values anew on each run (runtime.sim.heap)
@@ -73,7 +76,8 @@ class SimBackend(Backend):
     def _engine(self) -> EngineNumerics | None:
         if self.chip_numerics is None or self.precision != "ane":
             return None
-        return EngineNumerics(self.chip_numerics, self.sanitizer)
+        exact = EXACT_MAC_PRODUCTS if self.numerics == "exact" else ENGINE_MAC_PRODUCTS
+        return EngineNumerics(self.chip_numerics, self.sanitizer, exact)
 
     def _compile(self, prog: Program, fn: Function, weights: dict[str, WeightSource]) -> Kernel:
         if self.strict:

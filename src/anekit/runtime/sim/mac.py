@@ -15,13 +15,18 @@ from anekit import jit
 from anekit.engine.numerics import FP16_MIN_NORMAL
 
 MAC_OPS = frozenset({"matmul", "linear", "einsum", "conv", "conv_transpose"})
-# A MAC op with at most this many products runs the exact 4-lane first-stage model: every matmul and conv
-# of the stories15M training kernels (the largest, 768 x 288 x 256, has 56.6M). Larger ones (stories110M's
-# projections and FFN, the classifier) accumulate in float32 (BLAS), within a few fp16 ulps of the model.
-# The cost (benchmarks/bench_first_stage.py, compiled, 2 threads): all stories15M kernels together run 4.5-6x
-# longer than with BLAS beyond 8192 products (about 0.6-0.8 s -> 3.5-3.9 s; a matmul-heavy kernel 15-80x).
+# A MAC op with at most this many products runs the exact 4-lane first-stage model under numerics "exact":
+# every matmul and conv of the stories15M training kernels (the largest, 768 x 288 x 256, has 56.6M).
+# Larger ones (stories110M's projections and FFN, the classifier) accumulate in float32 (BLAS), within a few
+# fp16 ulps of the model. The cost (benchmarks/bench_first_stage.py, compiled, 2 threads): all stories15M
+# kernels together run 4.5-6x longer than with BLAS beyond 8192 products (about 0.6-0.8 s -> 3.5-3.9 s; a
+# matmul-heavy kernel 15-80x); the default training run (``anekit train``, dim 64) 4x longer whole.
 # stories110M's layer kernels under a 2^29 budget would run 40x longer (0.22 s -> 8.9 s): left on float32.
 EXACT_MAC_PRODUCTS = 1 << 26
+# Under numerics "engine" (the default) the exact model runs for MAC ops of at most this many products:
+# every published probe (the sweep, 5116, the 8192 partial) is one, and the training kernels keep BLAS's
+# speed. Beyond it the products accumulate in float32.
+ENGINE_MAC_PRODUCTS = 1 << 14
 _GUARD_BITS = 11  # fp16's 10 fraction bits and one guard bit below them, inside a first-stage tile
 _FP16_MIN_EXPONENT = -14  # the grid below fp16's smallest normal stays that of 2^-14
 

@@ -9,8 +9,9 @@ its profile in ``anekit.engine.numerics``, resolved once) change about it, on to
 * MAC ops (matmul, linear, einsum, conv, conv_transpose): the output port saturates at 2^15 (a conv
   reading a single input value per output keeps the fp16 range), a running partial that reaches it
   overflows, subnormal operands / products / results are flushed on chips that flush, ties round as the
-  chip rounds; a MAC of at most ``EXACT_MAC_PRODUCTS`` products (2^26: every stories15M training
-  kernel) runs the 4-lane first-stage model exactly (``mac.first-stage``; compiled by ``anekit.jit``
+  chip rounds; a MAC of at most ``exact_products`` products (numerics "engine": ``ENGINE_MAC_PRODUCTS``,
+  2^14, every published probe; "exact": ``EXACT_MAC_PRODUCTS``, 2^26, every stories15M training kernel)
+  runs the 4-lane first-stage model exactly (``mac.first-stage``; compiled by ``anekit.jit``
   where numba is installed, the same bits), a larger one accumulates in float32;
 * slices with a nonzero width begin: elements over 4094 saturate on chips with the x16 crop gain;
 * reductions (reduce_sum / reduce_mean): one wide sum, ties rounded away from zero;
@@ -37,7 +38,7 @@ from anekit.engine.numerics import FP16_MAX, FP16_MIN_NORMAL
 from anekit.mil import types as T
 from anekit.runtime.sim.chip import ChipNumerics
 from anekit.runtime.sim.mac import (
-    EXACT_MAC_PRODUCTS,
+    ENGINE_MAC_PRODUCTS,
     MAC_OPS,
     accumulation_terms,
     flush16,
@@ -80,8 +81,16 @@ class EngineNumerics:
     """A chip's numerics (``runtime.sim.chip.ChipNumerics``) bound to one simulator plan, with an optional
     sanitizer."""
 
-    def __init__(self, chip: ChipNumerics, sanitizer: Sanitizer | None = None) -> None:
+    def __init__(
+        self,
+        chip: ChipNumerics,
+        sanitizer: Sanitizer | None = None,
+        exact_products: int = ENGINE_MAC_PRODUCTS,
+    ) -> None:
         global _LOOPS
+        # MAC ops of at most this many products run the exact first-stage model (numerics "engine":
+        # ENGINE_MAC_PRODUCTS, probe sizes; "exact": EXACT_MAC_PRODUCTS, training-kernel sizes)
+        self.exact_products = exact_products
         _LOOPS = jit.loops()  # as ``anekit.jit`` decides now (ANEKIT_JIT may have changed)
         self.chip = chip  # what the chip computes (``runtime.sim.chip``)
         self.sanitizer = sanitizer
@@ -360,7 +369,7 @@ class EngineNumerics:
                 if known is None:
                     values = values_of(env)
                     ops = mac_operands(op_type, values)
-                    exact = ops is not None and products(*ops) <= EXACT_MAC_PRODUCTS
+                    exact = ops is not None and products(*ops) <= self.exact_products
                     known = sizes[key] = (exact, accumulation_terms(op_type, values))
                 last[0], last[1] = shapes, known
                 exact, terms = known
@@ -479,7 +488,7 @@ class EngineNumerics:
                     values[key] = _flushed(v)
         ops = mac_operands(op_type, values)
         (store,) = step.stores
-        if ops is not None and products(*ops) <= EXACT_MAC_PRODUCTS:
+        if ops is not None and products(*ops) <= self.exact_products:
             a, b = ops
             exact, over = tiled_product(
                 a, b, ceiling, self.chip.flush, self.chip.tile_rounding, self.chip.mac_ties
