@@ -1,8 +1,9 @@
 """Every MIL program anekit emits, held to the sha256 it had when it was recorded.
 
 The programs: every cataloged kernel (baked with weights, dynamic, the dynamic step's helpers) of every
-preset and of the Hugging Face shapes the tests build; the composable kernels; the CoreML export's
-two-function programs of those shapes; the smoke ladder's first rungs. Each is hashed as its MIL text and,
+preset and of the Hugging Face shapes the tests build; every training route's kernels of those configs
+(``kernels.route_specs``); the composable kernels; the CoreML export's two-function programs of those
+shapes; the smoke ladder's first rungs and its construct rungs. Each is hashed as its MIL text and,
 where it has them, its weight files. A change to any of them is either a deliberate fix (then record
 again, ``python tests/test_program_hashes.py --record``, and name the change) or a regression.
 
@@ -105,6 +106,37 @@ def _kernel_programs() -> Iterator[tuple[str, Callable[[], str]]]:
             yield f"{label}/{name}", make_dynamic
 
 
+def _route_programs() -> Iterator[tuple[str, Callable[[], str]]]:
+    """Every kernel of every training route (``kernels.route.ROUTES``), per config; baked with weights
+    where the config is small, from shapes otherwise (recorded when the routes were added)."""
+    from anekit.kernels.route import ROUTES
+    from anekit.kernels.route_specs import route_specs
+
+    configs = {
+        **{f"preset:{k}": v for k, v in PRESETS.items()},
+        **{f"hf:{k}": v for k, v in HF_CONFIGS.items()},
+        **{f"hf:{k}": v for k, v in GEMMA_CONFIGS.items()},
+    }
+    for label, cfg in configs.items():
+        weighted = cfg.dim <= 64
+        for route_id, route in ROUTES.items():
+            try:
+                names = list(route_specs(cfg, route, None))
+            except Exception as e:  # a config the route refuses is recorded as its refusal
+                refused = f"refused: {type(e).__name__}"
+                yield f"route:{route_id}/{label}", lambda refused=refused: refused
+                continue
+            for name in names:
+
+                def make(
+                    name: str = name, cfg: ModelConfig = cfg, route: Any = route, weighted: bool = weighted
+                ) -> str:
+                    spec = route_specs(cfg, route, _weights(cfg) if weighted else None)[name]
+                    return _digest(spec.text(), spec.weight_files() if weighted else spec.shared_files)
+
+                yield f"route:{route_id}/{label}/{name}{'' if weighted else ' (shapes)'}", make
+
+
 def _composable_programs() -> Iterator[tuple[str, Callable[[], str]]]:
     rng = np.random.default_rng(3)
 
@@ -166,10 +198,20 @@ def _smoke_programs() -> Iterator[tuple[str, Callable[[], str]]]:
             return _digest(rung.text, rung.weights)
 
         yield f"smoke/{name}", make
+    from anekit.tools import smoke_constructs
+
+    for build in smoke_constructs.RUNGS:
+
+        def make_construct(build: Any = build) -> str:
+            rung = build(np.random.default_rng(0))
+            return _digest(print_program(rung.program), rung.weights)
+
+        yield f"smoke/constructs/{build.__name__}", make_construct
 
 
 def programs() -> Iterator[tuple[str, Callable[[], str]]]:
     yield from _kernel_programs()
+    yield from _route_programs()
     yield from _composable_programs()
     yield from _export_programs()
     yield from _smoke_programs()

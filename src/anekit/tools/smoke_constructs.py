@@ -189,6 +189,16 @@ def rope_slice_concat(rng: np.random.Generator) -> ConstructProgram:
     return _spec(_finish(kb, out), ("rope.slice-concat",), "RoPE as reshape + slice + negate + concat")
 
 
+def rope_permutation_matmul(rng: np.random.Generator) -> ConstructProgram:
+    """RoPE as the M3's route writes it (``KernelBuilder.rope`` with rope "matmul", ncdrone/rustane pull
+    request #9): rotate-half as a matmul of the [1, H, S, hd] heads by a constant hd x hd permutation;
+    x * cos + rotated * sin."""
+    kb = KernelBuilder("rope_permutation_matmul", CONFIG, Layout.of([("x", DIM)], SEQ), None, rope="matmul")
+    out = kb.rope(kb.part("x"), DIM, "rope")  # (1, C, 1, S)
+    what = "RoPE as a matmul by the rotate-half permutation"
+    return _spec(_finish(kb, out), ("rope.permutation-matmul",), what)
+
+
 def gate_silu(rng: np.random.Generator) -> ConstructProgram:
     """SwiGLU's gate (``KernelBuilder.gate``): h1 * sigmoid(h1) * h3."""
     kb = _builder("gate_silu", [("h1", DIM), ("h3", DIM)])
@@ -214,6 +224,7 @@ RUNGS: tuple[Callable[[np.random.Generator], ConstructProgram], ...] = (
     rmsnorm_before_matmuls,
     rope_swap_conv,
     rope_slice_concat,
+    rope_permutation_matmul,
     gate_silu,
     gelu_tanh,
 )
@@ -268,7 +279,11 @@ def constructs_in(program: Program) -> tuple[str, ...]:
         elif t == "matmul":
             operands = [op.inputs.get("x"), op.inputs.get("y")]
             dynamic = any(isinstance(v, Var) and _width_slice(v, inputs) for v in operands)
-            found.add("matmul.dynamic-weights" if dynamic else "matmul.activations")
+            perm = any(isinstance(v, Var) and v.name.startswith("rope_perm") for v in operands)
+            if perm:
+                found.add("rope.permutation-matmul")
+            else:
+                found.add("matmul.dynamic-weights" if dynamic else "matmul.activations")
         elif t == "softmax":
             axis = _scalar(op, "axis")
             rank = len(op.outputs[0].type.shape)  # type: ignore[attr-defined]
