@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from anekit.engine.chips import ANY, GENERATIONS
 from anekit.engine.constructs import (
@@ -46,7 +47,14 @@ from anekit.engine.constructs import (
     precedent,
 )
 from anekit.engine.evidence import Evidence
+from anekit.engine.report import shipped_evidence
 from anekit.errors import AnekitError
+
+
+@lru_cache(maxsize=1)
+def shipped() -> dict[str, tuple[Evidence, ...]]:
+    """The evidence of the reports shipped with anekit (read once per process)."""
+    return shipped_evidence()
 
 
 class NoTrainingRoute(AnekitError, LookupError):
@@ -157,11 +165,12 @@ def training_route(
 ) -> TrainingRoute:
     """The first candidate all of whose constructs have precedent "ran" or "nearest" on ``chip`` (a
     generation, a device name, or "any") under ``macos`` (a major, a version of one, or "" for every
-    major in MACOS_MAJORS); ``extra``: further evidence by construct id (a Mac's report).
-    NoTrainingRoute when none has."""
+    major in MACOS_MAJORS); ``extra``: further evidence by construct id (a Mac's report; None: the
+    reports shipped with anekit, ``anekit.engine.report.shipped_evidence``, so a report placed there
+    moves the routes without a code change). NoTrainingRoute when none has."""
     check_chip(chip)
     major = macos_major(macos)
-    more = check_extra(extra)
+    more = check_extra(shipped() if extra is None else extra)
     skipped: list[Precedent] = []
     for cand in CANDIDATES:
         found = [precedent(cid, chip, major, more) for cid in cand.constructs]
