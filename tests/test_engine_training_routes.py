@@ -227,7 +227,7 @@ def test_the_doctor_names_the_training_route_of_this_mac_and_why():
     assert doctor.route_line(None, None, "m3").startswith(f"{PERM} (")
     assert doctor.route_line(None, None, "m4").startswith(f"{DYN} (")
     off = doctor.route_line("x86_64", None)
-    assert off.startswith("no chip detected (not a Mac); on any chip and macOS: none ([engine] no training")
+    assert off.startswith("no chip detected (not a Mac): the simulator trains with its own kernels; --chip C")
     assert "\n" not in off
 
     report = doctor.diagnose().to_json()

@@ -298,16 +298,16 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
 def route_line(chip_brand: str | None, macos: str | None, chip: str | None = None) -> str:
     """``<route id> (<why>; evidence: <sources>)``: the training route of this Mac's chip and macOS
     (``anekit.engine.training_routes``), or of ``chip`` under every macOS when one is named off a Mac; off
-    a Mac with no chip named, that none is detected and what any chip gets."""
+    a Mac with no chip named, that none is detected and what the simulator does instead (no route has a
+    precedent on every chip under every macOS)."""
     from anekit.runtime.ane.availability import chip_name
 
     note = ""
     if chip is None and macos is None:
-        try:
-            anywhere = training_route("any").id
-        except NoTrainingRoute as e:
-            anywhere = f"none ({e})"
-        return f"no chip detected (not a Mac); on any chip and macOS: {anywhere}"
+        return (
+            "no chip detected (not a Mac): the simulator trains with its own kernels; --chip C (m1 .. m5) "
+            "takes chip C's route"
+        )
     name = chip or chip_name(chip_brand or "")
     try:
         major = macos_major(macos or "")
