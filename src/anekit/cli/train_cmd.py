@@ -403,18 +403,20 @@ def _session(args: argparse.Namespace) -> Run:
     return Run(_options(args))
 
 
-def _route_line(session: Any) -> str:
+def _route_line(session: Any, resumed: bool) -> str:
     """The training route the run's kernels take, and why (the chip's evidence), in one line."""
     tc, chosen = session.tc, getattr(session, "route", None)
     if not tc.route:
-        return "training route: none (the simulator's legacy kernels; --chip C takes chip C's route)"
+        return "training route: none (the simulator's own kernels; --chip C takes chip C's route)"
     line = f"training route: {tc.route}"
-    if chosen is not None and chosen.id == tc.route:
-        where = f"macOS {chosen.macos}" if chosen.macos else "every macOS"
-        line += f" ({chosen.chip} under {where}: {chosen.why})"
-    elif chosen is not None:
-        line += f" (the run's own; {chosen.chip}'s would be {chosen.id})"
-    return line
+    if chosen is None:
+        return line + (" (the run's own)" if resumed else "")
+    where = f"{chosen.chip} under " + (f"macOS {chosen.macos}" if chosen.macos else "every macOS")
+    if chosen.id == tc.route:
+        return f"{line} ({where}: {chosen.why})"
+    if resumed:
+        return f"{line} (the run's own; {where} would take {chosen.id})"
+    return f"{line} (--weights {tc.weights}; {where} takes {chosen.id}: {chosen.why})"
 
 
 def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
@@ -437,7 +439,7 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
             f"{plural(tc.accum, 'sequence')} per step, "
             f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
         )
-        console.print(_route_line(session))
+        console.print(_route_line(session, bool(args.resume)))
 
     def on_step(r: Any) -> None:
         rate = r.tokens / r.seconds if r.seconds else 0.0
