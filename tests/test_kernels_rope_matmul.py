@@ -8,26 +8,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anekit import runtime
 from anekit.engine import CHIPS
 from anekit.engine.training_routes import training_route
-from anekit.kernels import ModelConfig, catalog
-from anekit.kernels.blocks import KernelBuilder, rotate_half_matrix
+from anekit.kernels import catalog
+from anekit.kernels.blocks import rotate_half_matrix
 from anekit.kernels.config import preset
 from anekit.kernels.route import ROUTES, KernelRoute
 from anekit.kernels.route_specs import route_specs
-from anekit.kernels.spec import KernelSpec, Layout
-from anekit.llama.kernel_sets import make_kernels
-from anekit.llama.step import DynamicKernels, Timer
+from anekit.kernels.spec import KernelSpec
 from anekit.mil.ir import Op
 from anekit.rules import check_program
 from anekit.rules.lint import lint_program
 from tests import test_llama_step as llama_step
 from tests import test_llama_step_gemma as gemma_step
-from tests import test_llama_step_hf as hf_step
-from tests.llama_reference import loss_and_grads
-from tests.test_kernels_route_constructs import _rotation64
-from tests.test_kernels_route_step import QWEN3, _check_finite_differences, _step
+from tests.test_kernels_route_step import QWEN3
 
 ROUTE = "dynamic-engine-attention-rope-matmul"
 PROFILES = ("any", *CHIPS)
@@ -56,31 +50,6 @@ def test_the_rotate_half_matrix_is_rustanes():
     assert np.array_equal(row @ rotate_half_matrix(hd), [-2, 1, -4, 3, -6, 5, -8, 7])
 
 
-def _rope_kernel(cfg: ModelConfig, channels: int, kind: str, inverse: bool) -> KernelSpec:
-    layout = Layout.of([("x", channels)], cfg.seq_len)
-    kb = KernelBuilder("rope", cfg, layout, None, kind, rope="matmul")
-    y = kb.rope(kb.part("x"), channels, "r", inverse=inverse)  # (1, C, 1, S)
-    return kb.finish(Layout.of([("y", channels)], cfg.seq_len), {"y": y})
-
-
-@pytest.mark.parametrize("chip", PROFILES)
-@pytest.mark.parametrize("inverse", [False, True])
-def test_the_matmul_rope_is_the_float64_rotation(inverse, chip):
-    """Full layers (base 10^6 for the Gemma config) and sliding ones (its local base 10^4); q (4 heads) and
-    k (2 heads) widths; the inverse is the rotation by minus the angle."""
-    cfg = gemma_step.CFG
-    rng = np.random.default_rng(41)
-    backend = runtime.open("sim", chip=chip)
-    for kind, theta in (("full", cfg.rope_theta), ("sliding", cfg.rope_local_theta)):
-        for channels in (cfg.q_dim, cfg.kv_dim):
-            spec = _rope_kernel(cfg, channels, kind, inverse)
-            x = rng.standard_normal((channels, cfg.seq_len)).astype(np.float16).astype(np.float32)
-            got = spec.run(backend, x=x)["y"]
-            want = _rotation64(x, cfg.head_dim, theta, inverse)
-            # the tables are fp16, x cos and (x P) sin are rounded once each and their sum once
-            assert np.max(np.abs(got - want)) <= 4 * 2**-11 * np.max(np.abs(want)), (kind, channels)
-
-
 @pytest.mark.parametrize("config", CONFIGS)
 def test_the_route_kernels_rotate_by_one_matmul_with_the_permutation_and_no_slice_or_concat(config):
     """rustane pull request #9: 'replaces the width-axis reshape/slice/concat pattern which fails on M3
@@ -100,60 +69,6 @@ def test_the_route_kernels_rotate_by_one_matmul_with_the_permutation_and_no_slic
         assert not [op for op in ops if op.op_type == "conv"], name
         assert not [op for op in ops if op.op_type == "concat" and op.outputs[0].name != "out"], name
         assert not [op for op in ops if "rope" in op.outputs[0].name and op.op_type == "slice_by_size"], name
-
-
-@pytest.mark.parametrize("chip", PROFILES)
-def test_llama_step_matches_the_float64_model(chip):
-    cfg, tied = llama_step.CONFIGS["gqa-rope-tied"]
-    params = llama_step._params(cfg, tied, seed=3)
-    window = np.random.default_rng(4).integers(0, cfg.vocab_size, cfg.seq_len + 1)
-    loss, grads = _step(cfg, params, ROUTE, chip, window)
-    want_loss, want = loss_and_grads(params, window[:-1], window[1:])
-    assert abs(loss - want_loss) < 5e-3 * abs(want_loss)
-    expected = dict(want.tensors())
-    for name, got in grads.tensors():
-        ref = expected[name]
-        rel = np.max(np.abs(got - ref)) / np.max(np.abs(ref))
-        assert rel < 1e-2, f"{name}: {rel:.2e}"
-
-
-@pytest.mark.parametrize("chip", PROFILES)
-def test_qwen3_shaped_step_matches_float64_finite_differences(chip):
-    cfg = QWEN3
-    params = hf_step._params(cfg, seed=7)
-    window = np.random.default_rng(8).integers(0, cfg.vocab_size, cfg.seq_len + 1)
-    tokens, targets = window[:-1], window[1:]
-    loss, grads = _step(cfg, params, ROUTE, chip, window)
-    w = {k: v.astype(np.float64) for k, v in params.tensors()}
-    assert abs(loss - hf_step._loss(cfg, w, tokens, targets)) < 5e-3 * loss
-    _check_finite_differences(lambda ws: hf_step._loss(cfg, ws, tokens, targets), w, grads, seed=9)
-
-
-@pytest.mark.parametrize("chip", PROFILES)
-def test_gemma3_shaped_step_matches_float64_finite_differences(chip):
-    """Sliding layers with their own RoPE base beside full ones: each kind's tables, the same P."""
-    cfg = gemma_step.CFG
-    params = gemma_step._params(cfg, seed=7)
-    window = np.random.default_rng(8).integers(0, cfg.vocab_size, cfg.seq_len + 1)
-    tokens, targets = window[:-1], window[1:]
-    loss, grads = _step(cfg, params, ROUTE, chip, window)
-    w = {k: v.astype(np.float64) for k, v in params.tensors()}
-    assert abs(loss - gemma_step._loss(w, tokens, targets)) < 5e-3 * loss
-    _check_finite_differences(lambda ws: gemma_step._loss(ws, tokens, targets), w, grads, seed=9)
-
-
-def test_the_step_compiles_the_route_specs():
-    """``route_specs`` (what ``kernels dump`` and ``lint`` see) are the programs the step compiles."""
-    cfg, tied = llama_step.CONFIGS["gqa-rope-tied"]
-    params = llama_step._params(cfg, tied, seed=27)
-    kernels = make_kernels(runtime.open("sim"), cfg, None, ROUTES[ROUTE])
-    assert isinstance(kernels, DynamicKernels) and kernels.route == ROUTES[ROUTE]
-    kernels.compile(params, Timer())
-    compiled = [spec.text() for spec, _ in kernels.bwd2.values()]
-    compiled += [spec.text() for spec, _ in kernels.dynamic.values()]
-    kernels.close()
-    specs = route_specs(cfg, ROUTES[ROUTE])
-    assert sorted(s.text() for s in specs.values()) == sorted(compiled)
 
 
 @pytest.mark.parametrize("macos", ["15", "26", ""])

@@ -114,24 +114,28 @@ def _rotation64(x: np.ndarray, hd: int, theta: float, inverse: bool) -> np.ndarr
     return out.reshape(c, s)
 
 
-def _rope_kernel(cfg: ModelConfig, channels: int, kind: str, inverse: bool) -> KernelSpec:
+def _rope_kernel(
+    cfg: ModelConfig, channels: int, kind: str, inverse: bool, form: str = "slice"
+) -> KernelSpec:
     layout = Layout.of([("x", channels)], cfg.seq_len)
-    kb = KernelBuilder("rope", cfg, layout, None, kind, rope="slice")
+    kb = KernelBuilder("rope", cfg, layout, None, kind, rope=form)
     y = kb.rope(kb.part("x"), channels, "r", inverse=inverse)  # (1, C, 1, S)
     return kb.finish(Layout.of([("y", channels)], cfg.seq_len), {"y": y})
 
 
 @pytest.mark.parametrize("chip", PROFILES)
 @pytest.mark.parametrize("inverse", [False, True])
-def test_the_slice_rope_is_the_float64_rotation(inverse, chip):
-    """Full layers (base 10^6 for the Gemma config) and sliding ones (its local base 10^4); q (4 heads) and
-    k (2 heads) widths."""
+@pytest.mark.parametrize("form", ["slice", "matmul"])
+def test_the_heads_view_rope_is_the_float64_rotation(form, inverse, chip):
+    """Both forms hardware-run code writes (slice + negate + concat; a matmul by the rotate-half
+    permutation, rustane pull request #9): full layers (base 10^6 for the Gemma config) and sliding ones
+    (its local base 10^4); q (4 heads) and k (2 heads) widths; the inverse rotates by minus the angle."""
     cfg = gemma_step.CFG
     rng = np.random.default_rng(31)
     backend = runtime.open("sim", chip=chip)
     for kind, theta in (("full", cfg.rope_theta), ("sliding", cfg.rope_local_theta)):
         for channels in (cfg.q_dim, cfg.kv_dim):
-            spec = _rope_kernel(cfg, channels, kind, inverse)
+            spec = _rope_kernel(cfg, channels, kind, inverse, form)
             x = rng.standard_normal((channels, cfg.seq_len)).astype(np.float16).astype(np.float32)
             got = spec.run(backend, x=x)["y"]
             want = _rotation64(x, cfg.head_dim, theta, inverse)

@@ -28,7 +28,7 @@ from tests import test_llama_step_gemma as gemma_step
 from tests import test_llama_step_hf as hf_step
 from tests.llama_reference import loss_and_grads
 
-ENGINE_ROUTES = ("dynamic-engine-attention", "baked-engine-attention")
+ENGINE_ROUTES = ("dynamic-engine-attention", "dynamic-engine-attention-rope-matmul", "baked-engine-attention")
 PROFILES = ("any", *CHIPS)
 
 # Qwen 3's layer (q / k norm, head_dim given apart from hidden_size, GQA, RoPE base 10^6, tied) shrunk to
