@@ -45,7 +45,12 @@ def test_a_coreml_package_runs_its_prefill_as_it_did() -> None:
     last = np.array([[[[len(TOKENS) - 1]]]], np.int32)
     with open_session(DATA / "tiny.mlpackage") as session:
         got = session.run("prefill", tokens=t, last=last)["logits"]
-    np.testing.assert_array_equal(got, EXPECTED["package"])
+    # That version computed with the simulator's engine numerics before the MAC's first stage was refitted
+    # to the ane-guide's survivor sweep (each 4-lane tile truncated to fp16 on the conservative profile:
+    # ``mac.first-stage``); the package loads and runs the same program, within what the refit moved
+    # (at most 0.0015 on logits of |0.01 .. 0.1|, measured).
+    np.testing.assert_allclose(got, EXPECTED["package"], rtol=0, atol=2e-3)
+    assert np.argmax(got) == np.argmax(EXPECTED["package"])
 
 
 def test_peft_adapters_read_and_fuse_to_the_same_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

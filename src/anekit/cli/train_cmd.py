@@ -405,7 +405,7 @@ def _session(args: argparse.Namespace) -> Run:
 
 def _route_line(session: Any, resumed: bool) -> str:
     """The training route the run's kernels take, and why (the chip's evidence), in one line."""
-    tc, chosen = session.tc, getattr(session, "route", None)
+    tc, chosen = session.tc, session.route
     if not tc.route:
         return "training route: none (the simulator's own kernels; --chip C takes chip C's route)"
     line = f"training route: {tc.route}"
