@@ -5,14 +5,11 @@ records and a Gemma 3 one (the loss, and each gradient against float64 finite di
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from anekit import runtime
 from anekit.engine import CHIPS
-from anekit.errors import AnekitError
 from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig
 from anekit.kernels.catalog import split_kind
@@ -21,6 +18,7 @@ from anekit.kernels.route_specs import route_specs
 from anekit.llama import Params
 from anekit.llama.kernel_sets import first_compiles, make_kernels
 from anekit.llama.step import DynamicKernels, Kernels, Timer, train_step, unscale
+from anekit.llama.step_host import HostAttentionKernels
 from anekit.models import read_args
 from tests import hf_fixtures
 from tests import test_llama_step as llama_step
@@ -203,16 +201,11 @@ def test_no_route_is_the_legacy_kernels():
         kernels.close()
 
 
-def test_the_host_attention_route_comes_from_its_own_module():
+def test_the_host_attention_route_is_its_own_kernel_set():
     cfg, _ = llama_step.CONFIGS["gqa-rope-tied"]
-    route = ROUTES["conv-host-attention"]
-    if importlib.util.find_spec("anekit.llama.step_host") is None:
-        with pytest.raises(AnekitError, match="conv-host-attention kernels not available"):
-            make_kernels(runtime.open("sim"), cfg, None, route)
-    else:
-        kernels = make_kernels(runtime.open("sim"), cfg, None, route)
-        assert type(kernels).__name__ == "HostAttentionKernels"
-        kernels.close()
+    kernels = make_kernels(runtime.open("sim"), cfg, None, ROUTES["conv-host-attention"])
+    assert isinstance(kernels, HostAttentionKernels)
+    kernels.close()
 
 
 @pytest.mark.parametrize("config", ["llama", "gemma3"])

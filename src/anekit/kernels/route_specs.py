@@ -17,15 +17,14 @@ kernels: ``route_specs(cfg, LEGACY)`` are the legacy dynamic kernels, byte for b
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from anekit.errors import AnekitError
 from anekit.kernels import attention_bwd, backward, dynamic, forward
 from anekit.kernels.catalog import split_kind, with_kinds
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.conv_only import conv_route_specs
 from anekit.kernels.route import LEGACY, KernelRoute
 from anekit.kernels.spec import KernelSpec
 
@@ -54,7 +53,7 @@ def route_specs(cfg: ModelConfig, route: KernelRoute, weights: Weights = None) -
     """Every kernel ``route``'s training step compiles, by name (the module docstring); ``weights`` (one
     layer's, llama2.c's layout) go into the baked kernels, None generates them from shapes only."""
     if route.attention == "host":
-        return _host_attention_specs(cfg, route, weights)
+        return conv_route_specs(cfg, weights)
     out = {}
     for name in route_names(cfg, route):
         base, kind = split_kind(name)
@@ -83,17 +82,6 @@ def _generator(name: str, route: KernelRoute, weights: Weights) -> Callable[[Mod
         "qkv_bwd": lambda c, k: attention_bwd.qkv_bwd(c, weights),
     }
     return table[name]
-
-
-def _host_attention_specs(cfg: ModelConfig, route: KernelRoute, weights: Weights) -> dict[str, KernelSpec]:
-    """The host-attention route's kernels, from their own module (imported when asked for)."""
-    try:
-        module = importlib.import_module("anekit.kernels.conv_only")
-    except ImportError as e:
-        why = f"[kernels] conv-host-attention kernels not available ({route.describe()}): {e}"
-        raise AnekitError(why) from e
-    specs: dict[str, KernelSpec] = module.conv_route_specs(cfg, weights)
-    return specs
 
 
 __all__ = ["BAKED_NAMES", "DYNAMIC_NAMES", "route_names", "route_specs"]

@@ -45,6 +45,7 @@ from anekit.training.blzt import BlztSource
 from anekit.training.curves import StagedCurves
 from anekit.training.identity import check_record_path, file_identity
 from anekit.training.options import TrainOptions, flag_names, opt
+from anekit.training.route_choice import chosen_route, with_weights
 from anekit.training.source import RunSource
 from anekit.training.state import TrainConfig, TrainState
 from anekit.training.trainable import Trainable
@@ -205,8 +206,6 @@ class Run:
         """``o`` with the training route a new run takes (``anekit.training.route_choice``): the one it
         names, else its chip's, its weight mode applied; a resumed run keeps its own (``route`` given
         and different: refused as a contradiction by the source)."""
-        from anekit.training.route_choice import chosen_route, with_weights
-
         self.route = chosen_route(self.backend, o.numerics)
         if o.route is not None or o.resume:
             return o
