@@ -106,3 +106,25 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "cache"
     monkeypatch.setenv("ANEKIT_CACHE", str(path))
     return path
+
+
+# -- the objc fake (tests/fake_objc.py) for the macOS backend's tests -----------------------------------
+
+
+@pytest.fixture
+def tmpdir_ns(tmp_path: Path) -> Path:
+    """The fake's NSTemporaryDirectory(): a fresh folder."""
+    path = tmp_path / "T"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def fake(tmpdir_ns: Path) -> Iterator[object]:
+    """A fake objc runtime that must end with no call that would crash, leak or break a rule on a real
+    system."""
+    from tests.fake_objc import FakeObjC
+
+    f = FakeObjC(tmpdir_ns)
+    yield f
+    assert f.errors == [], "the fake saw calls that crash, leak or break a rule on a real system"

@@ -71,20 +71,6 @@ COMPILE_SEQUENCE = [
 
 
 @pytest.fixture
-def tmpdir_ns(tmp_path: Path) -> Path:
-    path = tmp_path / "T"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def fake(tmpdir_ns: Path):
-    f = FakeObjC(tmpdir_ns)
-    yield f
-    assert f.errors == [], "the fake saw calls that crash, leak or break a rule on a real system"
-
-
-@pytest.fixture
 def backend(fake: FakeObjC, monkeypatch: pytest.MonkeyPatch) -> AneBackend:
     monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
     return AneBackend(runtime=fake.runtime(), dialect="ios18")  # one compile per program: no dialect trial

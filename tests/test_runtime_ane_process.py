@@ -7,8 +7,6 @@ Each behaviour is a rule a hardware-run project measured (its source in the test
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -22,20 +20,6 @@ from anekit.runtime.base import PROCESS_COMPILES
 from tests.fake_objc import FakeObjC
 
 S = 32  # rows of 64 bytes in fp16, the smallest with hardware precedent
-
-
-@pytest.fixture
-def tmpdir_ns(tmp_path: Path) -> Path:
-    path = tmp_path / "T"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def fake(tmpdir_ns: Path):
-    f = FakeObjC(tmpdir_ns)
-    yield f
-    assert f.errors == [], "the fake saw calls that crash, leak or break a rule on a real system"
 
 
 def _backend(fake: FakeObjC, **options) -> AneBackend:
