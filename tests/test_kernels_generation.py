@@ -566,3 +566,27 @@ def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width, co
             result = lint_program(kernel.program, kernel.name, chip, macos=macos)
             bad = [str(f) for f in result.findings if f.is_error or f.rule.conflicted]
             assert not bad, (chip, kernel.name, bad)
+
+
+@pytest.mark.parametrize("rope", ROPE_ROUTES)
+@pytest.mark.parametrize("family", ["llama", *FAMILIES])
+def test_every_op_feeds_another_or_the_output(family, rope):
+    """No dead op (a value computed and never read): the compilers prune or refuse them, and they cost."""
+    cfg = LLAMA if family == "llama" else FAMILIES[family]
+    kernels = [
+        layers_kernel(cfg, 0, 2, width=32, capacity=96, route=ROPE_ROUTES[rope]),
+        attention_kernel(cfg, 1, width=32, capacity=96, route=DYNAMIC),
+        mlp_kernel(cfg, 1, width=32, route=DYNAMIC),
+        head_kernel(cfg, 0, 80, width=32, route=DYNAMIC),
+    ]
+    for kernel in kernels:
+        fn = kernel.program.functions["main"]
+        read = {id(v) for op in fn.block.ops for v in op.inputs.values() if hasattr(v, "name")}
+        read |= {id(v) for op in fn.block.ops for v in op.inputs.values() if isinstance(v, tuple) for v in v}
+        read |= {id(v) for v in fn.block.outputs}
+        dead = [
+            op.outputs[0].name
+            for op in fn.block.ops
+            if op.op_type != "const" and id(op.outputs[0]) not in read
+        ]
+        assert not dead, (kernel.name, dead)
