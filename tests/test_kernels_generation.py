@@ -590,3 +590,35 @@ def test_every_op_feeds_another_or_the_output(family, rope):
             if op.op_type != "const" and id(op.outputs[0]) not in read
         ]
         assert not dead, (kernel.name, dead)
+
+
+# -- the fake engine ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route_id", ["legacy", "dynamic-engine-attention"])
+def test_the_fake_engine_runs_a_generation_kernel_as_the_simulator_does(fake, monkeypatch, route_id):
+    """Through the macOS backend over the objc fake (tests/fake_objc.py: Orion's binding rules, each
+    kernel its own surfaces, inputs bound alphabetically ("cache" before "x") and padded to one size),
+    a kernel with a cache input gives the simulator's output bit for bit."""
+    from anekit.runtime.ane import AneBackend, lifecycle
+
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    backend = AneBackend(runtime=fake.runtime(), dialect="ios18")
+    layers = random_layers(LLAMA, 0)
+    weights = dict(enumerate(layers))
+    x = np.random.default_rng(1).standard_normal((LLAMA.dim, 42)).astype(np.float32)
+    _, kvs = reference(LLAMA, layers, x)
+    if route_id == "legacy":
+        kernel = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=LEGACY_LIKE, weights=weights)
+        xin, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 0, 2)
+    else:
+        kernel = attention_kernel(LLAMA, 1, width=32, capacity=96, route=DYNAMIC)
+        act, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 1, 2)
+        xin = kernel.pack_x(kernel.act.split(act), into=pack_weights(kernel, weights))
+    want = kernel.run(runtime.open("sim"), xin, cache)
+    compiled = kernel.compile(backend)
+    got = kernel.run(compiled, xin, cache)
+    compiled.close()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert fake.refusals == []
