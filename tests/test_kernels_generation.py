@@ -643,3 +643,14 @@ def test_a_down_projection_wider_than_a_conv_reads_is_split_and_still_matches():
     for kernel in (fused, conv_route):
         widths = _conv_inputs(kernel)
         assert max(widths) <= 2048 and widths.count(1088) + widths.count(1024) >= 2, (kernel.name, widths)
+
+
+def test_an_mlp_too_wide_for_side_by_side_segments_stacks_its_matrices_and_still_matches():
+    """Gemma 3 1B's 6912-wide MLP takes 3 x 6912 columns side by side: more than the 16384 the M1 to M3
+    address. Stacked along rows it takes 6912, and computes the same."""
+    cfg = LLAMA.with_(hidden_dim=5504, name="gen-wide-mlp")
+    mlp = mlp_kernel(cfg, 0, width=32, route=DYNAMIC)
+    assert mlp.columns.names == ["act", "w132"] and mlp.x_shape == (3 * cfg.dim, 64 + 5504)
+    narrow = mlp_kernel(LLAMA, 0, width=32, route=DYNAMIC)
+    assert narrow.columns.names == ["act", "w1_t", "w3_t", "w2"]  # kernels.dynamic's own layout
+    _check_blocks(cfg, DYNAMIC, tol=5e-3)

@@ -295,13 +295,13 @@ def mlp_kernel(
     """The MLP block of layer ``layer`` alone, "gen_mlp_{layer}_w{width}", for a route with the norm on
     the host: input x (dim) the host's normalised residual stream (rms_ffn applied), output x the block's
     result before the residual add (Gemma 3: before post_ffn_norm). No cache. Weights as
-    ``attention_kernel``'s (dynamic: ``kernels.dynamic``'s ffn_fwd_dynamic columns)."""
+    ``attention_kernel``'s (dynamic: ``mlp_columns``)."""
     kcfg = _check(cfg, layer, layer + 1, width, None)
     _check_block_route(route)
     layers = range(layer, layer + 1)
     name = f"gen_mlp_{layer}_w{width}"
     act = act_layout(cfg, width, 0, attention=False)
-    columns = ffn_fwd_dynamic_columns(kcfg, "host")
+    columns = mlp_columns(cfg, width)
     _, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
     blocks = GenBlocks(src, capacity=0).at(layer)
     model = model_for(kcfg)
@@ -309,6 +309,20 @@ def mlp_kernel(
     outputs = Layout.of([("x", cfg.dim)], width)
     spec = src.finish(outputs, {"x": out})
     return GenKernel(name, spec.program, act, None, outputs, spec, packed, (layer,))
+
+
+def mlp_columns(cfg: ModelConfig, width: int) -> SpatialLayout:
+    """The columns of a dynamic MLP kernel's "x": ``kernels.dynamic``'s ffn_fwd_dynamic columns with norm
+    "host" (x, W1^T, W3^T, W2 side by side, as maderix's ffnFused packs them) at width W, where they fit
+    the 16384 columns of the M1 to M3 (engine.extents SPATIAL). A wider MLP (hidden > ~5400: Gemma 3 1B's
+    6912) stacks the three along rows in ONE segment of hidden columns instead, W1^T over W3^T over W2
+    (3 dim channels): the same values, a third of the width."""
+    base = ffn_fwd_dynamic_columns(cfg.with_(seq_len=width), "host")
+    if base.columns <= SPATIAL.limit("any"):
+        return base
+    d, h = cfg.dim, cfg.hidden_dim
+    stacked = Segment("w132", 3 * d, h, (("w1", d, True), ("w3", d, True), ("w2", d, False)))
+    return SpatialLayout.of(3 * d, [Segment("act", d, width), stacked], align=COLUMN_ALIGN)
 
 
 def attention_columns(cfg: ModelConfig, width: int, capacity: int) -> SpatialLayout:
@@ -552,6 +566,7 @@ __all__ = [
     "host_attention_kernels",
     "kernel_set",
     "layers_kernel",
+    "mlp_columns",
     "mlp_kernel",
     "pack_weights",
     "rope_columns",
