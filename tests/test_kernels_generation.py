@@ -535,6 +535,22 @@ LINT_CONFIGS = {
     "gemma3-shaped": FAMILIES["gemma3"].with_(
         dim=128, hidden_dim=256, attn_head_dim=64, seq_len=256, sliding_window=64
     ),
+    # Two layers of the real shapes: Qwen3-0.6B (W2 reads 3072 channels, a 151936-token vocabulary) and
+    # Gemma 3 1B (a 6912-wide MLP, 256-wide heads, a 262144-token vocabulary)
+    "qwen3-0.6B-shaped": FAMILIES["qwen3"].with_(
+        dim=1024, hidden_dim=3072, n_heads=16, n_kv_heads=8, attn_head_dim=128, vocab_size=151936, seq_len=512
+    ),
+    "gemma3-1B-shaped": FAMILIES["gemma3"].with_(
+        dim=1152,
+        hidden_dim=6912,
+        n_heads=4,
+        n_kv_heads=1,
+        attn_head_dim=256,
+        vocab_size=262144,
+        seq_len=512,
+        attn_scale=256**-0.5,
+        sliding_window=512,
+    ),
 }
 
 
@@ -559,7 +575,9 @@ def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width, co
     else:
         kernels = [
             layers_kernel(cfg, 0, 2, width=width, capacity=capacity, route=route),
-            head_kernel(cfg, 0, cfg.vocab_size, width=width, route=route),
+            head_kernel(
+                cfg, 0, min(cfg.vocab_size, head_tile_limit(cfg, width, route)), width=width, route=route
+            ),
         ]
     for kernel in kernels:
         for chip in chips:
