@@ -22,7 +22,21 @@ kernels' cache surfaces in place. No state ops: in-graph KV updates were refused
 
 Attention keys are concat(cache slots, the chunk's own keys): the softmax runs over capacity + W, a power
 of two (rule op.softmax-axis-size) by ``capacity_for``. A "head kernel" is the final RMSNorm (norm on the
-engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels, engine.extents).
+engine) and the classifier of a vocabulary tile [start, stop) (``head_tile_limit``).
+
+Per route (``anekit.kernels.route.KernelRoute``; the engine layer chooses it per chip):
+
+- norm on the engine, baked weights (legacy, baked-fused, baked-fused-rope-matmul): ``layers_kernel``,
+  "gen_layers_{first}_{last}_w{W}", as many layers as the plan groups, RoPE in the route's form;
+- norm on the host (dynamic-engine-attention): ``attention_kernel`` "gen_attn_{l}_w{W}" and
+  ``mlp_kernel`` "gen_mlp_{l}_w{W}", one block each, the host normalising between them, the weights
+  packed into "x" once (``pack_weights``);
+- attention on the host (conv-host-attention): ``host_attention_kernels``, the conv route's own kernels
+  at seq_len = W;
+- every route: ``head_kernel`` "gen_head_{start}_{stop}_w{W}"; ``kernel_set`` builds all of one width.
+
+The host writes "x" with ``rope_columns`` and ``cache_mask``; ``gen_weights`` turns a model's Params into
+the ``weights`` these take (layer -> {wq: ...}, embed, rms_final, wcls; None: shapes only).
 """
 
 from __future__ import annotations
