@@ -23,6 +23,7 @@ from anekit.kernels.generation import (
     host_attention_kernels,
     kernel_set,
     layers_kernel,
+    max_fused_layers,
     mlp_kernel,
     pack_weights,
     rope_columns,
@@ -505,6 +506,14 @@ def test_weight_bytes_count_the_fp16_weights_from_shapes_alone():
     fused = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=ROPE_ROUTES["slice"])
     per_layer = d * q + 2 * d * kv + q * d + 3 * d * h + 2 * d
     assert 2 * 2 * per_layer < fused.weight_bytes < 2 * 2 * per_layer + 4096  # + the chunk mask's blob
+
+
+def test_a_layers_kernel_takes_as_many_layers_as_its_output_channels_allow():
+    cfg = LLAMA.with_(n_layers=40, dim=1024, n_heads=16, n_kv_heads=16, attn_head_dim=64, name="gen-deep")
+    assert max_fused_layers(cfg) == (65536 - 1024) // 2048 == 31
+    layers_kernel(cfg, 0, 31, width=32, capacity=96, route=LEGACY_LIKE)
+    with pytest.raises(GenerationError, match="65536"):
+        layers_kernel(cfg, 0, 32, width=32, capacity=96, route=LEGACY_LIKE)
 
 
 def test_bad_arguments_are_refused_naming_them():

@@ -253,6 +253,12 @@ def layers_kernel(
             f"[generation] a fused layers kernel takes baked weights, attention and norm on the engine; "
             f"route is {route.describe()} (use attention_kernel / mlp_kernel, or host_attention_kernels)"
         )
+    if last - first > max_fused_layers(cfg):
+        raise GenerationError(
+            f"[generation] layers [{first}, {last}): the output x + 2 x {last - first} x kv_dim = "
+            f"{cfg.dim + 2 * (last - first) * cfg.kv_dim} channels exceeds {CHANNEL_LIMIT} (engine.extents "
+            f"CHANNELS); at most {max_fused_layers(cfg)} layers per kernel (max_fused_layers)"
+        )
     layers = range(first, last)
     name = f"gen_layers_{first}_{last}_w{width}"
     act = act_layout(cfg, width, capacity)
@@ -269,6 +275,12 @@ def layers_kernel(
     parts = {"x": x, **_kv_taps(blocks, layers)}
     spec = kb.finish(outputs, parts)
     return GenKernel(name, spec.program, act, cache, outputs, spec, None, tuple(layers))
+
+
+def max_fused_layers(cfg: ModelConfig) -> int:
+    """The most layers one layers kernel takes: its output (dim + 2 kv_dim per layer) and its cache
+    input (2 kv_dim per layer) within 65536 channels (engine.extents CHANNELS)."""
+    return (CHANNEL_LIMIT - cfg.dim) // (2 * cfg.kv_dim)
 
 
 def attention_kernel(
@@ -580,6 +592,7 @@ __all__ = [
     "host_attention_kernels",
     "kernel_set",
     "layers_kernel",
+    "max_fused_layers",
     "mlp_columns",
     "mlp_kernel",
     "pack_weights",
