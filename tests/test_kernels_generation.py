@@ -681,3 +681,50 @@ def test_an_mlp_too_wide_for_side_by_side_segments_stacks_its_matrices_and_still
     narrow = mlp_kernel(LLAMA, 0, width=32, route=DYNAMIC)
     assert narrow.columns.names == ["act", "w1_t", "w3_t", "w2"]  # kernels.dynamic's own layout
     _check_blocks(cfg, DYNAMIC, tol=5e-3)
+
+
+# -- prefill then decode, the kernels' own keys and values fed back ----------------------------------------
+
+
+def test_prefill_then_decode_with_the_kernels_own_cache_matches_the_float64_model():
+    """A 20-token prompt in one prefill chunk (width 64), then 6 decode steps (width 32, the token in
+    column 0), every kernel's new k / v columns written into the next call's cache: the residual stream of
+    every decoded position against the float64 model over the whole sequence."""
+    cfg = FAMILIES["gemma3"]  # sliding and full layers, local RoPE: every part of the input
+    layers = random_layers(cfg, 3)
+    weights = dict(enumerate(layers))
+    total, prompt = 26, 20
+    x = np.random.default_rng(4).standard_normal((cfg.dim, total)).astype(np.float32)
+    want, _ = reference(cfg, layers, x)
+    backend = runtime.open("sim")
+    kernels = {}
+    for width in (64, DECODE_WIDTH):
+        capacity = capacity_for(cfg.seq_len, width)
+        k = layers_kernel(
+            cfg, 0, 2, width=width, capacity=capacity, route=ROPE_ROUTES["slice"], weights=weights
+        )
+        kernels[width] = (k, k.compile(backend), np.zeros((k.cache.channels, capacity), np.float32))
+
+    def step(width: int, pos: int, n: int) -> np.ndarray:
+        kernel, compiled, cache = kernels[width]
+        capacity = kernel.cache.spatial
+        chunk = np.zeros((cfg.dim, width), np.float32)
+        chunk[:, :n] = x[:, pos : pos + n]
+        parts = {"x": chunk}
+        positions = np.arange(pos, pos + width)
+        parts["cos"], parts["sin"] = rope_columns(cfg, positions, "full")
+        parts["cos_local"], parts["sin_local"] = rope_columns(cfg, positions, "sliding")
+        parts["mask"] = cache_mask(capacity, pos, n, width)
+        parts["mask_local"] = cache_mask(capacity, pos, n, width, cfg.sliding_window)
+        out = kernel.run(compiled, kernel.pack_x(parts), cache)
+        for name in kernel.cache.names:  # the chunk's own columns, in place
+            off, c = kernel.cache.range(name)
+            cache[off : off + c, pos : pos + n] = out[name][:, :n]
+        return out["x"][:, :n]
+
+    got = step(64, 0, prompt)
+    assert _rel(got, want[:, :prompt]) < 5e-3
+    kernels[DECODE_WIDTH][2][:, :prompt] = kernels[64][2][:, :prompt]  # prefill -> decode: copied once
+    for pos in range(prompt, total):
+        got = step(DECODE_WIDTH, pos, 1)
+        assert _rel(got, want[:, pos : pos + 1]) < 5e-3, pos
