@@ -15,13 +15,14 @@ machine or this model cannot run. Every backend gives the sampler the same ``Dec
 
 from __future__ import annotations
 
-import importlib
 import platform
 from typing import Any
 
 from anekit.coreml.decoder import PackageDecoder
 from anekit.errors import AnekitError
 from anekit.generate.coreml_decoder import CoreMLDecoder
+from anekit.generate.engine import EngineDecoder, make_engine_decoder
+from anekit.llama.params import Params
 from anekit.runtime.ane.availability import platform_supported, unavailable_reason
 
 BACKENDS = ("cpu", "sim", "ane", "coreml")
@@ -84,11 +85,10 @@ def check_backend(backend: str, *, package: bool, engine_options: bool = False) 
 
 
 def engine_decoder(
-    params: Any, backend: str, chip: str = "any", macos: str = "", numerics: str | None = None
-) -> Any:
+    params: Params, backend: str, chip: str = "any", macos: str = "", numerics: str | None = None
+) -> EngineDecoder:
     """The generation kernels' decoder on ``backend`` (``sim`` or ``ane``)."""
-    engine = importlib.import_module("anekit.generate.engine")
-    return engine.make_engine_decoder(params, backend, chip=chip, macos=macos, numerics=numerics)
+    return make_engine_decoder(params, backend, chip=chip, macos=macos, numerics=numerics)
 
 
 def package_decoder(path: Any, backend: str) -> Any:
