@@ -166,3 +166,29 @@ def test_off_macos_the_decoder_is_notonmac(package: Path):
         pytest.skip("off-macOS behaviour")
     with pytest.raises(mac.NotOnMac, match=r"^\[coreml\] running a package needs CoreML"):
         CoreMLDecoder(package)
+
+
+def test_sample_backend_coreml_runs_the_package_through_coreml(
+    coremltools, package: Path, tmp_path: Path, capsys
+):
+    from anekit.cli.main import main
+    from anekit.llama.llama2c import Tokenizer, write_tokenizer_bin
+
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n", *(f"<{i}>".encode() for i in range(3, CFG.vocab_size))]
+    write_tokenizer_bin(tmp_path / "tok.bin", Tokenizer(pieces, [0.0] * len(pieces)))
+    argv = [
+        "sample",
+        str(package),
+        "--tokenizer",
+        str(tmp_path / "tok.bin"),
+        "--temperature",
+        "0",
+        "--steps",
+        "8",
+    ]
+    assert main([*argv, "--backend", "coreml"]) == 0
+    out, err = capsys.readouterr()
+    assert " s on coreml: " in err and {f for _, _, f in FakeMLModel.loads} == {"prefill", "decode"}
+    assert main([*argv, "--backend", "sim"]) == 0  # the package's kernels in the simulator
+    sim, sim_err = capsys.readouterr()
+    assert out == sim and " s on sim: " in sim_err
