@@ -63,7 +63,7 @@ def test_sim_gives_the_cpus_greedy_text(stories: tuple[Path, Path], capsys: pyte
     rc, cpu, cpu_err = sample(capsys, *common, "--backend", "cpu")
     assert rc == 0 and " s on cpu: " in cpu_err, cpu_err
     rc, sim, sim_err = sample(capsys, *common, "--backend", "sim", "--chip", "m1")
-    assert rc == 0 and " s on sim, chip m1: " in sim_err, sim_err
+    assert rc == 0 and " s on sim, chip m1, route conv-host-attention: " in sim_err, sim_err
     assert sim == cpu and len(cpu) > 20
     assert "30 tokens generated, 30 positions" in sim_err  # BOS, then 30 sampled (the last never run)
 
@@ -196,3 +196,26 @@ def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny: Path, capsys, monk
     assert rc == 130 and calls == [0, 1, 2]
     assert out == "a\ufffd\n"  # the piece the stream held back (an unfinished sequence) is printed too
     assert err == "anekit: interrupted\n"
+
+
+def test_sigint_during_generation_prints_the_text_so_far_and_exits_130(stories: tuple[Path, Path]):
+    """A real SIGINT to a real process, sent once text has been printed (the simulator's kernels are slow
+    enough to be caught in the middle of 512 positions)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    model, tok = stories
+    env = {**os.environ, "PYTHONPATH": str(Path(sample_cmd.__file__).parents[2])}
+    argv = [sys.executable, "-m", "anekit.cli.main", "sample", str(model), "--tokenizer", str(tok)]
+    argv += ["--backend", "sim", "--chip", "m1", "--temperature", "0", "--steps", "512"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    first = proc.stdout.read(8)  # blocks until generation has printed something
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.decode() == "anekit: interrupted\n"
+    text = (first + rest).decode()
+    assert len(text) >= 8 and text.endswith("\n") and "tokens generated" not in text

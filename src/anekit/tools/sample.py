@@ -127,10 +127,12 @@ def prepare(
         return Generation(Sampler(decoder, tok), prompt, options, backend)
     sampler = Sampler(Unopened(decoder.cfg), tok)
     sampler.encode(prompt, not options.chat)  # the prompt's length against the context: no kernel yet
-    sampler.decoder = engine_decoder(
-        decoder, backend, options.chip or "any", options.macos or "", options.numerics
-    )
-    return Generation(sampler, prompt, options, f"{backend}, chip {options.chip or 'any'}")
+    engine = engine_decoder(decoder, backend, options.chip or "any", options.macos or "", options.numerics)
+    sampler.decoder = engine
+    route = getattr(engine, "route", None)  # the route the chip got (a stand-in decoder may have none)
+    chip = getattr(route, "chip", None) or options.chip or "any"
+    label = f"{backend}, chip {chip}" + (f", route {route.id}" if route is not None else "")
+    return Generation(sampler, prompt, options, label)
 
 
 @dataclass(frozen=True)
