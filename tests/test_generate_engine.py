@@ -29,7 +29,8 @@ from anekit.llama.sample import Sampler
 from anekit.models.config import preset
 from anekit.runtime.sim.backend import SimBackend
 from tests.hf_fixtures import make_checkpoint, small
-from tests.test_models_gemma3 import CONFIG as GEMMA3, make_gemma3
+from tests.test_models_gemma3 import CONFIG as GEMMA3
+from tests.test_models_gemma3 import make_gemma3
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 STORIES260K = CORPUS / "llama2c" / "stories260K.bin"
