@@ -102,6 +102,20 @@ def test_backend_ane_on_a_mac_without_the_engine(tiny: Path, capsys, monkeypatch
     assert backends.default_backend() == "cpu"
 
 
+def test_chip_and_numerics_are_the_macs_own_on_the_engine(tiny: Path, capsys, monkeypatch):
+    monkeypatch.setattr(backends, "platform_supported", lambda: True)
+    monkeypatch.setattr(backends, "unavailable_reason", lambda: None)
+    for flag in (["--chip", "m3"], ["--numerics", "ieee"]):
+        one_line(
+            capsys,
+            "on the Neural Engine (--backend ane) they are this Mac's own",
+            str(tiny),
+            "--backend",
+            "ane",
+            *flag,
+        )
+
+
 def test_the_default_is_ane_on_a_mac_with_the_engine_else_cpu(tiny: Path, capsys, monkeypatch):
     rc, _, err = sample(capsys, str(tiny), "--steps", "4")
     assert rc == 0 and (" s on cpu: " in err or ON_MAC), err

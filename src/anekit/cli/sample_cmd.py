@@ -123,8 +123,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--chip",
         type=flags.chip,
         metavar="CHIP",
-        help="sim / ane: the chip whose generation route and numerics the kernels use, any or m1 .. m5 "
-        "(default: any)",
+        help="sim: the chip whose generation route and numerics the kernels use, any or m1 .. m5 "
+        "(default: any; on the engine, --backend ane, it is the Mac's own)",
     )
     p.add_argument(
         "--macos",

@@ -42,9 +42,12 @@ def default_backend(package: bool = False) -> str:
     return "ane" if engine_available() else "cpu"
 
 
-def check_backend(backend: str, *, package: bool, engine_options: bool = False) -> None:
+def check_backend(
+    backend: str, *, package: bool, engine_options: bool = False, machine_options: bool = False
+) -> None:
     """Refuse a backend this machine or model cannot run (``package``: MODEL is an exported package;
-    ``engine_options``: --chip / --macos / --numerics were given)."""
+    ``engine_options``: --chip / --macos / --numerics were given; ``machine_options``: --chip / --numerics,
+    which on the engine itself are the Mac's own)."""
     if backend not in BACKENDS:
         raise AnekitError(f"[sample] backend {backend!r} (known: {', '.join(BACKENDS)})")
     if backend == "ane":
@@ -75,6 +78,11 @@ def check_backend(backend: str, *, package: bool, engine_options: bool = False) 
         raise AnekitError(
             f"[sample] --backend {backend}: MODEL is an exported package, which runs with --backend sim "
             "(the simulator) or coreml (CoreML on macOS)"
+        )
+    if backend == "ane" and machine_options:
+        raise AnekitError(
+            "[sample] --chip and --numerics choose the simulator's chip and numerics (--backend sim); on the "
+            "Neural Engine (--backend ane) they are this Mac's own"
         )
     if engine_options and (backend not in ENGINE_BACKENDS or package):
         raise AnekitError(

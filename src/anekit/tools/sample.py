@@ -44,7 +44,7 @@ class SampleOptions:
     tokenizer: Path | None = None  # the model's tokenizer (None: found as the module docstring says)
     config: str | None = None  # the preset of a BLZT checkpoint without a run record
     backend: str | None = None  # cpu, sim, ane or coreml (None: anekit.generate.backends.default_backend)
-    chip: str | None = None  # sim / ane: the chip whose route and numerics the kernels use (None: any)
+    chip: str | None = None  # sim: the chip whose route and numerics the kernels use (None: any)
     macos: str | None = None  # sim / ane: the macOS version the route is chosen for (None: every one)
     numerics: str | None = None  # sim: engine, exact or ieee (None: the chip's measured numerics)
 
@@ -106,7 +106,10 @@ def prepare(
     package = not hf and is_export(model)
     backend = options.backend or default_backend(package)
     engine_options = (options.chip, options.macos, options.numerics) != (None, None, None)
-    check_backend(backend, package=package, engine_options=engine_options)  # before the model is read
+    machine_options = (options.chip, options.numerics) != (None, None)
+    check_backend(  # before the model is read
+        backend, package=package, engine_options=engine_options, machine_options=machine_options
+    )
     opened = open_model(model, options.config, exports=True, package_backend=backend)
     for note in opened.notes:
         report("note", note)
