@@ -113,7 +113,7 @@ def prepare(
     opened = open_model(model, options.config, exports=True, package_backend=backend)
     for note in opened.notes:
         report("note", note)
-    decoder = ready(opened, options.steps, options.adapters, check_cpu_memory=backend == "cpu")
+    source = ready(opened, options.steps, options.adapters, check_cpu_memory=backend == "cpu")
     if hf:
         tok = hf_tokenizer(opened)
         prompt = chat_prompt(tok, options.prompt) if options.chat else options.prompt
@@ -127,10 +127,10 @@ def prepare(
         else:
             tok = tokenizer_of(opened.cfg, opened.run)
     if package or backend not in ENGINE_BACKENDS:
-        return Generation(Sampler(decoder, tok), prompt, options, backend)
-    sampler = Sampler(Unopened(decoder.cfg), tok)
+        return Generation(Sampler(source, tok), prompt, options, backend)  # the parameters, or a package's
+    sampler = Sampler(Unopened(source.cfg), tok)
     sampler.encode(prompt, not options.chat)  # the prompt's length against the context: no kernel yet
-    engine = engine_decoder(decoder, backend, options.chip or "any", options.macos or "", options.numerics)
+    engine = engine_decoder(source, backend, options.chip or "any", options.macos or "", options.numerics)
     sampler.decoder = engine
     route = getattr(engine, "route", None)  # the route the chip got (a stand-in decoder may have none)
     chip = getattr(route, "chip", None) or options.chip or "any"
