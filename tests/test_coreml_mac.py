@@ -192,3 +192,13 @@ def test_sample_backend_coreml_runs_the_package_through_coreml(
     assert main([*argv, "--backend", "sim"]) == 0  # the package's kernels in the simulator
     sim, sim_err = capsys.readouterr()
     assert out == sim and " s on sim: " in sim_err
+
+
+def test_sample_backend_coreml_refuses_a_sharded_export(coremltools, tmp_path: Path, capsys):
+    from anekit.cli.main import main
+
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "shards.json").write_text("{}")
+    assert main(["sample", str(tmp_path / "shards"), "--backend", "coreml"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs one .mlpackage" in err and "--backend sim" in err, err

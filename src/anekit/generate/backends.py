@@ -16,7 +16,7 @@ machine or this model cannot run. Every backend gives the sampler the same ``Dec
 from __future__ import annotations
 
 import platform
-from typing import Any
+from pathlib import Path
 
 from anekit.coreml.decoder import PackageDecoder
 from anekit.errors import AnekitError
@@ -99,8 +99,13 @@ def engine_decoder(
     return make_engine_decoder(params, backend, chip=chip, macos=macos, numerics=numerics)
 
 
-def package_decoder(path: Any, backend: str) -> Any:
+def package_decoder(path: Path, backend: str) -> PackageDecoder | CoreMLDecoder:
     """An exported package's decoder: in the simulator (``sim``) or through CoreML (``coreml``)."""
     if backend == "coreml":
+        if Path(path).suffix != ".mlpackage":
+            raise AnekitError(
+                f"[sample] --backend coreml runs one .mlpackage; {path} is a sharded export (shards.json), "
+                "which runs with --backend sim"
+            )
         return CoreMLDecoder(path)
     return PackageDecoder.open(path)
