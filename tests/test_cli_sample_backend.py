@@ -234,3 +234,18 @@ def test_sigint_during_generation_prints_the_text_so_far_and_exits_130(stories: 
     assert err.decode() == "anekit: interrupted\n"
     text = (first + rest).decode()
     assert len(text) >= 8 and text.endswith("\n") and "tokens generated" not in text
+
+
+@pytest.mark.parametrize("chip", [None, "m1"])
+def test_sim_gives_the_cpus_greedy_text_for_a_hugging_face_llama(tmp_path: Path, capsys, chip: str | None):
+    from tests.hf_fixtures import make_checkpoint, make_tokenizer, small
+
+    info = make_tokenizer(tmp_path, 512, "llama3")
+    config = small("llama3", vocab_size=512, bos_token_id=info.bos_id, eos_token_id=info.eos_id)
+    make_checkpoint(tmp_path, config, dtype="float32", seed=11, std=0.08)
+    common = [str(tmp_path), "--prompt", "the little cat", "--temperature", "0", "--steps", "24"]
+    rc, cpu, err = sample(capsys, *common, "--backend", "cpu")
+    assert rc == 0 and "17 tokens generated" in err, err
+    rc, sim, err = sample(capsys, *common, "--backend", "sim", *(["--chip", chip] if chip else []))
+    assert rc == 0 and f" s on sim, chip {chip or 'any'}, route " in err, err
+    assert sim == cpu and cpu.startswith("the little cat")
