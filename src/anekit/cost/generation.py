@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from anekit.cost.model import MB, Params, predict
+from anekit.cost.model import Params, predict
 from anekit.cost.work import Layer, Work, count
 from anekit.engine.chips import ANY, DEVICES, device
 from anekit.engine.constructs import precedent
@@ -58,7 +58,8 @@ FP16, FP32 = 2, 4
 # (anekit.engine.constructs); "legacy" is the simulator with no chip.
 ROUTES = {
     "baked-fused": (
-        "conv.baked", "rmsnorm.plain", "matmul.activations", "softmax.scores", "rope.slice-concat", "gate.silu",
+        "conv.baked", "rmsnorm.plain", "matmul.activations", "softmax.scores", "rope.slice-concat",
+        "gate.silu",
     ),
     "baked-fused-rope-matmul": (
         "conv.baked", "rmsnorm.plain", "matmul.activations", "softmax.scores", "rope.permutation-matmul",
@@ -83,7 +84,7 @@ class GenerationCostError(AnekitError, ValueError):
     """A generation cost that cannot be predicted; the message names the field and the limit."""
 
 
-# -- the host's figures --------------------------------------------------------------------------------------
+# -- the host's figures -------------------------------------------------------------------------------------
 
 ORION_CPU = "mechramc/Orion RESULTS.md, 'Inference (GPT-2 124M, M4 Max)'"
 GUIDE_CPU = "sbryngelson/ane-guide part-3-performance/11-ane-vs-gpu-vs-cpu.md, 'Where the CPU leads'"
@@ -124,7 +125,7 @@ def host_figures(perf: Performance) -> HostFigures:
     return HostFigures(Figure(stream, "GB/s", stream_ev), Figure(1.9, "TFLOP/s", gemm_ev))
 
 
-# -- what runs ------------------------------------------------------------------------------------------------
+# -- what runs --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def layer_groups(cfg: ModelConfig) -> list[tuple[int, int]]:
 def engine_dispatches(cfg: ModelConfig, route: str, width: int, capacity: int) -> list[Dispatch]:
     """The kernels one chunk of ``width`` columns runs through the layers on ``route`` (head aside)."""
     if route in FUSED:
-        return [Dispatch(fused_layers_work(cfg, f, l, width, capacity)) for f, l in layer_groups(cfg)]
+        return [Dispatch(fused_layers_work(cfg, f, e, width, capacity)) for f, e in layer_groups(cfg)]
     if route in DYNAMIC:
         out = []
         for i in range(cfg.n_layers):
@@ -320,7 +321,7 @@ def host_ms(step: HostStep, figures: HostFigures) -> float:
     return max(step.bytes / (figures.stream.value * 1e9), step.flops / (figures.gemm.value * 1e12)) * 1e3
 
 
-# -- the prediction -----------------------------------------------------------------------------------------
+# -- the prediction ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
