@@ -10,8 +10,9 @@ What runs, per route (the design of the generation kernels, ``anekit.kernels.gen
 * ``dynamic-engine-attention``: one attention and one MLP kernel per layer, weights in the input surface
   (written once, streamed by the engine each evaluation), the RMSNorms on the host;
 * ``conv-host-attention`` (M1 / M2): the conv route's ``qkv_fwd`` / ``wo_fwd`` / ``ffn_fwd`` at the
-  generation width (``anekit.kernels.conv_only``, counted from their programs) and the head tiles; RoPE,
-  the norms and the attention core on the host over a float32 cache.
+  generation width (``anekit.kernels.conv_only``'s shapes: its FFN's output holds the taps h1, h3 and the
+  gate's output) and the head tiles; RoPE, the norms and the attention core on the host over a float32
+  cache.
 
 A kernel evaluation costs what ``anekit.cost.model`` predicts for any kernel: the dispatch floor, its
 surfaces, and the larger of its compute and its DRAM traffic (weights streamed each evaluation, spills of
@@ -37,6 +38,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from anekit.cost.model import Params, predict
 from anekit.cost.work import Layer, Work, count
@@ -45,8 +47,8 @@ from anekit.engine.constructs import precedent
 from anekit.engine.evidence import Evidence
 from anekit.engine.performance import Figure, Performance, performance
 from anekit.errors import AnekitError
-from anekit.kernels import conv_only
 from anekit.kernels.config import ModelConfig
+from anekit.mil.ir import Program
 
 DECODE_WIDTH = 32  # the smallest fp16 width the engine runs: 64-byte rows (rule surface.min-row-bytes)
 PREFILL_WIDTH = 128  # the default prefill chunk (at most the capacity)
@@ -135,6 +137,18 @@ class Dispatch:
     work: Work
     runs: int = 1
     kind: str = "layers"  # layers / attention / mlp / head / projection
+
+
+def dispatch_of(
+    kernel: Program | Work, runs: int = 1, kind: str = "layers", weight_bytes: float | None = None
+) -> Dispatch:
+    """A Dispatch of a generation kernel's program (counted, ``anekit.cost.work.count``) or of its Work;
+    ``weight_bytes``: the weights it streams where the program does not hold them as BLOBFILE constants
+    (a kernel built from shapes only, or dynamic weights), replacing the counted figure."""
+    work = count(kernel) if isinstance(kernel, Program) else kernel
+    if weight_bytes is not None:
+        work = dataclasses.replace(work, weight_bytes=float(weight_bytes))
+    return Dispatch(work, runs, kind)
 
 
 @dataclass(frozen=True)
@@ -286,10 +300,13 @@ def engine_dispatches(cfg: ModelConfig, route: str, width: int, capacity: int) -
             out += [Dispatch(attention_block_work(cfg, i, width, capacity), kind="attention")]
             out += [Dispatch(mlp_block_work(cfg, i, width), kind="mlp")]
         return out
-    if route == "conv-host-attention":
-        specs = conv_only.conv_route_specs(dataclasses.replace(cfg, seq_len=width))
-        works = [count(specs[k].program, f"{k}_w{width}") for k in ("qkv_fwd", "wo_fwd", "ffn_fwd")]
-        return [Dispatch(w, cfg.n_layers, "projection") for w in works]
+    if route == "conv-host-attention":  # conv_only's qkv_fwd / wo_fwd / ffn_fwd at the generation width
+        d, q, kv, h = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim
+        qkv = _work(f"qkv_fwd_w{width}", [_conv(q, d, width), _conv(kv, d, width), _conv(kv, d, width)],
+                    (d + q + 2 * kv) * width * FP16)  # fmt: skip
+        wo = _work(f"wo_fwd_w{width}", [_conv(d, q, width)], (q + d) * width * FP16)
+        ffn = _work(f"ffn_fwd_w{width}", _mlp_layers(cfg, width, True), (2 * d + 3 * h) * width * FP16)
+        return [Dispatch(w, cfg.n_layers, "projection") for w in (qkv, wo, ffn)]
     raise GenerationCostError(f"[cost] unknown generation route '{route}' (known: {', '.join(ROUTE_IDS)})")
 
 
@@ -470,8 +487,10 @@ __all__ = [
     "HostStep",
     "PhaseTime",
     "capacity_for",
+    "dispatch_of",
     "engine_dispatches",
     "fused_layers_work",
+    "generation_doc",
     "head_work",
     "host_figures",
     "layer_groups",
@@ -481,3 +500,181 @@ __all__ = [
     "slowest",
     "vocab_tiles",
 ]
+
+
+# -- other pipelines, priced by the same model (the published figures of anekit.cost.calibration) ----------
+
+# The shapes of the models the published figures ran: TinyLlama-1.1B (its config.json: hidden 2048, 22 layers,
+# 32 heads, 4 kv heads, intermediate 5632, vocab 32000), Qwen2.5-0.5B-Instruct (hidden 896, 24 layers, 14
+# heads, 2 kv heads, intermediate 4864, vocab 151936) and GPT-2 124M (768, 12 layers, 12 heads, 3072, 50257).
+TINYLLAMA = ModelConfig(2048, 5632, 22, 32, 4, 32000, 2048, name="TinyLlama-1.1B")
+QWEN25_05B = ModelConfig(896, 4864, 24, 14, 2, 151936, 32768, name="Qwen2.5-0.5B")
+GPT2_124M = ModelConfig(768, 3072, 12, 12, 12, 50257, 1024, name="GPT-2 124M")
+
+
+@dataclass(frozen=True)
+class HybridSplit:
+    """Where another pipeline runs each projection: engine kernels per layer (a name and the projections
+    it holds), the projections the host runs in fp32, whether the classifier runs on the engine (in tiles),
+    and the engine's width."""
+
+    engine: tuple[tuple[str, tuple[str, ...]], ...]
+    host: tuple[str, ...]
+    head_on_engine: bool
+    width: int = DECODE_WIDTH
+
+
+TINYLLAMA_HYBRID = HybridSplit((("qk", ("q", "k")), ("gate_up", ("gate", "up"))), ("v", "o", "down"), True)
+QWEN25_SPLIT = HybridSplit(tuple((p, (p,)) for p in ("q", "k", "v", "o", "gate", "up", "down")), (), True)
+GPT2_SPLIT = HybridSplit((("proj", ("q", "k", "v")), ("ffn", ("up", "down"))), ("o",), False, 16)
+
+
+def _projection(cfg: ModelConfig, name: str) -> tuple[int, int]:
+    """(out, in) channels of projection ``name``."""
+    d, q, kv, h = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim
+    return {
+        "q": (q, d),
+        "k": (kv, d),
+        "v": (kv, d),
+        "o": (d, q),
+        "gate": (h, d),
+        "up": (h, d),
+        "down": (d, h),
+    }[name]
+
+
+def hybrid_step(
+    cfg: ModelConfig, split: HybridSplit, n: int, pos: int
+) -> tuple[list[Dispatch], list[HostStep]]:
+    """The engine kernels and the host's work of ``n`` tokens at ``pos`` through ``split``'s pipeline."""
+    w, L = split.width, cfg.n_layers
+    dispatches = []
+    host_io = 0.0
+    for name, projections in split.engine:
+        shapes = [_projection(cfg, p) for p in projections]
+        convs = [_conv(o, i, w) for o, i in shapes]
+        io = (max(i for _, i in shapes) + sum(o for o, _ in shapes)) * w * FP16
+        host_io += L * io
+        dispatches.append(Dispatch(_work(f"{name}_w{w}", convs, io), L, "projection"))
+    if split.head_on_engine:
+        dispatches += head_dispatches(cfg, "conv-host-attention", w)
+    keys = pos + n
+    q, kv, d = cfg.q_dim, cfg.kv_dim, cfg.dim
+    host = [_projection(cfg, p) for p in split.host] + ([] if split.head_on_engine else [(cfg.vocab_size, d)])
+    steps = [
+        HostStep("surfaces", 0.0, host_io),
+        HostStep(
+            "fp32 projections",
+            sum(2.0 * o * i * n for o, i in host) * L,
+            sum(o * i for o, i in host) * FP32 * L,
+        ),
+        HostStep(
+            "attention", L * (4.0 * q * keys * n + 5.0 * cfg.n_heads * keys * n), L * 2 * kv * keys * FP32
+        ),
+        HostStep("norms, RoPE, residual", L * (12.0 * d + 3.0 * (q + kv)) * n, L * 6 * d * n * FP32),
+    ]
+    if not split.head_on_engine:  # the classifier on the host: counted once, not per layer
+        o, i = cfg.vocab_size, d
+        steps[1] = HostStep(
+            "fp32 projections",
+            sum(2.0 * a * b * n for a, b in host[:-1]) * L + 2.0 * o * i * n,
+            sum(a * b for a, b in host[:-1]) * FP32 * L + o * i * FP32,
+        )
+    return dispatches, steps
+
+
+def hybrid_ms(cfg: ModelConfig, chip: str, params: Params, split: HybridSplit, pos: int = 0) -> float:
+    """One decode token's time (ms) through ``split``'s pipeline at position ``pos``."""
+    dispatches, steps = hybrid_step(cfg, split, 1, pos)
+    return predict_phase(dispatches, steps, performance(chip), params).ms
+
+
+def hybrid_tokens_per_s(
+    cfg: ModelConfig, chip: str, params: Params, split: HybridSplit, pos: int = 0
+) -> float:
+    return 1e3 / hybrid_ms(cfg, chip, params, split, pos)
+
+
+def hybrid_dispatches(cfg: ModelConfig, split: HybridSplit) -> int:
+    return sum(d.runs for d in hybrid_step(cfg, split, 1, 0)[0])
+
+
+def hybrid_prefill_speedup(
+    cfg: ModelConfig, chip: str, params: Params, split: HybridSplit, prompt: int, width: int
+) -> float:
+    """Token-by-token prefill of ``prompt`` tokens over the same pipeline run in chunks of ``width``."""
+    perf = performance(chip)
+    serial = sum(hybrid_ms(cfg, chip, params, split, pos) for pos in range(prompt))
+    chunked = dataclasses.replace(split, width=width)
+    batched = 0.0
+    for c in range(math.ceil(prompt / width)):
+        n = min(width, prompt - c * width)
+        batched += predict_phase(*hybrid_step(cfg, chunked, n, c * width), perf, params).ms
+    return serial / batched
+
+
+def floor_ms(chip: str, params: Params) -> float:
+    """The predicted time of a kernel too small to be anything but its dispatch (a 64-channel 1x1 conv
+    over 32 columns)."""
+    work = _work("floor", [_conv(64, 64, DECODE_WIDTH)], 2 * 64 * DECODE_WIDTH * FP16)
+    return predict(work, performance(chip), params).ms
+
+
+def host_weights_ms(n_params: int, chip: str) -> float:
+    """The host reading ``n_params`` fp32 weights once (a CPU decode's weight stream), ms."""
+    return n_params * FP32 / (host_figures(performance(chip)).stream.value * 1e9) * 1e3
+
+
+def _phase_doc(phase: PhaseTime) -> dict[str, Any]:
+    return {
+        "ms": phase.ms,
+        "engine_ms": phase.engine_ms,
+        "host_ms": phase.host_ms,
+        "dispatches": phase.dispatches,
+        "kernels": [
+            {
+                "name": d.work.name,
+                "kind": d.kind,
+                "runs": d.runs,
+                "ms": ms,
+                "total_ms": ms * d.runs,
+                "bound": bound,
+                "gflop": (d.work.flops + d.work.element_ops) / 1e9,
+                "weight_mb": d.work.weight_bytes / 1e6,
+                "io_mb": d.work.io_bytes / 1e6,
+            }
+            for d, ms, bound in phase.rows
+        ],
+        "host": [
+            {"name": s.name, "ms": ms, "gflop": s.flops / 1e9, "mb": s.bytes / 1e6} for s, ms in phase.host
+        ],
+    }
+
+
+def generation_doc(cost: GenerationCost) -> dict[str, Any]:
+    """``cost`` as a JSON-ready dict: the two figures first, then the plan and every kernel's row."""
+    perf = performance(cost.chip)
+    host = host_figures(perf)
+    return {
+        "prefill_ms": cost.prefill_ms,
+        "decode_tokens_per_s": cost.decode_tokens_per_s,
+        "decode_ms_per_token": cost.decode_ms,
+        "model": cost.model,
+        "chip": cost.chip,
+        "chip_label": perf.label,
+        "route": cost.route,
+        "prompt": cost.prompt,
+        "prefill_width": cost.prefill_width,
+        "prefill_chunks": cost.chunks,
+        "prefill_capacity": cost.prefill_capacity,
+        "decode_width": cost.decode_width,
+        "decode_capacity": cost.decode_capacity,
+        "dispatches_per_token": cost.decode.dispatches,
+        "dispatches_per_prefill_chunk": cost.prefill_chunk.dispatches,
+        "prefill_chunk": _phase_doc(cost.prefill_chunk),
+        "decode": _phase_doc(cost.decode),
+        "host_figures": {
+            name: {"value": f.value, "unit": f.unit, "status": f.status, "source": f.source}
+            for name, f in (("stream", host.stream), ("matmul", host.gemm))
+        },
+    }

@@ -1,0 +1,226 @@
+"""The generation cost model (``anekit cost --generate``): hand-computed kernel and host times from the
+published figures, the plan's shape (capacity, tiles, dispatches per token), every preset and Hugging Face
+shape priced, bad input in one line, and every published generation figure beside its prediction."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from anekit.cli.main import main
+from anekit.cost import Params, Work
+from anekit.cost.calibration import FIGURE, HELD_OUT, TOLERANCE, generation_rows
+from anekit.cost.generation import (
+    GPT2_PARAMS,
+    Dispatch,
+    GenerationCostError,
+    HostStep,
+    capacity_for,
+    dispatch_of,
+    host_weights_ms,
+    predict_generation,
+    predict_phase,
+    route_for,
+    vocab_tiles,
+)
+from anekit.cost.work import Layer
+from anekit.cost.workloads import conv_program
+from anekit.engine.performance import performance
+from anekit.kernels.config import PRESETS
+from tests.hf_fixtures import SHAPES
+
+UNIT = Params(1.0, 1.0, 1.0)
+
+
+def _conv_work(out: int, inp: int, width: int, io: float) -> Work:
+    layer = Layer("conv", 2.0 * out * inp * width, 0.0, out * inp * 2.0, out, (1, 1), False, ())
+    return Work("w", layer.flops, 0.0, io, layer.weight_bytes, 0.0, 0.0, 1, (layer,))
+
+
+def test_capacity_makes_the_softmax_axis_a_power_of_two() -> None:
+    assert capacity_for(256, 32) == 512 - 32
+    assert capacity_for(512, 128) == 1024 - 128
+    assert capacity_for(480, 32) == 512 - 32  # 480 + 32 is a power of two already
+
+
+def test_vocab_tiles_hold_at_most_65536_channels() -> None:
+    qwen = PRESETS["stories15M"].with_(vocab_size=151936, name="q")
+    tiles = vocab_tiles(qwen)
+    assert len(tiles) == 3 and tiles[0] == (0, 50646) and tiles[-1][1] == 151936
+    assert vocab_tiles(PRESETS["stories15M"]) == [(0, 32000)]
+
+
+def test_one_kernel_by_hand_on_the_m1() -> None:
+    # A 2048 -> 2048 1x1 conv over 32 columns on the M1, every efficiency 1: the guide's 0.23 ms floor, the
+    # surfaces and the weights at ANEMLL's 60.87 GB/s stream, the compute at 8.1 TFLOP/s in 11 groups of 192.
+    io = (2048 + 2048) * 32 * 2.0
+    floor, stream, peak = 0.23, 60.87e9, 8.1e12
+    weights_ms = 2048 * 2048 * 2.0 / stream * 1e3
+    compute_ms = 2.0 * 2048 * 2048 * 32 * (11 * 192 / 2048) / peak * 1e3
+    expected = floor + io / stream * 1e3 + max(weights_ms, compute_ms)
+    phase = predict_phase([Dispatch(_conv_work(2048, 2048, 32, io), runs=3)], [], performance("m1"), UNIT)
+    assert phase.rows[0][1] == pytest.approx(expected, rel=1e-12)
+    assert phase.engine_ms == pytest.approx(3 * expected, rel=1e-12)
+    assert phase.dispatches == 3
+    assert phase.rows[0][2] == (
+        "dispatch" if floor >= max(weights_ms, compute_ms) + io / stream * 1e3 else "memory"
+    )
+
+
+def test_a_counted_program_is_priced_like_its_work() -> None:
+    program = conv_program(256, 64)
+    counted = dispatch_of(program, runs=2)
+    assert counted.work.weight_bytes == 256 * 256 * 2 and counted.runs == 2
+    assert dispatch_of(program, weight_bytes=1e6).work.weight_bytes == 1e6
+
+
+def test_host_time_is_the_slower_of_its_bytes_and_its_flops() -> None:
+    # The M1's host: Orion's M4 Max stream (124439808 fp32 weights in 3.5 ms) capped at the M1's 68 GB/s,
+    # and the guide's 1.9 TFLOP/s matmul.
+    stream = min(124439808 * 4 / 3.5e-3, 68e9)
+    assert stream == 68e9
+    step = HostStep("attention", 1.9e9, 68e6)  # 1 ms either way
+    phase = predict_phase([], [step], performance("m1"), UNIT)
+    assert phase.host_ms == pytest.approx(1.0, rel=1e-12)
+    bytes_bound = HostStep("cache writes", 0.0, 6.8e6)
+    assert predict_phase([], [bytes_bound], performance("m1"), UNIT).host_ms == pytest.approx(0.1)
+    assert host_weights_ms(GPT2_PARAMS, "m4-max") == pytest.approx(3.5, rel=1e-12)
+
+
+def test_decode_rate_is_the_inverse_of_the_token_time() -> None:
+    cfg = PRESETS["stories15M"]
+    cost = predict_generation(cfg, "m4", UNIT, 64)
+    assert cost.decode_tokens_per_s == pytest.approx(1000.0 / (cost.decode.engine_ms + cost.decode.host_ms))
+    # the engine part: the sum of every kernel's evaluations
+    assert cost.decode.engine_ms == pytest.approx(sum(d.runs * ms for d, ms, _ in cost.decode.rows))
+
+
+@pytest.mark.parametrize(
+    ("chip", "route", "dispatches"),
+    [
+        ("m1", "conv-host-attention", 3 * 12 + 1),  # qkv, wo, ffn per layer + one head tile
+        ("m2", "conv-host-attention", 3 * 12 + 1),
+        ("m3", "dynamic-engine-attention-rope-matmul", 2 * 12 + 1),  # attention + MLP per layer
+        ("m4", "baked-fused", 1 + 1),  # every layer in one kernel + the head
+        ("m5", "baked-fused", 1 + 1),
+    ],
+)
+def test_routes_and_dispatches_per_token(chip: str, route: str, dispatches: int) -> None:
+    assert route_for(chip) == route
+    cost = predict_generation(PRESETS["stories110M"], chip, UNIT, 100)
+    assert cost.route == route and cost.decode.dispatches == dispatches
+
+
+def test_prefill_runs_the_prompt_in_chunks() -> None:
+    cfg = PRESETS["stories110M"]  # seq_len 256: capacity 384 at width 128, 480 at width 32
+    one = predict_generation(cfg, "m4", UNIT, 128)
+    two = predict_generation(cfg, "m4", UNIT, 129)
+    assert (one.chunks, two.chunks) == (1, 2)
+    assert (one.prefill_capacity, one.decode_capacity) == (384, 480)
+    assert two.prefill_ms == pytest.approx(one.prefill_ms + one.prefill_chunk.engine_ms, rel=0.01)
+
+
+def test_host_attention_grows_with_the_position_on_the_m1() -> None:
+    cfg = PRESETS["stories110M"]
+    early, late = (predict_generation(cfg, "m1", UNIT, p) for p in (8, 200))
+    assert late.decode.host_ms > early.decode.host_ms
+    assert late.decode.engine_ms == pytest.approx(early.decode.engine_ms)
+
+
+def test_prompt_past_the_context_is_refused_naming_it() -> None:
+    with pytest.raises(GenerationCostError, match="between 1 and 255"):
+        predict_generation(PRESETS["stories110M"], "m4", UNIT, 256)
+
+
+def _doc(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["cost", *args, "--generate", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _both(doc: dict) -> None:
+    assert math.isfinite(doc["prefill_ms"]) and doc["prefill_ms"] > 0
+    assert math.isfinite(doc["decode_tokens_per_s"]) and doc["decode_tokens_per_s"] > 0
+    assert doc["dispatches_per_token"] == sum(k["runs"] for k in doc["decode"]["kernels"])
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("chip", ["m1", "m3", "m4", "m5-max", "any"])
+def test_every_preset_prints_both_figures(capsys: pytest.CaptureFixture[str], name: str, chip: str) -> None:
+    _both(_doc(capsys, "--config", name, "--chip", chip))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_hugging_face_shape_from_its_config_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, shape: str
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES[shape]))
+    prompt = min(300, SHAPES[shape]["max_position_embeddings"] // 2)
+    for chip in ("m1", "m3", "m4", "any"):
+        doc = _doc(capsys, "--config", str(tmp_path), "--chip", chip, "--prompt", str(prompt))
+        _both(doc)
+        assert doc["prompt"] == prompt and doc["prefill_chunks"] == math.ceil(prompt / doc["prefill_width"])
+        tiles = [k for k in doc["decode"]["kernels"] if k["kind"] == "head"]
+        assert len(tiles) == math.ceil(SHAPES[shape]["vocab_size"] / 65536)
+
+
+def test_text_report_names_both_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--config", "stories15M", "--chip", "m4", "--generate", "--prompt", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill_ms:" in out and "decode_tokens_per_s:" in out and "baked-fused" in out
+
+
+def test_directory_without_config_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["cost", "--config", str(tmp_path), "--generate"]) != 0
+    err = capsys.readouterr().err
+    assert "without config.json" in err and str(tmp_path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_config_names_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = dict(SHAPES["smollm2"])
+    del bad["hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps(bad))
+    assert main(["cost", "--config", str(tmp_path), "--generate"]) != 0
+    err = capsys.readouterr().err
+    assert "hidden_size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_prompt_too_long_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--config", "stories15M", "--chip", "m4", "--generate", "--prompt", "999"]) != 0
+    err = capsys.readouterr().err
+    assert "--prompt 999" in err and "255" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_generation_figure_with_its_source_and_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--generate", "--calibration", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    ids = {r["id"] for r in rows}
+    assert {"guide-tinyllama-hybrid-decode", "guide-batched-prefill", "orion-gpt2-decode-m4-max"} <= ids
+    for r in rows:
+        assert r["source"] and r["quote"] and r["chip"] and r["role"] in (FIGURE, HELD_OUT)
+        low, high = (r["measured"], r["measured"]) if isinstance(r["measured"], float) else r["measured"]
+        expected = (
+            1.0 if low <= r["predicted"] <= high else r["predicted"] / (low if r["predicted"] < low else high)
+        )
+        assert r["ratio"] == pytest.approx(expected)
+        assert r["within_tolerance"] == (abs(expected - 1) <= TOLERANCE)
+
+
+def test_figures_fix_what_they_set_and_held_out_ones_are_reported_honestly() -> None:
+    rows = {r.measurement.id: r for r in generation_rows(Params(0.577, 0.291, 0.752))}
+    assert rows["guide-dispatch-floor"].predicted == pytest.approx(0.23, rel=0.02)
+    assert rows["guide-dispatches-per-stack"].predicted == 2 * 22 + 1
+    assert rows["orion-gpt2-cpu-decode-m4-max"].predicted == pytest.approx(3.5)
+    # the M1-fitted DRAM efficiency leaves TinyLlama's hybrid weight-bound far below the measured 35 tok/s:
+    # reported as held out and outside the tolerance, not tuned away
+    tiny = rows["guide-tinyllama-hybrid-decode"]
+    assert tiny.measurement.role == HELD_OUT and not tiny.within and tiny.measurement.explanation
+
+
+def test_generate_flags_need_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--config", "stories15M", "--prompt", "8"]) != 0
+    assert "--prompt" in capsys.readouterr().err
+    assert main(["cost", "--generate"]) != 0
+    assert "--config" in capsys.readouterr().err
