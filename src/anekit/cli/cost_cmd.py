@@ -64,9 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--prompt",
-        type=int,
+        type=flags.int_range(1, 2**31 - 1),
         metavar="N",
-        help=f"with --generate: the prompt's tokens (default: {PREFILL_WIDTH}, at most half the context)",
+        help=f"with --generate: the prompt's tokens, >= 1 (default: {PREFILL_WIDTH}, at most half the "
+        "context)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
@@ -150,8 +151,6 @@ def run_generate(args: argparse.Namespace, params: Params) -> int:
         raise AnekitError(
             "[cost] --generate needs --config NAME (a preset or a Hugging Face model directory)"
         )
-    if args.prompt is not None and args.prompt < 1:
-        raise AnekitError(f"[cost] --prompt {args.prompt}: must be a positive number of tokens")
     hf = not is_preset(args.config)
     cfg = model_config(args.config, max(HF_SEQ, (args.prompt or 0) + 1) if hf else None)
     prompt = args.prompt or min(PREFILL_WIDTH, cfg.seq_len // 2)
