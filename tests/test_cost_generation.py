@@ -13,21 +13,18 @@ import pytest
 from anekit.cli.main import main
 from anekit.cost import Params, Work
 from anekit.cost.calibration import FIGURE, HELD_OUT, TOLERANCE, generation_rows
+from anekit.cost.gen_pipelines import GPT2_PARAMS, host_weights_ms
 from anekit.cost.generation import (
-    GPT2_PARAMS,
     Dispatch,
     GenerationCostError,
     HostStep,
-    capacity_for,
     dispatch_of,
-    host_weights_ms,
     predict_generation,
     predict_phase,
-    route_for,
-    vocab_tiles,
 )
 from anekit.cost.work import Layer
 from anekit.cost.workloads import conv_program
+from anekit.engine.generation_routes import NoGenerationRoute
 from anekit.engine.performance import performance
 from anekit.kernels.config import PRESETS
 from tests.hf_fixtures import SHAPES
@@ -38,19 +35,6 @@ UNIT = Params(1.0, 1.0, 1.0)
 def _conv_work(out: int, inp: int, width: int, io: float) -> Work:
     layer = Layer("conv", 2.0 * out * inp * width, 0.0, out * inp * 2.0, out, (1, 1), False, ())
     return Work("w", layer.flops, 0.0, io, layer.weight_bytes, 0.0, 0.0, 1, (layer,))
-
-
-def test_capacity_makes_the_softmax_axis_a_power_of_two() -> None:
-    assert capacity_for(256, 32) == 512 - 32
-    assert capacity_for(512, 128) == 1024 - 128
-    assert capacity_for(480, 32) == 512 - 32  # 480 + 32 is a power of two already
-
-
-def test_vocab_tiles_hold_at_most_65536_channels() -> None:
-    qwen = PRESETS["stories15M"].with_(vocab_size=151936, name="q")
-    tiles = vocab_tiles(qwen)
-    assert len(tiles) == 3 and tiles[0] == (0, 50646) and tiles[-1][1] == 151936
-    assert vocab_tiles(PRESETS["stories15M"]) == [(0, 32000)]
 
 
 def test_one_kernel_by_hand_on_the_m1() -> None:
@@ -102,16 +86,24 @@ def test_decode_rate_is_the_inverse_of_the_token_time() -> None:
     ("chip", "route", "dispatches"),
     [
         ("m1", "conv-host-attention", 3 * 12 + 1),  # qkv, wo, ffn per layer + one head tile
-        ("m2", "conv-host-attention", 3 * 12 + 1),
-        ("m3", "dynamic-engine-attention-rope-matmul", 2 * 12 + 1),  # attention + MLP per layer
-        ("m4", "baked-fused", 1 + 1),  # every layer in one kernel + the head
+        ("m2-max", "conv-host-attention", 3 * 12 + 1),
+        ("m4", "baked-fused", 1 + 1),  # every layer in one kernel (170 MB of weights) + the head
         ("m5", "baked-fused", 1 + 1),
     ],
 )
 def test_routes_and_dispatches_per_token(chip: str, route: str, dispatches: int) -> None:
-    assert route_for(chip) == route
     cost = predict_generation(PRESETS["stories110M"], chip, UNIT, 100)
-    assert cost.route == route and cost.decode.dispatches == dispatches
+    assert cost.route.id == route and cost.decode.dispatches == dispatches
+    assert all(d.source == "program" for d, _, _ in cost.decode.rows)  # every kernel built and counted
+    # the programs' own weights: 12 layers of wq, wk, wv, wo (768 x 768) and w1, w2, w3 (768 x 2048), and
+    # the 32000 x 768 classifier, fp16
+    weights = sum(d.runs * d.work.weight_bytes for d, _, _ in cost.decode.rows)
+    assert weights == pytest.approx(2 * (12 * (4 * 768 * 768 + 3 * 768 * 2048) + 32000 * 768), rel=1e-3)
+
+
+def test_a_chip_with_no_generation_route_is_refused_naming_it() -> None:
+    with pytest.raises(NoGenerationRoute, match="no generation route on m3"):
+        predict_generation(PRESETS["stories15M"], "m3", UNIT, 10)
 
 
 def test_prefill_runs_the_prompt_in_chunks() -> None:
@@ -119,7 +111,7 @@ def test_prefill_runs_the_prompt_in_chunks() -> None:
     one = predict_generation(cfg, "m4", UNIT, 128)
     two = predict_generation(cfg, "m4", UNIT, 129)
     assert (one.chunks, two.chunks) == (1, 2)
-    assert (one.prefill_capacity, one.decode_capacity) == (384, 480)
+    assert (one.plan.prefill_capacity, one.plan.capacity) == (384, 480)
     assert two.prefill_ms == pytest.approx(one.prefill_ms + one.prefill_chunk.engine_ms, rel=0.01)
 
 
@@ -147,7 +139,7 @@ def _both(doc: dict) -> None:
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
-@pytest.mark.parametrize("chip", ["m1", "m3", "m4", "m5-max", "any"])
+@pytest.mark.parametrize("chip", ["m1", "m2", "m4", "m5-max", "any"])
 def test_every_preset_prints_both_figures(capsys: pytest.CaptureFixture[str], name: str, chip: str) -> None:
     _both(_doc(capsys, "--config", name, "--chip", chip))
 
@@ -158,7 +150,7 @@ def test_every_hugging_face_shape_from_its_config_alone(
 ) -> None:
     (tmp_path / "config.json").write_text(json.dumps(SHAPES[shape]))
     prompt = min(300, SHAPES[shape]["max_position_embeddings"] // 2)
-    for chip in ("m1", "m3", "m4", "any"):
+    for chip in ("m1", "m4", "any"):
         doc = _doc(capsys, "--config", str(tmp_path), "--chip", chip, "--prompt", str(prompt))
         _both(doc)
         assert doc["prompt"] == prompt and doc["prefill_chunks"] == math.ceil(prompt / doc["prefill_width"])

@@ -13,10 +13,11 @@ from pathlib import Path
 from anekit.cli import flags
 from anekit.cost import CONTEXT, DEVICES, NOT_USED, Params, chip, error_table, fitted, predict, summary
 from anekit.cost.calibration import GEN_NOT_USED, HELD_OUT, TOLERANCE, generation_rows
-from anekit.cost.generation import PREFILL_WIDTH, generation_doc, predict_generation, slowest
+from anekit.cost.generation import generation_doc, predict_generation, slowest
 from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, step_kernels
 from anekit.errors import AnekitError
+from anekit.generate.plan import PREFILL_WIDTH
 from anekit.hf.config import check_model_dir
 from anekit.kernels.config import preset
 from anekit.tools.config import HF_SEQ, is_preset, model_config
@@ -154,30 +155,38 @@ def run_generate(args: argparse.Namespace, params: Params) -> int:
     hf = not is_preset(args.config)
     cfg = model_config(args.config, max(HF_SEQ, (args.prompt or 0) + 1) if hf else None)
     prompt = args.prompt or min(PREFILL_WIDTH, cfg.seq_len // 2)
-    cost = (
-        slowest(cfg, params, prompt)
-        if args.chip == ANY
-        else predict_generation(cfg, args.chip, params, prompt)
-    )
+    no_route: tuple[str, ...] = ()
+    if args.chip == ANY:
+        cost, no_route = slowest(cfg, params, prompt)
+    else:
+        cost = predict_generation(cfg, args.chip, params, prompt)
     doc = generation_doc(cost)
+    if args.chip == ANY:
+        doc["no_generation_route"] = list(no_route)
     if args.calibration:
         doc["calibration"] = [row.doc() for row in generation_rows(params)]
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    on = f"{doc['chip_label']} ({cost.chip})" + (", the slowest device" if args.chip == ANY else "")
-    print(f"{cfg.name} text generation on {on}, route {cost.route} — predicted (a model, not a measurement)")
+    on = f"{doc['chip_label']} ({cost.chip})"
+    if args.chip == ANY:
+        on += ", the slowest device" + (f"; no generation route on {', '.join(no_route)}" if no_route else "")
+    print(
+        f"{cfg.name} text generation on {on}, route {cost.route.id} — predicted (a model, not a measurement)"
+    )
+    plan = cost.plan
     print(
         f"prefill_ms: {cost.prefill_ms:.2f} for a {prompt}-token prompt ({cost.chunks} chunk"
-        f"{'' if cost.chunks == 1 else 's'} of {cost.prefill_width} columns, cache capacity "
-        f"{cost.prefill_capacity}, {cost.prefill_chunk.dispatches} dispatches a chunk)"
+        f"{'' if cost.chunks == 1 else 's'} of {plan.prefill_width} columns, cache capacity "
+        f"{plan.prefill_capacity}, {cost.prefill_chunk.dispatches} dispatches a chunk)"
     )
     d = cost.decode
     print(
         f"decode_tokens_per_s: {cost.decode_tokens_per_s:.1f} ({cost.decode_ms:.3f} ms a token: engine "
         f"{d.engine_ms:.3f} ms over {d.dispatches} dispatches, host {d.host_ms:.3f} ms; width "
-        f"{cost.decode_width}, capacity {cost.decode_capacity}, at position {prompt})"
+        f"{plan.decode_width}, capacity {plan.capacity}, at position {prompt}; {plan.kernel_count} kernels "
+        "loaded)"
     )
     width = max(24, *(len(k["name"]) for k in doc["decode"]["kernels"]))
     print(f"{'decode kernel':<{width}} {'runs':>4} {'weight MB':>9} {'io MB':>8} {'ms/call':>8}  bound")
@@ -186,6 +195,9 @@ def run_generate(args: argparse.Namespace, params: Params) -> int:
             f"{k['name']:<{width}} {k['runs']:>4} {k['weight_mb']:>9.2f} {k['io_mb']:>8.3f} {k['ms']:>8.3f}  "
             f"{k['bound']}"
         )
+    for k in doc["decode"]["kernels"]:
+        if k["counted_from"] != "program":
+            print(f"  {k['name']}: counted from its {k['counted_from']}")
     for h in doc["decode"]["host"]:
         print(f"{'host: ' + h['name']:<{width}} {'':>4} {'':>9} {h['mb']:>8.3f} {h['ms']:>8.3f}  host")
     hs = doc["host_figures"]["stream"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from anekit.cost import generation as gen
+from anekit.cost import gen_pipelines as gen
 from anekit.cost import workloads as wl
 from anekit.cost.model import Params
 from anekit.cost.step import step_kernels
@@ -471,7 +471,7 @@ NOT_USED = (
 # Every one was measured on a pipeline other than anekit's generation kernels: the guide's hybrid decoder,
 # maderix/ANE pull request #26's one-projection-per-kernel Qwen 2.5, Orion's two kernels per GPT-2 layer.
 # Each is priced by the same per-kernel model over that pipeline's own kernels and host work
-# (``anekit.cost.generation.hybrid_step``), so the comparison checks the model, not anekit's layout.
+# (``anekit.cost.gen_pipelines``), so the comparison checks the model, not anekit's layout.
 # None is fitted: the three efficiencies stay those fitted on the training kernels' M1 timings above.
 
 G14 = GUIDE + "part-4-workloads/14-llm-case-study.md"
