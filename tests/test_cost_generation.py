@@ -11,9 +11,21 @@ from pathlib import Path
 import pytest
 
 from anekit.cli.main import main
-from anekit.cost import Params, Work
+from anekit.cost import Params, Work, count
+from anekit.cost import gen_work as gw
 from anekit.cost.calibration import FIGURE, HELD_OUT, TOLERANCE, generation_rows
-from anekit.cost.gen_pipelines import GPT2_PARAMS, host_weights_ms
+from anekit.cost.gen_pipelines import (
+    GPT2_124M,
+    GPT2_PARAMS,
+    GPT2_SPLIT,
+    QWEN25_05B,
+    QWEN25_SPLIT,
+    TINYLLAMA,
+    TINYLLAMA_HYBRID,
+    host_weights_ms,
+    hybrid_dispatches,
+    hybrid_step,
+)
 from anekit.cost.generation import (
     Dispatch,
     GenerationCostError,
@@ -27,6 +39,10 @@ from anekit.cost.workloads import conv_program
 from anekit.engine.generation_routes import NoGenerationRoute
 from anekit.engine.performance import performance
 from anekit.kernels.config import PRESETS
+from anekit.kernels.conv_only import qkv_fwd, wo_fwd
+from anekit.kernels.forward import ffn_fwd
+from anekit.kernels.generation import layers_kernel
+from anekit.kernels.route import KernelRoute
 from tests.hf_fixtures import SHAPES
 
 UNIT = Params(1.0, 1.0, 1.0)
@@ -216,3 +232,45 @@ def test_generate_flags_need_each_other(capsys: pytest.CaptureFixture[str]) -> N
     assert "--prompt" in capsys.readouterr().err
     assert main(["cost", "--generate"]) != 0
     assert "--config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["stories15M", "stories110M"])
+@pytest.mark.parametrize(("width", "capacity"), [(32, 480), (128, 384)])
+def test_shapes_count_agrees_with_the_programs(name: str, width: int, capacity: int) -> None:
+    # What stands in for a kernel a builder refuses: the same FLOPs and surfaces as the built program,
+    # the weights but the norms' vectors, the element ops within a quarter.
+    cfg = PRESETS[name]
+    route = KernelRoute("baked", "engine", "engine", "slice")
+    program = count(layers_kernel(cfg, 0, cfg.n_layers, width=width, capacity=capacity, route=route).program)
+    shapes = gw.fused_layers_work(cfg, 0, cfg.n_layers, width, capacity)
+    assert program.flops == shapes.flops and program.io_bytes == shapes.io_bytes
+    assert program.weight_bytes == pytest.approx(shapes.weight_bytes, rel=0.01)
+    assert program.element_ops == pytest.approx(shapes.element_ops, rel=0.25)
+    cw = cfg.with_(seq_len=width)
+    built = (qkv_fwd(cw), wo_fwd(cw), ffn_fwd(cw, None, norm="host"))
+    for spec, shaped in zip(built, gw.conv_route_works(cfg, width)):
+        counted = count(spec.program)
+        assert (counted.flops, counted.weight_bytes, counted.io_bytes) == (
+            shaped.flops,
+            shaped.weight_bytes,
+            shaped.io_bytes,
+        )
+
+
+def test_a_kernel_the_builder_refuses_is_counted_from_its_shapes_and_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3"]))  # intermediate 3072 > 2048
+    doc = _doc(capsys, "--config", str(tmp_path), "--chip", "m1", "--prompt", "16")
+    sources = {k["name"]: k["counted_from"] for k in doc["decode"]["kernels"]}
+    assert sources["qkv_fwd_w32"] == "program" and sources["ffn_fwd_w32"].startswith("shapes: [ffn_fwd]")
+
+
+def test_published_pipelines_by_hand() -> None:
+    # Orion's GPT-2: two kernels a layer (24 a token), Wo and the 50257 x 768 classifier in fp32 on the host
+    dispatches, steps = hybrid_step(GPT2_124M, GPT2_SPLIT, 1, 0)
+    assert sum(d.runs for d in dispatches) == 24
+    host = {s.name: s for s in steps}
+    assert host["fp32 projections"].bytes == (12 * 768 * 768 + 50257 * 768) * 4
+    assert hybrid_dispatches(TINYLLAMA, TINYLLAMA_HYBRID) == 2 * 22 + 1
+    assert hybrid_dispatches(QWEN25_05B, QWEN25_SPLIT) == 7 * 24 + 3  # 151936 tokens in 3 tiles
