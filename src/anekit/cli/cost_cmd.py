@@ -137,6 +137,7 @@ def _print_calibration(params: Params) -> None:
     print("not used:")
     for line in NOT_USED:
         print(f"  {line}")
+    print("generation figures (decode and prefill): `anekit cost --generate --calibration`")
 
 
 def run_generate(args: argparse.Namespace, params: Params) -> int:

@@ -55,7 +55,6 @@ from anekit.mil.ir import Program
 from anekit.models.config import ModelConfig
 
 HOST_ATTENTION = "conv-host-attention"
-DYNAMIC = "dynamic-engine-attention"
 
 
 class GenerationCostError(AnekitError, ValueError):
