@@ -203,8 +203,12 @@ def test_prompt_too_long_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_every_generation_figure_with_its_source_and_ratio(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--generate", "--calibration", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["figures"]
     ids = {r["id"] for r in rows}
+    held = [r for r in rows if r["role"] == HELD_OUT]
+    assert doc["summary"]["held_out"] == len(held)
+    assert doc["summary"]["within_tolerance"] == sum(r["within_tolerance"] for r in held)
     assert {"guide-tinyllama-hybrid-decode", "guide-batched-prefill", "orion-gpt2-decode-m4-max"} <= ids
     for r in rows:
         assert r["source"] and r["quote"] and r["chip"] and r["role"] in (FIGURE, HELD_OUT)
@@ -232,6 +236,8 @@ def test_generate_flags_need_each_other(capsys: pytest.CaptureFixture[str]) -> N
     assert "--prompt" in capsys.readouterr().err
     assert main(["cost", "--generate"]) != 0
     assert "--config" in capsys.readouterr().err
+    assert main(["cost", "--config", "stories15M", "--generate", "--route", "e5rt"]) != 0
+    assert "--route e5rt" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["stories15M", "stories110M"])

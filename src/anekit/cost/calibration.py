@@ -680,6 +680,25 @@ def _gen_figures() -> tuple[GenMeasurement, ...]:
     )
 
 
+def time_ratio(row: GenRow) -> float:
+    """The prediction over the measurement as a time: the inverse of a rate's ratio (tok/s, x)."""
+    return 1.0 / row.ratio if row.measurement.unit in ("tok/s", "x") else row.ratio
+
+
+def generation_summary(rows: list[GenRow]) -> dict[str, Any]:
+    """The held-out figures: how many the model meets within TOLERANCE, and the median of its time ratio
+    (above 1: the model predicts generation slower than measured)."""
+    held = sorted(time_ratio(r) for r in rows if r.measurement.role == HELD_OUT)
+    mid = len(held) // 2
+    median = held[mid] if len(held) % 2 else (held[mid - 1] + held[mid]) / 2
+    return {
+        "held_out": len(held),
+        "within_tolerance": sum(r.within for r in rows if r.measurement.role == HELD_OUT),
+        "tolerance": TOLERANCE,
+        "median_time_ratio": median,
+    }
+
+
 def generation_rows(params: Params) -> list[GenRow]:
     """Every published generation figure with the model's prediction beside it."""
     return [GenRow(m, m.predict(params)) for m in _gen_figures()]
