@@ -145,8 +145,8 @@ def run_generate(args: argparse.Namespace, params: Params) -> int:
     if args.calibration and args.config is None and args.target is None:
         if args.json:
             rows = generation_rows(params)
-            doc = {"summary": generation_summary(rows), "figures": [row.doc() for row in rows]}
-            json.dump(doc, sys.stdout, indent=2)
+            cal = {"summary": generation_summary(rows), "figures": [row.doc() for row in rows]}
+            json.dump(cal, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
             print_generation_calibration(params)
