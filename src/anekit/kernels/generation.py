@@ -27,6 +27,7 @@ engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,13 +35,14 @@ from typing import Any
 import numpy as np
 
 from anekit.engine.extents import SPATIAL
+from anekit.kernels import conv_only, forward
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import COLUMN_ALIGN, DynamicKernelSpec, Segment, SpatialLayout, dynamic_builder
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.dynamic import ffn_fwd_dynamic_columns, norm_offsets, sdpa_fwd_dynamic_columns
-from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, layer_values, local_rope
+from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, PartPacked, layer_values, local_rope
 from anekit.kernels.route import KernelRoute
-from anekit.kernels.source import Packed, WeightSource
+from anekit.kernels.source import WeightSource
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import tensor
 from anekit.mil.ir import Program
@@ -81,6 +83,16 @@ class GenKernel:
 
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
+
+    @property
+    def weight_bytes(self) -> int:
+        """fp16 bytes of the model's weights the kernel holds (known from shapes alone): its baked
+        BLOBFILE consts (the RoPE swap and the masks included), or with dynamic weights the weight
+        segments of its "x" surface."""
+        if self.columns is not None:
+            return 2 * sum(s.rows * s.columns for s in self.columns.segments if s.is_weight)
+        shared = sum(len(b) for b in self.spec.shared_files.values())
+        return 2 * sum(math.prod(shape) for _, shape, _ in self.spec.weights.entries) + shared
 
     @property
     def x_shape(self) -> tuple[int, int]:
@@ -331,7 +343,7 @@ def _block_source(
     if route.weights == "dynamic":
         kb = dynamic_builder(name, kcfg, columns, norm="host", rope=route.rope)
         offsets = norm_offsets(kcfg, ("q_norm", "k_norm"))
-        return kb, Packed(kb, columns, act, offsets), columns
+        return kb, PartPacked(kb, columns, act, offsets), columns
     kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="host", rope=route.rope)
     src = LayerBaked(kb)
     src.layer = layers.start
@@ -360,6 +372,89 @@ def pack_weights(kernel: GenKernel, weights: Mapping[Any, Any]) -> np.ndarray:
     out = np.zeros(kernel.x_shape, np.float32)
     for s, start, row, block in kernel.columns.weight_sources(spec.offset(per)):
         out[row : row + block.shape[0], start : start + s.columns] = block
+    return out
+
+
+def _conv_route_kernels(cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None) -> dict[str, KernelSpec]:
+    """One layer's conv-route forward kernels at ``cfg.seq_len``, by the name part they take here."""
+    return {
+        "qkv": conv_only.qkv_fwd(cfg, weights),
+        "wo": conv_only.wo_fwd(cfg, weights),
+        "ffn": forward.ffn_fwd(cfg, weights, norm="host"),
+    }
+
+
+def host_attention_kernels(
+    cfg: ModelConfig,
+    width: int,
+    weights: Weights = None,
+    *,
+    tiles: tuple[tuple[int, int], ...] | None = None,
+) -> dict[str, GenKernel]:
+    """The generation kernels of the "conv-host-attention" route (M1 / M2 under macOS 26: no matmul on
+    the engine): per layer i the conv route's own kernels (``kernels.conv_only``) built at seq_len =
+    ``width`` — "gen_qkv_{i}_w{W}" (xnorm -> q, k, v: the projections, Qwen 2's biases), "gen_wo_{i}_w{W}"
+    (attn -> o), "gen_ffn_{i}_w{W}" (the normalised x -> ffn_out, h1, h3, silu_out: ``forward.ffn_fwd``
+    with the norm on the host) — and the head tiles (norm on the host, baked; ``tiles`` (start, stop)
+    pairs, default: the vocabulary in tiles of at most 65536). The host runs every norm, the q / k norm,
+    RoPE and attention over its own cache between them. By name, in the order a step runs them."""
+    if width <= 0 or width % 16:
+        raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    kcfg = cfg.with_(seq_len=width)
+    route = KernelRoute("baked", "host", "host", "host")
+    out: dict[str, GenKernel] = {}
+    for i in range(cfg.n_layers):
+        per = None
+        if weights is not None:
+            per = weights.get(i)
+            if not isinstance(per, Mapping):
+                raise GenerationError(f"[generation] no weights for layer {i} (layer -> {{wq: ...}})")
+        for part, spec in _conv_route_kernels(kcfg, per).items():
+            name = f"gen_{part}_{i}_w{width}"
+            out[name] = GenKernel(name, spec.program, spec.inputs, None, spec.outputs, spec, None, (i,))
+    if tiles is None:
+        v = cfg.vocab_size
+        tiles = tuple((a, min(v, a + CHANNEL_LIMIT)) for a in range(0, v, CHANNEL_LIMIT))
+    for start, stop in tiles:
+        head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+        out[head.name] = head
+    return out
+
+
+def kernel_set(
+    cfg: ModelConfig,
+    route: KernelRoute,
+    *,
+    width: int,
+    capacity: int,
+    groups: tuple[tuple[int, int], ...],
+    tiles: tuple[tuple[int, int], ...],
+    weights: Weights = None,
+) -> dict[str, GenKernel]:
+    """Every generation kernel of one width for ``route``, by name, in the order a step runs them: the
+    layers (fused per [first, last) of ``groups`` with the norm on the engine; one attention and one MLP
+    kernel per layer with it on the host; the conv route's kernels with attention on the host) and then
+    the head tiles (start, stop) of ``tiles``."""
+    if route.attention == "host":
+        return host_attention_kernels(cfg, width, weights, tiles=tiles)
+    out: dict[str, GenKernel] = {}
+    if route.norm == "host":
+        for i in range(cfg.n_layers):
+            attn = attention_kernel(cfg, i, width=width, capacity=capacity, route=route, weights=weights)
+            mlp = mlp_kernel(cfg, i, width=width, route=route, weights=weights)
+            out[attn.name], out[mlp.name] = attn, mlp
+    else:
+        covered = [i for first, last in groups for i in range(first, last)]
+        if covered != list(range(cfg.n_layers)):
+            raise GenerationError(
+                f"[generation] layer groups {list(groups)} do not cover 0..{cfg.n_layers} in order"
+            )
+        for first, last in groups:
+            k = layers_kernel(cfg, first, last, width=width, capacity=capacity, route=route, weights=weights)
+            out[k.name] = k
+    for start, stop in tiles:
+        head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+        out[head.name] = head
     return out
 
 
@@ -401,7 +496,7 @@ def head_kernel(
     if route.weights == "dynamic":
         columns = head_columns(cfg, width, start, stop, route.norm)
         kb = dynamic_builder(name, kcfg, columns, norm=route.norm)
-        src = Packed(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
+        src = PartPacked(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
         x = src.act("x")  # (1, dim, 1, W)
         if route.norm == "engine":
             x = kb.rmsnorm(x, src.scale("rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
@@ -454,6 +549,8 @@ __all__ = [
     "head_columns",
     "head_kernel",
     "head_tile_limit",
+    "host_attention_kernels",
+    "kernel_set",
     "layers_kernel",
     "mlp_kernel",
     "pack_weights",
