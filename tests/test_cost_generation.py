@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ from anekit.engine.performance import performance
 from anekit.kernels.config import PRESETS
 from anekit.kernels.conv_only import qkv_fwd, wo_fwd
 from anekit.kernels.forward import ffn_fwd
-from anekit.kernels.generation import layers_kernel
+from anekit.kernels.generation import kernel_set, layers_kernel
 from anekit.kernels.route import KernelRoute
 from tests.hf_fixtures import SHAPES
 
@@ -269,7 +270,7 @@ def test_a_kernel_the_builder_refuses_is_counted_from_its_shapes_and_says_so(
     (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3"]))  # intermediate 3072 > 2048
     doc = _doc(capsys, "--config", str(tmp_path), "--chip", "m1", "--prompt", "16")
     sources = {k["name"]: k["counted_from"] for k in doc["decode"]["kernels"]}
-    assert sources["qkv_fwd_w32"] == "program" and sources["ffn_fwd_w32"].startswith("shapes: [ffn_fwd]")
+    assert sources["gen_qkv_w32"] == "program" and sources["gen_ffn_w32"].startswith("shapes: [ffn_fwd]")
 
 
 def test_published_pipelines_by_hand() -> None:
@@ -280,3 +281,25 @@ def test_published_pipelines_by_hand() -> None:
     assert host["fp32 projections"].bytes == (12 * 768 * 768 + 50257 * 768) * 4
     assert hybrid_dispatches(TINYLLAMA, TINYLLAMA_HYBRID) == 2 * 22 + 1
     assert hybrid_dispatches(QWEN25_05B, QWEN25_SPLIT) == 7 * 24 + 3  # 151936 tokens in 3 tiles
+
+
+@pytest.mark.parametrize("chip", ["m1", "m4"])
+def test_the_priced_kernels_are_the_drivers(chip: str) -> None:
+    # the same kernels, names and weights as anekit.kernels.generation.kernel_set builds for the plan
+    cost = predict_generation(PRESETS["stories110M"], chip, UNIT, 64)
+    plan, w = cost.plan, cost.plan.decode_width
+    built = kernel_set(
+        PRESETS["stories110M"],
+        KernelRoute(*cost.route.kernel_route),
+        width=w,
+        capacity=plan.capacity,
+        groups=plan.groups,
+        tiles=plan.tiles,
+    )
+    priced = {d.work.name: d for d, _, _ in cost.decode.rows}
+    expected = {
+        re.sub(r"_\d+_w", "_w", n) if n.startswith(("gen_qkv", "gen_wo", "gen_ffn")) else n for n in built
+    }
+    assert set(priced) == expected
+    total = sum(d.runs * d.work.weight_bytes for d in priced.values())
+    assert total == pytest.approx(sum(k.weight_bytes for k in built.values()), rel=1e-3)

@@ -89,9 +89,9 @@ def conv_route_works(cfg: ModelConfig, width: int) -> tuple[Work, Work, Work]:
     d, q, kv, h = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim
     qkv = [conv(q, d, width), conv(kv, d, width), conv(kv, d, width)]
     return (
-        work(f"qkv_fwd_w{width}", qkv, (d + q + 2 * kv) * width * FP16),
-        work(f"wo_fwd_w{width}", [conv(d, q, width)], (q + d) * width * FP16),
-        work(f"ffn_fwd_w{width}", mlp_ops(cfg, width), (2 * d + 3 * h) * width * FP16),
+        work(f"gen_qkv_w{width}", qkv, (d + q + 2 * kv) * width * FP16),
+        work(f"gen_wo_w{width}", [conv(d, q, width)], (q + d) * width * FP16),
+        work(f"gen_ffn_w{width}", mlp_ops(cfg, width), (2 * d + 3 * h) * width * FP16),
     )
 
 

@@ -6,7 +6,8 @@ What runs is what the driver runs (``anekit.generate``): the chip's generation r
 (``anekit.engine.generation_routes``), its plan (``anekit.generate.plan``: widths, cache capacity, layer
 groups, vocabulary tiles) and the plan's kernels built from shapes only (``anekit.kernels.generation``;
 conv-host-attention: ``anekit.kernels.conv_only``'s qkv_fwd / wo_fwd and the host-norm ffn_fwd at the
-generation width, ``anekit.generate.host_attention``'s head tiles), each counted by
+generation width, as ``host_attention_kernels`` builds them for every layer: alike, so one is counted and
+run once a layer), each counted by
 ``anekit.cost.work.count``. A kernel a builder refuses (a conv wider than any with a hardware precedent,
 which the route would have to split) is counted from its shapes (``anekit.cost.gen_work``) and its row
 says so.
@@ -45,7 +46,6 @@ from anekit.engine.generation import DECODE_WIDTH
 from anekit.engine.generation_routes import GenerationRoute, NoGenerationRoute, generation_route
 from anekit.engine.performance import Figure, Performance, performance
 from anekit.errors import AnekitError
-from anekit.generate.host_attention import head_tile
 from anekit.generate.plan import GenerationPlan, generation_plan
 from anekit.kernels.conv_only import qkv_fwd, wo_fwd
 from anekit.kernels.forward import ffn_fwd
@@ -148,15 +148,6 @@ def _counted(
         return Dispatch(dataclasses.replace(shapes(), name=name), runs, kind, f"shapes: {first}")
 
 
-def _head_program(
-    cfg: ModelConfig, route: GenerationRoute, kr: KernelRoute, start: int, stop: int, width: int
-) -> Program:
-    """The head tile [start, stop): the driver's conv tile on conv-host-attention, else the head kernel."""
-    if route.id == HOST_ATTENTION:
-        return head_tile(cfg.with_(seq_len=width), start, stop, None).program
-    return head_kernel(cfg, start, stop, width=width, route=kr).program
-
-
 def _program(kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> Program:
     """The program of ``kernel(*args, **kwargs)`` (a GenKernel or a KernelSpec)."""
     program: Program = kernel(*args, **kwargs).program
@@ -189,10 +180,9 @@ def kernel_set(
             partial(_program, wo_fwd, cw),
             partial(_program, ffn_fwd, cw, None, norm="host"),
         )
-        for name, build, shaped in zip(("qkv_fwd", "wo_fwd", "ffn_fwd"), builds, works):
-            out.append(
-                _counted(f"{name}_w{width}", build, partial(_same, shaped), cfg.n_layers, "projection")
-            )
+        for part, build, shaped in zip(("qkv", "wo", "ffn"), builds, works):  # one program per layer, alike
+            name = f"gen_{part}_w{width}"
+            out.append(_counted(name, build, partial(_same, shaped), cfg.n_layers, "projection"))
     else:
         for i in range(cfg.n_layers):
             build = partial(_program, attention_kernel, cfg, i, width=width, capacity=cap, route=kr)
@@ -204,7 +194,7 @@ def kernel_set(
             )
     norm = route.norm == "engine"
     for s, e in plan.tiles:
-        build = partial(_head_program, cfg, route, kr, s, e, width)
+        build = partial(_program, head_kernel, cfg, s, e, width=width, route=kr)
         shapes = partial(gw.head_tile_work, cfg, s, e, width, norm)
         out.append(_counted(f"gen_head_{s}_{e}_w{width}", build, shapes, 1, "head"))
     return tuple(out)
