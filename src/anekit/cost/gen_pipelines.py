@@ -22,6 +22,7 @@ from anekit.cost import gen_work as gw
 from anekit.cost.gen_work import FP16, FP32
 from anekit.cost.generation import (
     DECODE_WIDTH,
+    GPT2_PARAMS,
     Dispatch,
     HostStep,
     host_figures,
@@ -34,7 +35,6 @@ from anekit.models.config import ModelConfig
 TINYLLAMA = ModelConfig(2048, 5632, 22, 32, 4, 32000, 2048, name="TinyLlama-1.1B")
 QWEN25_05B = ModelConfig(896, 4864, 24, 14, 2, 151936, 32768, name="Qwen2.5-0.5B")
 GPT2_124M = ModelConfig(768, 3072, 12, 12, 12, 50257, 1024, name="GPT-2 124M")
-GPT2_PARAMS = 124_439_808  # GPT-2 124M's parameters (wte 50257 x 768 tied, wpe 1024 x 768, 12 layers)
 TILE = 65536  # the engine's channel limit: the width of a classifier tile
 
 
