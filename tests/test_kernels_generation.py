@@ -622,3 +622,24 @@ def test_the_fake_engine_runs_a_generation_kernel_as_the_simulator_does(fake, mo
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
     assert fake.refusals == []
+
+
+# -- wide matrices ----------------------------------------------------------------------------------------
+
+WIDE = LLAMA.with_(hidden_dim=2112, name="gen-wide")  # W2 reads 2112 channels: more than one conv may
+
+
+def _conv_inputs(kernel) -> list[int]:
+    ops = kernel.program.functions["main"].block.ops
+    return [op.inputs["x"].type.shape[1] for op in ops if op.op_type == "conv"]
+
+
+def test_a_down_projection_wider_than_a_conv_reads_is_split_and_still_matches():
+    """Qwen3-0.6B's W2 reads 3072 channels, Gemma 3 1B's 6912; no hardware-run conv reads more than 2048
+    (kernels.blocks.MAX_CONV_INPUT_CHANNELS): W2 is two convs over channel slices, summed."""
+    _check_layers(WIDE, ROPE_ROUTES["slice"], tol=5e-3)
+    fused = layers_kernel(WIDE, 0, 2, width=32, capacity=96, route=LEGACY_LIKE)
+    conv_route = host_attention_kernels(WIDE, 32)["gen_ffn_0_w32"]
+    for kernel in (fused, conv_route):
+        widths = _conv_inputs(kernel)
+        assert max(widths) <= 2048 and widths.count(1088) + widths.count(1024) >= 2, (kernel.name, widths)

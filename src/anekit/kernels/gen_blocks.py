@@ -30,7 +30,7 @@ from anekit.blob import build_blob_bytes
 from anekit.kernels.blocks import KernelBuilder, pair_swap_matrix
 from anekit.kernels.composable import SpatialLayout, dynamic_slice
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.source import Baked, Packed, WeightSource, matrix_shape
+from anekit.kernels.source import Baked, Packed, WeightSource, baked_product, matrix_shape
 from anekit.kernels.spec import Layout, LayoutError
 from anekit.mil import Var, tensor
 from anekit.models.blocks import Rope
@@ -88,7 +88,7 @@ class LayerBaked(Baked):
     def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
         out, channels = matrix_shape(self.kb.cfg, key)
         name = self._key(key)
-        return self.kb.conv(x, self.kb.matrix(name, name, out, channels), tag)  # (1, out, 1, W)
+        return baked_product(self.kb, x, name, name, out, channels, tag)  # (1, out, 1, W)
 
 
 class PartPacked(Packed):

@@ -42,7 +42,7 @@ from anekit.kernels.config import ModelConfig
 from anekit.kernels.dynamic import ffn_fwd_dynamic_columns, norm_offsets, sdpa_fwd_dynamic_columns
 from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, PartPacked, layer_values, local_rope
 from anekit.kernels.route import KernelRoute
-from anekit.kernels.source import WeightSource
+from anekit.kernels.source import WeightSource, baked_product
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import tensor
 from anekit.mil.ir import Program
@@ -507,7 +507,7 @@ def head_kernel(
     x = kb.part("x")  # (1, dim, 1, W)
     if route.norm == "engine":
         x = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
-    logits = kb.conv(x, kb.matrix("wcls", "wcls", stop - start, cfg.dim), "logits")  # (1, tile, 1, W)
+    logits = baked_product(kb, x, "wcls", "wcls", stop - start, cfg.dim, "logits")  # (1, tile, 1, W)
     spec = kb.finish(outputs, {"logits": logits})
     return GenKernel(name, spec.program, act, None, outputs, spec, None, (), tile)
 
