@@ -31,6 +31,7 @@ from anekit.cost.generation import (
     Dispatch,
     GenerationCostError,
     HostStep,
+    counted,
     dispatch_of,
     predict_generation,
     predict_phase,
@@ -39,11 +40,13 @@ from anekit.cost.work import Layer
 from anekit.cost.workloads import conv_program
 from anekit.engine.generation_routes import NoGenerationRoute
 from anekit.engine.performance import performance
+from anekit.errors import AnekitError
 from anekit.kernels.config import PRESETS
 from anekit.kernels.conv_only import qkv_fwd, wo_fwd
 from anekit.kernels.forward import ffn_fwd
 from anekit.kernels.generation import kernel_set, layers_kernel
 from anekit.kernels.route import KernelRoute
+from anekit.mil.ir import Program
 from tests.hf_fixtures import SHAPES
 
 UNIT = Params(1.0, 1.0, 1.0)
@@ -264,13 +267,21 @@ def test_shapes_count_agrees_with_the_programs(name: str, width: int, capacity: 
         )
 
 
-def test_a_kernel_the_builder_refuses_is_counted_from_its_shapes_and_says_so(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3"]))  # intermediate 3072 > 2048
-    doc = _doc(capsys, "--config", str(tmp_path), "--chip", "m1", "--prompt", "16")
-    sources = {k["name"]: k["counted_from"] for k in doc["decode"]["kernels"]}
-    assert sources["gen_qkv_w32"] == "program" and sources["gen_ffn_w32"].startswith("shapes: [ffn_fwd]")
+def test_a_kernel_the_builder_refuses_is_counted_from_its_shapes_and_says_so() -> None:
+    def refused() -> Program:
+        raise AnekitError("[ffn_fwd] conv 'ffn' reads 9999 input channels: split it\nmore")
+
+    shapes = gw.conv_route_works(PRESETS["stories15M"], 32)[2]
+    d = counted("gen_ffn_w32", refused, lambda: shapes, 6, "projection")
+    assert d.source == "shapes: [ffn_fwd] conv 'ffn' reads 9999 input channels: split it"
+    assert (d.work.flops, d.work.weight_bytes, d.runs) == (shapes.flops, shapes.weight_bytes, 6)
+
+
+def test_every_kernel_of_a_qwen3_shape_is_built(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES["qwen3"]))  # W2 reads 3072 channels: split
+    for chip in ("m1", "m4"):
+        doc = _doc(capsys, "--config", str(tmp_path), "--chip", chip, "--prompt", "16")
+        assert {k["counted_from"] for k in doc["decode"]["kernels"]} == {"program"}
 
 
 def test_published_pipelines_by_hand() -> None:

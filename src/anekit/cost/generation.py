@@ -137,7 +137,7 @@ class HostStep:
     bytes: float
 
 
-def _counted(
+def counted(
     name: str, build: Callable[[], Program], shapes: Callable[[], Work], runs: int, kind: str
 ) -> Dispatch:
     """The Dispatch of the program ``build`` makes, or of its ``shapes`` where the builder refuses."""
@@ -171,7 +171,7 @@ def kernel_set(
         for f, e in plan.groups:
             build = partial(_program, layers_kernel, cfg, f, e, width=width, capacity=cap, route=kr)
             shapes = partial(gw.fused_layers_work, cfg, f, e, width, cap)
-            out.append(_counted(f"gen_layers_{f}_{e}_w{width}", build, shapes, 1, "layers"))
+            out.append(counted(f"gen_layers_{f}_{e}_w{width}", build, shapes, 1, "layers"))
     elif route.id == HOST_ATTENTION:
         cw = cfg.with_(seq_len=width)
         works = gw.conv_route_works(cfg, width)
@@ -182,21 +182,21 @@ def kernel_set(
         )
         for part, build, shaped in zip(("qkv", "wo", "ffn"), builds, works):  # one program per layer, alike
             name = f"gen_{part}_w{width}"
-            out.append(_counted(name, build, partial(_same, shaped), cfg.n_layers, "projection"))
+            out.append(counted(name, build, partial(_same, shaped), cfg.n_layers, "projection"))
     else:
         for i in range(cfg.n_layers):
             build = partial(_program, attention_kernel, cfg, i, width=width, capacity=cap, route=kr)
             shapes = partial(gw.attention_block_work, cfg, i, width, cap)
-            out.append(_counted(f"gen_attn_{i}_w{width}", build, shapes, 1, "attention"))
+            out.append(counted(f"gen_attn_{i}_w{width}", build, shapes, 1, "attention"))
             build = partial(_program, mlp_kernel, cfg, i, width=width, route=kr)
             out.append(
-                _counted(f"gen_mlp_{i}_w{width}", build, partial(gw.mlp_block_work, cfg, i, width), 1, "mlp")
+                counted(f"gen_mlp_{i}_w{width}", build, partial(gw.mlp_block_work, cfg, i, width), 1, "mlp")
             )
     norm = route.norm == "engine"
     for s, e in plan.tiles:
         build = partial(_program, head_kernel, cfg, s, e, width=width, route=kr)
         shapes = partial(gw.head_tile_work, cfg, s, e, width, norm)
-        out.append(_counted(f"gen_head_{s}_{e}_w{width}", build, shapes, 1, "head"))
+        out.append(counted(f"gen_head_{s}_{e}_w{width}", build, shapes, 1, "head"))
     return tuple(out)
 
 
@@ -407,6 +407,7 @@ __all__ = [
     "HostFigures",
     "HostStep",
     "PhaseTime",
+    "counted",
     "dispatch_of",
     "generation_doc",
     "host_figures",
