@@ -15,10 +15,16 @@ from anekit.kernels.config import preset
 from anekit.kernels.generation import (
     DECODE_WIDTH,
     GenerationError,
+    attention_kernel,
     cache_mask,
     capacity_for,
     head_kernel,
+    head_tile_limit,
+    host_attention_kernels,
+    kernel_set,
     layers_kernel,
+    mlp_kernel,
+    pack_weights,
     rope_columns,
 )
 from anekit.kernels.route import KernelRoute
@@ -137,13 +143,15 @@ def random_layers(cfg: ModelConfig, seed: int) -> list[dict]:
 
 
 def _inputs(
-    cfg: ModelConfig, kernel, pos: int, n: int, x: np.ndarray, kvs: list[tuple], first: int, last: int
+    cfg: ModelConfig, kernel, pos: int, n: int, x: np.ndarray, kvs: list, first: int, last: int, at=None
 ):
-    """The packed "x" and "cache" of a layers kernel for a chunk of n tokens at ``pos`` whose layer-``first``
-    input is x[:, pos:pos+n], the cache filled with the reference's keys / values of positions < pos."""
+    """The activation parts (C_act, W) and "cache" of a kernel for a chunk of n tokens at ``pos`` whose
+    layer-``first`` input is x[:, pos:pos+n] (x[:, at:at+n] when ``at`` is given), the cache filled with the
+    reference's keys / values of positions < pos."""
     width, capacity = kernel.act.spatial, kernel.cache.spatial
     chunk = np.zeros((cfg.dim, width), np.float32)
-    chunk[:, :n] = x[:, pos : pos + n]
+    start = pos if at is None else at
+    chunk[:, :n] = x[:, start : start + n]
     positions = np.arange(pos, pos + width)
     parts = {"x": chunk}
     names = set(kernel.act.names)
@@ -160,7 +168,7 @@ def _inputs(
         for name, a in ((f"k{i}", k), (f"v{i}", v)):
             off, c = kernel.cache.range(name)
             cache[off : off + c, :pos] = a[:, :pos]
-    return kernel.pack_x(parts), cache
+    return kernel.act.pack(parts).reshape(kernel.act.channels, width), cache
 
 
 def _rel(got: np.ndarray, want: np.ndarray) -> float:
@@ -175,6 +183,7 @@ def _check_layers(cfg, route, chip="any", pos=37, n=5, width=DECODE_WIDTH, seed=
     weights = dict(enumerate(layers))
     kernel = layers_kernel(cfg, 0, cfg.n_layers, width=width, capacity=capacity, route=route, weights=weights)
     xin, cache = _inputs(cfg, kernel, pos, n, x, kvs, 0, cfg.n_layers)
+    xin = kernel.pack_x(kernel.act.split(xin))
     out = kernel.run(runtime.open("sim", chip=chip), xin, cache)
     errors = {"x": _rel(out["x"][:, :n], want_x[:, pos:])}
     for i in range(cfg.n_layers):
@@ -236,6 +245,186 @@ def test_a_prefill_width_chunk():
     _check_layers(LLAMA, LEGACY_LIKE, pos=20, n=50, width=64)
 
 
+DYNAMIC = KernelRoute("dynamic", "engine", "host", "slice")
+
+
+def _check_blocks(cfg, route, chip="any", pos=37, n=5, width=DECODE_WIDTH, seed=0, tol=1e-2):
+    """Layer by layer through the one-block kernels (the norms on the host, in float64 here) against the
+    float64 model: the residual stream after the last layer and every layer's k / v."""
+    layers = random_layers(cfg, seed)
+    x = np.random.default_rng(seed + 1).standard_normal((cfg.dim, pos + n)).astype(np.float32)
+    want_x, kvs = reference(cfg, layers, x)
+    capacity = capacity_for(cfg.seq_len, width)
+    weights = dict(enumerate(layers))
+    given = None if route.weights == "dynamic" else weights
+    backend = runtime.open("sim", chip=chip)
+    eps, off = cfg.norm_eps, cfg.norm_offset
+    h = np.zeros((cfg.dim, width))
+    h[:, :n] = x[:, pos:]
+    errors = {}
+    for i in range(cfg.n_layers):
+        w = layers[i]
+        attn = attention_kernel(cfg, i, width=width, capacity=capacity, route=route, weights=given)
+        mlp = mlp_kernel(cfg, i, width=width, route=route, weights=given)
+        assert (attn.name, mlp.name) == (f"gen_attn_{i}_w{width}", f"gen_mlp_{i}_w{width}")
+        xin, cache = _inputs(cfg, attn, pos, n, _norm(h, w["rms_att"], eps, off), kvs, i, i + 1, at=0)
+        if attn.columns is not None:
+            xin = attn.pack_x(_act_parts(attn, xin), into=pack_weights(attn, weights))
+        out = attn.run(backend, xin, cache)
+        o = out["x"].astype(np.float64)
+        if cfg.post_norms:
+            o = _norm(o, w["post_att_norm"], eps, off)
+        h = h + o
+        errors[f"k{i}"] = _rel(out[f"k{i}"][:, :n], kvs[i][0][:, pos:])
+        errors[f"v{i}"] = _rel(out[f"v{i}"][:, :n], kvs[i][1][:, pos:])
+        m = {"x": _norm(h, w["rms_ffn"], eps, off)}
+        buf = pack_weights(mlp, weights) if mlp.columns is not None else None
+        f = mlp.run(backend, mlp.pack_x(m, into=buf))["x"].astype(np.float64)
+        if cfg.post_norms:
+            f = _norm(f, w["post_ffn_norm"], eps, off)
+        h = h + f
+    errors["x"] = _rel(h[:, :n], want_x[:, pos:])
+    assert max(errors.values()) < tol, errors
+    return errors
+
+
+def _act_parts(kernel, packed: np.ndarray) -> dict:
+    """The activation parts of a packed (baked-layout) "x" (C_act, W)."""
+    return kernel.act.split(packed[: kernel.act.channels, : kernel.act.spatial])
+
+
+@pytest.mark.parametrize("chip", ["any", "m3"])
+@pytest.mark.parametrize("weights", ["dynamic", "baked"])
+def test_one_block_kernels_with_the_norms_on_the_host_match_the_float64_model(weights, chip):
+    """measured: at most 1.3e-3."""
+    route = KernelRoute(weights, "engine", "host", "slice")
+    _check_blocks(LLAMA, route, chip=chip, tol=5e-3)
+
+
+def test_pack_weights_writes_the_weight_columns_and_leaves_the_activations_zero():
+    layers = random_layers(LLAMA, 0)
+    attn = attention_kernel(LLAMA, 1, width=32, capacity=96, route=DYNAMIC)
+    buf = pack_weights(attn, dict(enumerate(layers)))
+    start, _ = attn.columns.range("wq_t")
+    np.testing.assert_array_equal(buf[: LLAMA.dim, start : start + LLAMA.q_dim], layers[1]["wq"].T)
+    assert not buf[:, :32].any()
+    with pytest.raises(GenerationError, match="layer 1"):
+        pack_weights(attn, {0: layers[0]})
+
+
+# -- the families -----------------------------------------------------------------------------------------
+
+FAMILIES = {
+    # Qwen 2: biases on q / k / v
+    "qwen2": LLAMA.with_(qkv_bias=True, rope_theta=1e6, name="gen-qwen2"),
+    # Qwen 3: the per-head q / k norm before RoPE, q_dim 128 wider than dim 64
+    "qwen3": LLAMA.with_(qk_norm=True, attn_head_dim=32, rope_theta=1e6, norm_eps=1e-6, name="gen-qwen3"),
+    # Gemma 3: norms scale by 1 + w, post-norms, GeGLU, the first layer sliding (window 8) with its own
+    # RoPE base, a query scale of its own; the embedding scale is the host's (no kernel sees it)
+    "gemma3": LLAMA.with_(
+        attn_head_dim=16,
+        qk_norm=True,
+        norm_offset=1.0,
+        post_norms=True,
+        mlp_act="gelu_tanh",
+        embed_scale=8.0,
+        attn_scale=24**-0.5,
+        sliding_window=8,
+        layer_types=("sliding", "full"),
+        rope_theta=1e6,
+        rope_local_theta=1e4,
+        norm_eps=1e-6,
+        name="gen-gemma3",
+    ),
+}
+CHUNKS = {"decode": dict(pos=37, n=5, width=DECODE_WIDTH), "prefill": dict(pos=20, n=50, width=64)}
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_fused_matches_the_float64_model(family, chunk):
+    """measured: at most 2.1e-3."""
+    _check_layers(FAMILIES[family], ROPE_ROUTES["slice"], tol=5e-3, **CHUNKS[chunk])
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_in_one_block_kernels_matches_the_float64_model(family, chunk):
+    """measured: at most 1.6e-3."""
+    _check_blocks(FAMILIES[family], DYNAMIC, tol=5e-3, **CHUNKS[chunk])
+
+
+def test_gemma3_kernels_carry_the_local_rope_and_the_banded_mask():
+    cfg = FAMILIES["gemma3"]
+    kernel = layers_kernel(cfg, 0, 2, width=32, capacity=96, route=LEGACY_LIKE)
+    assert kernel.act.names == ["x", "cos", "sin", "cos_local", "sin_local", "mask", "mask_local"]
+    assert sorted(p for p in kernel.spec.shared_files if "gen_mask" in p) == [
+        "@model_path/weights/gen_mask_w32.bin",
+        "@model_path/weights/gen_mask_w32_window8.bin",
+    ]
+
+
+# -- conv-host-attention ----------------------------------------------------------------------------------
+
+
+def _host_heads_norm(x: np.ndarray, w: np.ndarray, hd: int, eps: float, off: float) -> np.ndarray:
+    t = x.shape[1]
+    y = _norm(x.reshape(-1, hd, t).transpose(1, 0, 2).reshape(hd, -1), w, eps, off)
+    return y.reshape(hd, -1, t).transpose(1, 0, 2).reshape(-1, t)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_the_host_attention_kernels_with_attention_on_the_host_match_the_float64_model(family):
+    """The conv route's projections and FFN at the decode width, everything else done here in float64 over
+    a host cache of the reference's keys / values. measured: at most 1.1e-3."""
+    cfg = LLAMA if family == "llama" else FAMILIES[family]
+    pos, n, width = 37, 5, DECODE_WIDTH
+    layers = random_layers(cfg, 0)
+    x = np.random.default_rng(1).standard_normal((cfg.dim, pos + n)).astype(np.float32)
+    want_x, kvs = reference(cfg, layers, x)
+    embed = np.random.default_rng(2).standard_normal((cfg.vocab_size, cfg.dim)).astype(np.float32)
+    kernels = host_attention_kernels(cfg, width, dict(enumerate(layers)) | {"embed": embed})
+    names = [f"gen_{p}_{i}_w{width}" for i in range(cfg.n_layers) for p in ("qkv", "wo", "ffn")]
+    assert list(kernels) == [*names, f"gen_head_0_{cfg.vocab_size}_w{width}"]
+    backend = runtime.open("sim", chip="m1")
+    eps, off, hd = cfg.norm_eps, cfg.norm_offset, cfg.head_dim
+    h = np.zeros((cfg.dim, width))
+    h[:, :n] = x[:, pos:]
+    positions = np.arange(pos, pos + width, dtype=np.float64)
+    group = cfg.n_heads // cfg.n_kv_heads
+    for i, w in enumerate(layers):
+        run = {p: kernels[f"gen_{p}_{i}_w{width}"] for p in ("qkv", "wo", "ffn")}
+        qkv = run["qkv"].run(backend, _norm(h, w["rms_att"], eps, off))
+        q, k, v = (qkv[t].astype(np.float64) for t in ("q", "k", "v"))
+        if cfg.qk_norm:
+            q, k = (
+                _host_heads_norm(q, w["q_norm"], hd, eps, off),
+                _host_heads_norm(k, w["k_norm"], hd, eps, off),
+            )
+        sliding = cfg.layer_type(i) == "sliding"
+        theta = (cfg.rope_local_theta or cfg.rope_theta) if sliding else cfg.rope_theta
+        q, k = _rotate(q, positions, hd, theta), _rotate(k, positions, hd, theta)
+        assert _rel(k[:, :n], kvs[i][0][:, pos:]) < 5e-3 and _rel(v[:, :n], kvs[i][1][:, pos:]) < 5e-3
+        keys = np.concatenate([kvs[i][0][:, :pos], k[:, :n]], axis=1)  # (kv, pos + n)
+        values = np.concatenate([kvs[i][1][:, :pos], v[:, :n]], axis=1)
+        att = np.zeros((cfg.q_dim, width))
+        window = cfg.sliding_window if sliding else 0
+        for a in range(n):
+            seen = np.arange(pos + a + 1)
+            if window:
+                seen = seen[seen > pos + a - window]
+            for head in range(cfg.n_heads):
+                kv = slice((head // group) * hd, (head // group + 1) * hd)
+                sc = q[head * hd : (head + 1) * hd, a] @ keys[kv, seen] * cfg.scores_scale
+                p = np.exp(sc - sc.max())
+                att[head * hd : (head + 1) * hd, a] = values[kv, seen] @ (p / p.sum())
+        o = run["wo"].run(backend, att)["o"].astype(np.float64)
+        h = h + (_norm(o, w["post_att_norm"], eps, off) if cfg.post_norms else o)
+        f = run["ffn"].run(backend, _norm(h, w["rms_ffn"], eps, off))["ffn_out"].astype(np.float64)
+        h = h + (_norm(f, w["post_ffn_norm"], eps, off) if cfg.post_norms else f)
+    assert _rel(h[:, :n], want_x[:, pos:]) < 5e-3
+
+
 def _logits_ref(x: np.ndarray, rms: np.ndarray, cls: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return cls.astype(np.float64) @ _norm(
         x.astype(np.float64), rms.astype(np.float64), cfg.norm_eps, cfg.norm_offset
@@ -265,6 +454,59 @@ def test_the_head_kernel_gives_the_logits_and_two_tiles_give_one():
     np.testing.assert_array_equal(joined, got)
 
 
+@pytest.mark.parametrize("norm", ["engine", "host"])
+def test_a_dynamic_head_tile_gives_the_logits(norm):
+    cfg = LLAMA
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((cfg.dim, DECODE_WIDTH)).astype(np.float32)
+    w = {
+        "embed": (rng.standard_normal((cfg.vocab_size, cfg.dim)) / 8).astype(np.float32),
+        "rms_final": (1 + 0.1 * rng.standard_normal(cfg.dim)).astype(np.float32),
+        "wcls": (rng.standard_normal((cfg.vocab_size, cfg.dim)) / 8).astype(np.float32),
+    }
+    route = KernelRoute("dynamic", "engine", norm, "slice")
+    if norm == "host":  # the host normalised the stream
+        x = _norm(x.astype(np.float64), w["rms_final"], cfg.norm_eps, 0.0).astype(np.float32)
+    want = (
+        _logits_ref(x, w["rms_final"], w["wcls"], cfg)[16:64] if norm == "engine" else (w["wcls"] @ x)[16:64]
+    )
+    tile = head_kernel(cfg, 16, 64, width=DECODE_WIDTH, route=route)
+    got = tile.run(runtime.open("sim"), tile.pack_x({"x": x}, into=pack_weights(tile, w)))["logits"]
+    assert _rel(got, want) < 5e-3
+
+
+KERNEL_SETS = {
+    "legacy": (LEGACY_LIKE, ["gen_layers_0_1_w32", "gen_layers_1_2_w32"]),
+    "dynamic-engine-attention": (
+        DYNAMIC,
+        ["gen_attn_0_w32", "gen_mlp_0_w32", "gen_attn_1_w32", "gen_mlp_1_w32"],
+    ),
+    "conv-host-attention": (
+        KernelRoute("baked", "host", "host", "host"),
+        [f"gen_{p}_{i}_w32" for i in range(2) for p in ("qkv", "wo", "ffn")],
+    ),
+}
+
+
+@pytest.mark.parametrize("route_id", KERNEL_SETS)
+def test_a_kernel_set_holds_every_layer_and_the_tiles_in_step_order(route_id):
+    route, layers = KERNEL_SETS[route_id]
+    tiles = ((0, 40), (40, 80))
+    got = kernel_set(LLAMA, route, width=32, capacity=96, groups=((0, 1), (1, 2)), tiles=tiles)
+    assert list(got) == [*layers, "gen_head_0_40_w32", "gen_head_40_80_w32"]
+
+
+def test_weight_bytes_count_the_fp16_weights_from_shapes_alone():
+    d, q, kv, h = LLAMA.dim, LLAMA.q_dim, LLAMA.kv_dim, LLAMA.hidden_dim
+    attn = attention_kernel(LLAMA, 0, width=32, capacity=96, route=DYNAMIC)
+    assert attn.weight_bytes == 2 * (d * q + 2 * d * kv + q * d)
+    mlp = mlp_kernel(LLAMA, 0, width=32, route=DYNAMIC)
+    assert mlp.weight_bytes == 2 * 3 * d * h
+    fused = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=ROPE_ROUTES["slice"])
+    per_layer = d * q + 2 * d * kv + q * d + 3 * d * h + 2 * d
+    assert 2 * 2 * per_layer < fused.weight_bytes < 2 * 2 * per_layer + 4096  # + the chunk mask's blob
+
+
 def test_bad_arguments_are_refused_naming_them():
     with pytest.raises(GenerationError, match="layers"):
         layers_kernel(LLAMA, 1, 1, width=32, capacity=96, route=LEGACY_LIKE)
@@ -281,22 +523,123 @@ LINT_ROUTES = {
     "legacy": (LEGACY_LIKE, ("any",), ""),
     "baked-fused": (KernelRoute("baked", "engine", "engine", "slice"), ("m4", "m5"), ""),
     "baked-fused-rope-matmul": (KernelRoute("baked", "engine", "engine", "matmul"), ("m3",), "26"),
+    "dynamic-engine-attention": (DYNAMIC, ("m3",), "15"),
+    "conv-host-attention": (KernelRoute("baked", "host", "host", "host"), ("m1", "m2"), ""),
 }
 
 
+# Engine-sized shapes of each family (channels multiples of 64).
+LINT_CONFIGS = {
+    "stories15M": preset("stories15M"),
+    "qwen3-shaped": FAMILIES["qwen3"].with_(dim=128, hidden_dim=256, attn_head_dim=64, seq_len=256),
+    "gemma3-shaped": FAMILIES["gemma3"].with_(
+        dim=128, hidden_dim=256, attn_head_dim=64, seq_len=256, sliding_window=64
+    ),
+}
+
+
+@pytest.mark.parametrize("config", LINT_CONFIGS)
 @pytest.mark.parametrize("route_id", LINT_ROUTES)
 @pytest.mark.parametrize("width", [DECODE_WIDTH, 128])
-def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width):
+def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width, config):
     """No error and no warning of a rule that hardware-run evidence disputes (a contested rule)."""
-    cfg = preset("stories15M")
+    cfg = LINT_CONFIGS[config]
     route, chips, macos = LINT_ROUTES[route_id]
     capacity = capacity_for(cfg.seq_len, width)
-    kernels = [
-        layers_kernel(cfg, 0, 2, width=width, capacity=capacity, route=route),
-        head_kernel(cfg, 0, cfg.vocab_size, width=width, route=route),
-    ]
+    if route.attention == "host":
+        kernels = list(host_attention_kernels(cfg, width).values())
+    elif route.norm == "host":
+        kernels = [
+            attention_kernel(cfg, 0, width=width, capacity=capacity, route=route),
+            mlp_kernel(cfg, 0, width=width, route=route),
+            head_kernel(
+                cfg, 0, min(cfg.vocab_size, head_tile_limit(cfg, width, route)), width=width, route=route
+            ),
+        ]
+    else:
+        kernels = [
+            layers_kernel(cfg, 0, 2, width=width, capacity=capacity, route=route),
+            head_kernel(cfg, 0, cfg.vocab_size, width=width, route=route),
+        ]
     for kernel in kernels:
         for chip in chips:
             result = lint_program(kernel.program, kernel.name, chip, macos=macos)
             bad = [str(f) for f in result.findings if f.is_error or f.rule.conflicted]
             assert not bad, (chip, kernel.name, bad)
+
+
+@pytest.mark.parametrize("rope", ROPE_ROUTES)
+@pytest.mark.parametrize("family", ["llama", *FAMILIES])
+def test_every_op_feeds_another_or_the_output(family, rope):
+    """No dead op (a value computed and never read): the compilers prune or refuse them, and they cost."""
+    cfg = LLAMA if family == "llama" else FAMILIES[family]
+    kernels = [
+        layers_kernel(cfg, 0, 2, width=32, capacity=96, route=ROPE_ROUTES[rope]),
+        attention_kernel(cfg, 1, width=32, capacity=96, route=DYNAMIC),
+        mlp_kernel(cfg, 1, width=32, route=DYNAMIC),
+        head_kernel(cfg, 0, 80, width=32, route=DYNAMIC),
+    ]
+    for kernel in kernels:
+        fn = kernel.program.functions["main"]
+        read = {id(v) for op in fn.block.ops for v in op.inputs.values() if hasattr(v, "name")}
+        read |= {id(v) for op in fn.block.ops for v in op.inputs.values() if isinstance(v, tuple) for v in v}
+        read |= {id(v) for v in fn.block.outputs}
+        dead = [
+            op.outputs[0].name
+            for op in fn.block.ops
+            if op.op_type != "const" and id(op.outputs[0]) not in read
+        ]
+        assert not dead, (kernel.name, dead)
+
+
+# -- the fake engine ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route_id", ["legacy", "dynamic-engine-attention"])
+def test_the_fake_engine_runs_a_generation_kernel_as_the_simulator_does(fake, monkeypatch, route_id):
+    """Through the macOS backend over the objc fake (tests/fake_objc.py: Orion's binding rules, each
+    kernel its own surfaces, inputs bound alphabetically ("cache" before "x") and padded to one size),
+    a kernel with a cache input gives the simulator's output bit for bit."""
+    from anekit.runtime.ane import AneBackend, lifecycle
+
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    backend = AneBackend(runtime=fake.runtime(), dialect="ios18")
+    layers = random_layers(LLAMA, 0)
+    weights = dict(enumerate(layers))
+    x = np.random.default_rng(1).standard_normal((LLAMA.dim, 42)).astype(np.float32)
+    _, kvs = reference(LLAMA, layers, x)
+    if route_id == "legacy":
+        kernel = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=LEGACY_LIKE, weights=weights)
+        xin, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 0, 2)
+    else:
+        kernel = attention_kernel(LLAMA, 1, width=32, capacity=96, route=DYNAMIC)
+        act, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 1, 2)
+        xin = kernel.pack_x(kernel.act.split(act), into=pack_weights(kernel, weights))
+    want = kernel.run(runtime.open("sim"), xin, cache)
+    compiled = kernel.compile(backend)
+    got = kernel.run(compiled, xin, cache)
+    compiled.close()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert fake.refusals == []
+
+
+# -- wide matrices ----------------------------------------------------------------------------------------
+
+WIDE = LLAMA.with_(hidden_dim=2112, name="gen-wide")  # W2 reads 2112 channels: more than one conv may
+
+
+def _conv_inputs(kernel) -> list[int]:
+    ops = kernel.program.functions["main"].block.ops
+    return [op.inputs["x"].type.shape[1] for op in ops if op.op_type == "conv"]
+
+
+def test_a_down_projection_wider_than_a_conv_reads_is_split_and_still_matches():
+    """Qwen3-0.6B's W2 reads 3072 channels, Gemma 3 1B's 6912; no hardware-run conv reads more than 2048
+    (kernels.blocks.MAX_CONV_INPUT_CHANNELS): W2 is two convs over channel slices, summed."""
+    _check_layers(WIDE, ROPE_ROUTES["slice"], tol=5e-3)
+    fused = layers_kernel(WIDE, 0, 2, width=32, capacity=96, route=LEGACY_LIKE)
+    conv_route = host_attention_kernels(WIDE, 32)["gen_ffn_0_w32"]
+    for kernel in (fused, conv_route):
+        widths = _conv_inputs(kernel)
+        assert max(widths) <= 2048 and widths.count(1088) + widths.count(1024) >= 2, (kernel.name, widths)
