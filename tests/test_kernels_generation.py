@@ -29,6 +29,7 @@ from anekit.kernels.generation import (
     rope_columns,
 )
 from anekit.kernels.route import KernelRoute
+from anekit.mil.printer import print_program
 from anekit.rules.lint import lint_program
 
 LEGACY_LIKE = KernelRoute("baked", "engine", "engine", "conv")
@@ -728,3 +729,18 @@ def test_prefill_then_decode_with_the_kernels_own_cache_matches_the_float64_mode
     for pos in range(prompt, total):
         got = step(DECODE_WIDTH, pos, 1)
         assert _rel(got, want[:, pos : pos + 1]) < 5e-3, pos
+
+
+@pytest.mark.parametrize("route_id", KERNEL_SETS)
+def test_a_kernel_built_from_shapes_is_the_program_built_with_weights(route_id):
+    """What lint and cost read from shapes alone is the program that runs."""
+    route, _ = KERNEL_SETS[route_id]
+    layers = random_layers(LLAMA, 0)
+    weights = dict(enumerate(layers)) | {"embed": np.ones((80, 64), np.float32), "rms_final": np.ones(64)}
+    args = dict(width=32, capacity=96, groups=((0, 2),), tiles=((0, 80),))
+    shapes = kernel_set(LLAMA, route, **args)
+    built = kernel_set(LLAMA, route, **args, weights=weights)
+    assert list(shapes) == list(built)
+    for name in shapes:
+        assert print_program(shapes[name].program) == print_program(built[name].program), name
+        assert shapes[name].weight_bytes == built[name].weight_bytes, name
