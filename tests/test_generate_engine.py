@@ -221,6 +221,10 @@ def test_bad_input_is_refused_in_one_line(stories):
         EngineDecoder(stories, _backend(), "fastest")
     with pytest.raises(PlanRefused):
         EngineDecoder(stories, _backend(), prefill_width=40)
+    many = Params.init(preset("default").with_(n_layers=45), seed=0)  # 45 x 3 conv kernels + a head tile
+    with pytest.raises(PlanRefused) as e:
+        EngineDecoder(many, _backend("m1"))  # refused before anything is compiled
+    assert "136 kernels" in str(e.value) and "process.loaded-program-ceiling" in str(e.value)
     with pytest.raises(AnekitError) as e:
         make_engine_decoder(stories, "gpu")
     assert "sim, ane" in str(e.value)
