@@ -14,6 +14,7 @@ import pytest
 from anekit.cli.main import main
 from anekit.cost import Params, Work, count
 from anekit.cost import gen_work as gw
+from anekit.cost import generation as gen_cost
 from anekit.cost.calibration import FIGURE, HELD_OUT, TOLERANCE, generation_rows
 from anekit.cost.gen_pipelines import (
     GPT2_124M,
@@ -38,6 +39,7 @@ from anekit.cost.generation import (
 )
 from anekit.cost.work import Layer
 from anekit.cost.workloads import conv_program
+from anekit.engine.evidence import Evidence
 from anekit.engine.generation_routes import NoGenerationRoute
 from anekit.engine.performance import performance
 from anekit.errors import AnekitError
@@ -121,9 +123,22 @@ def test_routes_and_dispatches_per_token(chip: str, route: str, dispatches: int)
     assert weights == pytest.approx(2 * (12 * (4 * 768 * 768 + 3 * 768 * 2048) + 32000 * 768), rel=1e-3)
 
 
-def test_a_chip_with_no_generation_route_is_refused_naming_it() -> None:
-    with pytest.raises(NoGenerationRoute, match="no generation route on m3"):
-        predict_generation(PRESETS["stories15M"], "m3", UNIT, 10)
+def test_a_chip_with_no_generation_route_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every chip has a route today; a report that the M1's baked conv failed under 26 leaves it none
+    failed = Evidence("anekit doctor report", "measured", "smoke rung", ("m1",), ("direct",), "26.3", True)
+    real = gen_cost.generation_route
+    monkeypatch.setattr(
+        gen_cost, "generation_route", lambda chip, macos: real(chip, macos, {"conv.baked": (failed,)})
+    )
+    with pytest.raises(NoGenerationRoute, match="no generation route on m1"):
+        predict_generation(PRESETS["stories15M"], "m1", UNIT, 10, macos="26")
+
+
+def test_the_m3_decodes_on_dynamic_weights_with_the_permutation_matmul_rope() -> None:
+    cost = predict_generation(PRESETS["stories15M"], "m3", UNIT, 10)
+    assert cost.route.id == "dynamic-engine-attention-rope-matmul"
+    # an attention and an MLP kernel a layer, and two head tiles: a dynamic tile holds at most 16320 tokens
+    assert cost.decode.dispatches == 2 * 6 + 2
 
 
 def test_prefill_runs_the_prompt_in_chunks() -> None:
@@ -175,7 +190,11 @@ def test_every_hugging_face_shape_from_its_config_alone(
         _both(doc)
         assert doc["prompt"] == prompt and doc["prefill_chunks"] == math.ceil(prompt / doc["prefill_width"])
         tiles = [k for k in doc["decode"]["kernels"] if k["kind"] == "head"]
-        assert len(tiles) == math.ceil(SHAPES[shape]["vocab_size"] / 65536)
+        # the channel limit; a dynamic tile's rows travel in a surface at most 16384 columns wide, after
+        # the widest chunk's columns (the slowest chip of "any" may be the M3, on dynamic weights)
+        widest = -(-max(32, doc["prefill_width"]) // 64) * 64
+        limit = 16384 - widest if doc["route"].startswith("dynamic-") else 65536
+        assert len(tiles) == math.ceil(SHAPES[shape]["vocab_size"] / limit)
 
 
 def test_text_report_names_both_figures(capsys: pytest.CaptureFixture[str]) -> None:

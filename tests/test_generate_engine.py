@@ -64,6 +64,8 @@ ROUTES = {
     ("any", None): "legacy",
     ("m3", "baked-fused-rope-matmul"): "baked-fused-rope-matmul",  # the M3's under macOS 26
     ("m3", "dynamic-engine-attention"): "dynamic-engine-attention",  # the M3's under macOS 15
+    # the M3's under every macOS
+    ("m3", "dynamic-engine-attention-rope-matmul"): "dynamic-engine-attention-rope-matmul",
 }
 SOME = ("stories260K", "qwen3", "gemma3")  # the models the M3's routes run here (the slow simulated routes)
 

@@ -73,7 +73,8 @@ def test_every_small_case_keeps_every_limit(layers, per_kernel, vocab, seq, rout
     sizes = [b - a for a, b in plan.tiles]
     assert max(sizes) - min(sizes) <= len(sizes) and max(sizes) <= CHANNEL_LIMIT
     assert all(2 * s * cfg.dim < ceiling for s in sizes)
-    if route == "dynamic-engine-attention":  # the rows in the input's columns after W: 16384 columns at most
+    dynamic = route.startswith("dynamic-")
+    if dynamic:  # the rows in the input's columns after W: 16384 columns at most
         assert max(sizes) + -(-plan.prefill_width // 64) * 64 <= 16384
     # widths and capacities: the softmax axis a power of two, the context fits
     assert plan.decode_width == 32 and plan.prefill_width % 16 == 0 and plan.prefill_width >= 32
@@ -81,7 +82,7 @@ def test_every_small_case_keeps_every_limit(layers, per_kernel, vocab, seq, rout
         cap = plan.capacity_for(w)
         slots = cap + w
         assert slots & (slots - 1) == 0 and cap >= seq and slots // 2 < seq + w
-    per_set = len(plan.groups) * {"dynamic-engine-attention": 2, "conv-host-attention": 3}.get(route, 1)
+    per_set = len(plan.groups) * (2 if dynamic else 3 if route == "conv-host-attention" else 1)
     assert plan.kernel_count == (per_set + len(plan.tiles)) * len(plan.widths) <= LOADED
     assert len(plan.weight_bytes) == per_set + len(plan.tiles)
 

@@ -135,6 +135,22 @@ CANDIDATES = (
         "weights in the input surface, norm on the host, one kernel per block",
     ),
     GenerationCandidate(
+        "dynamic-engine-attention-rope-matmul",
+        "dynamic",
+        "engine",
+        "host",
+        "matmul",
+        False,
+        (
+            "matmul.dynamic-weights",
+            "matmul.activations",
+            "softmax.scores",
+            "rope.permutation-matmul",
+            "gate.silu",
+        ),
+        "the same, RoPE as a permutation matmul (the training route the M3 gets under every macOS)",
+    ),
+    GenerationCandidate(
         "conv-host-attention",
         "baked",
         "host",

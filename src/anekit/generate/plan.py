@@ -38,7 +38,14 @@ from anekit.models.config import ModelConfig
 
 PREFILL_WIDTH = 128  # the default prefill chunk: 4 decode widths, few calls for a prompt
 BLOB_RECORD = 64  # a weight's metadata record in the weight file (DESIGN.md "One weight format")
-KERNELS_PER_GROUP = {"dynamic-engine-attention": 2, "conv-host-attention": 3}  # unfused routes; fused: 1
+
+
+def group_kernel_count(cand: GenerationCandidate) -> int:
+    """Kernels one layer group needs: 1 fused; an attention and an MLP kernel with the norms on the host;
+    the qkv, wo and FFN convs with the attention on the host."""
+    if cand.fused:
+        return 1
+    return 3 if cand.attention == "host" else 2
 
 
 class PlanRefused(AnekitError, ValueError):
@@ -193,7 +200,7 @@ def generation_plan(
         caps[DECODE_WIDTH],
         caps[prefill_width],
         tuple(groups),
-        KERNELS_PER_GROUP.get(cand.id, 1),
+        group_kernel_count(cand),
         tuple(tiles),
         tuple(per_layer * (b - a) for a, b in groups),
         tuple(_tensor(b - a, cfg.dim) for a, b in tiles),
@@ -216,7 +223,7 @@ def _one_set(plan: GenerationPlan, cap: int) -> GenerationPlan:
 
 
 __all__ = [
-    "KERNELS_PER_GROUP",
+    "group_kernel_count",
     "PREFILL_WIDTH",
     "GenerationPlan",
     "PlanRefused",
