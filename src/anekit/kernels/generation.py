@@ -1,0 +1,290 @@
+"""Generation kernels: layers of a model over a chunk of tokens with the KV cache in a surface, and the head.
+
+A "layers kernel" runs layers [first, last) of the model over a chunk of W tokens at positions
+pos .. pos + W - 1 (the first n <= W real, the rest padding whose outputs are ignored). It is the family's
+``layer()`` (or, with the norm on the host, its ``attention()`` / ``mlp()`` block alone) lowered by
+``gen_blocks.GenBlocks``: no second writing of the layer. Its two inputs (each kernel owns its surfaces;
+the host copies between kernels' surfaces, rule surface.shared-between-kernels)::
+
+    x      [1, C_act, 1, W]   parts: x (dim), cos, sin (head_dim; RoPE at the chunk's positions, each
+                              pair's angle on both its channels), cos_local, sin_local (when sliding
+                              layers turn by their own base), mask (capacity), mask_local (capacity, when
+                              the config has sliding layers): additive, channel j / column i is 0 where
+                              query i sees cache slot j, ``MASK_VALUE`` elsewhere. With dynamic weights
+                              the weight columns follow the W columns (``kernels.dynamic``'s packing)
+    cache  [1, 2 L kv, 1, cap] parts k{l}, v{l} for each layer l of the kernel; slot j = position j
+
+and ONE output (at most two per kernel on M5, rule surface.max-outputs) ``out`` [1, dim + 2 L kv, 1, W]:
+x (the residual stream after the last layer; a one-block kernel: the block's output), then k{l}, v{l}
+(the chunk's keys after the q / k norm and RoPE, and its values), which the host writes into the
+kernels' cache surfaces in place. No state ops: in-graph KV updates were refused by the compiler
+(ANECCompile -14, the issue; sbryngelson/ane-guide chapter 14).
+
+Attention keys are concat(cache slots, the chunk's own keys): the softmax runs over capacity + W, a power
+of two (rule op.softmax-axis-size) by ``capacity_for``. A "head kernel" is the final RMSNorm (norm on the
+engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels, engine.extents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.kernels.blocks import KernelBuilder
+from anekit.kernels.composable import SpatialLayout
+from anekit.kernels.config import ModelConfig
+from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, layer_values, local_rope
+from anekit.kernels.route import KernelRoute
+from anekit.kernels.spec import KernelSpec, Layout, LayoutError
+from anekit.mil import tensor
+from anekit.mil.ir import Program
+from anekit.models import model_for
+from anekit.runtime.base import Backend, Kernel
+
+# The chunk width of decode: every input / output row >= 64 bytes and spatial a multiple of 16 (rules
+# surface.min-row-bytes, surface.spatial-multiple-16) make 32 fp16 columns the narrowest surface.
+DECODE_WIDTH = 32
+CHANNEL_LIMIT = 65536  # engine.extents CHANNELS: the widest vocabulary tile
+
+Weights = Mapping[Any, Any] | None
+
+
+class GenerationError(LayoutError):
+    """A generation kernel that cannot be built as asked (names the argument and what was expected)."""
+
+
+@dataclass(frozen=True)
+class GenKernel:
+    """One generation kernel: its program, the layouts of its inputs "x" (``act``) and "cache" (None: no
+    cache input) and of its output ``out``. A dynamic kernel also has ``columns``: the layout of the
+    whole "x" surface (activations in the first W columns of segment "act", weights after)."""
+
+    name: str
+    program: Program
+    act: Layout
+    cache: Layout | None
+    outputs: Layout
+    spec: KernelSpec = field(repr=False, compare=False)
+    columns: SpatialLayout | None = None
+
+    def weight_files(self) -> dict[str, bytes]:
+        """Every BLOBFILE the program refers to, by path."""
+        return self.spec.weight_files()
+
+    def compile(self, backend: Backend) -> Kernel:
+        return backend.compile(self.program, self.weight_files())
+
+    @property
+    def x_shape(self) -> tuple[int, int]:
+        """(channels, columns) of the "x" surface."""
+        if self.columns is not None:
+            return self.columns.channels, self.columns.columns
+        return self.act.channels, self.act.spatial
+
+    def pack_x(self, parts: Mapping[str, Any], into: np.ndarray | None = None) -> np.ndarray:
+        """The "x" input (C, columns) float32 with the activation ``parts`` written; ``into`` (a buffer
+        holding the packed weights, ``pack_weights``) is written in place and returned."""
+        c, cols = self.x_shape
+        out = np.zeros((c, cols), np.float32) if into is None else into.reshape(c, cols)
+        start = 0 if self.columns is None else self.columns.range("act")[0]
+        for _, row, n, rows in self.act.part_rows(parts):
+            out[row : row + n, start : start + self.act.spatial] = rows
+        return out
+
+    def run(
+        self, kernel: Kernel | Backend, x: np.ndarray, cache: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run on a packed "x" (``pack_x``) and a "cache" (channels, capacity); the output parts."""
+        k = kernel if isinstance(kernel, Kernel) else self.compile(kernel)
+        c, cols = self.x_shape
+        arrays: dict[str, Any] = {"x": np.asarray(x).reshape(1, c, 1, cols)}
+        if self.cache is not None:
+            if cache is None:
+                raise GenerationError(f"[{self.name}] needs its cache input ({self.cache.channels} channels)")
+            arrays["cache"] = np.asarray(cache).reshape(1, self.cache.channels, 1, self.cache.spatial)
+        return self.outputs.split(k(**arrays)["out"])
+
+
+# -- host-side helpers -------------------------------------------------------------------------------
+
+
+def capacity_for(seq_len: int, width: int) -> int:
+    """Cache slots for a context of ``seq_len`` with chunks of ``width``: (the smallest power of two >=
+    seq_len + width) - width, so the softmax over capacity + width keys is a power of two (rule
+    op.softmax-axis-size)."""
+    if seq_len <= 0 or width <= 0:
+        raise GenerationError(f"[generation] seq_len {seq_len} and width {width} must be positive")
+    total = 1 << (seq_len + width - 1).bit_length()
+    return total - width
+
+
+def rope_columns(cfg: ModelConfig, positions: Any, kind: str = "full") -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (head_dim, len(positions)) float32: channel c of column i holds the angle positions[i] *
+    freq_{c // 2} of a ``kind`` layer (its base and scaling, ``ModelConfig.kind_rope``), each pair's angle on
+    both its channels (llama2.c's interleaved pairs)."""
+    hd = cfg.head_dim
+    theta, scaling = cfg.kind_rope(kind)
+    freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # (hd / 2,)
+    if scaling is not None:
+        freq = scaling.apply(freq)
+    angle = np.repeat(freq, 2)[:, None] * np.asarray(positions, dtype=np.float64)[None, :]  # (hd, W)
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def cache_mask(capacity: int, pos: int, n: int, width: int, window: int = 0) -> np.ndarray:
+    """The additive mask of the cache slots (capacity, width) float32 for a chunk at ``pos`` (n real
+    tokens): 0 where query i (position pos + i) sees slot j (j < pos, and pos + i - window < j for a sliding
+    layer's ``window`` > 0), ``gen_blocks.MASK_VALUE`` (-30000) elsewhere. Not -inf and not -65504: a
+    score plus -30000 stays finite in fp16 for every score the MAC port can give (|s| <= 2^15), and
+    exp of it after the softmax's max subtraction is 0 (``gen_blocks.MASK_VALUE``)."""
+    if not 0 < n <= width:
+        raise GenerationError(f"[generation] chunk of {n} tokens; expected 1..{width}")
+    if not 0 <= pos <= capacity:
+        raise GenerationError(f"[generation] position {pos} is outside the cache's {capacity} slots")
+    j = np.arange(capacity)[:, None]
+    i = np.arange(width)[None, :]
+    visible = np.broadcast_to(j < pos, (capacity, width))
+    if window:
+        visible = visible & (j > pos + i - window)
+    return np.where(visible, 0.0, MASK_VALUE).astype(np.float32)
+
+
+def act_layout(cfg: ModelConfig, width: int, capacity: int, *, attention: bool = True) -> Layout:
+    """The activation parts of a generation kernel's "x" (module docstring); ``attention`` False: x only
+    (an MLP block's kernel)."""
+    parts: list[tuple[str, int]] = [("x", cfg.dim)]
+    if attention:
+        hd = cfg.head_dim
+        if cfg.rope:
+            parts += [("cos", hd), ("sin", hd)]
+            if local_rope(cfg):
+                parts += [("cos_local", hd), ("sin_local", hd)]
+        parts += [("mask", capacity)]
+        if "sliding" in cfg.layer_kinds:
+            parts += [("mask_local", capacity)]
+    return Layout.of(parts, width)
+
+
+def cache_layout(cfg: ModelConfig, layers: range, capacity: int) -> Layout:
+    """The "cache" input's parts: k{l}, v{l} (kv_dim each) for each layer l."""
+    return Layout.of([(f"{t}{i}", cfg.kv_dim) for i in layers for t in ("k", "v")], capacity)
+
+
+def out_layout(cfg: ModelConfig, layers: range, width: int) -> Layout:
+    """The output's parts: x (dim), then k{l}, v{l} (kv_dim each)."""
+    return Layout.of([("x", cfg.dim)] + [(f"{t}{i}", cfg.kv_dim) for i in layers for t in ("k", "v")], width)
+
+
+def gen_weights(params: Any) -> dict[Any, Any]:
+    """The ``weights`` mapping of a model's ``anekit.llama.params.Params``: layer -> {wq: ...}, plus embed,
+    rms_final and wcls (the classifier: the embedding when tied)."""
+    out: dict[Any, Any] = {i: layer.as_dict() for i, layer in enumerate(params.layers)}
+    out.update(embed=params.embed, rms_final=params.rms_final, wcls=params.classifier)
+    return out
+
+
+# -- the kernels -------------------------------------------------------------------------------------
+
+
+def _check(cfg: ModelConfig, first: int, last: int, width: int, capacity: int) -> ModelConfig:
+    if not 0 <= first < last <= cfg.n_layers:
+        raise GenerationError(f"[generation] layers [{first}, {last}) of a {cfg.n_layers}-layer model")
+    if width <= 0 or width % 16:
+        raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    if capacity <= 0 or (capacity + width) & (capacity + width - 1):
+        raise GenerationError(
+            f"[generation] capacity {capacity}: capacity + width must be a power of two (capacity_for)"
+        )
+    return cfg.with_(seq_len=width)
+
+
+def layers_kernel(
+    cfg: ModelConfig,
+    first: int,
+    last: int,
+    *,
+    width: int,
+    capacity: int,
+    route: KernelRoute,
+    weights: Weights = None,
+) -> GenKernel:
+    """Layers [first, last) of ``cfg`` fused in one kernel "gen_layers_{first}_{last}_w{width}" (baked
+    weights, norm on the engine); with the norm on the host, the one-block kernels ``attention_kernel``
+    / ``mlp_kernel`` instead (GenerationError here)."""
+    kcfg = _check(cfg, first, last, width, capacity)
+    if route.attention != "engine" or route.norm != "engine" or route.weights != "baked":
+        raise GenerationError(
+            f"[generation] a fused layers kernel takes baked weights, attention and norm on the engine; "
+            f"route is {route.describe()} (use attention_kernel / mlp_kernel, or host_attention_kernels)"
+        )
+    layers = range(first, last)
+    name = f"gen_layers_{first}_{last}_w{width}"
+    act = act_layout(cfg, width, capacity)
+    cache = cache_layout(cfg, layers, capacity)
+    kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="engine", rope=route.rope)
+    cache_var = kb.f.input("cache", tensor("fp16", [1, cache.channels, 1, capacity]))
+    src = LayerBaked(kb)
+    blocks = GenBlocks(src, capacity=capacity, cache=cache_var, cache_layout=cache)
+    model = model_for(kcfg)
+    x = src.act("x")  # (1, dim, 1, W)
+    for i in layers:
+        x = model.layer(blocks.at(i), x, model.plan(i))  # (1, dim, 1, W)
+    outputs = out_layout(cfg, layers, width)
+    parts = {"x": x, **_kv_taps(blocks, layers)}
+    spec = kb.finish(outputs, parts)
+    return GenKernel(name, spec.program, act, cache, outputs, spec)
+
+
+def _kv_taps(blocks: GenBlocks, layers: range) -> dict[str, Any]:
+    return {f"{t}{i}": blocks.taps[(i, t)] for i in layers for t in ("k", "v")}
+
+
+def head_kernel(
+    cfg: ModelConfig, start: int, stop: int, *, width: int, route: KernelRoute, weights: Weights = None
+) -> GenKernel:
+    """The vocabulary tile [start, stop) "gen_head_{start}_{stop}_w{width}": the final RMSNorm (norm on
+    the engine; with norm "host" the input is the normalised stream) and the classifier's rows
+    start..stop as a 1x1 conv. Input x (dim, W), output logits (stop - start, W)."""
+    if not 0 <= start < stop <= cfg.vocab_size or stop - start > CHANNEL_LIMIT:
+        raise GenerationError(
+            f"[generation] vocabulary tile [{start}, {stop}) of {cfg.vocab_size}: at most {CHANNEL_LIMIT} "
+            "channels (engine.extents CHANNELS)"
+        )
+    if width <= 0 or width % 16:
+        raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    kcfg = cfg.with_(seq_len=width)
+    name = f"gen_head_{start}_{stop}_w{width}"
+    act = Layout.of([("x", cfg.dim)], width)
+    values = None
+    if weights is not None:
+        cls = weights.get("wcls")
+        cls = weights["embed"] if cls is None else cls
+        values = {"wcls": np.asarray(cls, np.float32)[start:stop]}
+        if route.norm == "engine":
+            values["rms_final"] = np.asarray(weights["rms_final"], np.float32)
+    kb = KernelBuilder(name, kcfg, act, values, norm=route.norm)
+    x = kb.part("x")  # (1, dim, 1, W)
+    if route.norm == "engine":
+        x = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
+    logits = kb.conv(x, kb.matrix("wcls", "wcls", stop - start, cfg.dim), "logits")  # (1, tile, 1, W)
+    outputs = Layout.of([("logits", stop - start)], width)
+    spec = kb.finish(outputs, {"logits": logits})
+    return GenKernel(name, spec.program, act, None, outputs, spec)
+
+
+__all__ = [
+    "DECODE_WIDTH",
+    "GenKernel",
+    "GenerationError",
+    "act_layout",
+    "cache_layout",
+    "cache_mask",
+    "capacity_for",
+    "gen_weights",
+    "head_kernel",
+    "layers_kernel",
+    "rope_columns",
+]

@@ -1,0 +1,293 @@
+"""The generation kernels (a chunk of tokens over a KV cache in a surface, and the vocabulary tiles of the
+head) in the simulator against a float64 transformer written here: the residual stream, the chunk's keys
+and values, and the logits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from anekit import runtime
+from anekit.kernels import ModelConfig
+from anekit.kernels.config import preset
+from anekit.kernels.generation import (
+    DECODE_WIDTH,
+    GenerationError,
+    cache_mask,
+    capacity_for,
+    head_kernel,
+    layers_kernel,
+    rope_columns,
+)
+from anekit.kernels.route import KernelRoute
+from anekit.rules.lint import lint_program
+
+LEGACY_LIKE = KernelRoute("baked", "engine", "engine", "conv")
+LLAMA = ModelConfig(64, 96, 2, 4, 2, 80, 64, name="gen-llama")
+
+# -- the float64 reference ----------------------------------------------------------------------------
+
+
+def _norm(x: np.ndarray, w: np.ndarray, eps: float, offset: float) -> np.ndarray:
+    """RMSNorm over channels of x (C, T): x / sqrt(mean(x^2) + eps) * (offset + w)."""
+    return x / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + eps) * (offset + w[:, None])
+
+
+def _rotate(x: np.ndarray, positions: np.ndarray, hd: int, theta: float) -> np.ndarray:
+    """RoPE of x (n * hd, T) on adjacent pairs (2j, 2j + 1) of each head by position * theta^(-2j / hd)."""
+    n = x.shape[0] // hd
+    freq = 1.0 / theta ** (np.arange(0, hd, 2) / hd)  # (hd / 2,)
+    ang = freq[:, None] * positions[None, :]  # (hd / 2, T)
+    c, s = np.cos(ang), np.sin(ang)
+    h = x.reshape(n, hd // 2, 2, -1)
+    a, b = h[:, :, 0], h[:, :, 1]
+    return np.stack([a * c - b * s, a * s + b * c], axis=2).reshape(x.shape)
+
+
+def _act(cfg: ModelConfig, a: np.ndarray) -> np.ndarray:
+    if cfg.mlp_act == "gelu_tanh":
+        return 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3)))
+    return a / (1 + np.exp(-a))
+
+
+def reference(cfg: ModelConfig, layers: list[dict], x: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """The residual stream after every layer of x (dim, T) at positions 0..T-1, and each layer's keys (after
+    the q / k norm and RoPE) and values (kv_dim, T), in float64."""
+    hd, eps, off = cfg.head_dim, cfg.norm_eps, cfg.norm_offset
+    t = x.shape[1]
+    pos = np.arange(t, dtype=np.float64)
+    kvs = []
+    x = x.astype(np.float64)
+    for i, w in enumerate(layers):
+        w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+        sliding = cfg.layer_type(i) == "sliding"
+        theta = (cfg.rope_local_theta or cfg.rope_theta) if sliding else cfg.rope_theta
+        window = cfg.sliding_window if sliding else 0
+        n = _norm(x, w["rms_att"], eps, off)
+        q, k, v = w["wq"] @ n, w["wk"] @ n, w["wv"] @ n
+        if cfg.qkv_bias:
+            q, k, v = q + w["bq"][:, None], k + w["bk"][:, None], v + w["bv"][:, None]
+        if cfg.qk_norm:
+            q = _norm(q.reshape(-1, hd, t).transpose(1, 0, 2).reshape(hd, -1), w["q_norm"], eps, off)
+            q = q.reshape(hd, -1, t).transpose(1, 0, 2).reshape(-1, t)
+            k = _norm(k.reshape(-1, hd, t).transpose(1, 0, 2).reshape(hd, -1), w["k_norm"], eps, off)
+            k = k.reshape(hd, -1, t).transpose(1, 0, 2).reshape(-1, t)
+        q, k = _rotate(q, pos, hd, theta), _rotate(k, pos, hd, theta)
+        kvs.append((k, v))
+        att = np.zeros_like(q)
+        group = cfg.n_heads // cfg.n_kv_heads
+        i_, j_ = np.arange(t)[:, None], np.arange(t)[None, :]
+        visible = (j_ <= i_) & ((i_ - j_ < window) if window else True)
+        for h in range(cfg.n_heads):
+            kh = k[(h // group) * hd : (h // group + 1) * hd]
+            vh = v[(h // group) * hd : (h // group + 1) * hd]
+            s = (q[h * hd : (h + 1) * hd].T @ kh) * cfg.scores_scale  # (T, T)
+            s = np.where(visible, s, -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            att[h * hd : (h + 1) * hd] = vh @ p.T
+        o = w["wo"] @ att
+        if cfg.post_norms:
+            o = _norm(o, w["post_att_norm"], eps, off)
+        x = x + o
+        m = _norm(x, w["rms_ffn"], eps, off)
+        f = w["w2"] @ (_act(cfg, w["w1"] @ m) * (w["w3"] @ m))
+        if cfg.post_norms:
+            f = _norm(f, w["post_ffn_norm"], eps, off)
+        x = x + f
+    return x, kvs
+
+
+def random_layers(cfg: ModelConfig, seed: int) -> list[dict]:
+    """Random weights for every layer, in llama2.c's (out, in) layout; norm scales near 1 (- offset)."""
+    rng = np.random.default_rng(seed)
+    d, q, kv, h, hd = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim, cfg.head_dim
+    out = []
+    for _ in range(cfg.n_layers):
+        w = {
+            "rms_att": 1 + 0.1 * rng.standard_normal(d) - cfg.norm_offset,
+            "wq": rng.standard_normal((q, d)) / math.sqrt(d),
+            "wk": rng.standard_normal((kv, d)) / math.sqrt(d),
+            "wv": rng.standard_normal((kv, d)) / math.sqrt(d),
+            "wo": rng.standard_normal((d, q)) / math.sqrt(q),
+            "rms_ffn": 1 + 0.1 * rng.standard_normal(d) - cfg.norm_offset,
+            "w1": rng.standard_normal((h, d)) / math.sqrt(d),
+            "w3": rng.standard_normal((h, d)) / math.sqrt(d),
+            "w2": rng.standard_normal((d, h)) / math.sqrt(h),
+        }
+        if cfg.qkv_bias:
+            w.update(
+                bq=0.1 * rng.standard_normal(q),
+                bk=0.1 * rng.standard_normal(kv),
+                bv=0.1 * rng.standard_normal(kv),
+            )
+        if cfg.qk_norm:
+            w.update(q_norm=1 + 0.1 * rng.standard_normal(hd) - cfg.norm_offset)
+            w.update(k_norm=1 + 0.1 * rng.standard_normal(hd) - cfg.norm_offset)
+        if cfg.post_norms:
+            w.update(post_att_norm=1 + 0.1 * rng.standard_normal(d) - cfg.norm_offset)
+            w.update(post_ffn_norm=1 + 0.1 * rng.standard_normal(d) - cfg.norm_offset)
+        out.append({k: v.astype(np.float32) for k, v in w.items()})
+    return out
+
+
+# -- the harness ----------------------------------------------------------------------------------------
+
+
+def _inputs(
+    cfg: ModelConfig, kernel, pos: int, n: int, x: np.ndarray, kvs: list[tuple], first: int, last: int
+):
+    """The packed "x" and "cache" of a layers kernel for a chunk of n tokens at ``pos`` whose layer-``first``
+    input is x[:, pos:pos+n], the cache filled with the reference's keys / values of positions < pos."""
+    width, capacity = kernel.act.spatial, kernel.cache.spatial
+    chunk = np.zeros((cfg.dim, width), np.float32)
+    chunk[:, :n] = x[:, pos : pos + n]
+    positions = np.arange(pos, pos + width)
+    parts = {"x": chunk}
+    names = set(kernel.act.names)
+    parts["cos"], parts["sin"] = rope_columns(cfg, positions, "full")
+    if "cos_local" in names:
+        parts["cos_local"], parts["sin_local"] = rope_columns(cfg, positions, "sliding")
+    parts["mask"] = cache_mask(capacity, pos, n, width)
+    if "mask_local" in names:
+        parts["mask_local"] = cache_mask(capacity, pos, n, width, cfg.sliding_window)
+    cache = np.zeros((kernel.cache.channels, capacity), np.float32)
+    cache[:] = 7.0  # slots >= pos hold garbage the kernel must not read
+    for i in range(first, last):
+        k, v = kvs[i]
+        for name, a in ((f"k{i}", k), (f"v{i}", v)):
+            off, c = kernel.cache.range(name)
+            cache[off : off + c, :pos] = a[:, :pos]
+    return kernel.pack_x(parts), cache
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def _check_layers(cfg, route, chip="any", pos=37, n=5, width=DECODE_WIDTH, seed=0, tol=1e-2):
+    layers = random_layers(cfg, seed)
+    x = np.random.default_rng(seed + 1).standard_normal((cfg.dim, pos + n)).astype(np.float32)
+    want_x, kvs = reference(cfg, layers, x)
+    capacity = capacity_for(cfg.seq_len, width)
+    weights = dict(enumerate(layers))
+    kernel = layers_kernel(cfg, 0, cfg.n_layers, width=width, capacity=capacity, route=route, weights=weights)
+    xin, cache = _inputs(cfg, kernel, pos, n, x, kvs, 0, cfg.n_layers)
+    out = kernel.run(runtime.open("sim", chip=chip), xin, cache)
+    errors = {"x": _rel(out["x"][:, :n], want_x[:, pos:])}
+    for i in range(cfg.n_layers):
+        errors[f"k{i}"] = _rel(out[f"k{i}"][:, :n], kvs[i][0][:, pos:])
+        errors[f"v{i}"] = _rel(out[f"v{i}"][:, :n], kvs[i][1][:, pos:])
+    assert max(errors.values()) < tol, errors
+    return errors
+
+
+# -- tests ----------------------------------------------------------------------------------------------
+
+
+def test_capacity_makes_the_softmax_axis_a_power_of_two():
+    assert capacity_for(64, 32) == 96  # 128 - 32
+    assert capacity_for(96, 32) == 96  # 128 exactly
+    assert capacity_for(97, 32) == 224  # 256 - 32
+    assert capacity_for(256, 128) == 384
+    with pytest.raises(GenerationError):
+        capacity_for(0, 32)
+
+
+def test_the_cache_mask_hides_slots_at_and_after_the_chunk_and_outside_the_window():
+    m = cache_mask(8, 3, 2, 4)
+    assert m.shape == (8, 4)
+    assert (m[:3] == 0).all() and (m[3:] < -1e4).all()
+    banded = cache_mask(8, 3, 2, 4, window=2)  # query i at position 3 + i sees j > 3 + i - 2
+    assert (banded[2, 0] == 0) and (banded[1, 0] < 0) and (banded[2, 1] < 0)
+    with pytest.raises(GenerationError):
+        cache_mask(8, 3, 5, 4)
+
+
+def test_rope_columns_turn_each_pair_by_its_frequency():
+    cos, sin = rope_columns(LLAMA, np.array([0, 1, 5]))
+    hd = LLAMA.head_dim
+    freq = 10000.0 ** (-np.arange(0, hd, 2) / hd)
+    np.testing.assert_allclose(cos[::2], np.cos(freq[:, None] * [0, 1, 5]), atol=1e-6)
+    np.testing.assert_allclose(sin[1::2], np.sin(freq[:, None] * [0, 1, 5]), atol=1e-6)
+
+
+def test_two_llama_layers_over_a_cache_match_the_float64_model():
+    """measured: at most 2.7e-3 (fp16 on the 'any' profile)."""
+    _check_layers(LLAMA, LEGACY_LIKE, tol=1e-2)
+
+
+def test_a_full_chunk_at_position_zero_needs_no_cache():
+    _check_layers(LLAMA, LEGACY_LIKE, pos=0, n=DECODE_WIDTH)
+
+
+def test_a_prefill_width_chunk():
+    _check_layers(LLAMA, LEGACY_LIKE, pos=20, n=50, width=64)
+
+
+def _logits_ref(x: np.ndarray, rms: np.ndarray, cls: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    return cls.astype(np.float64) @ _norm(
+        x.astype(np.float64), rms.astype(np.float64), cfg.norm_eps, cfg.norm_offset
+    )
+
+
+def test_the_head_kernel_gives_the_logits_and_two_tiles_give_one():
+    cfg = LLAMA
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((cfg.dim, DECODE_WIDTH)).astype(np.float32)
+    w = {
+        "embed": (rng.standard_normal((cfg.vocab_size, cfg.dim)) / 8).astype(np.float32),
+        "rms_final": (1 + 0.1 * rng.standard_normal(cfg.dim)).astype(np.float32),
+        "wcls": None,
+    }
+    want = _logits_ref(x, w["rms_final"], w["embed"], cfg)
+    backend = runtime.open("sim")
+    whole = head_kernel(cfg, 0, cfg.vocab_size, width=DECODE_WIDTH, route=LEGACY_LIKE, weights=w)
+    got = whole.run(backend, whole.pack_x({"x": x}))["logits"]
+    assert _rel(got, want) < 5e-3
+    half = cfg.vocab_size // 2
+    tiles = [
+        head_kernel(cfg, a, b, width=DECODE_WIDTH, route=LEGACY_LIKE, weights=w)
+        for a, b in ((0, half), (half, cfg.vocab_size))
+    ]
+    joined = np.concatenate([t.run(backend, t.pack_x({"x": x}))["logits"] for t in tiles])
+    np.testing.assert_array_equal(joined, got)
+
+
+def test_bad_arguments_are_refused_naming_them():
+    with pytest.raises(GenerationError, match="layers"):
+        layers_kernel(LLAMA, 1, 1, width=32, capacity=96, route=LEGACY_LIKE)
+    with pytest.raises(GenerationError, match="capacity"):
+        layers_kernel(LLAMA, 0, 1, width=32, capacity=100, route=LEGACY_LIKE)
+    with pytest.raises(GenerationError, match="tile"):
+        head_kernel(LLAMA, 0, 81, width=32, route=LEGACY_LIKE)
+
+
+# -- the rule book's verdict ----------------------------------------------------------------------------
+
+# The chips (and macOS major) each route is chosen for; an engine-sized model (stories15M's shape).
+LINT_ROUTES = {
+    "legacy": (LEGACY_LIKE, ("any",), ""),
+    "baked-fused": (KernelRoute("baked", "engine", "engine", "slice"), ("m4", "m5"), ""),
+    "baked-fused-rope-matmul": (KernelRoute("baked", "engine", "engine", "matmul"), ("m3",), "26"),
+}
+
+
+@pytest.mark.parametrize("route_id", LINT_ROUTES)
+@pytest.mark.parametrize("width", [DECODE_WIDTH, 128])
+def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width):
+    """No error and no warning of a rule that hardware-run evidence disputes (a contested rule)."""
+    cfg = preset("stories15M")
+    route, chips, macos = LINT_ROUTES[route_id]
+    capacity = capacity_for(cfg.seq_len, width)
+    kernels = [
+        layers_kernel(cfg, 0, 2, width=width, capacity=capacity, route=route),
+        head_kernel(cfg, 0, cfg.vocab_size, width=width, route=route),
+    ]
+    for kernel in kernels:
+        for chip in chips:
+            result = lint_program(kernel.program, kernel.name, chip, macos=macos)
+            bad = [str(f) for f in result.findings if f.is_error or f.rule.conflicted]
+            assert not bad, (chip, kernel.name, bad)
