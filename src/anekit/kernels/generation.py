@@ -33,11 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from anekit.engine.extents import SPATIAL
 from anekit.kernels.blocks import KernelBuilder
-from anekit.kernels.composable import SpatialLayout
+from anekit.kernels.composable import COLUMN_ALIGN, DynamicKernelSpec, Segment, SpatialLayout, dynamic_builder
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.dynamic import ffn_fwd_dynamic_columns, norm_offsets, sdpa_fwd_dynamic_columns
 from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, layer_values, local_rope
 from anekit.kernels.route import KernelRoute
+from anekit.kernels.source import Packed, WeightSource
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import tensor
 from anekit.mil.ir import Program
@@ -69,6 +72,8 @@ class GenKernel:
     outputs: Layout
     spec: KernelSpec = field(repr=False, compare=False)
     columns: SpatialLayout | None = None
+    layers: tuple[int, ...] = ()  # the model layers the kernel computes
+    vocab: tuple[int, ...] = ()  # a head kernel's vocabulary tile (start, stop)
 
     def weight_files(self) -> dict[str, bytes]:
         """Every BLOBFILE the program refers to, by path."""
@@ -189,12 +194,14 @@ def gen_weights(params: Any) -> dict[Any, Any]:
 # -- the kernels -------------------------------------------------------------------------------------
 
 
-def _check(cfg: ModelConfig, first: int, last: int, width: int, capacity: int) -> ModelConfig:
+def _check(cfg: ModelConfig, first: int, last: int, width: int, capacity: int | None) -> ModelConfig:
+    """``cfg`` at the chunk width (its ``seq_len`` the kernels' spatial size), the arguments checked
+    (``capacity`` None: a kernel without a cache)."""
     if not 0 <= first < last <= cfg.n_layers:
         raise GenerationError(f"[generation] layers [{first}, {last}) of a {cfg.n_layers}-layer model")
     if width <= 0 or width % 16:
         raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
-    if capacity <= 0 or (capacity + width) & (capacity + width - 1):
+    if capacity is not None and (capacity <= 0 or (capacity + width) & (capacity + width - 1)):
         raise GenerationError(
             f"[generation] capacity {capacity}: capacity + width must be a power of two (capacity_for)"
         )
@@ -235,11 +242,138 @@ def layers_kernel(
     outputs = out_layout(cfg, layers, width)
     parts = {"x": x, **_kv_taps(blocks, layers)}
     spec = kb.finish(outputs, parts)
-    return GenKernel(name, spec.program, act, cache, outputs, spec)
+    return GenKernel(name, spec.program, act, cache, outputs, spec, None, tuple(layers))
+
+
+def attention_kernel(
+    cfg: ModelConfig,
+    layer: int,
+    *,
+    width: int,
+    capacity: int,
+    route: KernelRoute,
+    weights: Weights = None,
+) -> GenKernel:
+    """The attention block of layer ``layer`` alone, "gen_attn_{layer}_w{width}", for a route with the
+    norm on the host: its "x" part is the host's normalised input (rms_att applied) and its output x
+    the block's result before the residual add (Gemma 3: before post_att_norm, which the host applies),
+    then k{layer}, v{layer}. Weights "dynamic": packed into "x" after the W activation columns
+    (``kernels.dynamic``'s sdpa_fwd_dynamic columns, the activation segment widened to every part:
+    ``attention_columns``), written once by the host (``pack_weights``); "baked": BLOBFILE consts."""
+    kcfg = _check(cfg, layer, layer + 1, width, capacity)
+    _check_block_route(route)
+    layers = range(layer, layer + 1)
+    name = f"gen_attn_{layer}_w{width}"
+    act = act_layout(cfg, width, capacity)
+    cache = cache_layout(cfg, layers, capacity)
+    columns = attention_columns(cfg, width, capacity)
+    kb, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
+    cache_var = kb.f.input("cache", tensor("fp16", [1, cache.channels, 1, capacity]))
+    blocks = GenBlocks(src, capacity=capacity, cache=cache_var, cache_layout=cache).at(layer)
+    model = model_for(kcfg)
+    out = model.attention(blocks, src.act("x"), model.plan(layer))  # (1, dim, 1, W)
+    outputs = out_layout(cfg, layers, width)
+    spec = src.finish(outputs, {"x": out, **_kv_taps(blocks, layers)})
+    return GenKernel(name, spec.program, act, cache, outputs, spec, packed, (layer,))
+
+
+def mlp_kernel(
+    cfg: ModelConfig, layer: int, *, width: int, route: KernelRoute, weights: Weights = None
+) -> GenKernel:
+    """The MLP block of layer ``layer`` alone, "gen_mlp_{layer}_w{width}", for a route with the norm on
+    the host: input x (dim) the host's normalised residual stream (rms_ffn applied), output x the block's
+    result before the residual add (Gemma 3: before post_ffn_norm). No cache. Weights as
+    ``attention_kernel``'s (dynamic: ``kernels.dynamic``'s ffn_fwd_dynamic columns)."""
+    kcfg = _check(cfg, layer, layer + 1, width, None)
+    _check_block_route(route)
+    layers = range(layer, layer + 1)
+    name = f"gen_mlp_{layer}_w{width}"
+    act = act_layout(cfg, width, 0, attention=False)
+    columns = ffn_fwd_dynamic_columns(kcfg, "host")
+    _, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
+    blocks = GenBlocks(src, capacity=0).at(layer)
+    model = model_for(kcfg)
+    out = model.mlp(blocks, src.act("x"), model.plan(layer))  # (1, dim, 1, W)
+    outputs = Layout.of([("x", cfg.dim)], width)
+    spec = src.finish(outputs, {"x": out})
+    return GenKernel(name, spec.program, act, None, outputs, spec, packed, (layer,))
+
+
+def attention_columns(cfg: ModelConfig, width: int, capacity: int) -> SpatialLayout:
+    """The columns of a dynamic attention kernel's "x": ``kernels.dynamic``'s sdpa_fwd_dynamic columns with
+    norm "host" (x, Wq^T, Wk^T, Wv^T, Wo^T, the biases, the q / k norm scales) at width W, the activation
+    segment holding every part of ``act_layout`` (x, cos, sin, ..., mask) in its W columns."""
+    act = act_layout(cfg, width, capacity)
+    base = sdpa_fwd_dynamic_columns(cfg.with_(seq_len=width), "host")
+    segments = [Segment("act", act.channels, width)] + [s for s in base.segments if s.is_weight]
+    return SpatialLayout.of(max(act.channels, base.channels), segments, align=COLUMN_ALIGN)
+
+
+def _check_block_route(route: KernelRoute) -> None:
+    if route.attention != "engine" or route.norm != "host":
+        raise GenerationError(
+            f"[generation] a one-block kernel is for attention on the engine with the norm on the host; "
+            f"route is {route.describe()}"
+        )
+
+
+def _block_source(
+    name: str,
+    kcfg: ModelConfig,
+    act: Layout,
+    route: KernelRoute,
+    weights: Weights,
+    layers: range,
+    columns: SpatialLayout,
+) -> tuple[KernelBuilder, WeightSource, SpatialLayout | None]:
+    """The builder and weight source of a one-block kernel: packed into "x" over ``columns`` (dynamic) or
+    baked (``weights`` None: shapes only)."""
+    if route.weights == "dynamic":
+        kb = dynamic_builder(name, kcfg, columns, norm="host", rope=route.rope)
+        offsets = norm_offsets(kcfg, ("q_norm", "k_norm"))
+        return kb, Packed(kb, columns, act, offsets), columns
+    kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="host", rope=route.rope)
+    src = LayerBaked(kb)
+    src.layer = layers.start
+    return kb, src, None
+
+
+def pack_weights(kernel: GenKernel, weights: Mapping[Any, Any]) -> np.ndarray:
+    """The "x" surface (C, columns) float32 of a dynamic kernel (a one-block kernel, a head tile) with its
+    weight columns written (the model's ``weights``: layer -> {wq: ...}, embed, rms_final, wcls) and
+    zeros in the activation columns: the host writes it once and then only the W activation columns per
+    call (``GenKernel.pack_x(parts, into=...)``)."""
+    spec = kernel.spec
+    if kernel.columns is None or not isinstance(spec, DynamicKernelSpec):
+        raise GenerationError(f"[{kernel.name}] has baked weights: nothing to pack")
+    per: Any
+    if kernel.vocab:  # a head tile: its classifier rows (and rms_final with the norm on the engine)
+        norm = "engine" if "rms_final" in kernel.columns.names else "host"
+        per = _head_values(weights, kernel.vocab[0], kernel.vocab[1], norm)
+    else:
+        (layer,) = kernel.layers
+        per = weights.get(layer)
+        if not isinstance(per, Mapping):
+            raise GenerationError(
+                f"[{kernel.name}] no weights for layer {layer} (mapping layer -> {{wq: ...}})"
+            )
+    out = np.zeros(kernel.x_shape, np.float32)
+    for s, start, row, block in kernel.columns.weight_sources(spec.offset(per)):
+        out[row : row + block.shape[0], start : start + s.columns] = block
+    return out
 
 
 def _kv_taps(blocks: GenBlocks, layers: range) -> dict[str, Any]:
     return {f"{t}{i}": blocks.taps[(i, t)] for i in layers for t in ("k", "v")}
+
+
+def head_tile_limit(cfg: ModelConfig, width: int, route: KernelRoute) -> int:
+    """The widest vocabulary tile a head kernel of ``route`` takes: 65536 channels (engine.extents
+    CHANNELS) with baked weights; with dynamic ones the tile's Wq^T columns follow the W activation
+    columns (aligned to 64) in a surface at most 16384 wide (engine.extents SPATIAL on the M1 to M3)."""
+    if route.weights == "dynamic":
+        return SPATIAL.limit("any") - -(-width // COLUMN_ALIGN) * COLUMN_ALIGN
+    return CHANNEL_LIMIT
 
 
 def head_kernel(
@@ -247,32 +381,63 @@ def head_kernel(
 ) -> GenKernel:
     """The vocabulary tile [start, stop) "gen_head_{start}_{stop}_w{width}": the final RMSNorm (norm on
     the engine; with norm "host" the input is the normalised stream) and the classifier's rows
-    start..stop as a 1x1 conv. Input x (dim, W), output logits (stop - start, W)."""
-    if not 0 <= start < stop <= cfg.vocab_size or stop - start > CHANNEL_LIMIT:
+    start..stop. Input x (dim, W), output logits (stop - start, W). Baked: a 1x1 conv with the rows as
+    its weight; dynamic: the rows packed transposed into "x" after the W columns (``pack_weights``) and
+    a matmul of the token rows with them (``kernels.dynamic``'s packing rule), at most
+    ``head_tile_limit`` wide."""
+    limit = head_tile_limit(cfg, width, route)
+    if not 0 <= start < stop <= cfg.vocab_size or stop - start > limit:
         raise GenerationError(
-            f"[generation] vocabulary tile [{start}, {stop}) of {cfg.vocab_size}: at most {CHANNEL_LIMIT} "
-            "channels (engine.extents CHANNELS)"
+            f"[generation] vocabulary tile [{start}, {stop}) of {cfg.vocab_size}: at most {limit} "
+            f"channels for {route.weights} weights (head_tile_limit)"
         )
     if width <= 0 or width % 16:
         raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
     kcfg = cfg.with_(seq_len=width)
     name = f"gen_head_{start}_{stop}_w{width}"
     act = Layout.of([("x", cfg.dim)], width)
-    values = None
-    if weights is not None:
-        cls = weights.get("wcls")
-        cls = weights["embed"] if cls is None else cls
-        values = {"wcls": np.asarray(cls, np.float32)[start:stop]}
+    outputs = Layout.of([("logits", stop - start)], width)
+    tile = (start, stop)
+    if route.weights == "dynamic":
+        columns = head_columns(cfg, width, start, stop, route.norm)
+        kb = dynamic_builder(name, kcfg, columns, norm=route.norm)
+        src = Packed(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
+        x = src.act("x")  # (1, dim, 1, W)
         if route.norm == "engine":
-            values["rms_final"] = np.asarray(weights["rms_final"], np.float32)
-    kb = KernelBuilder(name, kcfg, act, values, norm=route.norm)
+            x = kb.rmsnorm(x, src.scale("rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
+        logits = src.linear(x, "wcls", "logits")  # (1, tile, 1, W)
+        spec: KernelSpec = src.finish(outputs, {"logits": logits})
+        return GenKernel(name, spec.program, act, None, outputs, spec, columns, (), tile)
+    kb = KernelBuilder(name, kcfg, act, _head_values(weights, start, stop, route.norm), norm=route.norm)
     x = kb.part("x")  # (1, dim, 1, W)
     if route.norm == "engine":
         x = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
     logits = kb.conv(x, kb.matrix("wcls", "wcls", stop - start, cfg.dim), "logits")  # (1, tile, 1, W)
-    outputs = Layout.of([("logits", stop - start)], width)
     spec = kb.finish(outputs, {"logits": logits})
-    return GenKernel(name, spec.program, act, None, outputs, spec)
+    return GenKernel(name, spec.program, act, None, outputs, spec, None, (), tile)
+
+
+def head_columns(cfg: ModelConfig, width: int, start: int, stop: int, norm: str) -> SpatialLayout:
+    """The columns of a dynamic head kernel's "x": x (dim x W), the tile's classifier rows transposed
+    (dim x tile), and with the norm on the engine rms_final repeated over W columns."""
+    d = cfg.dim
+    segments = [Segment("act", d, width), Segment("wcls_t", d, stop - start, (("wcls", d, True),))]
+    if norm == "engine":
+        segments.append(Segment("rms_final", d, width, (("rms_final", d, False),)))
+    return SpatialLayout.of(d, segments, align=COLUMN_ALIGN)
+
+
+def _head_values(weights: Weights, start: int, stop: int, norm: str) -> dict[str, np.ndarray] | None:
+    """A head tile's weights: wcls (the classifier's rows start..stop; the embedding when tied) and, with
+    the norm on the engine, rms_final."""
+    if weights is None:
+        return None
+    cls = weights.get("wcls")
+    cls = weights["embed"] if cls is None else cls
+    values = {"wcls": np.asarray(cls, np.float32)[start:stop]}
+    if norm == "engine":
+        values["rms_final"] = np.asarray(weights["rms_final"], np.float32)
+    return values
 
 
 __all__ = [
@@ -280,11 +445,17 @@ __all__ = [
     "GenKernel",
     "GenerationError",
     "act_layout",
+    "attention_columns",
+    "attention_kernel",
     "cache_layout",
     "cache_mask",
     "capacity_for",
     "gen_weights",
+    "head_columns",
     "head_kernel",
+    "head_tile_limit",
     "layers_kernel",
+    "mlp_kernel",
+    "pack_weights",
     "rope_columns",
 ]
