@@ -21,24 +21,43 @@ from typing import Any
 from anekit.engine.generation_routes import GenerationRoute, generation_route
 from anekit.generate.plan import GenerationPlan, generation_plan
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.generation import GenKernel, gen_weights, head_kernel, layers_kernel
+from anekit.kernels.conv_only import qkv_fwd, wo_fwd
+from anekit.kernels.forward import ffn_fwd
+from anekit.kernels.generation import (
+    GenKernel,
+    attention_kernel,
+    gen_weights,
+    head_kernel,
+    layers_kernel,
+    mlp_kernel,
+)
 from anekit.kernels.route import KernelRoute
-from anekit.kernels.spec import Layout
+from anekit.kernels.spec import KernelSpec, Layout
 from anekit.llama.params import Params
 from anekit.tools.config import is_preset
 from anekit.tools.dump import INDEX, Surface
 from anekit.tools.weights import MODEL_PATH
 
 PHASES = ("decode", "prefill")
+Weights = Mapping[Any, Any] | None
 
 
 @dataclass(frozen=True)
 class PlannedKernel:
-    """One kernel of a plan's set of one width: what it holds (``{"layers": [first, last]}``,
-    ``{"layer": i, "block": "attention"}``, ``{"vocab": [start, stop]}``) and the kernel."""
+    """One kernel of a plan's set of one width: its name, what it holds (``{"layers": [first, last]}``,
+    ``{"layer": i, "block": "attention"}``, ``{"vocab": [start, stop]}``), its spec (program and weight
+    files) and the parts of each input surface by MIL input name (a dynamic kernel's "x": the activation
+    parts of its first columns; the weights follow them)."""
 
+    name: str
     holds: dict[str, Any]
-    kernel: GenKernel
+    spec: KernelSpec
+    parts: dict[str, Layout]
+
+    @staticmethod
+    def of(holds: dict[str, Any], g: GenKernel) -> PlannedKernel:
+        parts = {"x": g.act} if g.cache is None else {"cache": g.cache, "x": g.act}
+        return PlannedKernel(g.name, holds, g.spec, parts)
 
 
 @dataclass(frozen=True)
@@ -48,10 +67,9 @@ class DumpedGenKernel:
     name: str
     phases: tuple[str, ...]  # "decode", "prefill": the sets it belongs to (both when the widths agree)
     width: int
-    capacity: int | None  # the cache slots it reads (None: no cache input)
     holds: dict[str, Any]
     ops: int
-    inputs: dict[str, Surface]  # by MIL input name
+    inputs: dict[str, Surface]  # by MIL input name, in binding (alphabetical) order
     output: Surface
 
 
@@ -60,31 +78,48 @@ def kernel_route(route: GenerationRoute) -> KernelRoute:
     return KernelRoute(*route.kernel_route)
 
 
-def plan_kernels(
-    cfg: ModelConfig,
-    route: GenerationRoute,
-    plan: GenerationPlan,
-    width: int,
-    weights: Mapping[Any, Any] | None = None,
+def _layer_kernels(
+    cfg: ModelConfig, route: GenerationRoute, width: int, cap: int, first: int, last: int, weights: Weights
 ) -> list[PlannedKernel]:
-    """The kernels of ``plan``'s set of ``width`` (one of ``plan.widths``): a layers kernel per layer group
-    (``kernels.generation.layers_kernel``), then a head kernel per vocabulary tile; ``weights`` as
-    ``kernels.generation.gen_weights`` gives them (None: shapes only, zero weights)."""
+    """The kernels of the layer group [first, last): one fused layers kernel; with the norm on the host one
+    attention and one MLP kernel a layer; with attention on the host the conv route's three kernels a
+    layer (``kernels.conv_only`` at seq_len = width, as ``generate.host_attention`` runs them)."""
     kr = kernel_route(route)
+    if kr.attention == "host":
+        cfg_w = cfg.with_(seq_len=width)
+        out = []
+        for i in range(first, last):
+            w = None if weights is None else {**weights[i], "embed": weights["embed"]}
+            specs = {"qkv": qkv_fwd(cfg_w, w), "wo": wo_fwd(cfg_w, w), "ffn": ffn_fwd(cfg_w, w, norm="host")}
+            for block, spec in specs.items():
+                out.append(PlannedKernel(f"gen_{block}_{i}_w{width}", {"layer": i, "block": block}, spec, {}))
+        return out
+    if kr.norm == "host":
+        out = []
+        for i in range(first, last):
+            attn = attention_kernel(cfg, i, width=width, capacity=cap, route=kr, weights=weights)
+            mlp = mlp_kernel(cfg, i, width=width, route=kr, weights=weights)
+            out += [PlannedKernel.of({"layer": i, "block": "attention"}, attn)]
+            out += [PlannedKernel.of({"layer": i, "block": "mlp"}, mlp)]
+        return out
+    g = layers_kernel(cfg, first, last, width=width, capacity=cap, route=kr, weights=weights)
+    return [PlannedKernel.of({"layers": [first, last]}, g)]
+
+
+def plan_kernels(
+    cfg: ModelConfig, route: GenerationRoute, plan: GenerationPlan, width: int, weights: Weights = None
+) -> list[PlannedKernel]:
+    """The kernels of ``plan``'s set of ``width`` (one of ``plan.widths``): each layer group's
+    (``_layer_kernels``), then a head kernel per vocabulary tile; ``weights`` as
+    ``kernels.generation.gen_weights`` gives them (None: shapes only)."""
     cap = plan.capacity_for(width)
     out = [
-        PlannedKernel(
-            {"layers": [first, last]},
-            layers_kernel(cfg, first, last, width=width, capacity=cap, route=kr, weights=weights),
-        )
-        for first, last in plan.groups
+        k for first, last in plan.groups for k in _layer_kernels(cfg, route, width, cap, first, last, weights)
     ]
-    out += [
-        PlannedKernel(
-            {"vocab": [start, stop]}, head_kernel(cfg, start, stop, width=width, route=kr, weights=weights)
-        )
-        for start, stop in plan.tiles
-    ]
+    kr = kernel_route(route)
+    for start, stop in plan.tiles:
+        g = head_kernel(cfg, start, stop, width=width, route=kr, weights=weights)
+        out.append(PlannedKernel.of({"vocab": [start, stop]}, g))
     return out
 
 
@@ -109,7 +144,7 @@ class GenerationDump:
 
     @property
     def names(self) -> list[str]:
-        return [k.kernel.name for kernels in self.sets.values() for k in kernels]
+        return [k.name for kernels in self.sets.values() for k in kernels]
 
 
 def generation_kernels(
@@ -124,21 +159,16 @@ def generation_kernels(
     return GenerationDump(cfg, route, plan, sets)
 
 
-def _surface(layout: Layout, channels: int | None = None, spatial: int | None = None) -> Surface:
-    return Surface(channels or layout.channels, spatial or layout.spatial, layout.parts)
-
-
 def _dumped(k: PlannedKernel, width: int, plan: GenerationPlan) -> DumpedGenKernel:
-    g = k.kernel
     phases = tuple(p for p, w in zip(PHASES, (plan.decode_width, plan.prefill_width)) if w == width)
-    channels, columns = g.x_shape
-    inputs = {"x": _surface(g.act, channels, columns)}
-    if g.cache is not None:
-        inputs["cache"] = _surface(g.cache)
-    capacity = None if g.cache is None else g.cache.spatial
-    return DumpedGenKernel(
-        g.name, phases, width, capacity, k.holds, g.program.op_count(), inputs, _surface(g.outputs)
-    )
+    inputs = {}
+    for v in sorted(k.spec.program.main.inputs, key=lambda v: v.name):
+        shape = [int(d) for d in v.type.shape]  # type: ignore[attr-defined]
+        layout = k.parts.get(v.name, k.spec.inputs if v.name == "x" else None)
+        inputs[v.name] = Surface(shape[1], shape[-1], () if layout is None else layout.parts)
+    outs = k.spec.outputs
+    output = Surface(outs.channels, outs.spatial, outs.parts)
+    return DumpedGenKernel(k.name, phases, width, k.holds, k.spec.program.op_count(), inputs, output)
 
 
 def write_generation(folder: Path, dump: GenerationDump) -> list[DumpedGenKernel]:
@@ -146,11 +176,10 @@ def write_generation(folder: Path, dump: GenerationDump) -> list[DumpedGenKernel
     dumped = []
     for width, kernels in dump.sets.items():
         for k in kernels:
-            g = k.kernel
-            (folder / g.name / "weights").mkdir(parents=True)
-            (folder / g.name / "model.mil").write_text(g.spec.text(), encoding="utf-8")
-            for path, data in g.weight_files().items():
-                (folder / g.name / path.removeprefix(MODEL_PATH)).write_bytes(data)
+            (folder / k.name / "weights").mkdir(parents=True)
+            (folder / k.name / "model.mil").write_text(k.spec.text(), encoding="utf-8")
+            for path, data in k.spec.weight_files().items():
+                (folder / k.name / path.removeprefix(MODEL_PATH)).write_bytes(data)
             dumped.append(_dumped(k, width, dump.plan))
     route, plan = dump.route, dump.plan
     record: dict[str, Any] = {
