@@ -113,6 +113,8 @@ def test_generate_dump_of_a_hugging_face_model_uses_its_weights(tmp_path, capsys
     [
         (["--dynamic"], "[kernels] --dynamic does not apply with --generate"),
         (["--macos", "26"], "[kernels] --macos applies with --chip only"),
+        # no candidate has a precedent on the M3 under both majors: each major has its own route
+        (["--chip", "m3"], "[engine] no generation route on m3 under every macOS (15, 26)"),
     ],
 )
 def test_generate_dump_refuses_options_that_do_not_apply(tmp_path, capsys, argv, message):
@@ -133,3 +135,36 @@ def test_generate_dump_refuses_to_overwrite_and_replaces_a_previous_dump_with_fo
     assert main(["kernels", "dump", "--config", "stories260K", "--generate", "--force", str(out)]) == 0
     assert json.loads((out / "kernels.json").read_text())["generate"] is True
     assert not (out / "ffn_fwd").exists()
+
+
+@pytest.mark.parametrize("chip, macos", [("m1", ""), ("m3", "15"), ("m3", "26"), ("m5", "")])
+def test_generate_dump_of_a_chip_holds_its_route_s_kernels_for_every_layer_and_token(tmp_path, chip, macos):
+    """The index names the chip's generation route; each phase's kernels hold every layer once and every
+    vocabulary token once, whatever the route cuts them into (fused layers, one block a kernel, the conv
+    route's three kernels a layer); every program parses and verifies."""
+    from anekit.engine.generation_routes import generation_route
+
+    out = tmp_path / "g"
+    argv = ["kernels", "dump", "--config", "stories260K", "--generate", "--chip", chip]
+    assert main([*argv, *(["--macos", macos] if macos else []), str(out)]) == 0
+    index = json.loads((out / "kernels.json").read_text())
+    route = generation_route(chip, macos)
+    assert (index["route"]["id"], index["route"]["chip"], index["route"]["macos"]) == (route.id, chip, macos)
+    for phase in ("decode", "prefill"):
+        kernels = {n: r for n, r in index["kernels"].items() if phase in r["phases"]}
+        layers: list[int] = []
+        blocks: dict[int, list[str]] = {}
+        tokens: list[int] = []
+        for r in kernels.values():
+            holds = r["holds"]
+            if "layers" in holds:
+                layers += range(*holds["layers"])
+            elif "layer" in holds:
+                blocks.setdefault(holds["layer"], []).append(holds["block"])
+            else:
+                tokens += range(*holds["vocab"])
+        assert sorted(layers + list(blocks)) == list(range(5)), (phase, layers, blocks)
+        assert len({tuple(b) for b in blocks.values()}) <= 1  # every layer cut the same way
+        assert sorted(tokens) == list(range(512)), phase
+    for name in index["kernels"]:
+        mil.verify(mil.parse((out / name / "model.mil").read_text()))
