@@ -73,6 +73,8 @@ def test_every_small_case_keeps_every_limit(layers, per_kernel, vocab, seq, rout
     sizes = [b - a for a, b in plan.tiles]
     assert max(sizes) - min(sizes) <= len(sizes) and max(sizes) <= CHANNEL_LIMIT
     assert all(2 * s * cfg.dim < ceiling for s in sizes)
+    if route == "dynamic-engine-attention":  # the rows in the input's columns after W: 16384 columns at most
+        assert max(sizes) + -(-plan.prefill_width // 64) * 64 <= 16384
     # widths and capacities: the softmax axis a power of two, the context fits
     assert plan.decode_width == 32 and plan.prefill_width % 16 == 0 and plan.prefill_width >= 32
     for w in plan.widths:
@@ -90,6 +92,8 @@ def test_qwen3_0_6b_has_three_tiles_and_fits_one_kernel_under_two_gib():
     assert plan.tiles == ((0, 50646), (50646, 101292), (101292, 151936))
     assert len(plan.groups) == 1 and plan.group_bytes[0] < GIB2  # 28 layers, ~0.9 GB of fp16 weights
     assert plan.kernel_count == 2 * (1 + 3)
+    dynamic = generation_plan(QWEN3_06B, "dynamic-engine-attention")  # tiles of at most 16384 - 128 rows
+    assert len(dynamic.tiles) == 10 and dynamic.widths == (32,) and dynamic.kernel_count == 28 * 2 + 10
     # on the host-attention route: 3 convs a layer, so two sets would be 174 kernels: one set at width 32
     conv = generation_plan(QWEN3_06B, "conv-host-attention")
     assert conv.widths == (32,) and conv.kernel_count == 28 * 3 + 3

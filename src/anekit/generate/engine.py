@@ -29,8 +29,10 @@ from anekit import runtime
 from anekit.engine.generation_routes import GenerationRoute, candidate, generation_route
 from anekit.errors import AnekitError
 from anekit.generate.host_attention import HostAttentionRunner
+from anekit.generate.layers import LayersRunner
 from anekit.generate.plan import GenerationPlan, generation_plan
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.route import KernelRoute
 from anekit.llama.params import Params
 from anekit.runtime.base import Backend
 
@@ -57,9 +59,11 @@ class Runner(Protocol):
 def _runner(params: Params, backend: Backend, route: GenerationRoute, plan: GenerationPlan) -> Runner:
     if route.attention == "host":
         return HostAttentionRunner(params, backend, plan)
+    if route.fused:
+        return LayersRunner(params, backend, plan, KernelRoute(*route.kernel_route))
     raise AnekitError(
         f"[generate] route '{route.id}' runs the generation layers kernels, not in this build yet "
-        "(choose route 'conv-host-attention')"
+        "(choose a fused route or 'conv-host-attention')"
     )
 
 

@@ -3,7 +3,8 @@
 For chips where no kernel with a matmul or RoPE has a precedent (M1 / M2: ``anekit.engine.generation_routes``)
 the engine runs the conv kernels of ``anekit.kernels.conv_only`` — qkv_fwd, wo_fwd, ffn_fwd, baked 1x1
 convs and the gate — built for a config whose seq_len is the generation width W (32 to decode a token,
-the prefill width for a prompt's chunk), and the classifier as vocabulary tiles of the plan. The host
+the prefill width for a prompt's chunk), and the classifier as the plan's vocabulary tiles
+(``anekit.kernels.generation.host_attention_kernels``). The host
 runs every RMSNorm, the q / k norms, RoPE and the attention over a float32 cache in host memory, as
 maderix/ANE's first pipeline did (training/forward.h: conv kernels for the projections, the rest on the
 CPU).
@@ -26,50 +27,34 @@ import numpy as np
 
 from anekit.errors import AnekitError
 from anekit.generate.plan import GenerationPlan
-from anekit.kernels.blocks import KernelBuilder
-from anekit.kernels.conv_only import qkv_fwd, wo_fwd
-from anekit.kernels.forward import ffn_fwd
-from anekit.kernels.spec import KernelSpec, Layout
+from anekit.kernels.generation import gen_weights, host_attention_kernels
+from anekit.kernels.spec import KernelSpec
 from anekit.llama.cpu_forward import CpuBlocks, KVCache, check_norm_input
 from anekit.llama.params import Params
 from anekit.models import Blocks, LayerPlan, model_for
-from anekit.models.config import ModelConfig
 from anekit.runtime.base import Backend, Kernel
 
 LAYER_KERNELS = ("qkv_fwd", "wo_fwd", "ffn_fwd")  # per layer, in the order a token runs them
-
-
-def head_tile(cfg_w: ModelConfig, start: int, stop: int, wcls: np.ndarray | None) -> KernelSpec:
-    """The classifier rows [start, stop) as one 1x1 conv at the config's width (the input is the host's
-    normalised final residual stream): logits (stop - start, W)."""
-    w = cfg_w.seq_len
-    name = f"gen_head_{start}_{stop}_w{w}"
-    weights = None if wcls is None else {"wcls": wcls[start:stop]}
-    kb = KernelBuilder(name, cfg_w, Layout.of([("x", cfg_w.dim)], w), weights, norm="host")
-    logits = kb.conv(kb.part("x"), kb.matrix("wcls", "wcls", stop - start, cfg_w.dim), "logits")
-    return kb.finish(Layout.of([("logits", stop - start)], w), {"logits": logits})
+# the name part of host_attention_kernels' "gen_{part}_{i}_w{W}" -> the conv route's kernel it is
+KERNEL_NAMES = {"qkv": "qkv_fwd", "wo": "wo_fwd", "ffn": "ffn_fwd"}
 
 
 class KernelSet:
     """The compiled kernels of one width: three per layer and one per vocabulary tile."""
 
     def __init__(self, params: Params, backend: Backend, plan: GenerationPlan, width: int) -> None:
-        cfg = params.cfg.with_(seq_len=width)
         self.width = width
-        self.layers: list[dict[str, tuple[KernelSpec, Kernel]]] = []
+        self.layers: list[dict[str, tuple[KernelSpec, Kernel]]] = [{} for _ in range(params.cfg.n_layers)]
         self.tiles: list[tuple[KernelSpec, Kernel]] = []
+        kernels = host_attention_kernels(params.cfg, width, gen_weights(params), tiles=plan.tiles)
         try:
-            for i in range(cfg.n_layers):
-                w = params.kernel_weights(i)
-                specs = {
-                    "qkv_fwd": qkv_fwd(cfg, w),
-                    "wo_fwd": wo_fwd(cfg, w),
-                    "ffn_fwd": ffn_fwd(cfg, w, norm="host"),
-                }
-                self.layers.append({k: (s, s.compile(backend).load()) for k, s in specs.items()})
-            for start, stop in plan.tiles:
-                spec = head_tile(cfg, start, stop, params.classifier)
-                self.tiles.append((spec, spec.compile(backend).load()))
+            for name, gen in kernels.items():
+                compiled = (gen.spec, gen.compile(backend).load())
+                if gen.vocab:
+                    self.tiles.append(compiled)
+                else:
+                    (layer,) = gen.layers
+                    self.layers[layer][KERNEL_NAMES[name.split("_")[1]]] = compiled
         except BaseException:
             self.close()
             raise
@@ -187,4 +172,4 @@ class HostAttentionRunner:
         self.sets = {}
 
 
-__all__ = ["LAYER_KERNELS", "EngineBlocks", "HostAttentionRunner", "KernelSet", "head_tile"]
+__all__ = ["LAYER_KERNELS", "EngineBlocks", "HostAttentionRunner", "KernelSet"]

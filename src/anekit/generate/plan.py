@@ -15,7 +15,8 @@
   host-attention route). A layer heavier than the ceiling on a baked route is refused: segmenting cannot
   split a layer;
 - ``tiles``: equal vocabulary tiles [start, stop) of at most 65536 channels (the fact ``classifier-tile``)
-  and at most the weight ceiling each (Qwen 3's 151936 tokens: 3 tiles);
+  and at most the weight ceiling each (Qwen 3's 151936 tokens: 3 tiles); with dynamic weights at most
+  ``kernels.generation.head_tile_limit`` (the rows travel in the input's columns: the spatial extent);
 - ``kernel_count``: the decode set and the prefill set (one set when both widths are equal). Past the fact
   ``loaded-programs`` (120 loaded at once) the plan is refused, naming the limit; when the prefill width
   was not asked for and two sets are too many, prefill runs at the decode width on one set.
@@ -29,8 +30,10 @@ import math
 from dataclasses import dataclass, replace
 
 from anekit.engine.generation import DECODE_WIDTH, SPATIAL_STEP, fact, spatial_limit
-from anekit.engine.generation_routes import GenerationRoute, candidate
+from anekit.engine.generation_routes import GenerationCandidate, GenerationRoute, candidate
 from anekit.errors import AnekitError
+from anekit.kernels.generation import head_tile_limit
+from anekit.kernels.route import KernelRoute
 from anekit.models.config import ModelConfig
 
 PREFILL_WIDTH = 128  # the default prefill chunk: 4 decode widths, few calls for a prompt
@@ -122,8 +125,11 @@ def _groups(cfg: ModelConfig, fused: bool, ceiling: int, baked: bool, route: str
     return [(i, min(i + size, cfg.n_layers)) for i in range(0, cfg.n_layers, size)]
 
 
-def _tiles(cfg: ModelConfig, ceiling: int) -> list[tuple[int, int]]:
+def _tiles(cfg: ModelConfig, ceiling: int, cand: GenerationCandidate, widest: int) -> list[tuple[int, int]]:
     limit = int(fact("classifier-tile").value)
+    if cand.weights == "dynamic":  # the tile's rows travel in the input's columns, after the W activations
+        route = KernelRoute(cand.weights, cand.attention, cand.norm, cand.rope)
+        limit = min(limit, head_tile_limit(cfg, widest, route))
     row = 2 * cfg.dim  # fp16 bytes of one vocabulary row of the classifier
     per_tile = min(limit, max(1, (ceiling - BLOB_RECORD) // row))
     n = math.ceil(cfg.vocab_size / per_tile)
@@ -177,7 +183,7 @@ def generation_plan(
             f"context of {seq}"
         )
     groups = _groups(cfg, cand.fused, ceiling, cand.weights == "baked", cand.id)
-    tiles = _tiles(cfg, ceiling)
+    tiles = _tiles(cfg, ceiling, cand, max(DECODE_WIDTH, prefill_width))
     per_layer = layer_bytes(cfg)
     plan = GenerationPlan(
         cand.id,

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from anekit.engine.extents import SPATIAL
+from anekit.kernels import conv_only, forward
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import COLUMN_ALIGN, DynamicKernelSpec, Segment, SpatialLayout, dynamic_builder
 from anekit.kernels.config import ModelConfig
@@ -363,6 +364,52 @@ def pack_weights(kernel: GenKernel, weights: Mapping[Any, Any]) -> np.ndarray:
     return out
 
 
+def _conv_route_kernels(cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None) -> dict[str, KernelSpec]:
+    """One layer's conv-route forward kernels at ``cfg.seq_len``, by the name part they take here."""
+    return {
+        "qkv": conv_only.qkv_fwd(cfg, weights),
+        "wo": conv_only.wo_fwd(cfg, weights),
+        "ffn": forward.ffn_fwd(cfg, weights, norm="host"),
+    }
+
+
+def host_attention_kernels(
+    cfg: ModelConfig,
+    width: int,
+    weights: Weights = None,
+    *,
+    tiles: tuple[tuple[int, int], ...] | None = None,
+) -> dict[str, GenKernel]:
+    """The generation kernels of the "conv-host-attention" route (M1 / M2 under macOS 26: no matmul on
+    the engine): per layer i the conv route's own kernels (``kernels.conv_only``) built at seq_len =
+    ``width`` — "gen_qkv_{i}_w{W}" (xnorm -> q, k, v: the projections, Qwen 2's biases), "gen_wo_{i}_w{W}"
+    (attn -> o), "gen_ffn_{i}_w{W}" (the normalised x -> ffn_out, h1, h3, silu_out: ``forward.ffn_fwd``
+    with the norm on the host) — and the head tiles (norm on the host, baked; ``tiles`` (start, stop)
+    pairs, default: the vocabulary in tiles of at most 65536). The host runs every norm, the q / k norm,
+    RoPE and attention over its own cache between them. By name, in the order a step runs them."""
+    if width <= 0 or width % 16:
+        raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    kcfg = cfg.with_(seq_len=width)
+    route = KernelRoute("baked", "host", "host", "host")
+    out: dict[str, GenKernel] = {}
+    for i in range(cfg.n_layers):
+        per = None
+        if weights is not None:
+            per = weights.get(i)
+            if not isinstance(per, Mapping):
+                raise GenerationError(f"[generation] no weights for layer {i} (layer -> {{wq: ...}})")
+        for part, spec in _conv_route_kernels(kcfg, per).items():
+            name = f"gen_{part}_{i}_w{width}"
+            out[name] = GenKernel(name, spec.program, spec.inputs, None, spec.outputs, spec, None, (i,))
+    if tiles is None:
+        v = cfg.vocab_size
+        tiles = tuple((a, min(v, a + CHANNEL_LIMIT)) for a in range(0, v, CHANNEL_LIMIT))
+    for start, stop in tiles:
+        head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+        out[head.name] = head
+    return out
+
+
 def _kv_taps(blocks: GenBlocks, layers: range) -> dict[str, Any]:
     return {f"{t}{i}": blocks.taps[(i, t)] for i in layers for t in ("k", "v")}
 
@@ -454,6 +501,7 @@ __all__ = [
     "head_columns",
     "head_kernel",
     "head_tile_limit",
+    "host_attention_kernels",
     "layers_kernel",
     "mlp_kernel",
     "pack_weights",
