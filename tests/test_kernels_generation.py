@@ -21,6 +21,7 @@ from anekit.kernels.generation import (
     head_kernel,
     head_tile_limit,
     host_attention_kernels,
+    kernel_set,
     layers_kernel,
     mlp_kernel,
     pack_weights,
@@ -472,6 +473,38 @@ def test_a_dynamic_head_tile_gives_the_logits(norm):
     tile = head_kernel(cfg, 16, 64, width=DECODE_WIDTH, route=route)
     got = tile.run(runtime.open("sim"), tile.pack_x({"x": x}, into=pack_weights(tile, w)))["logits"]
     assert _rel(got, want) < 5e-3
+
+
+KERNEL_SETS = {
+    "legacy": (LEGACY_LIKE, ["gen_layers_0_1_w32", "gen_layers_1_2_w32"]),
+    "dynamic-engine-attention": (
+        DYNAMIC,
+        ["gen_attn_0_w32", "gen_mlp_0_w32", "gen_attn_1_w32", "gen_mlp_1_w32"],
+    ),
+    "conv-host-attention": (
+        KernelRoute("baked", "host", "host", "host"),
+        [f"gen_{p}_{i}_w32" for i in range(2) for p in ("qkv", "wo", "ffn")],
+    ),
+}
+
+
+@pytest.mark.parametrize("route_id", KERNEL_SETS)
+def test_a_kernel_set_holds_every_layer_and_the_tiles_in_step_order(route_id):
+    route, layers = KERNEL_SETS[route_id]
+    tiles = ((0, 40), (40, 80))
+    got = kernel_set(LLAMA, route, width=32, capacity=96, groups=((0, 1), (1, 2)), tiles=tiles)
+    assert list(got) == [*layers, "gen_head_0_40_w32", "gen_head_40_80_w32"]
+
+
+def test_weight_bytes_count_the_fp16_weights_from_shapes_alone():
+    d, q, kv, h = LLAMA.dim, LLAMA.q_dim, LLAMA.kv_dim, LLAMA.hidden_dim
+    attn = attention_kernel(LLAMA, 0, width=32, capacity=96, route=DYNAMIC)
+    assert attn.weight_bytes == 2 * (d * q + 2 * d * kv + q * d)
+    mlp = mlp_kernel(LLAMA, 0, width=32, route=DYNAMIC)
+    assert mlp.weight_bytes == 2 * 3 * d * h
+    fused = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=ROPE_ROUTES["slice"])
+    per_layer = d * q + 2 * d * kv + q * d + 3 * d * h + 2 * d
+    assert 2 * 2 * per_layer < fused.weight_bytes < 2 * 2 * per_layer + 4096  # + the chunk mask's blob
 
 
 def test_bad_arguments_are_refused_naming_them():

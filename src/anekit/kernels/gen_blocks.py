@@ -281,10 +281,14 @@ class GenBlocks:
     def cache_key(self, k: Var, *, name: str) -> Var:
         return self._cached(k, f"k{self.layer}", name)  # (1, kv, 1, capacity + W)
 
-    def _long_heads(self, x: Var, n: int, tag: str) -> Var:
-        """[1, n*hd, 1, L] -> [1, n, L, hd] for the keys / values over capacity + W slots."""
+    def _long_heads(self, x: Var, n: int, tag: str, *, rows: bool) -> Var:
+        """[1, n*hd, 1, L] keys / values over L = capacity + W slots as heads: [1, n, hd, L] (a reshape:
+        the keys, the right operand of q @ k with no transposed operand) or, ``rows``, [1, n, L, hd] (the
+        values, the right operand of probs @ v)."""
         hd, length = self.cfg.head_dim, x.type.shape[3]  # type: ignore[attr-defined]
         x4 = self.kb.f.reshape(x=x, shape=[1, n, hd, length], name=f"{tag}_4d")  # (1, n, hd, L)
+        if not rows:
+            return x4
         return self.kb.f.transpose(x=x4, perm=[0, 1, 3, 2], name=f"{tag}_h")  # (1, n, L, hd)
 
     def _mask(self) -> Var:
@@ -316,10 +320,10 @@ class GenBlocks:
         qh = self._heads.get(id(q))
         if qh is None:
             qh = kb.heads(q, cfg.n_heads, f"{tag}_qh")  # (1, H, W, hd)
-        kh = self._long_heads(k, cfg.n_kv_heads, f"{tag}_kh")  # (1, KVH, cap + W, hd)
-        vh = self._long_heads(v, cfg.n_kv_heads, f"{tag}_vh")  # (1, KVH, cap + W, hd)
+        kh = self._long_heads(k, cfg.n_kv_heads, f"{tag}_kh", rows=False)  # (1, KVH, hd, cap + W)
+        vh = self._long_heads(v, cfg.n_kv_heads, f"{tag}_vh", rows=True)  # (1, KVH, cap + W, hd)
         qg = kb.group_queries(qh, f"{tag}_qg")  # (1, KVH, G*W, hd)
-        scores = kb.f.matmul(x=qg, y=kh, transpose_x=False, transpose_y=True, name=f"{tag}_qk")
+        scores = kb.f.matmul(x=qg, y=kh, transpose_x=False, transpose_y=False, name=f"{tag}_qk")
         scores = kb.ungroup(scores, f"{tag}_scores")  # (1, H, W, cap + W)
         scaled = kb.f.mul(x=scores, y=score_scale, name=f"{tag}_scaled")
         masked = kb.f.add(x=scaled, y=self._mask(), name=f"{tag}_masked")

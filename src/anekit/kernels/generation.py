@@ -27,6 +27,7 @@ engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,16 @@ class GenKernel:
 
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
+
+    @property
+    def weight_bytes(self) -> int:
+        """fp16 bytes of the model's weights the kernel holds (known from shapes alone): its baked
+        BLOBFILE consts (the RoPE swap and the masks included), or with dynamic weights the weight
+        segments of its "x" surface."""
+        if self.columns is not None:
+            return 2 * sum(s.rows * s.columns for s in self.columns.segments if s.is_weight)
+        shared = sum(len(b) for b in self.spec.shared_files.values())
+        return 2 * sum(math.prod(shape) for _, shape, _ in self.spec.weights.entries) + shared
 
     @property
     def x_shape(self) -> tuple[int, int]:
@@ -410,6 +421,43 @@ def host_attention_kernels(
     return out
 
 
+def kernel_set(
+    cfg: ModelConfig,
+    route: KernelRoute,
+    *,
+    width: int,
+    capacity: int,
+    groups: tuple[tuple[int, int], ...],
+    tiles: tuple[tuple[int, int], ...],
+    weights: Weights = None,
+) -> dict[str, GenKernel]:
+    """Every generation kernel of one width for ``route``, by name, in the order a step runs them: the
+    layers (fused per [first, last) of ``groups`` with the norm on the engine; one attention and one MLP
+    kernel per layer with it on the host; the conv route's kernels with attention on the host) and then
+    the head tiles (start, stop) of ``tiles``."""
+    if route.attention == "host":
+        return host_attention_kernels(cfg, width, weights, tiles=tiles)
+    out: dict[str, GenKernel] = {}
+    if route.norm == "host":
+        for i in range(cfg.n_layers):
+            attn = attention_kernel(cfg, i, width=width, capacity=capacity, route=route, weights=weights)
+            mlp = mlp_kernel(cfg, i, width=width, route=route, weights=weights)
+            out[attn.name], out[mlp.name] = attn, mlp
+    else:
+        covered = [i for first, last in groups for i in range(first, last)]
+        if covered != list(range(cfg.n_layers)):
+            raise GenerationError(
+                f"[generation] layer groups {list(groups)} do not cover 0..{cfg.n_layers} in order"
+            )
+        for first, last in groups:
+            k = layers_kernel(cfg, first, last, width=width, capacity=capacity, route=route, weights=weights)
+            out[k.name] = k
+    for start, stop in tiles:
+        head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+        out[head.name] = head
+    return out
+
+
 def _kv_taps(blocks: GenBlocks, layers: range) -> dict[str, Any]:
     return {f"{t}{i}": blocks.taps[(i, t)] for i in layers for t in ("k", "v")}
 
@@ -502,6 +550,7 @@ __all__ = [
     "head_kernel",
     "head_tile_limit",
     "host_attention_kernels",
+    "kernel_set",
     "layers_kernel",
     "mlp_kernel",
     "pack_weights",
