@@ -12,46 +12,66 @@ import pytest
 from anekit.engine.constructs import MACOS_MAJORS
 from anekit.engine.generation_routes import CANDIDATES, NoGenerationRoute, generation_route
 from anekit.generate.plan import generation_plan
-from anekit.kernels import preset
+from anekit.kernels import ModelConfig, preset
 from anekit.kernels.generation import gen_weights
 from anekit.llama.params import Params
 from anekit.rules import CHIPS, check_program
 from anekit.tools.gen_dump import plan_kernels
 
+# The families in small (dim 64: the narrowest tensors with no channel warning), as the kernel tests build
+# them: Qwen 3 (a head_dim of its own, q / k norms, biases), Gemma 3 ((1 + w) norms, post-norms, GeGLU,
+# sliding layers with their own RoPE base beside a full one).
+HF_BASE = ModelConfig(64, 128, 2, 4, 2, 128, 32)
+CONFIGS = {
+    "stories260K": preset("stories260K"),
+    "stories15M": preset("stories15M"),  # the real shapes, from shapes only (no weight files checked)
+    "qwen3-like": HF_BASE.with_(attn_head_dim=16, qkv_bias=True, qk_norm=True, name="qwen3-like"),
+    "gemma3-like": HF_BASE.with_(
+        n_layers=3, attn_head_dim=16, qk_norm=True, norm_offset=1.0, post_norms=True, mlp_act="gelu_tanh",
+        embed_scale=8.0, attn_scale=24**-0.5, sliding_window=8, layer_types=("sliding", "full", "sliding"),
+        rope_theta=1e6, rope_local_theta=1e4, name="gemma3-like",
+    ),
+}  # fmt: skip
+WEIGHTED = {"stories260K", "qwen3-like", "gemma3-like"}  # small enough to build with weights
 
-def _contested(cfg, chip: str, macos: str) -> tuple[str, list[tuple[str, str]]]:
+
+def _contested(name: str, chip: str, macos: str) -> tuple[str, list[tuple[str, str]]]:
     """The route's id and every (kernel, finding) of its decode and prefill kernels that is an error or a
-    warning of a contested rule."""
+    warning of a contested rule (``name``: a config of CONFIGS; the small ones are built with weights, so
+    their weight files' BLOBFILE offsets are checked too)."""
+    cfg = CONFIGS[name]
     route = generation_route(chip, macos)
     plan = generation_plan(cfg, route)
-    weights = gen_weights(Params.init(cfg, 0))  # baked kernels with their weight files, offsets checked
+    weights = gen_weights(Params.init(cfg, 0)) if name in WEIGHTED else None
     found = []
     for width in plan.widths:
         for k in plan_kernels(cfg, route, plan, width, weights):
-            for f in check_program(k.spec.program, chip, k.spec.weight_files(), macos=macos):
+            files = k.spec.weight_files() if weights is not None else None
+            for f in check_program(k.spec.program, chip, files, macos=macos):
                 if f.is_error or f.rule.conflicted:
                     found.append((k.name, f.short()))
     return route.id, found
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("chip", CHIPS)
-def test_the_generation_route_of_every_chip_lints_clean_under_every_macos(chip):
-    cfg = preset("stories260K")
+def test_the_generation_route_of_every_chip_lints_clean_under_every_macos(chip, name):
     routes = set()
     for macos in ("", *MACOS_MAJORS):
         try:
-            route_id, contested = _contested(cfg, chip, macos)
+            route_id, contested = _contested(name, chip, macos)
         except NoGenerationRoute:  # no candidate runs under every macOS: each major has its own
             assert macos == "", (chip, macos)
             continue
         routes.add(route_id)
-        assert not contested, (chip, macos or "every macOS", route_id, contested)
+        assert not contested, (name, chip, macos or "every macOS", route_id, contested)
     assert routes, chip
 
 
-def test_the_legacy_kernels_of_chip_any_lint_clean():
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_legacy_kernels_of_chip_any_lint_clean(name):
     """The simulator with no chip named runs the legacy kernels; under the rules of every chip together."""
-    route_id, contested = _contested(preset("stories260K"), "any", "")
+    route_id, contested = _contested(name, "any", "")
     assert route_id == "legacy" and not contested, contested
 
 

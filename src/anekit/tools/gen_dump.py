@@ -21,16 +21,7 @@ from typing import Any
 from anekit.engine.generation_routes import GenerationRoute, generation_route
 from anekit.generate.plan import GenerationPlan, generation_plan
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.conv_only import qkv_fwd, wo_fwd
-from anekit.kernels.forward import ffn_fwd
-from anekit.kernels.generation import (
-    GenKernel,
-    attention_kernel,
-    gen_weights,
-    head_kernel,
-    layers_kernel,
-    mlp_kernel,
-)
+from anekit.kernels.generation import GenKernel, gen_weights, kernel_set
 from anekit.kernels.route import KernelRoute
 from anekit.kernels.spec import KernelSpec, Layout
 from anekit.llama.params import Params
@@ -45,7 +36,7 @@ Weights = Mapping[Any, Any] | None
 @dataclass(frozen=True)
 class PlannedKernel:
     """One kernel of a plan's set of one width: its name, what it holds (``{"layers": [first, last]}``,
-    ``{"layer": i, "block": "attention"}``, ``{"vocab": [start, stop]}``), its spec (program and weight
+    ``{"layer": i, "block": "attn"}``, ``{"vocab": [start, stop]}``), its spec (program and weight
     files) and the parts of each input surface by MIL input name (a dynamic kernel's "x": the activation
     parts of its first columns; the weights follow them)."""
 
@@ -78,49 +69,34 @@ def kernel_route(route: GenerationRoute) -> KernelRoute:
     return KernelRoute(*route.kernel_route)
 
 
-def _layer_kernels(
-    cfg: ModelConfig, route: GenerationRoute, width: int, cap: int, first: int, last: int, weights: Weights
-) -> list[PlannedKernel]:
-    """The kernels of the layer group [first, last): one fused layers kernel; with the norm on the host one
-    attention and one MLP kernel a layer; with attention on the host the conv route's three kernels a
-    layer (``kernels.conv_only`` at seq_len = width, as ``generate.host_attention`` runs them)."""
-    kr = kernel_route(route)
-    if kr.attention == "host":
-        cfg_w = cfg.with_(seq_len=width)
-        out = []
-        for i in range(first, last):
-            w = None if weights is None else {**weights[i], "embed": weights["embed"]}
-            specs = {"qkv": qkv_fwd(cfg_w, w), "wo": wo_fwd(cfg_w, w), "ffn": ffn_fwd(cfg_w, w, norm="host")}
-            for block, spec in specs.items():
-                out.append(PlannedKernel(f"gen_{block}_{i}_w{width}", {"layer": i, "block": block}, spec, {}))
-        return out
-    if kr.norm == "host":
-        out = []
-        for i in range(first, last):
-            attn = attention_kernel(cfg, i, width=width, capacity=cap, route=kr, weights=weights)
-            mlp = mlp_kernel(cfg, i, width=width, route=kr, weights=weights)
-            out += [PlannedKernel.of({"layer": i, "block": "attention"}, attn)]
-            out += [PlannedKernel.of({"layer": i, "block": "mlp"}, mlp)]
-        return out
-    g = layers_kernel(cfg, first, last, width=width, capacity=cap, route=kr, weights=weights)
-    return [PlannedKernel.of({"layers": [first, last]}, g)]
+def _holds(g: GenKernel) -> dict[str, Any]:
+    """What a kernel holds: a vocabulary tile, fused layers [first, last), or one layer's block (the name's
+    second word: "attn", "mlp"; the conv route's "qkv", "wo", "ffn")."""
+    if g.vocab:
+        return {"vocab": list(g.vocab)}
+    if g.name.startswith("gen_layers_"):
+        return {"layers": [g.layers[0], g.layers[-1] + 1]}
+    (layer,) = g.layers
+    return {"layer": layer, "block": g.name.split("_")[1]}
 
 
 def plan_kernels(
     cfg: ModelConfig, route: GenerationRoute, plan: GenerationPlan, width: int, weights: Weights = None
 ) -> list[PlannedKernel]:
-    """The kernels of ``plan``'s set of ``width`` (one of ``plan.widths``): each layer group's
-    (``_layer_kernels``), then a head kernel per vocabulary tile; ``weights`` as
-    ``kernels.generation.gen_weights`` gives them (None: shapes only)."""
-    cap = plan.capacity_for(width)
-    out = [
-        k for first, last in plan.groups for k in _layer_kernels(cfg, route, width, cap, first, last, weights)
-    ]
-    kr = kernel_route(route)
-    for start, stop in plan.tiles:
-        g = head_kernel(cfg, start, stop, width=width, route=kr, weights=weights)
-        out.append(PlannedKernel.of({"vocab": [start, stop]}, g))
-    return out
+    """The kernels of ``plan``'s set of ``width`` (one of ``plan.widths``), in the order a step runs them
+    (``kernels.generation.kernel_set``: each layer group's fused kernel, or each layer's blocks, then a head
+    kernel per vocabulary tile); ``weights`` as ``kernels.generation.gen_weights`` gives them (None: shapes
+    only)."""
+    kernels = kernel_set(
+        cfg,
+        kernel_route(route),
+        width=width,
+        capacity=plan.capacity_for(width),
+        groups=plan.groups,
+        tiles=plan.tiles,
+        weights=weights,
+    )
+    return [PlannedKernel.of(_holds(g), g) for g in kernels.values()]
 
 
 def model_params(config: str, cfg: ModelConfig, seed: int = 0) -> Params:
