@@ -9,15 +9,22 @@ bound in the other) whose sizes differ, so it is the case those rules were writt
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
-from anekit.errors import CompilationFailed
+from anekit.errors import CompilationFailed, EvalFailed
+from anekit.generate.engine import EngineDecoder
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import Params
+from anekit.llama.sample import Sampler
 from anekit.mil import Builder, StateType, tensor
 from anekit.mil.printer import print_program
-from anekit.runtime.ane import AneBackend, lifecycle
+from anekit.runtime.ane import AneBackend, binding, lifecycle
 from anekit.runtime.ane.lifecycle import EngineModel
 from anekit.runtime.sim import SimBackend
+from tests.fake_objc import FakeObjC
 
 S = 32  # rows of 64 bytes in fp16: the smallest width the engine runs (rule surface.min-row-bytes)
 C = 64
@@ -65,3 +72,116 @@ def test_a_state_op_in_a_direct_route_program_is_refused(fake, backend):
     want = 2 * (cache.astype(np.float16).astype(np.float64) + x.astype(np.float16).astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
     np.testing.assert_array_equal(got, SimBackend().compile(plain)(x=x, cache=cache)["out"])
+
+
+# -- an EngineDecoder over the fake engine --------------------------------------------------------------
+
+CFG = ModelConfig(64, 128, 2, 4, 2, 128, 64, name="tiny")  # 2 layers, 128 tokens, a context of 64
+PROMPT = [1, *range(5, 44)]  # 40 tokens: one prefill chunk (width 64), then decode steps (width 32)
+
+
+class _Tokens:
+    """What the sampler asks of a tokenizer when it is handed ids: BOS and the vocabulary size."""
+
+    bos_id = 1
+    vocab_size = CFG.vocab_size
+
+
+def _params() -> Params:
+    """Random weights of unit gain (std 1 / sqrt(fan-in)), so that every layer and the cache move the
+    logits: a wrongly bound surface cannot hide under llama2.c's small initialisation."""
+    params = Params.init(CFG, seed=5)
+    for layer in params.layers:
+        for a in layer.as_dict().values():
+            if a.ndim == 2:
+                a *= 1 / (
+                    0.02 * np.sqrt(a.shape[1])
+                )  # in place: std 0.02 (or less) -> about 1 / sqrt(fan-in)
+    params.embed *= 50.0  # entries about 1
+    return params
+
+
+def _fake_backend(tmp_path, chip: str, **options) -> tuple[FakeObjC, AneBackend]:
+    fake = FakeObjC(tmp_path / f"T-{chip}", chip=chip)
+    (tmp_path / f"T-{chip}").mkdir()
+    return fake, AneBackend(runtime=fake.runtime(), dialect="ios18", **options)
+
+
+def _generate(decoder: EngineDecoder, steps: int = 52) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens through the sampler, and the logits of every forward."""
+    seen: list[np.ndarray] = []
+    forward = decoder.forward
+
+    def recording(tokens, pos):
+        logits = forward(tokens, pos)
+        seen.append(logits.copy())
+        return logits
+
+    decoder.forward = recording  # type: ignore[method-assign]
+    tokens = list(Sampler(decoder, _Tokens()).generate_ids(PROMPT, steps, temperature=0.0, seed=1))
+    return tokens, seen
+
+
+@pytest.mark.parametrize("chip, route", [("m5", "baked-fused"), ("m1", "conv-host-attention")])
+def test_engine_decoder_over_the_fake_engine_generates_the_simulator_s_tokens(
+    tmp_path, monkeypatch, chip, route
+):
+    """The fake engine binds, sizes and reads the surfaces as the engine does and computes with the chip's
+    numerics, so the macOS backend's decoder must give the simulator's logits bit for bit, hence its tokens:
+    a prompt in one prefill chunk, then decode steps (the cache copied once from the prefill kernels')."""
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    params = _params()
+    fake, backend = _fake_backend(tmp_path, chip)
+    with EngineDecoder(params, backend) as on_fake, EngineDecoder(params, SimBackend(chip=chip)) as on_sim:
+        assert on_fake.route.id == on_sim.route.id == route
+        got, got_logits = _generate(on_fake)
+        want, want_logits = _generate(on_sim)
+    assert got == want and len(got) == 52  # 39 forced prompt tokens, 13 sampled
+    assert all(not np.array_equal(a, b) for a, b in itertools.pairwise(want_logits))  # positions matter
+    for g, w in zip(got_logits, want_logits):
+        np.testing.assert_array_equal(g, w)
+    assert fake.refusals == [] and fake.errors == []
+    if route == "baked-fused":  # the layers kernels: two inputs, "x" declared first and bound second
+        (request, *_) = fake.find(
+            "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+        )
+        assert request.values[1] == [0, 1]
+
+
+def test_binding_the_generation_kernel_s_inputs_in_declaration_order_corrupts_its_numbers(
+    tmp_path, monkeypatch
+):
+    """Rule surface.bind-alphabetical (mechramc/Orion docs/ane_constraints.md §13): the engine binds "cache"
+    before "x". A backend binding them as declared is refused by its own plan check; with the check off, the
+    fake (as the engine) runs it without a word and the logits are garbage."""
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    monkeypatch.setattr(binding, "binding_order", lambda names: list(range(len(names))))
+    params = _params()
+    fake, backend = _fake_backend(tmp_path, "m5")
+    with pytest.raises(CompilationFailed, match=r"surface\.bind-alphabetical error input surfaces"):
+        EngineDecoder(params, backend)
+    backend.strict = False
+    with EngineDecoder(params, backend) as on_fake, EngineDecoder(params, SimBackend(chip="m5")) as on_sim:
+        with np.errstate(all="ignore"):
+            got = on_fake.forward(PROMPT, 0)
+        want = on_sim.forward(PROMPT, 0)
+    assert not np.allclose(got, want, rtol=0.1, atol=0.1, equal_nan=False)
+    assert fake.refusals == []  # silent, as on the engine
+
+
+def test_inputs_of_different_allocation_sizes_are_refused_by_the_fake(tmp_path, monkeypatch):
+    """Rule surface.uniform-input-size (Orion §12): "x" and "cache" differ in size, so the backend pads both
+    to one allocation; a backend that sized each input to its own tensor fails at the first evaluation."""
+    from anekit.runtime.ane import kernel as kernel_module
+
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    real = kernel_module.AneSurface
+
+    def own_size(rt, shape, dtype, name, alloc):  # each surface as big as its tensor (at least the floor)
+        return real(rt, shape, dtype, name, 0)
+
+    monkeypatch.setattr(kernel_module, "AneSurface", own_size)
+    fake, backend = _fake_backend(tmp_path, "m5")
+    with EngineDecoder(_params(), backend) as on_fake, pytest.raises(EvalFailed, match="status=0x1d"):
+        on_fake.forward(PROMPT, 0)
+    assert fake.refusals and fake.refusals[0].startswith("input surfaces of different allocation sizes")
