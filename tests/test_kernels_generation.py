@@ -566,3 +566,80 @@ def test_the_kernels_lint_clean_for_the_chips_of_their_route(route_id, width, co
             result = lint_program(kernel.program, kernel.name, chip, macos=macos)
             bad = [str(f) for f in result.findings if f.is_error or f.rule.conflicted]
             assert not bad, (chip, kernel.name, bad)
+
+
+@pytest.mark.parametrize("rope", ROPE_ROUTES)
+@pytest.mark.parametrize("family", ["llama", *FAMILIES])
+def test_every_op_feeds_another_or_the_output(family, rope):
+    """No dead op (a value computed and never read): the compilers prune or refuse them, and they cost."""
+    cfg = LLAMA if family == "llama" else FAMILIES[family]
+    kernels = [
+        layers_kernel(cfg, 0, 2, width=32, capacity=96, route=ROPE_ROUTES[rope]),
+        attention_kernel(cfg, 1, width=32, capacity=96, route=DYNAMIC),
+        mlp_kernel(cfg, 1, width=32, route=DYNAMIC),
+        head_kernel(cfg, 0, 80, width=32, route=DYNAMIC),
+    ]
+    for kernel in kernels:
+        fn = kernel.program.functions["main"]
+        read = {id(v) for op in fn.block.ops for v in op.inputs.values() if hasattr(v, "name")}
+        read |= {id(v) for op in fn.block.ops for v in op.inputs.values() if isinstance(v, tuple) for v in v}
+        read |= {id(v) for v in fn.block.outputs}
+        dead = [
+            op.outputs[0].name
+            for op in fn.block.ops
+            if op.op_type != "const" and id(op.outputs[0]) not in read
+        ]
+        assert not dead, (kernel.name, dead)
+
+
+# -- the fake engine ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route_id", ["legacy", "dynamic-engine-attention"])
+def test_the_fake_engine_runs_a_generation_kernel_as_the_simulator_does(fake, monkeypatch, route_id):
+    """Through the macOS backend over the objc fake (tests/fake_objc.py: Orion's binding rules, each
+    kernel its own surfaces, inputs bound alphabetically ("cache" before "x") and padded to one size),
+    a kernel with a cache input gives the simulator's output bit for bit."""
+    from anekit.runtime.ane import AneBackend, lifecycle
+
+    monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
+    backend = AneBackend(runtime=fake.runtime(), dialect="ios18")
+    layers = random_layers(LLAMA, 0)
+    weights = dict(enumerate(layers))
+    x = np.random.default_rng(1).standard_normal((LLAMA.dim, 42)).astype(np.float32)
+    _, kvs = reference(LLAMA, layers, x)
+    if route_id == "legacy":
+        kernel = layers_kernel(LLAMA, 0, 2, width=32, capacity=96, route=LEGACY_LIKE, weights=weights)
+        xin, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 0, 2)
+    else:
+        kernel = attention_kernel(LLAMA, 1, width=32, capacity=96, route=DYNAMIC)
+        act, cache = _inputs(LLAMA, kernel, 37, 5, x, kvs, 1, 2)
+        xin = kernel.pack_x(kernel.act.split(act), into=pack_weights(kernel, weights))
+    want = kernel.run(runtime.open("sim"), xin, cache)
+    compiled = kernel.compile(backend)
+    got = kernel.run(compiled, xin, cache)
+    compiled.close()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert fake.refusals == []
+
+
+# -- wide matrices ----------------------------------------------------------------------------------------
+
+WIDE = LLAMA.with_(hidden_dim=2112, name="gen-wide")  # W2 reads 2112 channels: more than one conv may
+
+
+def _conv_inputs(kernel) -> list[int]:
+    ops = kernel.program.functions["main"].block.ops
+    return [op.inputs["x"].type.shape[1] for op in ops if op.op_type == "conv"]
+
+
+def test_a_down_projection_wider_than_a_conv_reads_is_split_and_still_matches():
+    """Qwen3-0.6B's W2 reads 3072 channels, Gemma 3 1B's 6912; no hardware-run conv reads more than 2048
+    (kernels.blocks.MAX_CONV_INPUT_CHANNELS): W2 is two convs over channel slices, summed."""
+    _check_layers(WIDE, ROPE_ROUTES["slice"], tol=5e-3)
+    fused = layers_kernel(WIDE, 0, 2, width=32, capacity=96, route=LEGACY_LIKE)
+    conv_route = host_attention_kernels(WIDE, 32)["gen_ffn_0_w32"]
+    for kernel in (fused, conv_route):
+        widths = _conv_inputs(kernel)
+        assert max(widths) <= 2048 and widths.count(1088) + widths.count(1024) >= 2, (kernel.name, widths)

@@ -40,9 +40,9 @@ from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import COLUMN_ALIGN, DynamicKernelSpec, Segment, SpatialLayout, dynamic_builder
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.dynamic import ffn_fwd_dynamic_columns, norm_offsets, sdpa_fwd_dynamic_columns
-from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, layer_values, local_rope
+from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, PartPacked, layer_values, local_rope
 from anekit.kernels.route import KernelRoute
-from anekit.kernels.source import Packed, WeightSource
+from anekit.kernels.source import WeightSource, baked_product
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import tensor
 from anekit.mil.ir import Program
@@ -343,7 +343,7 @@ def _block_source(
     if route.weights == "dynamic":
         kb = dynamic_builder(name, kcfg, columns, norm="host", rope=route.rope)
         offsets = norm_offsets(kcfg, ("q_norm", "k_norm"))
-        return kb, Packed(kb, columns, act, offsets), columns
+        return kb, PartPacked(kb, columns, act, offsets), columns
     kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="host", rope=route.rope)
     src = LayerBaked(kb)
     src.layer = layers.start
@@ -496,7 +496,7 @@ def head_kernel(
     if route.weights == "dynamic":
         columns = head_columns(cfg, width, start, stop, route.norm)
         kb = dynamic_builder(name, kcfg, columns, norm=route.norm)
-        src = Packed(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
+        src = PartPacked(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
         x = src.act("x")  # (1, dim, 1, W)
         if route.norm == "engine":
             x = kb.rmsnorm(x, src.scale("rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
@@ -507,7 +507,7 @@ def head_kernel(
     x = kb.part("x")  # (1, dim, 1, W)
     if route.norm == "engine":
         x = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
-    logits = kb.conv(x, kb.matrix("wcls", "wcls", stop - start, cfg.dim), "logits")  # (1, tile, 1, W)
+    logits = baked_product(kb, x, "wcls", "wcls", stop - start, cfg.dim, "logits")  # (1, tile, 1, W)
     spec = kb.finish(outputs, {"logits": logits})
     return GenKernel(name, spec.program, act, None, outputs, spec, None, (), tile)
 
