@@ -25,6 +25,12 @@ HF_BASE = ModelConfig(64, 128, 2, 4, 2, 128, 32)
 CONFIGS = {
     "stories260K": preset("stories260K"),
     "stories15M": preset("stories15M"),  # the real shapes, from shapes only (no weight files checked)
+    # Qwen/Qwen3-0.6B's config.json (28 layers, 16 heads of 128 over 8 kv heads, 151936 tokens: 3 tiles),
+    # at the tools' window of 256 positions (anekit.tools.config.HF_SEQ); from shapes only
+    "qwen3-0.6B": ModelConfig(
+        1024, 3072, 28, 16, 8, 151936, 256, norm_eps=1e-6, rope_theta=1e6, attn_head_dim=128, qk_norm=True,
+        name="qwen3-0.6B",
+    ),
     "qwen3-like": HF_BASE.with_(attn_head_dim=16, qkv_bias=True, qk_norm=True, name="qwen3-like"),
     "gemma3-like": HF_BASE.with_(
         n_layers=3, attn_head_dim=16, qk_norm=True, norm_offset=1.0, post_norms=True, mlp_act="gelu_tanh",
