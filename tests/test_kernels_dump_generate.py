@@ -92,11 +92,26 @@ def test_the_dumped_head_holds_the_model_s_own_weights(tmp_path):
     )
 
 
-def test_generate_dump_of_a_hugging_face_model_uses_its_weights(tmp_path, capsys):
+QWEN3_SMALL = dict(
+    hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+    vocab_size=512, num_hidden_layers=2,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape, overrides, classifier, eps",
+    [
+        ("tiny_llama2c", {"num_hidden_layers": 2}, "lm_head.weight", 1e-5),
+        ("qwen3", QWEN3_SMALL, "model.embed_tokens.weight", 1e-6),  # tied: the embedding classifies
+    ],
+)
+def test_generate_dump_of_a_hugging_face_model_uses_its_weights(tmp_path, shape, overrides, classifier, eps):
+    """The head tile of a Hugging Face model's dump computes its final norm and classifier (a float64
+    reference of the checkpoint's own tensors); the layers are in one fused kernel."""
     from tests.hf_fixtures import make_checkpoint, small
 
     model = tmp_path / "hf"
-    tensors = make_checkpoint(model, small("tiny_llama2c", num_hidden_layers=2), dtype="float32", seed=1)
+    tensors = make_checkpoint(model, small(shape, **overrides), dtype="float32", seed=1)
     out = tmp_path / "g"
     assert main(["kernels", "dump", "--config", str(model), "--generate", str(out)]) == 0
     index = json.loads((out / "kernels.json").read_text())
@@ -104,8 +119,10 @@ def test_generate_dump_of_a_hugging_face_model_uses_its_weights(tmp_path, capsys
     head = next(n for n, r in index["kernels"].items() if r["holds"] == {"vocab": [0, 512]})
     x = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)
     got = _run_from_folder(out / head, x=x.reshape(1, 64, 1, 32))["out"][0, :, 0, :]
-    want = _rmsnorm_logits(x, tensors["model.norm.weight"], tensors["lm_head.weight"])
+    want = _rmsnorm_logits(x, tensors["model.norm.weight"], tensors[classifier], eps)
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+    for name in index["kernels"]:
+        mil.verify(mil.parse((out / name / "model.mil").read_text()))
 
 
 @pytest.mark.parametrize(
