@@ -14,12 +14,14 @@ import itertools
 import numpy as np
 import pytest
 
+from anekit.engine.generation_routes import generation_route
 from anekit.errors import CompilationFailed, EvalFailed
 from anekit.generate.engine import EngineDecoder
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
 from anekit.llama.sample import Sampler
 from anekit.mil import Builder, StateType, tensor
+from anekit.mil.parser import parse_program
 from anekit.mil.printer import print_program
 from anekit.runtime.ane import AneBackend, binding, lifecycle
 from anekit.runtime.ane.lifecycle import EngineModel
@@ -101,10 +103,10 @@ def _params() -> Params:
     return params
 
 
-def _fake_backend(tmp_path, chip: str, **options) -> tuple[FakeObjC, AneBackend]:
-    fake = FakeObjC(tmp_path / f"T-{chip}", chip=chip)
+def _fake_backend(tmp_path, chip: str, macos: str = "15.1") -> tuple[FakeObjC, AneBackend]:
+    fake = FakeObjC(tmp_path / f"T-{chip}", chip=chip, macos=macos)
     (tmp_path / f"T-{chip}").mkdir()
-    return fake, AneBackend(runtime=fake.runtime(), dialect="ios18", **options)
+    return fake, AneBackend(runtime=fake.runtime(), dialect="ios18")
 
 
 def _generate(decoder: EngineDecoder, steps: int = 52) -> tuple[list[int], list[np.ndarray]]:
@@ -122,18 +124,32 @@ def _generate(decoder: EngineDecoder, steps: int = 52) -> tuple[list[int], list[
     return tokens, seen
 
 
-@pytest.mark.parametrize("chip, route", [("m5", "baked-fused"), ("m1", "conv-host-attention")])
+@pytest.mark.parametrize(
+    "chip, macos, route",
+    [
+        ("m5", "26.3", "baked-fused"),
+        ("m3", "26.3", "baked-fused-rope-matmul"),
+        ("m3", "15.1", "dynamic-engine-attention"),
+        ("m1", "26.3", "conv-host-attention"),
+    ],
+)
 def test_engine_decoder_over_the_fake_engine_generates_the_simulator_s_tokens(
-    tmp_path, monkeypatch, chip, route
+    tmp_path, monkeypatch, chip, macos, route
 ):
-    """The fake engine binds, sizes and reads the surfaces as the engine does and computes with the chip's
-    numerics, so the macOS backend's decoder must give the simulator's logits bit for bit, hence its tokens:
-    a prompt in one prefill chunk, then decode steps (the cache copied once from the prefill kernels')."""
+    """The fake engine binds, sizes and reads the surfaces as the engine does, computes with the chip's
+    numerics and refuses what the chip's compiler refused (matmul on the M1 under macOS 26), so the macOS
+    backend's decoder on the route of the chip and macOS must give the simulator's logits bit for bit,
+    hence its tokens: a prompt in one prefill chunk, then decode steps (the cache copied once from the
+    prefill kernels' surfaces to the decode kernels')."""
     monkeypatch.setattr(lifecycle, "LOAD_RETRY_DELAY", 0.0)
     params = _params()
-    fake, backend = _fake_backend(tmp_path, chip)
-    with EngineDecoder(params, backend) as on_fake, EngineDecoder(params, SimBackend(chip=chip)) as on_sim:
-        assert on_fake.route.id == on_sim.route.id == route
+    fake, backend = _fake_backend(tmp_path, chip, macos)
+    chosen = generation_route(chip, macos)
+    assert chosen.id == route
+    with (
+        EngineDecoder(params, backend, chosen) as on_fake,
+        EngineDecoder(params, SimBackend(chip=chip), chosen) as on_sim,
+    ):
         got, got_logits = _generate(on_fake)
         want, want_logits = _generate(on_sim)
     assert got == want and len(got) == 52  # 39 forced prompt tokens, 13 sampled
@@ -141,11 +157,14 @@ def test_engine_decoder_over_the_fake_engine_generates_the_simulator_s_tokens(
     for g, w in zip(got_logits, want_logits):
         np.testing.assert_array_equal(g, w)
     assert fake.refusals == [] and fake.errors == []
-    if route == "baked-fused":  # the layers kernels: two inputs, "x" declared first and bound second
-        (request, *_) = fake.find(
-            "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
-        )
-        assert request.values[1] == [0, 1]
+    sent = [
+        parse_program(c.values[0].decode()).main for c in fake.find("modelWithMILText:weights:optionsPlist:")
+    ]
+    with_cache = [[v.name for v in fn.inputs] for fn in sent if len(fn.inputs) == 2]
+    if route != "conv-host-attention":  # kernels with a cache: declared x, cache; handed to the engine sorted
+        assert with_cache and all(names == ["cache", "x"] for names in with_cache)
+    else:
+        assert not with_cache  # the conv route's kernels read one input each, the cache stays on the host
 
 
 def test_binding_the_generation_kernel_s_inputs_in_declaration_order_corrupts_its_numbers(
