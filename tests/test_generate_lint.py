@@ -91,3 +91,17 @@ def test_every_candidate_route_is_some_chip_s_route():
             except NoGenerationRoute:
                 continue
     assert chosen == {c.id for c in CANDIDATES}
+
+
+@pytest.mark.parametrize("chip, macos", [("m1", "26"), ("m3", "15"), ("m5", "")])
+def test_a_generation_dump_lints_clean_with_anekit_lint(tmp_path, capsys, chip, macos):
+    """What a user runs: dump a chip's generation kernels, then ``anekit lint`` the folder for that chip."""
+    from anekit.cli.main import main
+
+    out = tmp_path / "g"
+    on = ["--chip", chip, *(["--macos", macos] if macos else [])]
+    assert main(["kernels", "dump", "--config", "stories260K", "--generate", *on, str(out)]) == 0
+    capsys.readouterr()
+    assert main(["lint", str(out), *on]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith(f"{len(list(out.glob('*/model.mil')))} programs: 0 errors"), summary
