@@ -185,7 +185,7 @@ def test_binding_the_generation_kernel_s_inputs_in_declaration_order_corrupts_it
             got = on_fake.forward(PROMPT, 0)
         want = on_sim.forward(PROMPT, 0)
     assert not np.allclose(got, want, rtol=0.1, atol=0.1, equal_nan=False)
-    assert fake.refusals == []  # silent, as on the engine
+    assert fake.refusals == [] and fake.errors == []  # silent, as on the engine
 
 
 def test_inputs_of_different_allocation_sizes_are_refused_by_the_fake(tmp_path, monkeypatch):
@@ -204,3 +204,4 @@ def test_inputs_of_different_allocation_sizes_are_refused_by_the_fake(tmp_path, 
     with EngineDecoder(_params(), backend) as on_fake, pytest.raises(EvalFailed, match="status=0x1d"):
         on_fake.forward(PROMPT, 0)
     assert fake.refusals and fake.refusals[0].startswith("input surfaces of different allocation sizes")
+    assert fake.errors == []
