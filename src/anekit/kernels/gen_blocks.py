@@ -28,7 +28,7 @@ import numpy as np
 
 from anekit.blob import build_blob_bytes
 from anekit.kernels.blocks import KernelBuilder, pair_swap_matrix
-from anekit.kernels.composable import SpatialLayout, dynamic_slice
+from anekit.kernels.composable import SpatialLayout, dynamic_linear, dynamic_slice
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.source import Baked, Packed, WeightSource, baked_product, matrix_shape
 from anekit.kernels.spec import Layout, LayoutError
@@ -94,13 +94,38 @@ class LayerBaked(Baked):
 class PartPacked(Packed):
     """``source.Packed`` whose activation parts are sliced out of the one activation segment when first
     read, each alone: a kernel that reads only some parts (a full layer of a model with sliding ones
-    never reads mask_local) has no slice feeding nothing."""
+    never reads mask_local) has no slice feeding nothing. A matrix may also share its columns with others,
+    stacked along rows in one segment (``generation.mlp_columns`` for an MLP too wide for side-by-side
+    segments): its rows are sliced out of that segment."""
 
     def __init__(
         self, kb: KernelBuilder, columns: SpatialLayout, activations: Layout, offsets: Mapping[str, float]
     ) -> None:
         super().__init__(kb, columns, activations, offsets)
         self._parts: dict[str, Var] = {}
+
+    def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
+        found = self._row_source(key)
+        if found is None:
+            return super().linear(x, key, tag, rows)
+        segment, first, count, transposed = found
+        w = dynamic_slice(self.kb, self.columns, segment, (first, count), tag=key)  # (1, count, 1, cols)
+        if rows is not None:
+            return dynamic_linear(self.kb, None, w, tag, transposed, at=rows)  # (1, N, 1, W)
+        return dynamic_linear(self.kb, x, w, tag, transposed)  # (1, N, 1, W)
+
+    def _row_source(self, key: str) -> tuple[str, int, int, bool] | None:
+        """(segment, first row, rows, holds the transpose) of matrix ``key`` stacked with others in one
+        segment; None when a segment holds it alone."""
+        for s in self.columns.segments:
+            if len(s.sources) < 2:
+                continue
+            first = 0
+            for k, rows, transposed in s.sources:
+                if k == key:
+                    return s.name, first, rows, transposed
+                first += rows
+        return None
 
     def act(self, name: str) -> Var:
         if name not in self._parts:

@@ -22,7 +22,21 @@ kernels' cache surfaces in place. No state ops: in-graph KV updates were refused
 
 Attention keys are concat(cache slots, the chunk's own keys): the softmax runs over capacity + W, a power
 of two (rule op.softmax-axis-size) by ``capacity_for``. A "head kernel" is the final RMSNorm (norm on the
-engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels, engine.extents).
+engine) and the classifier of a vocabulary tile [start, stop) (``head_tile_limit``).
+
+Per route (``anekit.kernels.route.KernelRoute``; the engine layer chooses it per chip):
+
+- norm on the engine, baked weights (legacy, baked-fused, baked-fused-rope-matmul): ``layers_kernel``,
+  "gen_layers_{first}_{last}_w{W}", as many layers as the plan groups, RoPE in the route's form;
+- norm on the host (dynamic-engine-attention): ``attention_kernel`` "gen_attn_{l}_w{W}" and
+  ``mlp_kernel`` "gen_mlp_{l}_w{W}", one block each, the host normalising between them, the weights
+  packed into "x" once (``pack_weights``);
+- attention on the host (conv-host-attention): ``host_attention_kernels``, the conv route's own kernels
+  at seq_len = W;
+- every route: ``head_kernel`` "gen_head_{start}_{stop}_w{W}"; ``kernel_set`` builds all of one width.
+
+The host writes "x" with ``rope_columns`` and ``cache_mask``; ``gen_weights`` turns a model's Params into
+the ``weights`` these take (layer -> {wq: ...}, embed, rms_final, wcls; None: shapes only).
 """
 
 from __future__ import annotations
@@ -239,6 +253,12 @@ def layers_kernel(
             f"[generation] a fused layers kernel takes baked weights, attention and norm on the engine; "
             f"route is {route.describe()} (use attention_kernel / mlp_kernel, or host_attention_kernels)"
         )
+    if last - first > max_fused_layers(cfg):
+        raise GenerationError(
+            f"[generation] layers [{first}, {last}): the output x + 2 x {last - first} x kv_dim = "
+            f"{cfg.dim + 2 * (last - first) * cfg.kv_dim} channels exceeds {CHANNEL_LIMIT} (engine.extents "
+            f"CHANNELS); at most {max_fused_layers(cfg)} layers per kernel (max_fused_layers)"
+        )
     layers = range(first, last)
     name = f"gen_layers_{first}_{last}_w{width}"
     act = act_layout(cfg, width, capacity)
@@ -255,6 +275,12 @@ def layers_kernel(
     parts = {"x": x, **_kv_taps(blocks, layers)}
     spec = kb.finish(outputs, parts)
     return GenKernel(name, spec.program, act, cache, outputs, spec, None, tuple(layers))
+
+
+def max_fused_layers(cfg: ModelConfig) -> int:
+    """The most layers one layers kernel takes: its output (dim + 2 kv_dim per layer) and its cache
+    input (2 kv_dim per layer) within 65536 channels (engine.extents CHANNELS)."""
+    return (CHANNEL_LIMIT - cfg.dim) // (2 * cfg.kv_dim)
 
 
 def attention_kernel(
@@ -295,13 +321,13 @@ def mlp_kernel(
     """The MLP block of layer ``layer`` alone, "gen_mlp_{layer}_w{width}", for a route with the norm on
     the host: input x (dim) the host's normalised residual stream (rms_ffn applied), output x the block's
     result before the residual add (Gemma 3: before post_ffn_norm). No cache. Weights as
-    ``attention_kernel``'s (dynamic: ``kernels.dynamic``'s ffn_fwd_dynamic columns)."""
+    ``attention_kernel``'s (dynamic: ``mlp_columns``)."""
     kcfg = _check(cfg, layer, layer + 1, width, None)
     _check_block_route(route)
     layers = range(layer, layer + 1)
     name = f"gen_mlp_{layer}_w{width}"
     act = act_layout(cfg, width, 0, attention=False)
-    columns = ffn_fwd_dynamic_columns(kcfg, "host")
+    columns = mlp_columns(cfg, width)
     _, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
     blocks = GenBlocks(src, capacity=0).at(layer)
     model = model_for(kcfg)
@@ -309,6 +335,20 @@ def mlp_kernel(
     outputs = Layout.of([("x", cfg.dim)], width)
     spec = src.finish(outputs, {"x": out})
     return GenKernel(name, spec.program, act, None, outputs, spec, packed, (layer,))
+
+
+def mlp_columns(cfg: ModelConfig, width: int) -> SpatialLayout:
+    """The columns of a dynamic MLP kernel's "x": ``kernels.dynamic``'s ffn_fwd_dynamic columns with norm
+    "host" (x, W1^T, W3^T, W2 side by side, as maderix's ffnFused packs them) at width W, where they fit
+    the 16384 columns of the M1 to M3 (engine.extents SPATIAL). A wider MLP (hidden > ~5400: Gemma 3 1B's
+    6912) stacks the three along rows in ONE segment of hidden columns instead, W1^T over W3^T over W2
+    (3 dim channels): the same values, a third of the width."""
+    base = ffn_fwd_dynamic_columns(cfg.with_(seq_len=width), "host")
+    if base.columns <= SPATIAL.limit("any"):
+        return base
+    d, h = cfg.dim, cfg.hidden_dim
+    stacked = Segment("w132", 3 * d, h, (("w1", d, True), ("w3", d, True), ("w2", d, False)))
+    return SpatialLayout.of(3 * d, [Segment("act", d, width), stacked], align=COLUMN_ALIGN)
 
 
 def attention_columns(cfg: ModelConfig, width: int, capacity: int) -> SpatialLayout:
@@ -552,6 +592,8 @@ __all__ = [
     "host_attention_kernels",
     "kernel_set",
     "layers_kernel",
+    "max_fused_layers",
+    "mlp_columns",
     "mlp_kernel",
     "pack_weights",
     "rope_columns",
