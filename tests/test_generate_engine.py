@@ -36,9 +36,10 @@ from tests.test_models_gemma3 import make_gemma3
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 STORIES260K = CORPUS / "llama2c" / "stories260K.bin"
 # The fp16 error bound: the engine's activations and weights are fp16, the CPU's float32. Measured on the
-# M1 simulator: at most 0.62% of the largest logit on stories260K (0.085 of 13.7 over 17 steps), 0.1% on
-# the tiny random checkpoints; the tolerance is 1% of the largest logit.
-RELATIVE_TOL = 0.01
+# simulator: at most 0.62% of the largest logit on stories260K with the host's float32 attention (M1),
+# 1.05% with the fused kernels' fp16 attention (a 6-token prompt of random tokens: 0.137 of 13.0), 0.1%
+# on the tiny random checkpoints; the tolerance is 1.5% of the largest logit.
+RELATIVE_TOL = 0.015
 # chunked vs token by token: the host attention's float32 sums over a chunk round differently, the fused
 # kernels' softmax runs over capacity + W keys (W 32 or 64): measured 0.24% (m1) and 0.26% (m4) of the
 # largest logit; the dynamic kernels' matmuls of W token rows reduce differently under the M3's numerics:
@@ -148,7 +149,7 @@ def test_engine_samples_the_cpu_tokens_wherever_the_gap_exceeds_the_fp16_error(m
     scale = max(float(np.abs(c).max()) for c, _, _ in rows)
     errors = [float(np.abs(e - c).max()) for c, e, _ in rows]
     err = max(errors)
-    assert err <= RELATIVE_TOL * scale, f"{name}: fp16 error {err:.4g} past 1% of the logits' {scale:.3g}"
+    assert err <= RELATIVE_TOL * scale, f"{name}: fp16 error {err:.4g} past 1.5% of the logits' {scale:.3g}"
     contested = [i for i, (_, _, gap) in enumerate(rows) if gap <= 2 * err]
     for i, (c, e, gap) in enumerate(rows):
         if i in contested:  # the logits agree within the tolerance; the token may differ
