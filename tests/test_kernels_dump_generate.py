@@ -59,6 +59,9 @@ def test_generate_dump_writes_the_plan_s_decode_and_prefill_kernels(tmp_path, ca
     }
     assert "generation route of any under every macOS: legacy" in printed
     assert "wrote 4 kernels of stories260K" in printed
+    assert (
+        "decode width 32 (cache 992 slots), prefill width 128 (cache 896 slots); 1 layer group, 1 " in printed
+    )
     # Every program parses and verifies; its inputs and output are the shapes the index gives.
     files = sorted(str(p) for p in out.glob("*/model.mil"))
     assert main(["mil", "check", *files]) == 0

@@ -144,11 +144,15 @@ def run_generate(args: argparse.Namespace, cfg: ModelConfig, model: str | None) 
     route, plan = dump.route, dump.plan
     where = f"macOS {route.macos}" if route.macos else "every macOS"
     print(f"generation route of {route.chip} under {where}: {route.id} ({route.why})")
-    print(
-        f"decode width {plan.decode_width} (cache {plan.capacity} slots), prefill width {plan.prefill_width} "
-        f"(cache {plan.prefill_capacity} slots); {plural(len(plan.groups), 'layer group')}, "
-        f"{plural(len(plan.tiles), 'vocabulary tile')}"
-    )
+    if route.attention == "host":  # the conv route's kernels read no cache: it lives in host memory
+        widths = f"decode width {plan.decode_width}, prefill width {plan.prefill_width} (cache on the host)"
+    else:
+        widths = (
+            f"decode width {plan.decode_width} (cache {plan.capacity} slots), prefill width "
+            f"{plan.prefill_width} (cache {plan.prefill_capacity} slots)"
+        )
+    groups = f"{plural(len(plan.groups), 'layer group')}, {plural(len(plan.tiles), 'vocabulary tile')}"
+    print(f"{widths}; {groups}")
     print(f"wrote {plural(len(dump.names), 'kernel')} of {cfg.name} to {args.out}")
     return 0
 
