@@ -47,6 +47,11 @@ published descriptions and not from anekit's code (so a backend that breaks one 
   not the weight bytes, and a load reads the directory's compiled files, so a model whose directory
   another program recompiled runs that program's weights (mechramc/Orion core/ane_runtime.m
   ``orion_program_patch_weights``);
+* state — a program with a ``state<>`` input or a state op (read_state, coreml_update_state) fails to
+  compile: on the unentitled path "the backend rejects them during the conversion to the engine program,
+  because the read-state has no state object to bind to" (sbryngelson/ane-guide
+  part-4-workloads/14-llm-case-study.md, "Two residency mechanisms"), so a direct-route decoder keeps its
+  cache in a plain input surface;
 * chips — on an M1 / M2 under macOS 26 a program with matmul or scaled_dot_product_attention fails to
   compile (maderix/ANE commit 709b602, M1 Pro, macOS 26.3); under macOS 15 it compiles
   (benchmarks/community_results.json);
@@ -73,6 +78,7 @@ import numpy as np
 
 from anekit.errors import AnekitError
 from anekit.mil.parser import parse_program
+from anekit.mil.types import StateType
 from anekit.mil.verify import verify
 from anekit.rules.checks import MIN_ROW_BYTES  # rule surface.min-row-bytes
 from anekit.runtime.ane.objc import ObjCRuntime
@@ -87,6 +93,7 @@ ANE_DOMAIN = "com.apple.appleneuralengine"
 STATUS_0X1D = "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error"
 PROGRAM_INFERENCE_ERROR_CODE = 0x1D
 MATMUL_OPS = frozenset({"matmul", "scaled_dot_product_attention"})  # refused on M1 / M2 under macOS 26
+STATE_OPS = frozenset({"read_state", "write_state", "coreml_update_state"})  # refused on the direct route
 
 _KIND = {
     "@": "ptr",
@@ -837,6 +844,11 @@ class FakeObjC:
         if version in self.refuses_program:
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: program({version}) is not supported")
             return False
+        stateful = self._state_ops(v["mil"])
+        if stateful:
+            why = f"{', '.join(stateful)}: no state object to bind (the operand is a plain input)"
+            self._error(err, ANE_DOMAIN, 1, f"ANECCompile() FAILED: {why} (fake {self.chip})")
+            return False
         refused = self._refused_ops(v["mil"])
         if refused:
             self._error(err, ANE_DOMAIN, 1, f"ANECCompile() FAILED: {', '.join(refused)} (fake {self.chip})")
@@ -873,6 +885,14 @@ class FakeObjC:
             return []
         fn = parse_program(mil, "<fake ANE>").functions["main"]
         return sorted({op.op_type for op in fn.ops if op.op_type in MATMUL_OPS})
+
+    def _state_ops(self, mil: str) -> list[str]:
+        """What makes ``mil`` stateful: its ``state<>`` inputs and state ops, which the direct route's compiler
+        rejects (sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md, "Two residency mechanisms":
+        the state type "parses but does not reach the engine")."""
+        fn = parse_program(mil, "<fake ANE>").functions["main"]
+        found = [f"state input '{v.name}'" for v in fn.inputs if isinstance(v.type, StateType)]
+        return found + sorted({op.op_type for op in fn.ops if op.op_type in STATE_OPS})
 
     def _load_plan(self, model: Obj, err: Any) -> bool:
         """Build the program a load puts on the engine from the directory's compiled files (net.plist and

@@ -11,6 +11,7 @@ is checked against a known cause.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -509,3 +510,55 @@ def test_the_readme_says_how_to_run_it_and_send_the_file():
     assert (args.command, args.smoke, args.report) == ("doctor", True, "first-contact.json")
     assert "open an issue on the\nproject's tracker and attach the file" in section
     assert "http" not in section  # no address is invented
+
+
+# -- the generation rungs -----------------------------------------------------------------------------------
+
+
+def test_the_generation_rungs_are_a_prefill_and_a_decode_kernel_with_the_host_s_inputs():
+    """After the construct rungs, before the kernels: the prefill and the decode layers kernel, their inputs
+    as the host writes them for a chunk past position 0 (a cache whose slots before the position hold keys
+    and values, a mask that hides every other slot), declared x then cache."""
+    from anekit.tools import smoke_constructs
+
+    names = smoke.rung_names()
+    assert smoke.generation_names() == ["gen_prefill", "gen_decode"]
+    at = names.index("gen_prefill")
+    assert names[at - 1] == smoke.construct_names()[-1] and names[at + 2] == smoke.kernel_names()[0]
+    rng = np.random.default_rng(0)
+    for build, width, real in ((smoke_constructs.gen_prefill, 64, 40), (smoke_constructs.gen_decode, 32, 1)):
+        c = build(rng)
+        pos = smoke_constructs.GEN_POSITION[c.name.removeprefix("gen_")]
+        assert [v.name for v in c.program.main.inputs] == ["x", "cache"]
+        assert c.inputs is not None and set(c.inputs) == {"x", "cache"}
+        x, cache = c.inputs["x"][0, :, 0, :], c.inputs["cache"][0, :, 0, :]
+        assert x.shape[1] == width and (cache.shape[1] + width) & (cache.shape[1] + width - 1) == 0
+        assert np.all(cache[:, pos:] == 0) and np.all(np.abs(cache[:, :pos]).max(axis=0) > 0)
+        dim, hd = 64, 32  # the rungs' model: two heads of 32 channels
+        assert np.all(x[:dim, real:] == 0) and np.all(np.abs(x[:dim, :real]).max(axis=0) > 0)
+        mask = x[dim + 2 * hd :]  # (capacity, W): after x, cos and sin
+        assert mask.shape[0] == cache.shape[1]
+        assert np.all(mask[:pos] == 0) and np.all(mask[pos:] < -1e4)
+        # channels 0 and 1 of cos and sin: the first pair's angle, position * frequency 1, at each column
+        positions = np.arange(pos, pos + width)
+        np.testing.assert_allclose(x[dim : dim + 2], np.cos([positions, positions]), atol=1e-6)
+        np.testing.assert_allclose(x[dim + hd : dim + hd + 2], np.sin([positions, positions]), atol=1e-6)
+        assert {"softmax.scores", "matmul.activations", "rope.slice-concat"} <= set(c.constructs)
+
+
+@pytest.mark.parametrize("name", ["gen_prefill", "gen_decode"])
+def test_a_generation_rung_fails_on_a_backend_that_misreads_its_cache(name):
+    """The cache matters to the rung's numbers: a backend that binds the two inputs the wrong way round, or
+    reads a cache of zeros, fails the rung (the kernel's outputs move past the ladder's tolerance)."""
+    from anekit.tools import smoke_constructs
+
+    build = getattr(smoke_constructs, name)
+    rung = smoke.construct_rung(build, None, np.random.default_rng(0))
+    assert smoke.run_rung(rung, SimBackend(), SimBackend(precision="ane")).status == "pass"
+    swapped = smoke.run_rung(rung, MisboundInputs(), SimBackend(precision="ane"))
+    assert swapped.status == "fail" and swapped.stage in ("run", "compare"), swapped
+    want, _, _ = smoke._execute(SimBackend(precision="ane"), rung)
+    zero = dataclasses.replace(rung, inputs=dict(rung.inputs, cache=np.zeros_like(rung.inputs["cache"])))
+    lost, _, _ = smoke._execute(SimBackend(precision="ane"), zero)  # what a backend that lost the cache gives
+    assert want is not None and lost is not None
+    assert smoke.max_error(lost["out"], want["out"]) > 3 * smoke.tolerance(want)

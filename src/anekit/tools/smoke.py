@@ -16,7 +16,9 @@ Rungs, in order (each one adds one thing the engine must get right):
 4. one small program per construct of the engine layer's vocabulary (``anekit.tools.smoke_constructs``:
    matmul of two activations, matmul by weights from the input, softmax over the keys, the RMSNorms,
    the two RoPE forms, the gates), each tagged with the construct ids it exercises;
-5. every kernel of a preset (``anekit.kernels.catalog``: layer, head and dynamic-weight kernels), one
+5. the prefill and the decode kernel of generation (``smoke_constructs.GENERATION_RUNGS``: two fused
+   layers over a cache input, with the inputs the host writes for a chunk past position 0);
+6. every kernel of a preset (``anekit.kernels.catalog``: layer, head and dynamic-weight kernels), one
    at a time, with random llama2.c-style weights, tagged with the constructs found in it
    (``smoke_constructs.constructs_in``).
 
@@ -174,7 +176,8 @@ def construct_rung(
 ) -> Rung:
     c = build(rng)
     text = print_program(c.program, dialect)
-    return Rung(c.name, text, c.weights, _inputs_of(c.program, rng), c.what, c.constructs)
+    inputs = _inputs_of(c.program, rng) if c.inputs is None else c.inputs
+    return Rung(c.name, text, c.weights, inputs, c.what, c.constructs)
 
 
 def kernel_rung(name: str, cfg: ModelConfig, weights: dict[str, Any], dialect: str | None, seed: int) -> Rung:
@@ -195,13 +198,18 @@ def construct_names() -> list[str]:
     return smoke_constructs.names()
 
 
+def generation_names() -> list[str]:
+    """The generation rungs, in ladder order (after the construct rungs)."""
+    return smoke_constructs.generation_names()
+
+
 def kernel_names() -> list[str]:
     return [*catalog.LAYER_KERNELS, *catalog.HEAD_KERNELS, *catalog.DYNAMIC_KERNELS]
 
 
 def rung_names() -> list[str]:
     """Every rung of the ladder, in order."""
-    return [*FIRST_RUNGS, *construct_names(), *kernel_names()]
+    return [*FIRST_RUNGS, *construct_names(), *generation_names(), *kernel_names()]
 
 
 def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Iterable[Rung | tuple[str, str]]:
@@ -212,7 +220,7 @@ def ladder(cfg: ModelConfig, dialect: str | None = None, seed: int = 0) -> Itera
         ("conv1x1", lambda: conv_rung(dialect, rng)),
         ("multi_io", lambda: multi_io_rung(dialect, rng)),
     ]
-    for program in smoke_constructs.RUNGS:
+    for program in (*smoke_constructs.RUNGS, *smoke_constructs.GENERATION_RUNGS):
         builders.append((program.__name__, partial(construct_rung, program, dialect, rng)))
     weights = catalog.random_weights(cfg, seed)
     for i, name in enumerate(kernel_names()):

@@ -13,6 +13,18 @@ A rung that combines constructs (the RMSNorm ahead of three dynamic matmuls) lis
 lays a failure on the constructs no other rung ran (``anekit.engine.report``), so the single-construct
 rungs come first.
 
+Two generation rungs follow (``GENERATION_RUNGS``): the prefill and the decode layers kernel of a
+two-layer model (``anekit.kernels.generation.layers_kernel``, both layers fused, cut as
+``anekit.generate.plan`` cuts them), with their inputs written as the host writes them for a chunk at a
+position past 0: the activations, RoPE's cos / sin at the chunk's positions, the additive mask of the cache
+slots, and a cache whose slots before the position hold keys and values (the rest zero). They exercise what
+generation adds to the constructs: two inputs of different sizes ("x" declared before "cache", bound the
+other way round), the cache concatenated with the chunk's keys along the spatial axis, a masked softmax over
+a power of two of keys, and one output holding the residual stream and the chunk's keys and values. They
+are built on the kernel choices of route "baked-fused" (baked weights, norm and attention on the engine,
+RoPE as slice + concat), the route of the newest chips. Their weights have unit gain (std 1 / sqrt(fan-in)),
+so that the attention and the cache matter to the output as much as the residual stream does.
+
 ``constructs_in(program)`` finds the constructs in a program by its ops (the kernel rungs are tagged with
 it): a conv with a const weight (``conv.baked``; ``rope.swap-conv`` when the weight is the RoPE swap),
 a matmul one of whose operands is a width-offset slice of the input moved only by reshape / transpose
@@ -31,6 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.blob import fp16_blob
+from anekit.engine.generation_routes import candidate
+from anekit.generate.plan import generation_plan
 from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import (
     COLUMN_ALIGN,
@@ -43,7 +57,10 @@ from anekit.kernels.composable import (
     token_rows,
 )
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.generation import cache_mask, layers_kernel, rope_columns
+from anekit.kernels.route import KernelRoute
 from anekit.kernels.spec import KernelSpec, Layout
+from anekit.llama.params import layer_shapes
 from anekit.mil import Builder, Program, Var, tensor
 from anekit.mil.ir import Op
 
@@ -55,13 +72,16 @@ NORM_FILE = "@model_path/weights/rms.bin"
 
 @dataclass(frozen=True)
 class ConstructProgram:
-    """One construct rung: its program, weight files, the constructs it exercises and what it is."""
+    """One construct rung: its program, weight files, the constructs it exercises and what it is;
+    ``inputs`` (by MIL input name, full shape) where the rung has inputs of its own (else the ladder draws
+    random ones)."""
 
     name: str
     program: Program
     weights: dict[str, bytes]
     constructs: tuple[str, ...]
     what: str
+    inputs: dict[str, np.ndarray] | None = None
 
 
 def _spec(spec: KernelSpec, constructs: tuple[str, ...], what: str, name: str = "") -> ConstructProgram:
@@ -233,6 +253,73 @@ RUNGS: tuple[Callable[[np.random.Generator], ConstructProgram], ...] = (
 def names() -> list[str]:
     """The construct rungs' names, in ladder order."""
     return [r.__name__ for r in RUNGS]
+
+
+# -- the generation rungs ----------------------------------------------------------------------------------
+
+# Two layers of the rungs' model, fused in one kernel as decode fuses them; 64 positions of context.
+GEN_CONFIG = CONFIG.with_(n_layers=2)
+GEN_ROUTE = "baked-fused"  # the generation route whose kernel choices the rungs are built on
+GEN_POSITION = {"prefill": 16, "decode": 21}  # the chunk's first position: slots before it hold the cache
+GEN_TOKENS = {"prefill": 40, "decode": 1}  # real tokens in the chunk (the rest of its width is padding)
+
+
+def _unit_gain_weights(cfg: ModelConfig, rng: np.random.Generator) -> dict[int, dict[str, np.ndarray]]:
+    """Each layer's weights: matrices N(0, 1 / fan-in), norm scales about 1, biases about 0."""
+    out = {}
+    for i in range(cfg.n_layers):
+        w = {}
+        for key, shape in layer_shapes(cfg).items():
+            if len(shape) == 2:
+                w[key] = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+            elif key.startswith("b"):
+                w[key] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+            else:
+                w[key] = (1 - cfg.norm_offset + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        out[i] = w
+    return out
+
+
+def _generation(phase: str, rng: np.random.Generator) -> ConstructProgram:
+    """The ``phase`` ("prefill" or "decode") layers kernel of GEN_CONFIG and its inputs (module docstring)."""
+    cfg = GEN_CONFIG
+    plan = generation_plan(cfg, GEN_ROUTE)
+    width = plan.prefill_width if phase == "prefill" else plan.decode_width
+    cap = plan.capacity_for(width)
+    c = candidate(GEN_ROUTE)
+    route = KernelRoute(c.weights, c.attention, c.norm, c.rope)
+    weights = _unit_gain_weights(cfg, rng)
+    g = layers_kernel(cfg, 0, cfg.n_layers, width=width, capacity=cap, route=route, weights=weights)
+    pos, n = GEN_POSITION[phase], GEN_TOKENS[phase]
+    cos, sin = rope_columns(cfg, np.arange(pos, pos + width))  # (head_dim, W)
+    x = np.zeros((cfg.dim, width), np.float32)
+    x[:, :n] = rng.standard_normal((cfg.dim, n)) * 0.5  # (dim, W): the real tokens, zero padding
+    act = g.pack_x({"x": x, "cos": cos, "sin": sin, "mask": cache_mask(cap, pos, n, width)})
+    assert g.cache is not None
+    cache = np.zeros((g.cache.channels, cap), np.float32)  # (2 L kv, capacity)
+    cache[:, :pos] = rng.standard_normal((g.cache.channels, pos)) * 0.5  # slots 0 .. pos-1 are valid
+    inputs = {"x": act.reshape(1, -1, 1, width), "cache": cache.reshape(1, -1, 1, cap)}
+    found = constructs_in(g.program)
+    what = f"{phase} of 2 fused layers, {n} token(s) at position {pos} over a {cap}-slot cache input"
+    return ConstructProgram(f"gen_{phase}", g.program, g.weight_files(), found, what, inputs)
+
+
+def gen_prefill(rng: np.random.Generator) -> ConstructProgram:
+    """The prefill kernel: a chunk of 40 tokens after 16 cached positions."""
+    return _generation("prefill", rng)
+
+
+def gen_decode(rng: np.random.Generator) -> ConstructProgram:
+    """The decode kernel: one token (column 0 of 32) after 21 cached positions."""
+    return _generation("decode", rng)
+
+
+GENERATION_RUNGS: tuple[Callable[[np.random.Generator], ConstructProgram], ...] = (gen_prefill, gen_decode)
+
+
+def generation_names() -> list[str]:
+    """The generation rungs' names, in ladder order."""
+    return [r.__name__ for r in GENERATION_RUNGS]
 
 
 # -- the constructs in a program ---------------------------------------------------------------------------

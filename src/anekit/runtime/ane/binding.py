@@ -33,6 +33,12 @@ from anekit.runtime.ane.surfaces import uniform_allocation
 def io_nbytes(v: Var) -> int:
     """Bytes of a function input / output tensor (static shape required)."""
     t = v.type
+    if isinstance(t, T.StateType):  # rule program.state-ops-direct (sbryngelson/ane-guide chapter 14)
+        raise CompilationFailed(
+            f"[compile] '{v.name}' has type {t}: the direct route has no states (rule "
+            "program.state-ops-direct: the backend's conversion rejects state ops, no state object to bind); "
+            "keep a cache in a plain input surface the host writes"
+        )
     if not isinstance(t, (T.TensorType, T.TensorBufferType)):
         raise CompilationFailed(
             f"[compile] '{v.name}' has type {t}; kernel inputs and outputs must be tensors"
