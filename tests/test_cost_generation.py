@@ -109,8 +109,8 @@ def test_decode_rate_is_the_inverse_of_the_token_time() -> None:
     [
         ("m1", "conv-host-attention", 3 * 12 + 1),  # qkv, wo, ffn per layer + one head tile
         ("m2-max", "conv-host-attention", 3 * 12 + 1),
-        ("m4", "baked-fused", 1 + 1),  # every layer in one kernel (170 MB of weights) + the head
-        ("m5", "baked-fused", 1 + 1),
+        ("m4", "baked-engine-attention", 2 * 12 + 1),  # an attention and an MLP kernel a layer + the head
+        ("m5", "baked-engine-attention", 2 * 12 + 1),
     ],
 )
 def test_routes_and_dispatches_per_token(chip: str, route: str, dispatches: int) -> None:
@@ -200,7 +200,7 @@ def test_every_hugging_face_shape_from_its_config_alone(
 def test_text_report_names_both_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--config", "stories15M", "--chip", "m4", "--generate", "--prompt", "64"]) == 0
     out = capsys.readouterr().out
-    assert "prefill_ms:" in out and "decode_tokens_per_s:" in out and "baked-fused" in out
+    assert "prefill_ms:" in out and "decode_tokens_per_s:" in out and "baked-engine-attention" in out
 
 
 def test_directory_without_config_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

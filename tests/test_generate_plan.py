@@ -82,14 +82,14 @@ def test_every_small_case_keeps_every_limit(layers, per_kernel, vocab, seq, rout
         cap = plan.capacity_for(w)
         slots = cap + w
         assert slots & (slots - 1) == 0 and cap >= seq and slots // 2 < seq + w
-    per_set = len(plan.groups) * (2 if dynamic else 3 if route == "conv-host-attention" else 1)
+    per_set = len(plan.groups) * (1 if fused else 3 if route == "conv-host-attention" else 2)
     assert plan.kernel_count == (per_set + len(plan.tiles)) * len(plan.widths) <= LOADED
     assert len(plan.weight_bytes) == per_set + len(plan.tiles)
 
 
 def test_qwen3_0_6b_has_three_tiles_and_fits_one_kernel_under_two_gib():
-    plan = generation_plan(QWEN3_06B, generation_route("m4", "26"))
-    assert plan.route == "baked-fused" and plan.chip == "m4"
+    plan = generation_plan(QWEN3_06B, "baked-fused")
+    assert plan.route == "baked-fused"
     assert plan.tiles == ((0, 50646), (50646, 101292), (101292, 151936))
     assert len(plan.groups) == 1 and plan.group_bytes[0] < GIB2  # 28 layers, ~0.9 GB of fp16 weights
     assert plan.kernel_count == 2 * (1 + 3)

@@ -133,8 +133,6 @@ def test_generate_dump_of_a_hugging_face_model_uses_its_weights(tmp_path, shape,
     [
         (["--dynamic"], "[kernels] --dynamic does not apply with --generate"),
         (["--macos", "26"], "[kernels] --macos applies with --chip only"),
-        # no candidate has a precedent on the M3 under both majors: each major has its own route
-        (["--chip", "m3"], "[engine] no generation route on m3 under every macOS (15, 26)"),
     ],
 )
 def test_generate_dump_refuses_options_that_do_not_apply(tmp_path, capsys, argv, message):

@@ -10,10 +10,22 @@ use. The candidates, in order of preference (fastest first):
   fused-dispatch fact);
 - ``baked-fused-rope-matmul``: the same with RoPE's pair swap as a matmul by a constant permutation
   (rustane pull request #9, the form that ran on the M3 Ultra);
+- ``baked-engine-attention``: baked weights, RMSNorm on the host, so one kernel per block (attention with
+  the cache read in-kernel, MLP), RoPE as slice + concat;
+- ``baked-engine-attention-rope-matmul``: the same with the permutation-matmul RoPE;
 - ``dynamic-engine-attention``: weights in the input surface (written once, not per token), RMSNorm on the
-  host, so one kernel per block (attention, MLP) with the cache read in-kernel;
+  host, one kernel per block;
+- ``dynamic-engine-attention-rope-matmul``: the same with the permutation-matmul RoPE (the M3's training
+  route under every macOS);
 - ``conv-host-attention``: the projections and the MLP as baked 1x1 convs at the generation width, RoPE and
   attention on the host over a host-memory cache (no matmul anywhere: M1 / M2).
+
+A fused kernel normalises in-kernel ahead of its projections, with anekit's overflow-safe RMSNorm (the
+input divided by its peak first: ``KernelBuilder.rmsnorm``): the constructs ``rmsnorm.peak-normalised``
+and ``rmsnorm.fused-before-matmuls``, which no hardware run holds yet. So no chip gets a fused route from
+the shipped evidence: a report that those constructs ran (``anekit doctor --smoke --report``) moves a chip
+onto one with no code change. The candidates declare the constructs their kernels contain (a test reads
+them out of every route's programs), never the ones they might have used.
 
 Chip ``any`` (the simulator with no chip named) gets ``legacy``: the kernels anekit built before routes
 existed (baked weights, everything on the engine, the swap conv), fused, with no precedent asked.
@@ -102,7 +114,15 @@ class GenerationRoute:
         )
 
 
-_FUSED = ("conv.baked", "rmsnorm.plain", "matmul.activations", "softmax.scores")
+# what a fused kernel holds beside its RoPE and gate: convs, the in-kernel norm ahead of them, attention
+_FUSED = (
+    "conv.baked",
+    "rmsnorm.peak-normalised",
+    "rmsnorm.fused-before-matmuls",
+    "matmul.activations",
+    "softmax.scores",
+)
+_BAKED_BLOCKS = ("conv.baked", "matmul.activations", "softmax.scores")
 CANDIDATES = (
     GenerationCandidate(
         "baked-fused",
@@ -122,6 +142,26 @@ CANDIDATES = (
         "matmul",
         True,
         (*_FUSED, "rope.permutation-matmul", "gate.silu"),
+        "the same, RoPE as a permutation matmul",
+    ),
+    GenerationCandidate(
+        "baked-engine-attention",
+        "baked",
+        "engine",
+        "host",
+        "slice",
+        False,
+        (*_BAKED_BLOCKS, "rope.slice-concat", "gate.silu"),
+        "baked convs, norm on the host, one kernel per block",
+    ),
+    GenerationCandidate(
+        "baked-engine-attention-rope-matmul",
+        "baked",
+        "engine",
+        "host",
+        "matmul",
+        False,
+        (*_BAKED_BLOCKS, "rope.permutation-matmul", "gate.silu"),
         "the same, RoPE as a permutation matmul",
     ),
     GenerationCandidate(
@@ -200,6 +240,12 @@ def _route(
         why,
         tuple(dict.fromkeys(ev)),
     )
+
+
+def asked_route(route_id: str, chip: str = ANY, macos: str = "") -> GenerationRoute:
+    """The candidate ``route_id`` as a route for ``chip``, asked for by id: no precedent is checked (a
+    test, a benchmark or a user who knows their Mac); one line naming the known ids for an unknown one."""
+    return _route(candidate(route_id), chip, macos, "asked for by id", ())
 
 
 def _gist(p: Precedent) -> str:
@@ -285,6 +331,7 @@ __all__ = [
     "GenerationRow",
     "NoGenerationRoute",
     "UnknownGenerationRoute",
+    "asked_route",
     "candidate",
     "generation_route",
     "markdown_table",

@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from anekit import runtime
-from anekit.engine.generation_routes import GenerationRoute, candidate, generation_route
+from anekit.engine.generation_routes import GenerationRoute, asked_route, generation_route
 from anekit.errors import AnekitError
 from anekit.generate.block_route import BlockRunner
 from anekit.generate.host_attention import HostAttentionRunner
@@ -72,10 +72,7 @@ def _route(route: GenerationRoute | str | None, backend: Backend) -> GenerationR
         return generation_route(chip)
     if isinstance(route, GenerationRoute):
         return route
-    c = candidate(route)  # refuses an unknown id in one line
-    return GenerationRoute(
-        c.id, c.weights, c.attention, c.norm, c.rope, c.fused, c.constructs, chip, "", "asked for by id", ()
-    )
+    return asked_route(route, chip)  # refuses an unknown id in one line
 
 
 class EngineDecoder:
