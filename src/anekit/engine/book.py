@@ -1115,6 +1115,64 @@ _PACKAGE_RULES = (
     ),
 )
 
+GUIDE_LLM = "sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md"
+FORGE_PR45 = (
+    "sbryngelson/ANEForge pull request #45 ('segmented decode: run large models past the ~2GB ANE program "
+    "ceiling')"
+)
+COREMLTOOLS_PR2593 = "apple/coremltools pull request #2593 ('ANE can now do 2gb')"
+WEIGHT_CEILING_BYTES = 2**31  # the compiler's stated maximum weight file (2147483648 bytes)
+
+_GENERATION_RULES = (
+    Rule(
+        "program.state-ops-direct",
+        "A program with read_state / write_state ops or state<> inputs is refused on the direct route: the "
+        "front end parses them, the backend's conversion to the engine program rejects them (no state "
+        "object to bind). A KV cache is a plain input surface the host writes.",
+        "program",
+        "refused",
+        (
+            Evidence(
+                f"{GUIDE_LLM}, 'Two residency mechanisms'",
+                "measured",
+                "'On the unentitled runtime path that type parses but does not reach the engine. The front "
+                "end recognizes the state operations, but the backend rejects them during the conversion to "
+                "the engine program, because the read-state has no state object to bind to'",
+                routes=COMPILED,
+            ),
+        ),
+        checked_by="anekit.engine.generation (the direct route's generation kernels hold no state ops)",
+    ),
+    Rule(
+        "program.weight-ceiling",
+        "One program's baked weights are at most 2 GiB (2147483648 bytes): a larger weight file fails to "
+        "compile, so a model past it is segmented into several programs.",
+        "program",
+        "refused",
+        (
+            Evidence(
+                FORGE_PR45,
+                "measured",
+                "'A single compiled ANE program holds only ~2 GB of baked-constant weights (measured: ~1.5 "
+                'GB compiles, ~3.4 GB fails with Espresso "Not implemented")\'; Qwen3-8B decodes in nine '
+                "segments",
+                routes=COMPILED,
+            ),
+            Evidence(
+                COREMLTOOLS_PR2593,
+                "reported",
+                "'ane: Weight file size (2525476480 bytes) exceeds the maximum (2147483648 bytes)'",
+            ),
+        ),
+        checked_by="anekit.generate.plan (segments the layers so no kernel's weights exceed the ceiling)",
+        decision="The rule package.shard-size's ~250 MB is a seed law (reference ane-empirical-laws.md law "
+        "4) for a CoreML package on the coreml route; the 2 GiB ceiling is measured on the compiled routes "
+        "(ANEForge) and stated by the compiler's own message (coremltools). DESIGN.md 'Evidence': "
+        "measurements outrank the reference documents, so the direct route's generation kernels are "
+        "segmented at 2 GiB of weights per program, and a CoreML package keeps its 250 MB shards.",
+    ),
+)
+
 _ALL: tuple[Rule, ...] = (
     *_SURFACE_RULES,
     *_WEIGHT_RULES,
@@ -1123,6 +1181,7 @@ _ALL: tuple[Rule, ...] = (
     *OP_RULES,
     *EXTENT_RULES,
     *_PACKAGE_RULES,
+    *_GENERATION_RULES,
 )
 RULES: dict[str, Rule] = {r.id: r for r in _ALL}
 if len(RULES) != len(_ALL):
