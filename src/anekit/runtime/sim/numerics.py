@@ -147,6 +147,11 @@ class EngineNumerics:
         out[nan] = np.inf
         return out
 
+    def known_input(self, slot: int, peak: float) -> None:
+        """A program input known to hold no NaN and no |value| above ``peak``: ``coerce_input`` without
+        the scan (it would change nothing)."""
+        self._input_peaks[slot] = peak
+
     # -- outputs -----------------------------------------------------------------------------------
 
     def no_nan(self, op: Any, v: Any) -> Any:
