@@ -4,13 +4,16 @@ sanitizer record of the op computed the per-run way (``EngineNumerics.evaluate``
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pytest
 
+from anekit import jit
 from anekit.kernels import catalog, forward, preset
 from anekit.runtime.sim import SimBackend
+from anekit.runtime.sim import numerics as numerics_module
 from anekit.runtime.sim.mac import MAC_OPS
 from anekit.runtime.sim.numerics import EngineNumerics
 
@@ -125,3 +128,47 @@ def test_a_flushed_weight_reads_as_zero_and_is_counted_once_per_run() -> None:
     assert out.tobytes() == out_zeroed.tobytes()
     extra = {op: n - flushes_zeroed.get(op, 0) for op, n in flushes.items() if n != flushes_zeroed.get(op, 0)}
     assert sorted(extra.values()) == sorted(runs * n for n in planted.values())
+
+
+def _with_jit(on: bool, cfg: Any, w: dict[str, Any]) -> tuple[list[np.ndarray], list[Any]]:
+    os.environ["ANEKIT_JIT"] = "1" if on else "0"
+    jit.reset()
+    return _run("m5", w, cfg, 300.0)
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_ties_away_products_agree_compiled_and_in_numpy(big: bool) -> None:
+    """M5 rounds a MAC's products with ties away from zero: the compiled rounding and numpy's agree."""
+    if not jit.available():
+        pytest.skip("numba is not installed: only the numpy paths exist")
+    cfg, w = _weights(big)
+    saved = os.environ.get("ANEKIT_JIT")
+    try:
+        compiled, numpy_way = _with_jit(True, cfg, w), _with_jit(False, cfg, w)
+    finally:
+        os.environ.pop("ANEKIT_JIT", None) if saved is None else os.environ.__setitem__("ANEKIT_JIT", saved)
+        jit.reset()
+    assert compiled[1] == numpy_way[1]
+    for got, want in zip(compiled[0], numpy_way[0]):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_constant_operand_is_scanned_once_not_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On M5 every MAC is computed per run (``evaluate``); its weights' scans are made when it is bound."""
+    cfg, w = _weights(False)
+    backend = SimBackend(compile_budget=10**6, chip="m5", sanitize=True)
+    kernel = forward.ffn_fwd(cfg, w).compile(backend)
+    scanned: list[np.ndarray] = []
+    scan = numerics_module._scan
+
+    def counting(v: np.ndarray) -> tuple[int, float]:
+        scanned.append(v)
+        return scan(v)
+
+    monkeypatch.setattr(numerics_module, "_scan", counting)
+    with kernel:
+        kernel.inputs[0].write(np.ones(kernel.inputs[0].shape, np.float32))
+        kernel.run()
+    constants = list(kernel.plan.constants.values())
+    assert len(scanned) >= 3  # each product's activation operand
+    assert not any(v is c for v in scanned for c in constants)
