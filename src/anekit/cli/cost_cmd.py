@@ -1,6 +1,7 @@
 """``anekit cost [--chip CHIP] [--route ROUTE] [--config NAME | FILE.mil | DUMP_DIR] [--weights W] [--json]
 [--calibration]``: predicted Neural Engine time per kernel and per training step (a model, not a
-measurement)."""
+measurement); ``--generate [--prompt N]``: the prefill time of a prompt and the decode rate of text
+generation (``anekit.cost.generation``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from pathlib import Path
 
 from anekit.cli import flags
 from anekit.cost import CONTEXT, DEVICES, NOT_USED, Params, chip, error_table, fitted, predict, summary
-from anekit.cost.calibration import HELD_OUT
+from anekit.cost.calibration import GEN_NOT_USED, HELD_OUT, TOLERANCE, generation_rows, generation_summary
+from anekit.cost.generation import generation_doc, predict_generation, slowest
 from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, step_kernels
 from anekit.errors import AnekitError
+from anekit.generate.plan import PREFILL_WIDTH
+from anekit.hf.config import check_model_dir
 from anekit.kernels.config import preset
-from anekit.tools.config import model_config
+from anekit.tools.config import HF_SEQ, is_preset, model_config
 from anekit.tools.cost_report import ANY, SPLIT, calibration_doc, chips, program_works, report, step
 
 
@@ -32,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
     p.add_argument(
         "--config",
-        type=flags.model,
+        type=_config_flag,
         metavar="NAME",
         help=flags.preset_help("every kernel one training step of this model runs", hf=True),
     )
@@ -53,9 +57,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--weights", default="baked", choices=WEIGHT_MODES, help="weight mode of --config (default: baked)"
     )
+    p.add_argument(
+        "--generate",
+        action="store_true",
+        help="with --config: predict text generation instead of a training step: the prefill time of a "
+        "--prompt N token prompt (ms) and the decode rate after it (tokens/s)",
+    )
+    p.add_argument(
+        "--prompt",
+        type=flags.int_range(1, 2**31 - 1),
+        metavar="N",
+        help=f"with --generate: the prompt's tokens, >= 1 (default: {PREFILL_WIDTH}, at most half the "
+        "context)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
     p.set_defaults(run=run_cost)
+
+
+def _config_flag(text: str) -> str:
+    """--config: a preset, or a Hugging Face model directory (a directory without a readable config.json
+    refused in one line naming it)."""
+    check_model_dir(text, "[cost] --config")
+    return flags.model(text)
 
 
 def _chip_flag(text: str) -> str:
@@ -113,11 +137,138 @@ def _print_calibration(params: Params) -> None:
     print("not used:")
     for line in NOT_USED:
         print(f"  {line}")
+    print("generation figures (decode and prefill): `anekit cost --generate --calibration`")
+
+
+def run_generate(args: argparse.Namespace, params: Params) -> int:
+    """``--generate``: the prefill and decode prediction of --config on --chip (any: the slowest device)."""
+    if args.calibration and args.config is None and args.target is None:
+        if args.json:
+            rows = generation_rows(params)
+            cal = {"summary": generation_summary(rows), "figures": [row.doc() for row in rows]}
+            json.dump(cal, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print_generation_calibration(params)
+        return 0
+    if args.config is None or args.target is not None:
+        raise AnekitError(
+            "[cost] --generate needs --config NAME (a preset or a Hugging Face model directory)"
+        )
+    if args.route != "direct":
+        raise AnekitError(
+            "[cost] --generate prices the direct route the generation kernels run on, not --route "
+            f"{args.route}"
+        )
+    hf = not is_preset(args.config)
+    cfg = model_config(args.config, max(HF_SEQ, (args.prompt or 0) + 1) if hf else None)
+    prompt = args.prompt or min(PREFILL_WIDTH, cfg.seq_len // 2)
+    no_route: tuple[str, ...] = ()
+    if args.chip == ANY:
+        cost, no_route = slowest(cfg, params, prompt)
+    else:
+        cost = predict_generation(cfg, args.chip, params, prompt)
+    doc = generation_doc(cost)
+    if args.chip == ANY:
+        doc["no_generation_route"] = list(no_route)
+    if args.calibration:
+        rows = generation_rows(params)
+        doc["calibration"] = {"summary": generation_summary(rows), "figures": [row.doc() for row in rows]}
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    on = f"{doc['chip_label']} ({cost.chip})"
+    if args.chip == ANY:
+        on += ", the slowest device" + (f"; no generation route on {', '.join(no_route)}" if no_route else "")
+    print(
+        f"{cfg.name} text generation on {on}, route {cost.route.id} — predicted (a model, not a measurement)"
+    )
+    plan = cost.plan
+    print(
+        f"prefill_ms: {cost.prefill_ms:.2f} for a {prompt}-token prompt ({cost.chunks} chunk"
+        f"{'' if cost.chunks == 1 else 's'} of {plan.prefill_width} columns, cache capacity "
+        f"{plan.prefill_capacity}, {cost.prefill_chunk.dispatches} dispatches a chunk)"
+    )
+    d = cost.decode
+    print(
+        f"decode_tokens_per_s: {cost.decode_tokens_per_s:.1f} ({cost.decode_ms:.3f} ms a token: engine "
+        f"{d.engine_ms:.3f} ms over {d.dispatches} dispatches, host {d.host_ms:.3f} ms; width "
+        f"{plan.decode_width}, capacity {plan.capacity}, at position {prompt}; {plan.kernel_count} kernels "
+        "loaded)"
+    )
+    width = max(24, *(len(k["name"]) for k in doc["decode"]["kernels"]))
+    print(f"{'decode kernel':<{width}} {'runs':>4} {'weight MB':>9} {'io MB':>8} {'ms/call':>8}  bound")
+    for k in doc["decode"]["kernels"]:
+        print(
+            f"{k['name']:<{width}} {k['runs']:>4} {k['weight_mb']:>9.2f} {k['io_mb']:>8.3f} {k['ms']:>8.3f}  "
+            f"{k['bound']}"
+        )
+    for k in doc["decode"]["kernels"]:
+        if k["counted_from"] != "program":
+            print(f"  {k['name']}: counted from its {k['counted_from']}")
+    for h in doc["decode"]["host"]:
+        print(f"{'host: ' + h['name']:<{width}} {'':>4} {'':>9} {h['mb']:>8.3f} {h['ms']:>8.3f}  host")
+    hs = doc["host_figures"]["stream"]
+    print(
+        f"model: per kernel {params_line(params)}; host max(bytes / {hs['value']:.0f} GB/s, FLOPs / "
+        f"{doc['host_figures']['matmul']['value']} TFLOP/s) ({hs['status']}); Python's per-call overhead not "
+        "modelled; `anekit cost --generate --calibration` for its error against published generation figures"
+    )
+    if args.calibration:
+        print_generation_calibration(params)
+    return 0
+
+
+def print_generation_calibration(params: Params) -> None:
+    """Every published generation figure, the model's prediction beside it and their ratio."""
+    rows = generation_rows(params)
+    print(
+        f"generation figures (none fitted; the efficiencies are the training fit's; tolerance "
+        f"{TOLERANCE:.0%}):"
+    )
+    print(f"{'figure':<36} {'chip':<8} {'measured':>12} {'predicted':>10} {'ratio':>6}  set")
+    for r in rows:
+        m = r.measurement
+        measured = f"{m.low:g}" if m.low == m.high else f"{m.low:g}-{m.high:g}"
+        role = m.role.upper() if m.role == HELD_OUT else m.role
+        flag = "" if r.within or m.role != HELD_OUT else "  (disagrees)"
+        print(
+            f"{m.id:<36} {m.device:<8} {measured + ' ' + m.unit:>12} {r.predicted:>10.3g} {r.ratio:>6.2f}  "
+            f"{role}{flag}"
+        )
+    s = generation_summary(rows)
+    print(
+        f"held out: {s['within_tolerance']} of {s['held_out']} within {TOLERANCE:.0%}; median predicted / "
+        f"measured time {s['median_time_ratio']:.2f} (the model prices decode slower than the pipelines ran: "
+        "its DRAM efficiency, fitted on the M1's e5rt convolutions, is below what one-column decode kernels "
+        "reach on the direct route; not tuned to these figures)"
+    )
+    print("sources:")
+    for r in rows:
+        m = r.measurement
+        print(f"  {m.id}: {m.what}; chip {m.chip}; {m.source}: {m.quote}")
+        if m.explanation:
+            print(f"    {m.explanation}")
+    print("not used:")
+    for line in GEN_NOT_USED:
+        print(f"  {line}")
+
+
+def params_line(params: Params) -> str:
+    return (
+        f"dispatch floor + surfaces + max(work / ({params.compute_efficiency:.2f} x fp16 peak), bytes / "
+        f"({params.dram_efficiency:.2f} x weight stream))"
+    )
 
 
 def run_cost(args: argparse.Namespace) -> int:
     perf = chips(args.chip)[0]
     params = fitted()
+    if args.generate:
+        return run_generate(args, params)
+    if args.prompt is not None:
+        raise AnekitError("[cost] --prompt is a --generate flag")
     if args.calibration and args.target is None and args.config is None:
         if args.json:
             json.dump(calibration_doc(params), sys.stdout, indent=2)

@@ -18,16 +18,21 @@ columns from pos on stale. The embedding (Gemma's scale included) runs on the ho
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import numpy as np
 
 from anekit.errors import AnekitError
 from anekit.generate.plan import GenerationPlan
+from anekit.kernels.config import ModelConfig
 from anekit.kernels.generation import (
     GenKernel,
     cache_mask,
     gen_weights,
     head_kernel,
     layers_kernel,
+    pack_weights,
     rope_columns,
 )
 from anekit.kernels.route import KernelRoute
@@ -37,25 +42,101 @@ from anekit.models import Blocks, model_for
 from anekit.runtime.base import Backend, Kernel, Surface
 
 
-class _Compiled:
-    """One generation kernel compiled and loaded, with its "x", "cache" and output surfaces."""
+class Compiled:
+    """One generation kernel compiled and loaded, with its "x", "cache" and output surfaces. A kernel with
+    dynamic weights (``GenKernel.columns``) gets them written into its "x" surface once, here; each call
+    then writes only the activation columns (``run``), in place."""
 
-    def __init__(self, gen: GenKernel, backend: Backend) -> None:
+    def __init__(self, gen: GenKernel, backend: Backend, weights: Mapping[Any, Any] | None = None) -> None:
         self.gen = gen
         self.kernel: Kernel = gen.compile(backend).load()
         names = self.kernel.input_names
         self.x: Surface = self.kernel.inputs[names.index("x")]
         self.cache: Surface | None = self.kernel.inputs[names.index("cache")] if "cache" in names else None
         self.out: Surface = self.kernel.outputs[0]
+        self.columns = gen.x_shape
+        self.act_start = 0
+        if gen.columns is not None:
+            if weights is None:
+                raise AnekitError(f"[generate] {gen.name} takes its weights in its input: none were given")
+            self.x.write(pack_weights(gen, weights).reshape(self.x.shape))  # once: the weight columns
+            self.act_start = gen.columns.range("act")[0]
 
-    def run(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        """Run on the packed "x" (the cache surface as it is): the output parts (channels, W)."""
-        self.x.write(x.reshape(1, *self.x.shape[1:]) if x.ndim == 2 else x)
+    def run(self, parts: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Write the activation ``parts`` (each (channels, W)) into the "x" surface's activation columns
+        and run (the cache surface as it is): the output parts (channels, W)."""
+        act = self.gen.act
+        rows = np.zeros((act.channels, act.spatial), np.float32)
+        for _, row, n, r in act.part_rows(parts):
+            rows[row : row + n] = r
+        c, cols = self.columns
+        a = self.act_start
+        with self.x.view() as buf, np.errstate(over="ignore"):
+            buf.reshape(c, cols)[: act.channels, a : a + act.spatial] = rows
         self.kernel.run()
         return self.gen.outputs.split(self.out.read())
 
+    def write_cache(self, out: Mapping[str, np.ndarray], pos: int, n: int) -> None:
+        """The chunk's k{l} / v{l} columns 0..n-1 of ``out`` into this kernel's own "cache" surface at
+        positions pos .. pos+n-1, in place: no other column is touched."""
+        layout = self.gen.cache
+        assert self.cache is not None and layout is not None
+        with self.cache.view() as buf:
+            rows = buf.reshape(layout.channels, layout.spatial)
+            for name in layout.names:
+                off, c = layout.range(name)
+                rows[off : off + c, pos : pos + n] = out[name][:, :n]
+
     def close(self) -> None:
         self.kernel.close()
+
+
+def catch_up(sets: Iterable[Any], s: Any, pos: int) -> None:
+    """Make set ``s`` hold positions 0 .. pos-1: the columns it lacks copied once from a set that has
+    them (every set has ``filled`` and ``copy_from``)."""
+    if s.filled >= pos:
+        return
+    donor = next((o for o in sets if o is not s and o.filled >= pos), None)
+    if donor is None:
+        raise AnekitError(f"[generate] positions {s.filled}..{pos - 1} are in no kernel's cache")
+    s.copy_from(donor, s.filled, pos)  # once per switch of widths: only the columns it lacks
+    s.filled = pos
+
+
+def ran(sets: Iterable[Any], s: Any, pos: int, n: int) -> None:
+    """Set ``s`` ran positions pos .. pos+n-1: it holds them; every other set's columns from pos are stale."""
+    s.filled = pos + n
+    for other in sets:
+        if other is not s:
+            other.filled = min(other.filled, pos)
+
+
+def host_parts(
+    cfg: ModelConfig, capacity: int, width: int, pos: int, n: int, names: Iterable[str]
+) -> dict[str, np.ndarray]:
+    """RoPE columns and cache masks of a chunk of n tokens at pos, for a kernel whose "x" has parts
+    ``names`` (the same for every attention kernel of one width)."""
+    names = set(names)
+    positions = np.arange(pos, pos + width)
+    parts: dict[str, np.ndarray] = {}
+    if "cos" in names:
+        parts["cos"], parts["sin"] = rope_columns(cfg, positions, "full")
+    if "cos_local" in names:
+        parts["cos_local"], parts["sin_local"] = rope_columns(cfg, positions, "sliding")
+    parts["mask"] = cache_mask(capacity, pos, n, width)
+    if "mask_local" in names:
+        parts["mask_local"] = cache_mask(capacity, pos, n, width, cfg.sliding_window)
+    return parts
+
+
+def embed(params: Params, tokens: np.ndarray, width: int) -> np.ndarray:
+    """The family's embedding of tokens (n,) on the host (Gemma's scale included): (dim, width), the
+    padding columns zero."""
+    cfg = params.cfg
+    blocks: Blocks[np.ndarray] = CpuBlocks(params, KVCache(cfg, [], 0), 0, tokens.shape[0])
+    chunk = np.zeros((cfg.dim, width), np.float32)
+    chunk[:, : tokens.shape[0]] = model_for(cfg).embed(blocks, tokens)  # (dim, n)
+    return chunk
 
 
 class LayersSet:
@@ -66,18 +147,18 @@ class LayersSet:
     ):
         cfg, weights = params.cfg, gen_weights(params)
         self.width, self.capacity = width, plan.capacity_for(width)
-        self.groups: list[_Compiled] = []
-        self.tiles: list[_Compiled] = []
+        self.groups: list[Compiled] = []
+        self.tiles: list[Compiled] = []
         self.filled = 0
         try:
             for first, last in plan.groups:
                 gen = layers_kernel(
                     cfg, first, last, width=width, capacity=self.capacity, route=route, weights=weights
                 )
-                self.groups.append(_Compiled(gen, backend))
+                self.groups.append(Compiled(gen, backend, weights))
             for start, stop in plan.tiles:
                 self.tiles.append(
-                    _Compiled(
+                    Compiled(
                         head_kernel(cfg, start, stop, width=width, route=route, weights=weights), backend
                     )
                 )
@@ -116,59 +197,19 @@ class LayersRunner:
         except BaseException:
             self.close()
             raise
-        self._local = "cos_local" in self.sets[plan.decode_width].groups[0].gen.act.names
-        self._banded = "mask_local" in self.sets[plan.decode_width].groups[0].gen.act.names
-
-    def _embed(self, tokens: np.ndarray) -> np.ndarray:
-        blocks: Blocks[np.ndarray] = CpuBlocks(self.params, KVCache(self.cfg, [], 0), 0, tokens.shape[0])
-        return self.model.embed(blocks, tokens)  # (dim, n)
-
-    def _parts(self, s: LayersSet, pos: int, n: int) -> dict[str, np.ndarray]:
-        """RoPE columns and masks of a chunk of n tokens at pos (the same for every group)."""
-        positions = np.arange(pos, pos + s.width)
-        parts: dict[str, np.ndarray] = {}
-        if self.cfg.rope:
-            parts["cos"], parts["sin"] = rope_columns(self.cfg, positions, "full")
-            if self._local:
-                parts["cos_local"], parts["sin_local"] = rope_columns(self.cfg, positions, "sliding")
-        parts["mask"] = cache_mask(s.capacity, pos, n, s.width)
-        if self._banded:
-            parts["mask_local"] = cache_mask(s.capacity, pos, n, s.width, self.cfg.sliding_window)
-        return parts
-
-    def _catch_up(self, s: LayersSet, pos: int) -> None:
-        if s.filled >= pos:
-            return
-        donor = next((o for o in self.sets.values() if o is not s and o.filled >= pos), None)
-        if donor is None:
-            raise AnekitError(f"[generate] positions {s.filled}..{pos - 1} are in no kernel's cache")
-        s.copy_from(donor, s.filled, pos)  # once per switch of widths: only the columns it lacks
-        s.filled = pos
 
     def run(self, tokens: np.ndarray, pos: int, width: int) -> np.ndarray:
         """Tokens (n,), n <= width, at positions pos .. pos+n-1: the last token's logits (vocab,)."""
         s, n = self.sets[width], tokens.shape[0]
-        self._catch_up(s, pos)
-        chunk = np.zeros((self.cfg.dim, width), np.float32)
-        chunk[:, :n] = self._embed(tokens)  # (dim, W): the padding columns are zeros
-        shared = self._parts(s, pos, n)
-        for group, (first, last) in zip(s.groups, self.plan.groups):
-            out = group.run(group.gen.pack_x({"x": chunk, **shared}))
-            chunk = out["x"]  # (dim, W)
-            assert group.cache is not None and group.gen.cache is not None
-            with group.cache.view() as buf:  # the chunk's k / v into this kernel's own cache, in place
-                rows = buf.reshape(group.gen.cache.channels, s.capacity)
-                for i in range(first, last):
-                    for t in ("k", "v"):
-                        off, c = group.gen.cache.range(f"{t}{i}")
-                        rows[off : off + c, pos : pos + n] = out[f"{t}{i}"][:, :n]
-        s.filled = pos + n
-        for other in self.sets.values():
-            if other is not s:
-                other.filled = min(other.filled, pos)
-        x = chunk.copy()
-        logits = [t.run(t.gen.pack_x({"x": x}))["logits"][:, n - 1] for t in s.tiles]
-        return np.concatenate(logits)  # (vocab,)
+        catch_up(self.sets.values(), s, pos)
+        x = embed(self.params, tokens, width)  # (dim, W): the padding columns are zeros
+        shared = host_parts(self.cfg, s.capacity, width, pos, n, s.groups[0].gen.act.names)
+        for group in s.groups:
+            out = group.run({"x": x, **shared})
+            x = out["x"]  # (dim, W)
+            group.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
+        ran(self.sets.values(), s, pos, n)
+        return np.concatenate([t.run({"x": x})["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
 
     def reset(self) -> None:
         for s in self.sets.values():
@@ -180,4 +221,4 @@ class LayersRunner:
         self.sets = {}
 
 
-__all__ = ["LayersRunner", "LayersSet"]
+__all__ = ["Compiled", "LayersRunner", "LayersSet", "catch_up", "embed", "host_parts", "ran"]

@@ -14,9 +14,9 @@ of a chunk of tokens), for the generation kernels of ``kernels.generation``. It 
 - ``attention`` adds the input mask (the cache part, written by the host: 0 where a query sees a slot)
   and a constant causal mask of the chunk (banded for a sliding layer), softmax over capacity + W.
 
-Weights come from a ``LayerWeights`` source: ``LayerBaked`` (BLOBFILE consts named ``l{i}_<key>``, 1x1
-convs; several layers per kernel) or ``source.Packed`` (one block per kernel, weights in the input's
-columns after the width columns, as ``kernels.dynamic`` packs them).
+Weights come from a ``source.WeightSource``: ``LayerBaked`` (BLOBFILE consts named ``l{i}_<key>``, 1x1
+convs; several layers per kernel) or ``PartPacked`` (``source.Packed``: one block per kernel, weights in
+the input's columns after the width columns, as ``kernels.dynamic`` packs them).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import numpy as np
 
 from anekit.blob import build_blob_bytes
 from anekit.kernels.blocks import KernelBuilder, pair_swap_matrix
+from anekit.kernels.composable import SpatialLayout, dynamic_linear, dynamic_slice
 from anekit.kernels.config import ModelConfig
-from anekit.kernels.source import Baked, WeightSource, matrix_shape
+from anekit.kernels.source import Baked, Packed, WeightSource, baked_product, matrix_shape
 from anekit.kernels.spec import Layout, LayoutError
 from anekit.mil import Var, tensor
 from anekit.models.blocks import Rope
@@ -87,7 +88,52 @@ class LayerBaked(Baked):
     def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
         out, channels = matrix_shape(self.kb.cfg, key)
         name = self._key(key)
-        return self.kb.conv(x, self.kb.matrix(name, name, out, channels), tag)  # (1, out, 1, W)
+        return baked_product(self.kb, x, name, name, out, channels, tag)  # (1, out, 1, W)
+
+
+class PartPacked(Packed):
+    """``source.Packed`` whose activation parts are sliced out of the one activation segment when first
+    read, each alone: a kernel that reads only some parts (a full layer of a model with sliding ones
+    never reads mask_local) has no slice feeding nothing. A matrix may also share its columns with others,
+    stacked along rows in one segment (``generation.mlp_columns`` for an MLP too wide for side-by-side
+    segments): its rows are sliced out of that segment."""
+
+    def __init__(
+        self, kb: KernelBuilder, columns: SpatialLayout, activations: Layout, offsets: Mapping[str, float]
+    ) -> None:
+        super().__init__(kb, columns, activations, offsets)
+        self._parts: dict[str, Var] = {}
+
+    def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
+        found = self._row_source(key)
+        if found is None:
+            return super().linear(x, key, tag, rows)
+        segment, first, count, transposed = found
+        w = dynamic_slice(self.kb, self.columns, segment, (first, count), tag=key)  # (1, count, 1, cols)
+        if rows is not None:
+            return dynamic_linear(self.kb, None, w, tag, transposed, at=rows)  # (1, N, 1, W)
+        return dynamic_linear(self.kb, x, w, tag, transposed)  # (1, N, 1, W)
+
+    def _row_source(self, key: str) -> tuple[str, int, int, bool] | None:
+        """(segment, first row, rows, holds the transpose) of matrix ``key`` stacked with others in one
+        segment; None when a segment holds it alone."""
+        for s in self.columns.segments:
+            if len(s.sources) < 2:
+                continue
+            first = 0
+            for k, rows, transposed in s.sources:
+                if k == key:
+                    return s.name, first, rows, transposed
+                first += rows
+        return None
+
+    def act(self, name: str) -> Var:
+        if name not in self._parts:
+            segment = self.columns.activation.name
+            self._parts[name] = dynamic_slice(
+                self.kb, self.columns, segment, self.activations.range(name), tag=name
+            )
+        return self._parts[name]
 
 
 def layer_values(weights: Mapping[object, object] | None, layers: range) -> dict[str, np.ndarray] | None:
@@ -129,7 +175,6 @@ class GenBlocks:
         self.layer = 0
         self.taps: dict[tuple[int, str], Var] = {}
         self._normed: set[int] = set()
-        self._heads: dict[int, Var] = {}  # id of a [1, C, 1, W] value -> its heads view [1, n, W, hd]
         self._tables: dict[tuple[str, int], Var] = {}  # (input part, heads) -> a table tiled over them
         self._masks: dict[str, Var] = {}  # layer kind -> its [1, 1, W, capacity + W] mask
 
@@ -240,9 +285,9 @@ class GenBlocks:
                 xc = kb.f.mul(x=xh, y=self._head_table(cos), name=f"{tag}_xc")  # (1, n, W, hd)
                 rs = kb.f.mul(x=rot, y=self._head_table(sin), name=f"{tag}_rs")  # (1, n, W, hd)
                 rotated = kb.f.add(x=xc, y=rs, name=f"{tag}_h_rot")  # (1, n, W, hd)
-                flat = kb.merge_heads(rotated, n, tag)  # (1, n*hd, 1, W): the tap
-                self._heads[id(flat)] = rotated
-                out.append(flat)
+                # the queries stay in the heads view attention reads (merged, they would feed nothing);
+                # the keys go back to [1, n*hd, 1, W]: the cache's layout and the output's
+                out.append(rotated if x is q else kb.merge_heads(rotated, n, tag))
             else:
                 raise LayoutError(
                     f"[{kb.name}] rope '{tag}': this route rotates on the host, not in a kernel"
@@ -317,9 +362,10 @@ class GenBlocks:
                 f"the kernel masks to {cfg.layer_window(self.layer)} and scales by {cfg.scores_scale}"
             )
         tag = self._n(name)
-        qh = self._heads.get(id(q))
-        if qh is None:
-            qh = kb.heads(q, cfg.n_heads, f"{tag}_qh")  # (1, H, W, hd)
+        # the queries as RoPE left them: heads (the slice / matmul forms) or [1, q_dim, 1, W]
+        heads = (1, cfg.n_heads, self.width, cfg.head_dim)
+        as_heads = tuple(q.type.shape) == heads  # type: ignore[attr-defined]
+        qh = q if as_heads else kb.heads(q, cfg.n_heads, f"{tag}_qh")  # (1, H, W, hd)
         kh = self._long_heads(k, cfg.n_kv_heads, f"{tag}_kh", rows=False)  # (1, KVH, hd, cap + W)
         vh = self._long_heads(v, cfg.n_kv_heads, f"{tag}_vh", rows=True)  # (1, KVH, cap + W, hd)
         qg = kb.group_queries(qh, f"{tag}_qg")  # (1, KVH, G*W, hd)

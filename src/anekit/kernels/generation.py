@@ -22,11 +22,26 @@ kernels' cache surfaces in place. No state ops: in-graph KV updates were refused
 
 Attention keys are concat(cache slots, the chunk's own keys): the softmax runs over capacity + W, a power
 of two (rule op.softmax-axis-size) by ``capacity_for``. A "head kernel" is the final RMSNorm (norm on the
-engine) and the classifier of a vocabulary tile [start, stop) (<= 65536 channels, engine.extents).
+engine) and the classifier of a vocabulary tile [start, stop) (``head_tile_limit``).
+
+Per route (``anekit.kernels.route.KernelRoute``; the engine layer chooses it per chip):
+
+- norm on the engine, baked weights (legacy, baked-fused, baked-fused-rope-matmul): ``layers_kernel``,
+  "gen_layers_{first}_{last}_w{W}", as many layers as the plan groups, RoPE in the route's form;
+- norm on the host (dynamic-engine-attention): ``attention_kernel`` "gen_attn_{l}_w{W}" and
+  ``mlp_kernel`` "gen_mlp_{l}_w{W}", one block each, the host normalising between them, the weights
+  packed into "x" once (``pack_weights``);
+- attention on the host (conv-host-attention): ``host_attention_kernels``, the conv route's own kernels
+  at seq_len = W;
+- every route: ``head_kernel`` "gen_head_{start}_{stop}_w{W}"; ``kernel_set`` builds all of one width.
+
+The host writes "x" with ``rope_columns`` and ``cache_mask``; ``gen_weights`` turns a model's Params into
+the ``weights`` these take (layer -> {wq: ...}, embed, rms_final, wcls; None: shapes only).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +54,9 @@ from anekit.kernels.blocks import KernelBuilder
 from anekit.kernels.composable import COLUMN_ALIGN, DynamicKernelSpec, Segment, SpatialLayout, dynamic_builder
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.dynamic import ffn_fwd_dynamic_columns, norm_offsets, sdpa_fwd_dynamic_columns
-from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, layer_values, local_rope
+from anekit.kernels.gen_blocks import MASK_VALUE, GenBlocks, LayerBaked, PartPacked, layer_values, local_rope
 from anekit.kernels.route import KernelRoute
-from anekit.kernels.source import Packed, WeightSource
+from anekit.kernels.source import WeightSource, baked_product
 from anekit.kernels.spec import KernelSpec, Layout, LayoutError
 from anekit.mil import tensor
 from anekit.mil.ir import Program
@@ -82,6 +97,16 @@ class GenKernel:
 
     def compile(self, backend: Backend) -> Kernel:
         return backend.compile(self.program, self.weight_files())
+
+    @property
+    def weight_bytes(self) -> int:
+        """fp16 bytes of the model's weights the kernel holds (known from shapes alone): its baked
+        BLOBFILE consts (the RoPE swap and the masks included), or with dynamic weights the weight
+        segments of its "x" surface."""
+        if self.columns is not None:
+            return 2 * sum(s.rows * s.columns for s in self.columns.segments if s.is_weight)
+        shared = sum(len(b) for b in self.spec.shared_files.values())
+        return 2 * sum(math.prod(shape) for _, shape, _ in self.spec.weights.entries) + shared
 
     @property
     def x_shape(self) -> tuple[int, int]:
@@ -228,6 +253,12 @@ def layers_kernel(
             f"[generation] a fused layers kernel takes baked weights, attention and norm on the engine; "
             f"route is {route.describe()} (use attention_kernel / mlp_kernel, or host_attention_kernels)"
         )
+    if last - first > max_fused_layers(cfg):
+        raise GenerationError(
+            f"[generation] layers [{first}, {last}): the output x + 2 x {last - first} x kv_dim = "
+            f"{cfg.dim + 2 * (last - first) * cfg.kv_dim} channels exceeds {CHANNEL_LIMIT} (engine.extents "
+            f"CHANNELS); at most {max_fused_layers(cfg)} layers per kernel (max_fused_layers)"
+        )
     layers = range(first, last)
     name = f"gen_layers_{first}_{last}_w{width}"
     act = act_layout(cfg, width, capacity)
@@ -244,6 +275,12 @@ def layers_kernel(
     parts = {"x": x, **_kv_taps(blocks, layers)}
     spec = kb.finish(outputs, parts)
     return GenKernel(name, spec.program, act, cache, outputs, spec, None, tuple(layers))
+
+
+def max_fused_layers(cfg: ModelConfig) -> int:
+    """The most layers one layers kernel takes: its output (dim + 2 kv_dim per layer) and its cache
+    input (2 kv_dim per layer) within 65536 channels (engine.extents CHANNELS)."""
+    return (CHANNEL_LIMIT - cfg.dim) // (2 * cfg.kv_dim)
 
 
 def attention_kernel(
@@ -284,13 +321,13 @@ def mlp_kernel(
     """The MLP block of layer ``layer`` alone, "gen_mlp_{layer}_w{width}", for a route with the norm on
     the host: input x (dim) the host's normalised residual stream (rms_ffn applied), output x the block's
     result before the residual add (Gemma 3: before post_ffn_norm). No cache. Weights as
-    ``attention_kernel``'s (dynamic: ``kernels.dynamic``'s ffn_fwd_dynamic columns)."""
+    ``attention_kernel``'s (dynamic: ``mlp_columns``)."""
     kcfg = _check(cfg, layer, layer + 1, width, None)
     _check_block_route(route)
     layers = range(layer, layer + 1)
     name = f"gen_mlp_{layer}_w{width}"
     act = act_layout(cfg, width, 0, attention=False)
-    columns = ffn_fwd_dynamic_columns(kcfg, "host")
+    columns = mlp_columns(cfg, width)
     _, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
     blocks = GenBlocks(src, capacity=0).at(layer)
     model = model_for(kcfg)
@@ -298,6 +335,20 @@ def mlp_kernel(
     outputs = Layout.of([("x", cfg.dim)], width)
     spec = src.finish(outputs, {"x": out})
     return GenKernel(name, spec.program, act, None, outputs, spec, packed, (layer,))
+
+
+def mlp_columns(cfg: ModelConfig, width: int) -> SpatialLayout:
+    """The columns of a dynamic MLP kernel's "x": ``kernels.dynamic``'s ffn_fwd_dynamic columns with norm
+    "host" (x, W1^T, W3^T, W2 side by side, as maderix's ffnFused packs them) at width W, where they fit
+    the 16384 columns of the M1 to M3 (engine.extents SPATIAL). A wider MLP (hidden > ~5400: Gemma 3 1B's
+    6912) stacks the three along rows in ONE segment of hidden columns instead, W1^T over W3^T over W2
+    (3 dim channels): the same values, a third of the width."""
+    base = ffn_fwd_dynamic_columns(cfg.with_(seq_len=width), "host")
+    if base.columns <= SPATIAL.limit("any"):
+        return base
+    d, h = cfg.dim, cfg.hidden_dim
+    stacked = Segment("w132", 3 * d, h, (("w1", d, True), ("w3", d, True), ("w2", d, False)))
+    return SpatialLayout.of(3 * d, [Segment("act", d, width), stacked], align=COLUMN_ALIGN)
 
 
 def attention_columns(cfg: ModelConfig, width: int, capacity: int) -> SpatialLayout:
@@ -332,7 +383,7 @@ def _block_source(
     if route.weights == "dynamic":
         kb = dynamic_builder(name, kcfg, columns, norm="host", rope=route.rope)
         offsets = norm_offsets(kcfg, ("q_norm", "k_norm"))
-        return kb, Packed(kb, columns, act, offsets), columns
+        return kb, PartPacked(kb, columns, act, offsets), columns
     kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="host", rope=route.rope)
     src = LayerBaked(kb)
     src.layer = layers.start
@@ -410,6 +461,43 @@ def host_attention_kernels(
     return out
 
 
+def kernel_set(
+    cfg: ModelConfig,
+    route: KernelRoute,
+    *,
+    width: int,
+    capacity: int,
+    groups: tuple[tuple[int, int], ...],
+    tiles: tuple[tuple[int, int], ...],
+    weights: Weights = None,
+) -> dict[str, GenKernel]:
+    """Every generation kernel of one width for ``route``, by name, in the order a step runs them: the
+    layers (fused per [first, last) of ``groups`` with the norm on the engine; one attention and one MLP
+    kernel per layer with it on the host; the conv route's kernels with attention on the host) and then
+    the head tiles (start, stop) of ``tiles``."""
+    if route.attention == "host":
+        return host_attention_kernels(cfg, width, weights, tiles=tiles)
+    out: dict[str, GenKernel] = {}
+    if route.norm == "host":
+        for i in range(cfg.n_layers):
+            attn = attention_kernel(cfg, i, width=width, capacity=capacity, route=route, weights=weights)
+            mlp = mlp_kernel(cfg, i, width=width, route=route, weights=weights)
+            out[attn.name], out[mlp.name] = attn, mlp
+    else:
+        covered = [i for first, last in groups for i in range(first, last)]
+        if covered != list(range(cfg.n_layers)):
+            raise GenerationError(
+                f"[generation] layer groups {list(groups)} do not cover 0..{cfg.n_layers} in order"
+            )
+        for first, last in groups:
+            k = layers_kernel(cfg, first, last, width=width, capacity=capacity, route=route, weights=weights)
+            out[k.name] = k
+    for start, stop in tiles:
+        head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+        out[head.name] = head
+    return out
+
+
 def _kv_taps(blocks: GenBlocks, layers: range) -> dict[str, Any]:
     return {f"{t}{i}": blocks.taps[(i, t)] for i in layers for t in ("k", "v")}
 
@@ -448,7 +536,7 @@ def head_kernel(
     if route.weights == "dynamic":
         columns = head_columns(cfg, width, start, stop, route.norm)
         kb = dynamic_builder(name, kcfg, columns, norm=route.norm)
-        src = Packed(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
+        src = PartPacked(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
         x = src.act("x")  # (1, dim, 1, W)
         if route.norm == "engine":
             x = kb.rmsnorm(x, src.scale("rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
@@ -459,7 +547,7 @@ def head_kernel(
     x = kb.part("x")  # (1, dim, 1, W)
     if route.norm == "engine":
         x = kb.rmsnorm(x, kb.norm_scale("rms_final", "rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
-    logits = kb.conv(x, kb.matrix("wcls", "wcls", stop - start, cfg.dim), "logits")  # (1, tile, 1, W)
+    logits = baked_product(kb, x, "wcls", "wcls", stop - start, cfg.dim, "logits")  # (1, tile, 1, W)
     spec = kb.finish(outputs, {"logits": logits})
     return GenKernel(name, spec.program, act, None, outputs, spec, None, (), tile)
 
@@ -502,7 +590,10 @@ __all__ = [
     "head_kernel",
     "head_tile_limit",
     "host_attention_kernels",
+    "kernel_set",
     "layers_kernel",
+    "max_fused_layers",
+    "mlp_columns",
     "mlp_kernel",
     "pack_weights",
     "rope_columns",

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from anekit.kernels.blocks import KernelBuilder
+import numpy as np
+
+from anekit.kernels.blocks import MAX_CONV_INPUT_CHANNELS, KernelBuilder
 from anekit.kernels.composable import (
     DynamicKernelSpec,
     SpatialLayout,
@@ -107,6 +109,37 @@ def matrix_shape(cfg: ModelConfig, key: str) -> tuple[int, int]:
     return shapes[key]
 
 
+def baked_product(kb: KernelBuilder, x: Var, name: str, key: str, out: int, channels: int, tag: str) -> Var:
+    """W @ x as a 1x1 conv, W the matrix ``key`` (out, channels) baked as the const ``name``.
+
+    A W reading more than ``MAX_CONV_INPUT_CHANNELS`` channels (a wide model's W2: Qwen3-0.6B's 3072,
+    Gemma 3 1B's 6912) is split along its input channels into equal pieces of at most that many (each a
+    multiple of 64 where it can be): one conv per piece over a channel slice of x, the pieces' products
+    summed by adds (the partial sums ``<tag>_sum{j}``, the whole ``tag``). Every conv then reads as many
+    channels as hardware-run kernels' convs read (``blocks.MAX_CONV_INPUT_CHANNELS``); a W within the
+    limit is one conv, as it always was."""
+    if channels <= MAX_CONV_INPUT_CHANNELS:
+        return kb.conv(x, kb.matrix(name, key, out, channels), tag)  # (1, out, 1, S)
+    a = kb.value(key)
+    if a is not None and a.shape != (out, channels):
+        raise LayoutError(f"[{kb.name}] weight '{key}' has shape {list(a.shape)}, expected {[out, channels]}")
+    count = -(-channels // MAX_CONV_INPUT_CHANNELS)
+    piece = -(-channels // count)
+    piece = min(MAX_CONV_INPUT_CHANNELS, -(-piece // 64) * 64)
+    seq = x.type.shape[3]  # type: ignore[attr-defined]
+    starts = list(range(0, channels, piece))
+    total: Var | None = None
+    for j, lo in enumerate(starts):
+        hi = min(channels, lo + piece)
+        xs = kb.f.slice_by_size(x=x, begin=[0, lo, 0, 0], size=[1, hi - lo, 1, seq], name=f"{tag}_in{j}")
+        w = None if a is None else np.ascontiguousarray(a[:, lo:hi])
+        y = kb.conv(xs, kb.weight(f"{name}_p{j}", (out, hi - lo, 1, 1), w), f"{tag}_p{j}")  # (1, out, 1, S)
+        last = j == len(starts) - 1
+        total = y if total is None else kb.f.add(x=total, y=y, name=tag if last else f"{tag}_sum{j}")
+    assert total is not None
+    return total
+
+
 class Baked:
     """Weights as BLOBFILE consts named after their keys, products as 1x1 convs."""
 
@@ -130,7 +163,7 @@ class Baked:
 
     def linear(self, x: Var, key: str, tag: str, rows: Var | None = None) -> Var:
         out, channels = matrix_shape(self.kb.cfg, key)
-        return self.kb.conv(x, self.kb.matrix(key, key, out, channels), tag)  # (1, out, 1, S)
+        return baked_product(self.kb, x, key, key, out, channels, tag)  # (1, out, 1, S)
 
     def linear_t(self, terms: Sequence[Term], tag: str, *, name: str | None = None) -> Var:
         kb, products = self.kb, []

@@ -295,6 +295,7 @@ class Sampler:
         # llama2.c's stories end at BOS instead (run.c), which is what a tokenizer without them gets.
         self.eos_ids = frozenset(int(i) for i in getattr(tokenizer, "eos_ids", ()))
         self.stats = GenerationStats()
+        self.pending_text = ""  # after a KeyboardInterrupt in ``generate``: the text the stream held back
 
     def encode(self, prompt: str, bos: bool = True) -> list[int]:
         """The prompt's ids, BOS first where the tokenizer has one and ``bos``."""
@@ -403,10 +404,15 @@ class Sampler:
             if piece and echo_prompt:
                 yield piece
         n_forced = len(ids) - 1
-        for i, token in enumerate(self.generate_ids(ids, steps, temperature, top_p, seed)):
-            piece = stream.push(token)
-            if piece and (echo_prompt or i >= n_forced):
-                yield piece
+        self.pending_text = ""
+        try:
+            for i, token in enumerate(self.generate_ids(ids, steps, temperature, top_p, seed)):
+                piece = stream.push(token)
+                if piece and (echo_prompt or i >= n_forced):
+                    yield piece
+        except KeyboardInterrupt:  # what the stream holds back (an unfinished UTF-8 sequence) is printable
+            self.pending_text = stream.flush()
+            raise
         tail = stream.flush()
         if tail:
             yield tail

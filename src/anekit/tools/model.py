@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from anekit.errors import AnekitError
+from anekit.generate.backends import package_decoder
 from anekit.inputs import check_input
 from anekit.kernels.config import preset
 
 if TYPE_CHECKING:
-    from anekit.coreml.decoder import PackageDecoder
     from anekit.hf.model import HFModel
     from anekit.llama.params import Params
-    from anekit.llama.sample import DecoderShape
+    from anekit.llama.sample import Decoder, DecoderShape
 
 Kind = Literal["blzt", "llama2c", "hf", "export"]
 
@@ -50,7 +50,7 @@ class OpenedModel:
     path: Path
     kind: Kind
     params: Params | None  # None for an export: its decoder holds the weights
-    decoder: PackageDecoder | None = None  # an export's
+    decoder: Decoder | None = None  # an export's (the simulator's PackageDecoder, or CoreML's)
     run: dict[str, Any] | None = None  # a BLZT checkpoint's run record, when it has one
     hf: HFModel | None = None  # a Hugging Face directory's model (its config, dtypes, files)
     tokenizer_files: tuple[Path, ...] = ()
@@ -109,13 +109,18 @@ def _magic(path: Path, where: str) -> int:
 
 
 def open_model(
-    path: Path, config: str | None = None, where: str = "[sample]", exports: bool = False
+    path: Path,
+    config: str | None = None,
+    where: str = "[sample]",
+    exports: bool = False,
+    package_backend: str = "sim",
 ) -> OpenedModel:
     """The model at ``path``, dispatched on what it is (see the module docstring).
 
     ``config`` names the preset of a BLZT checkpoint without a run record (its header has no n_kv_heads).
-    ``exports``: an ``anekit export`` output opens as its decoder; without it, it is read as a model file
-    (and refused as one)."""
+    ``exports``: an ``anekit export`` output opens as its decoder, run by ``package_backend`` (``sim``: the
+    simulator, ``coreml``: CoreML itself, ``anekit.generate.backends``); without it, it is read as a model
+    file (and refused as one)."""
     from anekit.hf.config import check_model_dir
 
     path = Path(path)
@@ -124,10 +129,8 @@ def open_model(
 
         hf = load_hf(path)
         return OpenedModel(path, "hf", hf.params, hf=hf, tokenizer_files=_tokenizers_found(path, "hf"))
-    if exports and is_export(path):  # run the exported package(s) in the simulator, KV caches as states
-        from anekit.coreml.decoder import PackageDecoder
-
-        decoder = PackageDecoder.open(path)
+    if exports and is_export(path):  # run the exported package(s), KV caches as states
+        decoder = package_decoder(path, package_backend)
         return OpenedModel(path, "export", None, decoder, tokenizer_files=_tokenizers_found(path, "export"))
     check_model_dir(path, f"{where} cannot read")  # a directory whose config.json is missing or no file
     if _magic(path, where) == BLZT_MAGIC:

@@ -1,6 +1,11 @@
-"""The sample job: a model opened for generation (its checks), the model's own tokenizer, and the text
-generated with the reason it stopped. ``prepare`` does it all from a path and ``SampleOptions``; the
-steps are callable one by one too. The tokenizer is found and checked by ``anekit.tools.model_tokenizer``.
+"""The sample job: a model opened for generation (its checks), the model's own tokenizer, the decoder of
+the backend asked for, and the text generated with the reason it stopped. ``prepare`` does it all from a
+path and ``SampleOptions``; the steps are callable one by one too. The tokenizer is found and checked by
+``anekit.tools.model_tokenizer``; the backend (``cpu``, ``sim``, ``ane``, ``coreml``) is checked and its
+decoder made by ``anekit.generate.backends``, and the same ``Sampler`` drives every one.
+
+Order matters for what is refused early: a backend this machine cannot run is refused before the model is
+read; an engine backend's prompt is encoded and checked against the context before any kernel is compiled.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit.errors import AnekitError
+from anekit.generate.backends import ENGINE_BACKENDS, check_backend, default_backend, engine_decoder
 from anekit.inputs import stat_input
 from anekit.kernels.config import preset
-from anekit.tools.model import OpenedModel, check_finite, is_hf_dir, open_model
+from anekit.tools.model import OpenedModel, check_finite, is_export, is_hf_dir, open_model
 from anekit.tools.model_tokenizer import find_tokenizer
 
 if TYPE_CHECKING:
@@ -37,6 +43,10 @@ class SampleOptions:
     adapters: Path | None = None  # a Hugging Face model: LoRA adapters (PEFT's format) merged in first
     tokenizer: Path | None = None  # the model's tokenizer (None: found as the module docstring says)
     config: str | None = None  # the preset of a BLZT checkpoint without a run record
+    backend: str | None = None  # cpu, sim, ane or coreml (None: anekit.generate.backends.default_backend)
+    chip: str | None = None  # sim: the chip whose route and numerics the kernels use (None: any)
+    macos: str | None = None  # sim / ane: the macOS version the route is chosen for (None: every one)
+    numerics: str | None = None  # sim: engine, exact or ieee (None: the chip's measured numerics)
 
 
 @dataclass(frozen=True)
@@ -47,10 +57,21 @@ class Generation:
     sampler: Any
     prompt: str  # what the sampler starts from (a chat's rendered template)
     options: SampleOptions
+    backend: str = "cpu"  # the backend that generates (named in the speed line)
 
     def pieces(self) -> Iterator[str]:
         o = self.options
         return generate(self.sampler, self.prompt, o.steps, o.temperature, o.top_p, o.seed, o.chat)
+
+    def pending(self) -> str:
+        """Text the sampler holds back (an unfinished UTF-8 sequence) when generation is interrupted."""
+        return str(getattr(self.sampler, "pending_text", ""))
+
+    def close(self) -> None:
+        """Release the decoder's kernels (an engine decoder's), if it holds any."""
+        close = getattr(self.sampler.decoder, "close", None)
+        if callable(close):
+            close()
 
     @property
     def stats(self) -> Any:
@@ -82,22 +103,49 @@ def prepare(
     stat_input(model, "[sample] cannot read")  # a path the OS cannot look up (too long): one line
     hf = is_hf_dir(model)
     check_options(hf, options.chat, options.adapters, options.tokenizer, options.config)
-    opened = open_model(model, options.config, exports=True)
+    package = not hf and is_export(model)
+    backend = options.backend or default_backend(package)
+    engine_options = (options.chip, options.macos, options.numerics) != (None, None, None)
+    machine_options = (options.chip, options.numerics) != (None, None)
+    check_backend(  # before the model is read
+        backend, package=package, engine_options=engine_options, machine_options=machine_options
+    )
+    opened = open_model(model, options.config, exports=True, package_backend=backend)
     for note in opened.notes:
         report("note", note)
-    decoder = ready(opened, options.steps, options.adapters)
+    source = ready(opened, options.steps, options.adapters, check_cpu_memory=backend == "cpu")
     if hf:
         tok = hf_tokenizer(opened)
         prompt = chat_prompt(tok, options.prompt) if options.chat else options.prompt
-        return Generation(Sampler(decoder, tok), prompt, options)
-    if tokenizer_of is None:
-        found = find_tokenizer(model, opened.cfg, opened.run, options.tokenizer)
-        if found.warning is not None:
-            report("warning", found.warning)
-        tok = found.tokenizer
     else:
-        tok = tokenizer_of(opened.cfg, opened.run)
-    return Generation(Sampler(decoder, tok), options.prompt, options)
+        prompt = options.prompt
+        if tokenizer_of is None:
+            found = find_tokenizer(model, opened.cfg, opened.run, options.tokenizer)
+            if found.warning is not None:
+                report("warning", found.warning)
+            tok = found.tokenizer
+        else:
+            tok = tokenizer_of(opened.cfg, opened.run)
+    if package or backend not in ENGINE_BACKENDS:
+        return Generation(Sampler(source, tok), prompt, options, backend)  # the parameters, or a package's
+    sampler = Sampler(Unopened(source.cfg), tok)
+    sampler.encode(prompt, not options.chat)  # the prompt's length against the context: no kernel yet
+    engine = engine_decoder(source, backend, options.chip or "any", options.macos or "", options.numerics)
+    sampler.decoder = engine
+    route = getattr(engine, "route", None)  # the route the chip got (a stand-in decoder may have none)
+    chip = getattr(route, "chip", None) or options.chip or "any"
+    label = f"{backend}, chip {chip}" + (f", route {route.id}" if route is not None else "")
+    return Generation(sampler, prompt, options, label)
+
+
+@dataclass(frozen=True)
+class Unopened:
+    """The model's shape before its decoder is made: what the sampler checks a prompt against."""
+
+    cfg: Any
+
+    def forward(self, tokens: Any, pos: int) -> Any:
+        raise AnekitError("[sample] the decoder is not open yet")
 
 
 def check_options(
@@ -123,9 +171,12 @@ def check_memory(params: Any, model: Path, steps: int) -> None:
     check_sampling_memory(params, positions, 1, f"{model}: sampling {positions} positions")
 
 
-def ready(opened: OpenedModel, steps: int, adapters: Path | None = None) -> Any:
+def ready(
+    opened: OpenedModel, steps: int, adapters: Path | None = None, check_cpu_memory: bool = True
+) -> Any:
     """What the sampler decodes with: an export's decoder; else the parameters (a Hugging Face model's
-    with ``adapters`` merged in), checked to fit in memory (not a Hugging Face one's) and to be finite."""
+    with ``adapters`` merged in), checked to be finite and, for the CPU's forward (``check_cpu_memory``),
+    to fit in memory (not a Hugging Face one's)."""
     if opened.decoder is not None:
         return opened.decoder
     params = opened.params
@@ -136,7 +187,8 @@ def ready(opened: OpenedModel, steps: int, adapters: Path | None = None) -> Any:
 
             params = fuse(params, read_adapters(adapters, params.cfg))
         return check_finite(params, adapters or opened.path, "sample")
-    check_memory(params, opened.path, steps)  # before the weights are read to check them
+    if check_cpu_memory:
+        check_memory(params, opened.path, steps)  # before the weights are read to check them
     return check_finite(params, opened.path, "sample")
 
 
