@@ -122,3 +122,21 @@ def test_the_generation_facts_rest_on_the_books_rules_and_figures():
         assert f.why and "\n" not in f.why
     assert fact("state-ops").rule == "program.state-ops-direct"
     assert fact("fused-dispatch").value > 0
+
+
+def test_the_candidates_use_the_constructs_the_design_names():
+    fused = ("conv.baked", "rmsnorm.plain", "matmul.activations", "softmax.scores")
+    assert candidate(FUSED).constructs == (*fused, "rope.slice-concat", "gate.silu")
+    assert candidate(FUSED_MM).constructs == (*fused, "rope.permutation-matmul", "gate.silu")
+    assert candidate(DYN).constructs == (
+        "matmul.dynamic-weights",
+        "matmul.activations",
+        "softmax.scores",
+        "rope.slice-concat",
+        "gate.silu",
+    )
+    assert candidate(CONV).constructs == ("conv.baked", "gate.silu")
+    assert candidate(LEGACY_ID).constructs == ()
+    # a refused rmsnorm.plain keeps the fused routes out on the M4 (the dynamic route normalises on the host)
+    refused = _report("rmsnorm.plain", "m4", "26.1", refutes=True)
+    assert generation_route("m4", "26", refused).id == DYN

@@ -36,11 +36,16 @@ from tests.test_models_gemma3 import make_gemma3
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 STORIES260K = CORPUS / "llama2c" / "stories260K.bin"
 # The fp16 error bound: the engine's activations and weights are fp16, the CPU's float32. Measured on the
-# M1 simulator: at most 0.62% of the largest logit on stories260K (0.085 of 13.7 over 17 steps), 0.1% on
-# the tiny random checkpoints; the tolerance is 1% of the largest logit.
-RELATIVE_TOL = 0.01
-CHUNK_TOL = 0.005
-PROMPT_TOL = {"m1": 0.015, "m4": 0.025}
+# simulator: at most 0.62% of the largest logit on stories260K with the host's float32 attention (M1),
+# 1.05% with the fused kernels' fp16 attention (a 6-token prompt of random tokens: 0.137 of 13.0), 0.1%
+# on the tiny random checkpoints; the tolerance is 1.5% of the largest logit.
+RELATIVE_TOL = 0.015
+# chunked vs token by token: the host attention's float32 sums over a chunk round differently, the fused
+# kernels' softmax runs over capacity + W keys (W 32 or 64): measured 0.24% (m1) and 0.26% (m4) of the
+# largest logit; the dynamic kernels' matmuls of W token rows reduce differently under the M3's numerics:
+# 0.9% (and exactly 0 with the simulator's ieee numerics, so the host side adds nothing)
+CHUNK_TOL = {"m1": 0.005, "m4": 0.005, "m3": 0.015}
+PROMPT_TOL = {"m1": 0.015, "m4": 0.025, "m3": 0.025}
 TINY = dict(
     hidden_size=64,
     intermediate_size=128,
@@ -52,8 +57,15 @@ TINY = dict(
 )
 
 
-# chip -> the route its simulator's decoder takes (anekit.engine.generation_routes)
-CHIPS = {"m1": "conv-host-attention", "m4": "baked-fused", "any": "legacy"}
+# (chip, route asked for or None: the chip's own) -> the route the decoder takes
+ROUTES = {
+    ("m1", None): "conv-host-attention",
+    ("m4", None): "baked-fused",
+    ("any", None): "legacy",
+    ("m3", "baked-fused-rope-matmul"): "baked-fused-rope-matmul",  # the M3's under macOS 26
+    ("m3", "dynamic-engine-attention"): "dynamic-engine-attention",  # the M3's under macOS 15
+}
+SOME = ("stories260K", "qwen3", "gemma3")  # the models the M3's routes run here (the slow simulated routes)
 
 
 def _backend(chip: str = "m1") -> SimBackend:
@@ -122,18 +134,22 @@ def _teacher_forced(params: Params, engine: EngineDecoder, prompt: list[int], st
     return rows
 
 
-@pytest.mark.parametrize("chip", sorted(CHIPS))
-def test_engine_samples_the_cpu_tokens_wherever_the_gap_exceeds_the_fp16_error(model, chip):
+@pytest.mark.parametrize("chip,route", list(ROUTES), ids=[f"{c}-{r or 'own'}" for c, r in ROUTES])
+def test_engine_samples_the_cpu_tokens_wherever_the_gap_exceeds_the_fp16_error(model, chip, route):
     name, params, steps = model
-    engine = EngineDecoder(params, _backend(chip))
-    assert engine.route.id == CHIPS[chip]
+    if route is not None and name not in SOME:
+        pytest.skip(f"route {route} runs {', '.join(SOME)} here (its simulated kernels are the slowest)")
+    if route is not None:
+        steps = min(steps, 6)
+    engine = EngineDecoder(params, _backend(chip), route)
+    assert engine.route.id == ROUTES[(chip, route)]
     name = f"{name} on {chip} ({engine.route.id})"
     prompt = _prompt(params.cfg)
     rows = _teacher_forced(params, engine, prompt, steps)
     scale = max(float(np.abs(c).max()) for c, _, _ in rows)
     errors = [float(np.abs(e - c).max()) for c, e, _ in rows]
     err = max(errors)
-    assert err <= RELATIVE_TOL * scale, f"{name}: fp16 error {err:.4g} past 1% of the logits' {scale:.3g}"
+    assert err <= RELATIVE_TOL * scale, f"{name}: fp16 error {err:.4g} past 1.5% of the logits' {scale:.3g}"
     contested = [i for i, (_, _, gap) in enumerate(rows) if gap <= 2 * err]
     for i, (c, e, gap) in enumerate(rows):
         if i in contested:  # the logits agree within the tolerance; the token may differ
@@ -160,11 +176,11 @@ def stories() -> Params:
     return _stories260k()
 
 
-@pytest.mark.parametrize("chip", ["m1", "m4"])
-def test_chunked_prefill_equals_token_by_token_and_continuation_and_reset(stories, chip):
+@pytest.mark.parametrize("chip,route", [("m1", None), ("m4", None), ("m3", "dynamic-engine-attention")])
+def test_chunked_prefill_equals_token_by_token_and_continuation_and_reset(stories, chip, route):
     cfg = stories.cfg
     prompt = [1, *(int(i) for i in np.random.default_rng(3).integers(3, cfg.vocab_size, 79))]  # 80 tokens
-    with EngineDecoder(stories, _backend(chip), prefill_width=64) as chunked:
+    with EngineDecoder(stories, _backend(chip), route, prefill_width=64) as chunked:
         assert chunked.plan.widths == (32, 64)
         whole = chunked.forward(prompt, 0)  # chunks of 64 and 16 through the prefill set
         assert chunked.position == 80
@@ -179,11 +195,9 @@ def test_chunked_prefill_equals_token_by_token_and_continuation_and_reset(storie
         for pos, t in enumerate(prompt):
             step = chunked.forward([t], pos)  # every token through the decode set
     assert step is not None
-    # the same kernels' columns, but a chunk's host attention rounds its float32 sums differently and the
-    # next kernel's fp16 input may round the other way: measured 0.24% of the largest logit, bound 0.5%
     scale = float(np.abs(whole).max())
-    np.testing.assert_allclose(step, whole, atol=CHUNK_TOL * scale)
-    np.testing.assert_allclose(cont, whole, atol=CHUNK_TOL * scale)
+    np.testing.assert_allclose(step, whole, atol=CHUNK_TOL[chip] * scale)
+    np.testing.assert_allclose(cont, whole, atol=CHUNK_TOL[chip] * scale)
     assert int(step.argmax()) == int(whole.argmax())
     # an 80-token prompt of random tokens: the fused kernels' fp16 attention (scores, softmax, probs @ V in
     # fp16) over 80 keys measured 1.3% of the largest logit (1.8% with the simulator's ieee numerics), the
@@ -208,6 +222,10 @@ def test_bad_input_is_refused_in_one_line(stories):
         EngineDecoder(stories, _backend(), "fastest")
     with pytest.raises(PlanRefused):
         EngineDecoder(stories, _backend(), prefill_width=40)
+    many = Params.init(preset("default").with_(n_layers=45), seed=0)  # 45 x 3 conv kernels + a head tile
+    with pytest.raises(PlanRefused) as e:
+        EngineDecoder(many, _backend("m1"))  # refused before anything is compiled
+    assert "136 kernels" in str(e.value) and "process.loaded-program-ceiling" in str(e.value)
     with pytest.raises(AnekitError) as e:
         make_engine_decoder(stories, "gpu")
     assert "sim, ane" in str(e.value)

@@ -28,6 +28,7 @@ import numpy as np
 from anekit import runtime
 from anekit.engine.generation_routes import GenerationRoute, candidate, generation_route
 from anekit.errors import AnekitError
+from anekit.generate.block_route import BlockRunner
 from anekit.generate.host_attention import HostAttentionRunner
 from anekit.generate.layers import LayersRunner
 from anekit.generate.plan import GenerationPlan, generation_plan
@@ -59,12 +60,10 @@ class Runner(Protocol):
 def _runner(params: Params, backend: Backend, route: GenerationRoute, plan: GenerationPlan) -> Runner:
     if route.attention == "host":
         return HostAttentionRunner(params, backend, plan)
+    kernels = KernelRoute(*route.kernel_route)
     if route.fused:
-        return LayersRunner(params, backend, plan, KernelRoute(*route.kernel_route))
-    raise AnekitError(
-        f"[generate] route '{route.id}' runs the generation layers kernels, not in this build yet "
-        "(choose a fused route or 'conv-host-attention')"
-    )
+        return LayersRunner(params, backend, plan, kernels)
+    return BlockRunner(params, backend, plan, kernels)
 
 
 def _route(route: GenerationRoute | str | None, backend: Backend) -> GenerationRoute:

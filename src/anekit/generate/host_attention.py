@@ -34,7 +34,6 @@ from anekit.llama.params import Params
 from anekit.models import Blocks, LayerPlan, model_for
 from anekit.runtime.base import Backend, Kernel
 
-LAYER_KERNELS = ("qkv_fwd", "wo_fwd", "ffn_fwd")  # per layer, in the order a token runs them
 # the name part of host_attention_kernels' "gen_{part}_{i}_w{W}" -> the conv route's kernel it is
 KERNEL_NAMES = {"qkv": "qkv_fwd", "wo": "wo_fwd", "ffn": "ffn_fwd"}
 
@@ -172,4 +171,4 @@ class HostAttentionRunner:
         self.sets = {}
 
 
-__all__ = ["LAYER_KERNELS", "EngineBlocks", "HostAttentionRunner", "KernelSet"]
+__all__ = ["KERNEL_NAMES", "EngineBlocks", "HostAttentionRunner", "KernelSet"]

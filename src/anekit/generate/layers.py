@@ -157,11 +157,8 @@ class LayersSet:
                 )
                 self.groups.append(Compiled(gen, backend, weights))
             for start, stop in plan.tiles:
-                self.tiles.append(
-                    Compiled(
-                        head_kernel(cfg, start, stop, width=width, route=route, weights=weights), backend
-                    )
-                )
+                head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+                self.tiles.append(Compiled(head, backend))
         except BaseException:
             self.close()
             raise
@@ -189,7 +186,6 @@ class LayersRunner:
                 + route.describe()
             )
         self.params, self.plan, self.cfg = params, plan, params.cfg
-        self.model = model_for(self.cfg)
         self.sets: dict[int, LayersSet] = {}
         try:
             for w in plan.widths:

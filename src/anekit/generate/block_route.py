@@ -1,0 +1,120 @@
+"""The host side of generation route "dynamic-engine-attention": one kernel per block, the norms on the host.
+
+Each layer runs as two kernels of ``anekit.kernels.generation`` — ``attention_kernel`` (the attention
+block with the KV cache read from its own "cache" surface) and ``mlp_kernel`` — whose weights travel in
+their "x" surface after the activation columns, written once when the kernel is loaded
+(``layers.Compiled``); each call writes only the activation columns. The head tiles take their rows the
+same way.
+
+The blocks' insides are the family's (lowered into the kernels); the host keeps the residual stream in
+float32 and applies what a norm-on-host route leaves to it around each block, the family's names and
+order: x + post_att_norm(attention(rms_att(x))), then x + post_ffn_norm(mlp(rms_ffn(x))), the post-norms
+only where the family has them (Gemma 3), every norm scaling by ``cfg.norm_offset + w``; the final norm
+before the head tiles. Keys and values are written into each attention kernel's own cache surface in
+place, copied once between the two widths' kernels (``layers.catch_up``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.generate.layers import Compiled, catch_up, embed, host_parts, ran
+from anekit.generate.plan import GenerationPlan
+from anekit.kernels.generation import attention_kernel, gen_weights, head_kernel, mlp_kernel
+from anekit.kernels.route import KernelRoute
+from anekit.llama import cpu_ops
+from anekit.llama.cpu_forward import check_norm_input
+from anekit.llama.params import Params
+from anekit.runtime.base import Backend
+
+
+class BlockSet:
+    """The attention and MLP kernels of every layer and the head tiles at one width."""
+
+    def __init__(
+        self, params: Params, backend: Backend, plan: GenerationPlan, route: KernelRoute, width: int
+    ):
+        cfg, weights = params.cfg, gen_weights(params)
+        self.width, self.capacity = width, plan.capacity_for(width)
+        self.attention: list[Compiled] = []
+        self.mlp: list[Compiled] = []
+        self.tiles: list[Compiled] = []
+        self.filled = 0
+        try:
+            for i in range(cfg.n_layers):
+                att = attention_kernel(
+                    cfg, i, width=width, capacity=self.capacity, route=route, weights=weights
+                )
+                self.attention.append(Compiled(att, backend, weights))
+                self.mlp.append(
+                    Compiled(mlp_kernel(cfg, i, width=width, route=route, weights=weights), backend, weights)
+                )
+            for start, stop in plan.tiles:
+                head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
+                self.tiles.append(Compiled(head, backend, weights))
+        except BaseException:
+            self.close()
+            raise
+
+    def copy_from(self, other: BlockSet, start: int, stop: int) -> None:
+        """Positions start .. stop-1 of every layer's k / v from ``other``'s cache surfaces into ours."""
+        for mine, theirs in zip(self.attention, other.attention):
+            assert mine.cache is not None and theirs.cache is not None
+            with theirs.cache.view() as src, mine.cache.view() as dst:
+                dst[..., start:stop] = src[..., start:stop]
+
+    def close(self) -> None:
+        for k in (*self.attention, *self.mlp, *self.tiles):
+            k.close()
+        self.attention, self.mlp, self.tiles = [], [], []
+
+
+class BlockRunner:
+    """The dynamic-engine-attention route for one model: a BlockSet per width of the plan."""
+
+    def __init__(self, params: Params, backend: Backend, plan: GenerationPlan, route: KernelRoute) -> None:
+        self.params, self.plan, self.cfg = params, plan, params.cfg
+        self.sets: dict[int, BlockSet] = {}
+        try:
+            for w in plan.widths:
+                self.sets[w] = BlockSet(params, backend, plan, route, w)
+        except BaseException:
+            self.close()
+            raise
+
+    def _norm(self, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+        assert w is not None
+        return cpu_ops.rmsnorm(
+            x, (np.float32(self.cfg.norm_offset) + w).astype(np.float32), self.cfg.norm_eps
+        )
+
+    def run(self, tokens: np.ndarray, pos: int, width: int) -> np.ndarray:
+        """Tokens (n,), n <= width, at positions pos .. pos+n-1: the last token's logits (vocab,)."""
+        s, n, cfg = self.sets[width], tokens.shape[0], self.cfg
+        catch_up(self.sets.values(), s, pos)
+        x = embed(self.params, tokens, width)  # (dim, W)
+        shared = host_parts(cfg, s.capacity, width, pos, n, s.attention[0].gen.act.names)
+        for i, layer in enumerate(self.params.layers):
+            att = s.attention[i]
+            out = att.run({"x": self._norm(x, layer.rms_att), **shared})
+            att.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
+            a = out["x"] if not cfg.post_norms else self._norm(out["x"], layer.post_att_norm)  # (dim, W)
+            x = x + a
+            m = s.mlp[i].run({"x": self._norm(x, layer.rms_ffn)})["x"]  # (dim, W)
+            x = x + (m if not cfg.post_norms else self._norm(m, layer.post_ffn_norm))
+        ran(self.sets.values(), s, pos, n)
+        check_norm_input(x[:, :n], f"layer {cfg.n_layers - 1}'s output", pos)
+        xn = self._norm(x, self.params.rms_final)  # (dim, W)
+        return np.concatenate([t.run({"x": xn})["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
+
+    def reset(self) -> None:
+        for s in self.sets.values():
+            s.filled = 0
+
+    def close(self) -> None:
+        for s in self.sets.values():
+            s.close()
+        self.sets = {}
+
+
+__all__ = ["BlockRunner", "BlockSet"]
