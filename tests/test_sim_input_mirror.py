@@ -110,3 +110,22 @@ def test_the_mirror_decodes_every_half_pattern_as_the_store_does() -> None:
     assert changed == (1 << 16) - 1  # every pattern but +0, which was there
     assert nans == int(np.count_nonzero(np.isnan(want)))
     assert mirror.decode_table()[peak] == np.inf  # the largest non-NaN magnitude
+
+
+def test_a_surface_rewritten_whole_is_no_longer_mirrored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training step rewrites its packed weights whole: the second copy is let go, the results stay."""
+    monkeypatch.setattr(mirror, "MIRROR_FROM", EVERY_SIZE)
+    mirrored, _ = _kernel("dynamic")
+    monkeypatch.setattr(mirror, "MIRROR_FROM", NEVER)
+    plain, _ = _kernel("dynamic")
+    rng = np.random.default_rng(1)
+    (surface,) = mirrored.inputs
+    for step in range(3):
+        x = (rng.standard_normal(surface.shape) * 0.1).astype(np.float32)
+        for kernel in (mirrored, plain):
+            monkeypatch.setattr(mirror, "MIRROR_FROM", EVERY_SIZE if kernel is mirrored else NEVER)
+            kernel.inputs[0].write(x)
+            kernel.run()
+        assert mirrored.outputs[0].read().tobytes() == plain.outputs[0].read().tobytes()
+        assert (surface.id in mirrored._mirrors) == (step == 0)
+    assert surface.id in mirrored._unmirrored

@@ -36,6 +36,7 @@ class SimKernel(Kernel):
         self._results: dict[int, tuple[np.ndarray, bool]] = {}
         # surface id -> its buffer kept decoded between runs (None: decoded on each run)
         self._mirrors: dict[int, Mirror | None] = {}
+        self._unmirrored: set[int] = set()  # surfaces the host rewrites whole: never mirrored again
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -119,8 +120,13 @@ class SimKernel(Kernel):
             # handed out (``_unshared``, ``_read_output``). A large fp16 surface is kept decoded between
             # runs (``runtime.sim.mirror``): only what the host changed is decoded again.
             with surface.view() as buf:
-                mirror = self._mirrors[surface.id] = mirror_for(buf, self._mirrors.get(surface.id))
+                mirror = None
+                if surface.id not in self._unmirrored:
+                    mirror = self._mirrors[surface.id] = mirror_for(buf, self._mirrors.get(surface.id))
                 if mirror is not None and mirror.refresh(buf):
+                    if not mirror.worth:  # rewritten whole: decoded on each run from now on
+                        self._unmirrored.add(surface.id)
+                        del self._mirrors[surface.id]
                     stored.add(len(ins))
                     peaks[len(ins)] = mirror.peak
                     ins.append(mirror.values)

@@ -41,6 +41,7 @@ class Mirror:
         self.values = self._flat.reshape(buf.shape).view()
         self.values.flags.writeable = False  # the plan's input: no step writes into it
         self.nans, self.peak = self._scan()
+        self.worth = True  # whether keeping it pays (``refresh``)
 
     def _scan(self) -> tuple[int, float]:
         bits = self.seen
@@ -51,10 +52,13 @@ class Mirror:
 
     def refresh(self, buf: np.ndarray) -> bool:
         """Bring the values up to ``buf`` (the surface's buffer, of the mirrored shape); False when it holds
-        a NaN, which the engine coerces (the caller then takes the plain way)."""
-        _, nans, peak = self.loops.refresh_fp16_mirror(
+        a NaN, which the engine coerces (the caller then takes the plain way). ``worth`` turns False when
+        more than half of the surface changed: a surface rewritten whole between runs (a training step's
+        packed weights) gains nothing from a second copy."""
+        changed, nans, peak = self.loops.refresh_fp16_mirror(
             buf.reshape(-1).view(np.uint16), self.seen, self._flat, decode_table()
         )
+        self.worth = 2 * int(changed) <= self.seen.size
         self.nans, self.peak = int(nans), float(decode_table()[peak])
         return self.nans == 0
 
