@@ -430,3 +430,29 @@ def tiled_matmul(
                 r = 0.0
             over[i, j] = sign[j] != 0.0
             out[i, j] = sign[j] * np.inf if sign[j] != 0.0 else r
+
+
+# -- input surfaces kept decoded between runs (``runtime.sim.kernel``) -----------------------------------
+
+
+@njit(nogil=True, cache=True)
+def refresh_fp16_mirror(
+    now: np.ndarray, seen: np.ndarray, values: np.ndarray, table: np.ndarray
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """Bring ``values`` (float32) up to the half patterns ``now`` (uint16) where they differ from ``seen``
+    (the patterns last decoded, updated too): each changed element decoded by ``table`` (the float32 of
+    every half pattern). Returns (elements changed, NaNs in ``now``, the largest non-NaN magnitude
+    pattern), read in the same pass."""
+    changed = 0
+    nans = 0
+    peak = np.uint16(0)
+    for i in range(now.size):
+        b = now[i]
+        if b != seen[i]:
+            seen[i] = b
+            values[i] = table[b]
+            changed += 1
+        a = np.uint16(b & np.uint16(0x7FFF))
+        nans += np.int64(a > np.uint16(0x7C00))
+        peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
+    return changed, nans, int(peak)

@@ -42,6 +42,7 @@ One module per job, each importing only those listed above it:
     engine_steps  steps under a chip's profile
     weights       the weight files a program refers to, opened once
     plan          ``Plan``: a compiled function, its steps over numbered value slots
+    mirror        a large fp16 input surface kept decoded between runs
     kernel        ``SimKernel``: a plan behind surfaces
     backend       ``SimBackend``: the options, then compile -> kernel
 """

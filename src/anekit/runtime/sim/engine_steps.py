@@ -12,7 +12,16 @@ from anekit.errors import AnekitError
 from anekit.runtime.sim.fast import Runner, fast_runner
 from anekit.runtime.sim.mac import MAC_OPS
 from anekit.runtime.sim.numerics import SLICE_OPS, EngineNumerics
-from anekit.runtime.sim.steps import Step, binding_of, failed, finish_of, reference_of, run_step, values_of
+from anekit.runtime.sim.steps import (
+    Step,
+    bind_step,
+    binding_of,
+    failed,
+    finish_of,
+    reference_of,
+    run_step,
+    values_of,
+)
 from anekit.runtime.sim.store import fresh
 
 
@@ -36,14 +45,22 @@ def engine_runner(
 ) -> Runner:
     """``runner`` under a chip's numeric profile (``EngineNumerics.bind``); ``runner`` itself when the
     profile changes nothing about the step. A MAC op gets, where it can, a fast runner whose store is
-    the output port as well."""
-    ported = engine_mac_step(step, constants, numerics) if step.op.op_type in MAC_OPS else None
+    the output port as well; one whose constant operands hold subnormals on a chip that flushes them is
+    bound to those operands flushed once, here (``EngineNumerics.flushed_constants``)."""
+    if step.op.op_type not in MAC_OPS:
+        return numerics.bind(step, runner, lambda env: values_of(step, env), reference_of(step), constants)
+    flushed = numerics.flushed_constants(step, constants)
+    bound = constants
+    if flushed:
+        bound = {**constants, **{slot: value for slot, (value, _) in flushed.items()}}
+        runner = bind_step(step, bound)
+    cell = None
+    ported = engine_mac_step(step, bound, numerics)
     if ported is not None:
         runner, cell = ported
-        return numerics.bind(
-            step, runner, lambda env: values_of(step, env), reference_of(step), constants, cell
-        )
-    return numerics.bind(step, runner, lambda env: values_of(step, env), reference_of(step), constants)
+    return numerics.bind(
+        step, runner, lambda env: values_of(step, env), reference_of(step), constants, cell, flushed
+    )
 
 
 def engine_mac_step(

@@ -14,8 +14,9 @@ in the reference's order, on the same arrays:
 * the elementwise binary ops and the ``reduce_*`` ops — the op's own ``compute`` method, then the
   reference's dtype handling (``like(r, np.result_type(x, y))``; ``np.asarray``);
 * conv with a constant pointwise weight (1x1 kernel, stride 1, no padding, one group, no bias) — the
-  reference's own ``conv_nd`` call with its parameters bound; where the weight is a signed permutation
-  (RoPE's pair swap), a gather that gives the product's bits (``_conv``).
+  reference's own ``conv_nd`` call with its parameters bound (where the store rounds the result into an
+  array of its own, conv_nd's one matmul written into that array); where the weight is a signed
+  permutation (RoPE's pair swap), a gather that gives the product's bits (``_conv``).
 
 The result goes through ``finish``: the store ``run_step`` applies to it, made by the plan. The
 reference's ``np.errstate(all="ignore")`` is the plan's own while it runs (it changes warnings, never
@@ -40,7 +41,7 @@ import numpy as np
 
 from anekit.mil import types as T
 from anekit.mil.ops.elementwise import _Binary, like
-from anekit.mil.ops.linear import conv, conv_nd, matmul
+from anekit.mil.ops.linear import conv, conv_nd, matmul, window_slices
 from anekit.mil.ops.reduction import _ReduceAxes
 from anekit.mil.ops.tensor_ops import concat, reshape, slice_by_size, transpose
 from anekit.mil.registry import OpDef
@@ -65,6 +66,7 @@ class Binding:
         finish: Finish,
         plain: Runner,
         contiguous_from: int | None = None,
+        rounds: bool = False,
     ) -> None:
         self.slots = dict(args)
         self.in_types = in_types
@@ -75,6 +77,9 @@ class Binding:
         # For a step that only moves values (store.VALUE_MOVING_OPS): from how many elements on ``finish``
         # stores a float32 result C-contiguous (store.moved). None for other steps.
         self.contiguous_from = contiguous_from
+        # True when ``finish`` stores every result in an array of its own (the fp16 store: rounded in place
+        # when the result is fresh, else into a new array), so a result's own memory never shows.
+        self.rounds = rounds
 
     def has(self, key: str) -> bool:
         return key in self.slots
@@ -332,11 +337,19 @@ def _conv(b: Binding) -> Runner | None:
     if pad_type not in ("valid", "custom"):
         return None
     w = b.value("weight")
-    n, _, h, wd = shape
+    n, c_in, h, wd = shape
+    c_out = wshape[0]
     pads, outs = [(0, 0), (0, 0)], [h, wd]
     xs, out, finish = b.slots["x"], b.out, b.finish
     rest = b.others("x")
     perm = _signed_permutation(np.asarray(w).reshape(wshape[:2]))
+    # conv_nd's operands for one group and the one kernel offset (0, 0): the weight's (1, C_out, C_in) view
+    # and the window slices, which pick every input column
+    w_view = np.asarray(w).reshape(1, c_out, c_in, 1, 1)[:, :, :, 0, 0]
+    window = window_slices((0, 0), (1, 1), outs, (1, 1))
+    # A result the store rounds into an array of its own may be made as one: conv_nd's view of its matmul
+    # result would be copied by the store (the same values and layout); one stored as it comes may not.
+    rounds = b.rounds and np.asarray(w).dtype == _F32
 
     def run(env: list[Any]) -> None:
         x = env[xs]
@@ -346,7 +359,13 @@ def _conv(b: Binding) -> Runner | None:
             y = np.take(x, perm[0], axis=1)
             np.multiply(y, perm[1], out=y)
             np.add(y, np.float32(0.0), out=y)
-            y = y.reshape(n, 1, -1, h * wd).reshape(y.shape)  # a view, as conv_nd's reshaped matmul result
+            if not rounds:  # stored as it is: a view, as conv_nd's reshaped matmul result is
+                y = y.reshape(n, 1, -1, h * wd).reshape(y.shape)
+        elif rounds and x.dtype == _F32:
+            # conv_nd's one matmul, written into a fresh array of the conv's shape (the layout of its
+            # reshaped result): the store rounds it where it lies instead of copying it
+            y = np.empty((n, c_out, h, wd), _F32)
+            np.matmul(w_view, x[window].reshape(n, 1, c_in, h * wd), out=y.reshape(n, 1, c_out, h * wd))
         else:
             y = conv_nd(x, w, (1, 1), (1, 1), pads, outs, 1)
         env[out] = finish(y, (x, *rest))

@@ -13,6 +13,7 @@ from anekit.fp16 import _round_fp16_fast, encode_fp16_values
 from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.runtime.base import Backend, Kernel, Surface
+from anekit.runtime.sim.mirror import Mirror, mirror_for
 from anekit.runtime.sim.plan import Plan
 
 
@@ -33,6 +34,9 @@ class SimKernel(Kernel):
         self._written: dict[int, np.ndarray] = {}
         # surface id -> (float32 values, True if the caller may have them without a copy)
         self._results: dict[int, tuple[np.ndarray, bool]] = {}
+        # surface id -> its buffer kept decoded between runs (None: decoded on each run)
+        self._mirrors: dict[int, Mirror | None] = {}
+        self._unmirrored: set[int] = set()  # surfaces the host rewrites whole: never mirrored again
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -92,6 +96,7 @@ class SimKernel(Kernel):
     def _run(self) -> None:
         ins: list[np.ndarray] = []
         stored: set[int] = set()
+        peaks: dict[int, float] = {}  # input index -> its largest |value|, where a mirror read it
         surfaces = iter(self.inputs)
         for state in self._state_inputs:
             if state is not None:
@@ -112,10 +117,22 @@ class SimKernel(Kernel):
                 continue
             # The plan's input stores convert fp16 -> float32; a float32 surface is read in place: no step
             # writes into its inputs, and an output that is or views an input is copied before it is
-            # handed out (``_unshared``, ``_read_output``).
+            # handed out (``_unshared``, ``_read_output``). A large fp16 surface is kept decoded between
+            # runs (``runtime.sim.mirror``): only what the host changed is decoded again.
             with surface.view() as buf:
+                mirror = None
+                if surface.id not in self._unmirrored:
+                    mirror = self._mirrors[surface.id] = mirror_for(buf, self._mirrors.get(surface.id))
+                if mirror is not None and mirror.refresh(buf):
+                    if not mirror.worth:  # rewritten whole: decoded on each run from now on
+                        self._unmirrored.add(surface.id)
+                        del self._mirrors[surface.id]
+                    stored.add(len(ins))
+                    peaks[len(ins)] = mirror.peak
+                    ins.append(mirror.values)
+                    continue
                 ins.append(buf)
-        outs = self.plan.run(ins, frozenset(stored))
+        outs = self.plan.run(ins, frozenset(stored), peaks)
         self._results.clear()
         handed: list[Any] = []
         for surface, value in zip(self.outputs, outs):

@@ -99,6 +99,9 @@ class EngineNumerics:
         # Slots whose every reader is a MAC op (set by the plan once it is built): their values may be
         # flushed in place, no other op sees the subnormals go.
         self.mac_only_slots: frozenset[int] = frozenset()
+        # The MAC steps' constant operands scanned once, when they are bound: id -> (the array, its fp16
+        # subnormals, its largest finite |value|); the entry holds the array, so its id stays its own.
+        self._constant_scans: dict[int, tuple[np.ndarray, int, float]] = {}
 
     def begin_run(self) -> None:
         """Forget the operand scans and input peaks of the last run (a plan calls this before and after
@@ -146,6 +149,11 @@ class EngineNumerics:
         out = value.copy()
         out[nan] = np.inf
         return out
+
+    def known_input(self, slot: int, peak: float) -> None:
+        """A program input known to hold no NaN and no |value| above ``peak``: ``coerce_input`` without
+        the scan (it would change nothing)."""
+        self._input_peaks[slot] = peak
 
     # -- outputs -----------------------------------------------------------------------------------
 
@@ -206,6 +214,27 @@ class EngineNumerics:
             stored = plain(o, inputs)
         return self.no_nan(op, stored)
 
+    def flushed_constants(self, step: Any, constants: dict[int, Any]) -> dict[int, tuple[np.ndarray, int]]:
+        """The constant operands of a MAC step that hold fp16 subnormals on a chip that flushes them:
+        slot -> (the operand flushed, how many subnormals it held), made once when the plan is built
+        instead of on every run (a weight matrix almost always holds a few). Empty elsewhere."""
+        if not self.chip.flush or self.chip.mac_ties != "even" or step.op.op_type not in MAC_OPS:
+            return {}
+        found: dict[int, tuple[np.ndarray, int]] = {}
+        args = dict(step.args)
+        for key in ("x", "y", "weight"):
+            slot = args.get(key)
+            if not isinstance(slot, int):
+                continue
+            v = constants.get(slot)
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                subnormals, _ = _scan(v)
+                if subnormals:
+                    flushed = _flushed(v)
+                    flushed.flags.writeable = False  # a constant: no runner writes into it
+                    found[slot] = (flushed, subnormals)
+        return found
+
     def needs_values(self, op_type: str) -> bool:
         """Whether the op is computed here (rather than by its reference, then corrected)."""
         return op_type in MAC_OPS or op_type in OVERRIDES
@@ -235,10 +264,13 @@ class EngineNumerics:
         reference: Callable[[Values], list[Any]],
         constants: dict[int, Any],
         ported: list[Any] | None = None,
+        flushed: dict[int, tuple[np.ndarray, int]] | None = None,
     ) -> Runner:
         """``runner`` (the step's ideal runner) under the profile: the op's own fast runner with the
         profile's corrections around it where that gives the profile's result, the op computed here
-        (``evaluate``) otherwise; ``runner`` itself when the profile changes nothing about the op."""
+        (``evaluate``) otherwise; ``runner`` itself when the profile changes nothing about the op.
+        ``flushed``: a MAC step's constant operands flushed once (``flushed_constants``), which ``runner``
+        was bound to."""
         op_type = step.op.op_type
         slots = dict(step.args)
         out_slots = step.out_slots
@@ -248,7 +280,12 @@ class EngineNumerics:
                 env[slot] = value
 
         if op_type in MAC_OPS:
-            return self._bind_mac(step, runner, values_of, reference, slots, constants, ported) or computed
+            for key in ("x", "y", "weight"):  # scanned here once, not on every run ``evaluate`` makes
+                v = constants.get(slots[key]) if isinstance(slots.get(key), int) else None
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f" and id(v) not in self._constant_scans:
+                    self._constant_scans[id(v)] = (v, *_scan(v))
+            mac = self._bind_mac(step, runner, values_of, reference, slots, constants, ported, flushed or {})
+            return mac or computed
         if op_type in LIGHT:
             return LIGHT[op_type](self, step, runner, values_of, reference, slots) or computed
         if op_type in OVERRIDES:
@@ -334,11 +371,17 @@ class EngineNumerics:
         slots: dict[str, Any],
         constants: dict[int, Any],
         ported: list[Any] | None = None,
+        flushed: dict[int, tuple[np.ndarray, int]] | None = None,
     ) -> Runner | None:
         """The wide path around the op's own runner (``ported``: the cell where a runner whose store is the
         output port leaves the port's counts): operands scanned (flushed where the chip flushes),
         then the output port in one pass. None where the op must be computed here (probe-sized ops run
-        the exact tile model; M5-style tie rounding; operands of unknown shape)."""
+        the exact tile model; M5-style tie rounding; operands of unknown shape).
+
+        A constant operand holding subnormals on a chip that flushes is read flushed: ``flushed`` holds
+        its flushed copy (made once, ``flushed_constants``; ``runner`` is bound to it), which stands in
+        its slot while the op runs and its output port and partials are worked out, as ``evaluate``
+        reads it; the sanitizer hears of its subnormals on every run as ``evaluate`` tells it."""
         op, op_type = step.op, step.op.op_type
         if self.chip.mac_ties != "even":
             return None  # M5-style ties need the unrounded product: computed here
@@ -348,7 +391,7 @@ class EngineNumerics:
             v = constants.get(slot)
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":
                 subnormals, constant_peaks[slot] = _scan(v)
-                if subnormals and self.chip.flush:
+                if subnormals and self.chip.flush and slot not in (flushed or {}):
                     return None  # a constant holding subnormals: computed here (flushed) every run
         (out_slot,) = step.out_slots
         port = self.port_ceiling(step)  # the ceiling the store applies, when ``ported``
@@ -357,9 +400,9 @@ class EngineNumerics:
         slot_list = [s for _, s in operands]
         sanitizer, flush = self.sanitizer, self.chip.flush
         in_place: list[bool] | None = None  # per operand: only MAC ops read its slot (known once built)
+        preflushed = [(slot, value, count) for slot, (value, count) in (flushed or {}).items()]
 
         def mac(env: list[Any]) -> None:
-            nonlocal in_place
             shapes = [getattr(env[s], "shape", None) for s in slot_list]
             if shapes == last[0]:
                 exact, terms = last[1]
@@ -376,6 +419,24 @@ class EngineNumerics:
             if exact:  # a probe-sized op: the exact tile model
                 (env[out_slot],) = self.evaluate(step, values_of(env), reference)
                 return
+            if not preflushed:
+                wide(env, terms, False)
+                return
+            held = [env[slot] for slot, _, _ in preflushed]
+            for slot, value, count in preflushed:  # read flushed, as ``evaluate`` reads it
+                env[slot] = value
+                if sanitizer is not None:
+                    self.note(op, "subnormal-flush", count)
+            try:
+                wide(env, terms, True)
+            finally:
+                for (slot, _, _), value in zip(preflushed, held):
+                    env[slot] = value
+
+        def wide(env: list[Any], terms: int, held: bool) -> None:
+            """The product by ``runner`` on the operands scanned and flushed (``held``: flushed operands
+            stay in their slots until the partials are worked out)."""
+            nonlocal in_place
             if in_place is None:
                 in_place = [flush and s in self.mac_only_slots for s in slot_list]
             single_tap = op_type in ("conv", "conv_transpose") and terms < 2
@@ -404,14 +465,21 @@ class EngineNumerics:
                         env[slot] = flushed
             if ported is not None:
                 ported[0] = None
-            if swapped:
-                try:
-                    runner(env)
-                finally:
+            try:
+                runner(env)
+            finally:
+                if not held:
                     for slot, v in swapped:
                         env[slot] = v
-            else:
-                runner(env)
+            try:
+                finish(env, ceiling, largest, terms, single_tap)
+            finally:
+                if held:  # the partials read every operand flushed, as ``evaluate`` reads them
+                    for slot, v in swapped:
+                        env[slot] = v
+
+        def finish(env: list[Any], ceiling: float, largest: float, terms: int, single_tap: bool) -> None:
+            """The output port on the product, then the running partials where they can reach it."""
             out = env[out_slot]
             if ported is not None and ported[0] is not None and ceiling == port:
                 nans, over, biggest, n_flushed = ported[0]  # the store was the port
@@ -480,7 +548,8 @@ class EngineNumerics:
         for key in ("x", "y", "weight"):  # subnormal operands read as +0 where the chip flushes
             v = values.get(key)
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-                subnormals, largest[key] = _scan(v)
+                known = self._constant_scans.get(id(v))
+                subnormals, largest[key] = known[1:] if known is not None and known[0] is v else _scan(v)
                 if subnormals and self.chip.flush:
                     self.note(op, "subnormal-flush", subnormals)
                     if not copied:  # the caller's dict stays as it was
@@ -512,8 +581,9 @@ class EngineNumerics:
         # Wide path: the reference's float32 product, then the port.
         (raw,) = reference(values)
         raw = np.asarray(raw, dtype=np.float32)
-        if self.chip.mac_ties == "away":
-            raw = round16(raw, "away").astype(np.float32)
+        if self.chip.mac_ties == "away":  # the compiled rounding where there is one: the same bits
+            away = jit.round_fp16_away(raw)
+            raw = round16(raw, "away").astype(np.float32) if away is None else away
         out = store(raw)
         if not out.flags.writeable or (np.may_share_memory(out, raw) and out is not raw):
             out = out.copy()

@@ -236,9 +236,16 @@ class Plan:
                     runner = wrapped
             self.runners.append(runner)
 
-    def run(self, inputs: list[np.ndarray], stored: frozenset[int] = frozenset()) -> list[np.ndarray]:
+    def run(
+        self,
+        inputs: list[np.ndarray],
+        stored: frozenset[int] = frozenset(),
+        peaks: dict[int, float] | None = None,
+    ) -> list[np.ndarray]:
         """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
-        C-contiguous float32 arrays the plan may keep, exactly what an fp16 input's store would make."""
+        C-contiguous float32 arrays the plan may keep, exactly what an fp16 input's store would make.
+        ``peaks``: for some of those, their largest |value|, read where they were made, and no NaN among
+        them (the engine's input coercion then changes nothing and need not scan them)."""
         if self._template is None or len(self._template) != self.n_slots:
             self._template = [None] * self.n_slots
             for slot, value in self.constants.items():
@@ -247,9 +254,13 @@ class Plan:
         if self.numerics is not None:
             self.numerics.begin_run()
         for i, (slot, store, value) in enumerate(zip(self.input_slots, self.input_stores, inputs)):
-            env[slot] = value if i in stored and store is store_fp16 else store(value)
+            known = i in stored and store is store_fp16
+            env[slot] = value if known else store(value)
             if self.numerics is not None:
-                env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i], slot)
+                if known and peaks is not None and i in peaks:
+                    self.numerics.known_input(slot, peaks[i])
+                else:
+                    env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i], slot)
         runners, dead_after = self.runners, self.dead_after
         index = 0
         try:

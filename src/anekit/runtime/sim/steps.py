@@ -138,6 +138,7 @@ def binding_of(step: Step, constants: dict[int, np.ndarray]) -> Binding | None:
         finish_of(step),
         plain_runner(step),
         contiguous_from,
+        rounds=step.fp16_out and not step.moves_only,
     )
 
 
