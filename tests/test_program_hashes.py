@@ -209,12 +209,70 @@ def _smoke_programs() -> Iterator[tuple[str, Callable[[], str]]]:
         yield f"smoke/constructs/{build.__name__}", make_construct
 
 
+_GENERATION_SETS: dict[tuple[str, Any, int], dict[str, Any]] = {}  # one build of each kernel set
+
+
+def _generation_programs() -> Iterator[tuple[str, Callable[[], str]]]:
+    """Every prefill and decode kernel of every generation route (``engine.generation_routes``, cut by
+    ``generate.plan``) for the small presets, with weights where the config is small, and the smoke
+    ladder's generation rungs (recorded when generation was added)."""
+    from anekit.engine.generation_routes import ROUTE_IDS, candidate
+    from anekit.generate.plan import generation_plan
+    from anekit.kernels.generation import gen_weights, kernel_set
+    from anekit.kernels.route import KernelRoute
+    from anekit.llama.params import Params
+    from anekit.tools import smoke_constructs
+
+    for label in ("stories260K", "stories15M"):
+        cfg = PRESETS[label]
+        weighted = cfg.dim <= 64
+        for route_id in ROUTE_IDS:
+            c = candidate(route_id)
+            route = KernelRoute(c.weights, c.attention, c.norm, c.rope)
+            plan = generation_plan(cfg, route_id)
+            for width in plan.widths:
+
+                def make_set(
+                    cfg: ModelConfig = cfg, route: KernelRoute = route, plan: Any = plan, width: int = width
+                ) -> dict[str, Any]:
+                    key = (cfg.name, route, width)
+                    if key in _GENERATION_SETS:
+                        return _GENERATION_SETS[key]
+                    weights = gen_weights(Params.init(cfg, 0)) if cfg.dim <= 64 else None
+                    _GENERATION_SETS[key] = kernel_set(
+                        cfg,
+                        route,
+                        width=width,
+                        capacity=plan.capacity_for(width),
+                        groups=plan.groups,
+                        tiles=plan.tiles,
+                        weights=weights,
+                    )
+                    return _GENERATION_SETS[key]
+
+                for name in make_set():
+
+                    def make(name: str = name, make_set: Any = make_set, weighted: bool = weighted) -> str:
+                        spec = make_set()[name].spec
+                        return _digest(spec.text(), spec.weight_files() if weighted else spec.shared_files)
+
+                    yield f"generate:{route_id}/preset:{label}/{name}{'' if weighted else ' (shapes)'}", make
+    for build in smoke_constructs.GENERATION_RUNGS:
+
+        def make_rung(build: Any = build) -> str:
+            rung = build(np.random.default_rng(0))
+            return _digest(print_program(rung.program), rung.weights)
+
+        yield f"smoke/generation/{build.__name__}", make_rung
+
+
 def programs() -> Iterator[tuple[str, Callable[[], str]]]:
     yield from _kernel_programs()
     yield from _route_programs()
     yield from _composable_programs()
     yield from _export_programs()
     yield from _smoke_programs()
+    yield from _generation_programs()
 
 
 def compute() -> dict[str, str]:
