@@ -55,7 +55,9 @@ def one_line(capsys: pytest.CaptureFixture[str], says: str, *argv: str) -> None:
     assert err.count("\n") == 1 and err.startswith("anekit: [sample] ") and says in err, err
 
 
-@pytest.mark.parametrize("chip", [None, "m1", "m5"])  # the legacy, conv-host-attention, baked-engine-attention routes
+@pytest.mark.parametrize(
+    "chip", [None, "m1", "m5"]
+)  # the legacy, conv-host-attention, baked-engine-attention routes
 def test_sim_gives_the_cpus_greedy_text(stories: tuple[Path, Path], capsys, chip: str | None):
     """From BOS the CPU's top-2 logit gap stays above the simulator's fp16 error (at most 0.09 on m1) for
     34 positions; at position 35 it is 0.034 and the two may part (m1 and m2 both do): 30 steps."""

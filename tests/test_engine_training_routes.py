@@ -212,6 +212,20 @@ def test_the_markdown_tables_hold_every_route_and_every_construct():
 # -- what the doctor prints -------------------------------------------------------------------------
 
 
+def test_the_doctor_names_the_generation_route_of_this_mac_and_why():
+    from anekit.tools import doctor
+
+    line = doctor.generation_route_line("Apple M1 Pro", "26.3")
+    assert line.startswith("conv-host-attention (") and "matmul.activations refused" in line
+    assert doctor.generation_route_line("Apple M4 Max", "15.1").startswith("baked-engine-attention (")
+    assert doctor.generation_route_line("Apple M3 Ultra", "26.3.1").startswith(
+        "baked-engine-attention-rope-matmul ("
+    )
+    assert doctor.generation_route_line("Apple M2", "14.6").startswith("conv-host-attention (macOS 14.6 has")
+    off = doctor.generation_route_line("x86_64", None)
+    assert off.startswith("no chip detected (not a Mac)") and "\n" not in off
+
+
 def test_the_doctor_names_the_training_route_of_this_mac_and_why():
     from anekit.cli import doctor_cmd
     from anekit.tools import doctor

@@ -49,6 +49,7 @@ def format_report(r: dict[str, Any]) -> str:
     add(("macOS", osr["macos"] or ("unknown" if osr["system"] == "Darwin" else "no (not macOS)")))
     add(("chip", osr["chip"] or "unknown"))
     add(("training route", doctor.route_line(osr["chip"], osr["macos"])))
+    add(("generation route", doctor.generation_route_line(osr["chip"], osr["macos"])))
     add(("framework", f"{fw['path']} ({'present' if fw['exists'] else 'not found'})"))
     add(("framework loads", "yes" if fw["loaded"] else f"no: {fw['status']}"))
     if fw["loaded"]:

@@ -35,6 +35,7 @@ from anekit.engine import report as first
 from anekit.engine.chips import GENERATIONS, UnknownChip
 from anekit.engine.chips import device as chip_device
 from anekit.engine.constructs import UnknownMacOS, macos_major
+from anekit.engine.generation_routes import NoGenerationRoute, generation_route
 from anekit.engine.training_routes import NoTrainingRoute, training_route
 from anekit.kernels.config import ModelConfig
 from anekit.runtime.base import Backend
@@ -293,6 +294,26 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
     ]
     order = {t.id: list(t.order(chip, macos or "")) for t in TRIALS.values()}
     return Trials(chip, macos, order, str(memory.path), memory.problem, outcomes)
+
+
+def generation_route_line(chip_brand: str | None, macos: str | None) -> str:
+    """``<route id> (<why>)``: the generation route (``anekit.engine.generation_routes``) this Mac's chip
+    and macOS decode on (what ``anekit sample --backend ane`` runs); off a Mac, what the simulator does."""
+    from anekit.runtime.ane.availability import chip_name
+
+    if macos is None:
+        return "no chip detected (not a Mac): anekit sample --backend sim --chip C takes chip C's route"
+    name = chip_name(chip_brand or "")
+    note = ""
+    try:
+        major = macos_major(macos)
+    except UnknownMacOS:
+        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    try:
+        r = generation_route(name, major)
+    except NoGenerationRoute as e:
+        return f"none ({note}{e})"
+    return f"{r.id} ({note}{r.why})"
 
 
 def route_line(chip_brand: str | None, macos: str | None, chip: str | None = None) -> str:
