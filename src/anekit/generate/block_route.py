@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.generate.layers import Compiled, catch_up, embed, host_parts, ran
+from anekit.generate.layers import Compiled, catch_up, copy_cache, embed, host_parts, ran
 from anekit.generate.plan import GenerationPlan
 from anekit.kernels.generation import attention_kernel, gen_weights, head_kernel, mlp_kernel
 from anekit.kernels.route import KernelRoute
@@ -58,10 +58,7 @@ class BlockSet:
 
     def copy_from(self, other: BlockSet, start: int, stop: int) -> None:
         """Positions start .. stop-1 of every layer's k / v from ``other``'s cache surfaces into ours."""
-        for mine, theirs in zip(self.attention, other.attention):
-            assert mine.cache is not None and theirs.cache is not None
-            with theirs.cache.view() as src, mine.cache.view() as dst:
-                dst[..., start:stop] = src[..., start:stop]
+        copy_cache(self.attention, other.attention, start, stop)
 
     def close(self) -> None:
         for k in (*self.attention, *self.mlp, *self.tiles):

@@ -91,6 +91,15 @@ class Compiled:
         self.kernel.close()
 
 
+def copy_cache(mine: Iterable[Compiled], theirs: Iterable[Compiled], start: int, stop: int) -> None:
+    """Positions start .. stop-1 of the k / v in each of ``theirs``' cache surfaces into the matching one of
+    ``mine`` (the same layers, another width's kernels): the one copy between two kernel sets."""
+    for m, t in zip(mine, theirs):
+        assert m.cache is not None and t.cache is not None
+        with t.cache.view() as src, m.cache.view() as dst:
+            dst[..., start:stop] = src[..., start:stop]
+
+
 def catch_up(sets: Iterable[Any], s: Any, pos: int) -> None:
     """Make set ``s`` hold positions 0 .. pos-1: the columns it lacks copied once from a set that has
     them (every set has ``filled`` and ``copy_from``)."""
@@ -165,10 +174,7 @@ class LayersSet:
 
     def copy_from(self, other: LayersSet, start: int, stop: int) -> None:
         """Positions start .. stop-1 of every layer's k / v from ``other``'s cache surfaces into ours."""
-        for mine, theirs in zip(self.groups, other.groups):
-            assert mine.cache is not None and theirs.cache is not None
-            with theirs.cache.view() as src, mine.cache.view() as dst:
-                dst[..., start:stop] = src[..., start:stop]
+        copy_cache(self.groups, other.groups, start, stop)
 
     def close(self) -> None:
         for k in (*self.groups, *self.tiles):

@@ -296,6 +296,15 @@ def trials(chip_brand: str | None, macos: str | None) -> Trials:
     return Trials(chip, macos, order, str(memory.path), memory.problem, outcomes)
 
 
+def _major(macos: str) -> tuple[str, str]:
+    """The macOS major the engine layer knows ``macos`` by ("" for every major), and the note saying so
+    when it has no evidence for it."""
+    try:
+        return macos_major(macos), ""
+    except UnknownMacOS:
+        return "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+
+
 def generation_route_line(chip_brand: str | None, macos: str | None) -> str:
     """``<route id> (<why>)``: the generation route (``anekit.engine.generation_routes``) this Mac's chip
     and macOS decode on (what ``anekit sample --backend ane`` runs); off a Mac, what the simulator does."""
@@ -303,14 +312,9 @@ def generation_route_line(chip_brand: str | None, macos: str | None) -> str:
 
     if macos is None:
         return "no chip detected (not a Mac): anekit sample --backend sim --chip C takes chip C's route"
-    name = chip_name(chip_brand or "")
-    note = ""
+    major, note = _major(macos)
     try:
-        major = macos_major(macos)
-    except UnknownMacOS:
-        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
-    try:
-        r = generation_route(name, major)
+        r = generation_route(chip_name(chip_brand or ""), major)
     except NoGenerationRoute as e:
         return f"none ({note}{e})"
     return f"{r.id} ({note}{r.why})"
@@ -323,17 +327,13 @@ def route_line(chip_brand: str | None, macos: str | None, chip: str | None = Non
     precedent on every chip under every macOS)."""
     from anekit.runtime.ane.availability import chip_name
 
-    note = ""
     if chip is None and macos is None:
         return (
             "no chip detected (not a Mac): the simulator trains with its own kernels; --chip C (m1 .. m5) "
             "takes chip C's route"
         )
     name = chip or chip_name(chip_brand or "")
-    try:
-        major = macos_major(macos or "")
-    except UnknownMacOS:
-        major, note = "", f"macOS {macos} has no evidence: the route for every macOS the engine layer knows; "
+    major, note = _major(macos or "")
     try:
         r = training_route(name, major)
     except NoTrainingRoute as e:
