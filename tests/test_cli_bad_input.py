@@ -369,6 +369,33 @@ COST = [
     c("cost-config-default", "cost", "--config", "default", status=0, says="default training step"),
 ]  # fmt: skip
 
+LAUNCH = [
+    c("launch-n-missing", "launch", "--", "train", status=2, says="-n"),
+    c("launch-n-zero", "launch", "-n", "0", "--", "train", status=2, says="1 .. 4096"),
+    c("launch-not-train", "launch", "-n", "2", "--", "sample", status=1, says="train ARGS... (got 'sample')"),
+    c("launch-nothing", "launch", "-n", "2", status=1, says="(got nothing)", sub=True),
+    c("launch-engine-unknown", "launch", "-n", "2", "--engine", "nccl", "--", "train", status=2,
+      says="invalid choice"),
+    c("launch-hostfile-missing", "launch", "-n", "2", "--hostfile", "{ws}/nope", "--", "train", status=1,
+      says="no such file or directory"),
+    c("launch-hostfile-fifo", "launch", "-n", "2", "--hostfile", "{ws}/fifo.mil", "--", "train", status=1,
+      says="a fifo (named pipe), not a hostfile"),
+    c("launch-hostfile-device", "launch", "-n", "2", "--hostfile", "/dev/zero", "--", "train", status=1,
+      says="not a hostfile"),
+    c("launch-hostfile-not-json", "launch", "-n", "2", "--engine", "mlx", "--hostfile", "{ws}/garbage", "--",
+      "train", status=1, says="not UTF-8 text"),
+    c("launch-hosts-and-hostfile", "launch", "-n", "2", "--hosts", "a", "--hostfile", "{ws}/garbage", "--",
+      "train", status=2, says="not allowed with"),
+    c("launch-distributed-contradicts", "launch", "-n", "2", "--", "train", "--distributed", "mlx", status=1,
+      says="train --distributed mlx contradicts --engine mpi"),
+    c("launch-peer-timeout-zero", "launch", "-n", "2", "--peer-timeout", "0", "--", "train", status=2,
+      says="(0, 86400]"),
+    c("launch-peer-timeout-twice", "launch", "-n", "2", "--peer-timeout", "3", "--", "train", "--peer-timeout",
+      "4", status=1, says="give it once"),
+    c("launch-mlx-hosts-uneven", "launch", "-n", "3", "--engine", "mlx", "--hosts", "a,b", "--", "train",
+      status=1, says="give a multiple of 2"),
+]  # fmt: skip
+
 MIL = [
     c("mil-check-missing", "mil", "check", "{ws}/nope.mil", status=1, says="cannot read", sub=True),
     c("mil-check-garbage", "mil", "check", "{ws}/garbage", status=1, says="cannot read"),
@@ -547,7 +574,10 @@ TOP = [
     c("unknown-top-flag", "--fast", "demo", status=2, says="unrecognized arguments"),
 ]  # fmt: skip
 
-CASES = RUN + SAMPLE + KERNELS + EXPORT + DOCTOR + DEMO + COST + MIL + LINT + INSPECT + TRAIN_TODAY + HF + TOP
+CASES = (
+    RUN + SAMPLE + KERNELS + EXPORT + DOCTOR + DEMO + COST + LAUNCH + MIL + LINT + INSPECT + TRAIN_TODAY + HF
+)
+CASES += TOP
 CASES += BAD_PATHS
 IN_PROCESS = [k for k in CASES if not k.sub]
 SUBPROCESS = [k for k in CASES if k.sub]

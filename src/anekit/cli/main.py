@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         fuse_cmd,
         inspect_cmd,
         kernels_cmd,
+        launch_cmd,
         lint_cmd,
         mil_cmd,
         run_cmd,
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     train_cmd.add_parser(sub)
+    launch_cmd.add_parser(sub)
     sample_cmd.add_parser(sub)
     mil_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
