@@ -13,6 +13,10 @@ place, which gives the same bits), the losses and overflow flags are combined in
 every sequence's window is drawn by a generator seeded with (seed, step, sequence). The phase times of the
 workers are summed (CPU seconds, not wall seconds, when threads overlap).
 
+A rank of a data-parallel run past the first runs its block of the batch with ``run_kept``: each sequence's
+gradients stay in a buffer of their own, added after the partial total of the ranks before it arrives
+(``anekit.training.distributed.order``), so the sum is still the one-process fold.
+
 The engine runs one program at a time, so threads serve the simulator; dynamic weights only (baked
 kernels would be compiled once per worker per step).
 """
@@ -70,7 +74,8 @@ class Accumulator:
         # others compute: the start of a run does not wait for every worker's compiles.
         self.kernels: list[Kernels | None] = [kernels] + [None] * (self.threads - 1)
         self.timers = [Timer() for _ in self.kernels]
-        self.sinks: list[Any] = []
+        self.sinks: list[Any] = []  # worker t's buffer, added to the total after each of its sequences
+        self.kept: list[Any] = []  # one buffer per sequence of the batch (``run_kept``)
         self.params: Any = None
         self._compiling = threading.Lock()  # one compile at a time: the backend counts them
 
@@ -101,20 +106,21 @@ class Accumulator:
         self,
         trainable: Any,
         batch: Callable[[int], tuple[np.ndarray, ...]],
-        accum: int,
+        micro: range,
         loss_scale: float,
         timer: Timer,
     ) -> list[StepResult]:
         """Every sequence's result, in order; its gradients added to ``trainable``'s total in order.
-        ``batch(i)`` gives sequence i's (tokens, targets[, weights])."""
-        n = min(self.threads, accum)
+        ``micro`` are the batch's (global) sequence indices this process runs; ``batch(i)`` gives sequence
+        i's (tokens, targets[, weights])."""
+        n = min(self.threads, len(micro))
         first = self.kernels[0]
         assert first is not None
         if n == 1:
             sink = trainable.sink(first)
             results = []
             with blas_threads(blas_share(self.cfg, 1)):
-                for i in range(accum):
+                for i in micro:
                     with timer.phase("io"):
                         tokens, targets, *weights = batch(i)
                     step = train_step(
@@ -124,34 +130,69 @@ class Accumulator:
             return results
         while len(self.sinks) < n:
             self.sinks.append(trainable.worker_sink(first))
-        return self._threaded(trainable, batch, accum, loss_scale, timer, n)
+        return self._threaded(trainable, batch, micro, loss_scale, timer, n, fold=True)
+
+    def run_kept(
+        self,
+        trainable: Any,
+        batch: Callable[[int], tuple[np.ndarray, ...]],
+        micro: range,
+        loss_scale: float,
+        timer: Timer,
+    ) -> tuple[list[StepResult], list[Any]]:
+        """Every sequence's result, in order, and its gradients in a buffer of its own (one per sequence of
+        ``micro``, in order), nothing added to the total: a rank past the first adds them after the
+        partial total of the ranks before it arrives (``anekit.training.distributed.order``)."""
+        n = min(self.threads, len(micro))
+        first = self.kernels[0]
+        assert first is not None
+        while len(self.kept) < len(micro):
+            self.kept.append(trainable.worker_sink(first))
+        sinks = self.kept[: len(micro)]
+        if n == 1:
+            results = []
+            with blas_threads(blas_share(self.cfg, 1)):
+                for sink, i in zip(sinks, micro):
+                    with timer.phase("io"):
+                        tokens, targets, *weights = batch(i)
+                    step = train_step(
+                        first, trainable.params, sink, tokens, targets, timer, loss_scale, *weights
+                    )
+                    results.append(step)
+            return results, sinks
+        return self._threaded(trainable, batch, micro, loss_scale, timer, n, fold=False), sinks
 
     def _threaded(
-        self, trainable: Any, batch: Callable[[int], tuple[np.ndarray, ...]], accum: int, loss_scale: float,
-        timer: Timer, n: int,
+        self, trainable: Any, batch: Callable[[int], tuple[np.ndarray, ...]], micro: range, loss_scale: float,
+        timer: Timer, n: int, fold: bool,
     ) -> list[StepResult]:  # fmt: skip
-        results: list[StepResult | None] = [None] * accum
+        """Worker t runs the sequences t, t + n, ... of ``micro``; ``fold``: each into the worker's buffer,
+        added to the total in sequence order; else each into its own buffer of ``kept``."""
+        count = len(micro)
+        results: list[StepResult | None] = [None] * count
         turn = threading.Condition()
         added = [0]  # sequences whose gradients are in the total
         errors: list[BaseException] = []
 
         def work(t: int) -> None:
-            sink, wtimer = self.sinks[t], self.timers[t]
+            wtimer = self.timers[t]
             try:
                 kernels = self._kernels(t, wtimer)
-                for i in range(t, accum, n):
+                for j in range(t, count, n):
+                    sink = self.sinks[t] if fold else self.kept[j]
                     with wtimer.phase("io"):
-                        tokens, targets, *weights = batch(i)
+                        tokens, targets, *weights = batch(micro[j])
                     result = train_step(kernels, trainable.params, sink, tokens, targets, wtimer, loss_scale,
                                         *weights)  # fmt: skip
                     with turn:
-                        while added[0] != i and not errors:
+                        while fold and added[0] != j and not errors:
                             turn.wait()
                         if errors:
                             return
-                        with wtimer.phase("cpu"):
-                            trainable.add(sink)  # in sequence order: the same sum as one thread's
-                        results[i] = result
+                        if fold:
+                            with wtimer.phase("cpu"):
+                                trainable.add(sink)  # in sequence order: the same sum as one thread's
+                        results[j] = result
                         added[0] += 1
                         turn.notify_all()
             except BaseException as e:
