@@ -315,3 +315,31 @@ def test_the_fake_transport_copies_what_it_sends():
     assert np.array_equal(got, np.arange(4, dtype=np.float32))
     got[...] = 7.0
     assert np.array_equal(x, np.full(4, -1.0, np.float32))
+
+
+def test_a_fixed_blas_count_trains_the_same_bits_whatever_blas_started_with():
+    """A product's bits depend on BLAS's thread count; a run that fixes it gets its bits in any process."""
+    fixed = _full(4, blas_threads=2)  # this test's BLAS: one thread
+    with threadpool_limits(limits=3, user_api="blas"):
+        _same_state(fixed, _full(4, blas_threads=2))
+    other = _full(4, blas_threads=1)
+    assert other.losses != fixed.losses  # the count shows in the bits (so the line above can fail)
+
+
+def test_a_sequence_runs_on_the_users_blas_count_when_set_else_on_its_share(monkeypatch):
+    from anekit.models.config import preset
+    from anekit.threads import cores
+    from anekit.training.accumulate import sequence_blas
+
+    with threadpool_limits(limits=3, user_api="blas"):
+        assert (
+            sequence_blas(preset("stories15M"), 1) == 3
+        )  # the user's variable decides (this test's fixture)
+    monkeypatch.setattr("anekit.threads.USER_SET", False)
+    assert sequence_blas(CFG, 1) == 1  # small work: one thread
+    assert sequence_blas(preset("stories15M"), 1) == cores()
+    assert sequence_blas(preset("stories15M"), 2) == max(1, cores() // 2)
+
+
+def test_one_rank_over_the_one_process_transport_trains_the_bits_of_no_transport():
+    _same_state(_full(4), _full(4, LocalTransport()))

@@ -7,7 +7,11 @@ array work and anekit's compiled loops (``nogil``) release the GIL, so the threa
 while they run, BLAS gets cores / threads threads of its own (``anekit.threads``), so the two kinds of
 parallelism do not fight over the cores; a small model's sequences run on one BLAS thread.
 
-The result does not depend on the number of threads: each sequence's gradient goes into its worker's
+A float32 product's bits depend on the number of BLAS threads it runs on, so a run may fix that number
+(``blas``: every sequence on exactly that many, whatever this process's cores; ``sequence_blas`` is what a
+process would choose) to get the same bits on every rank and every resume.
+
+The result does not depend on the number of worker threads: each sequence's gradient goes into its worker's
 buffer and is added to the batch's total in sequence order (``Gradients``: the one-thread path adds in
 place, which gives the same bits), the losses and overflow flags are combined in sequence order, and
 every sequence's window is drawn by a generator seeded with (seed, step, sequence). The phase times of the
@@ -25,10 +29,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
+from anekit import threads as blas_env
 from anekit.kernels.route import kernel_route
 from anekit.llama.kernel_sets import make_kernels
 from anekit.llama.params import layer_shapes
@@ -62,13 +68,37 @@ def blas_share(cfg: Any, workers: int) -> int:
     return 1 if sequence_flops(cfg) < THREADS_MIN_FLOPS else max(1, cores() // workers)
 
 
+def sequence_blas(cfg: Any, workers: int) -> int:
+    """The BLAS threads a sequence of this process runs on when the run does not fix them: ``blas_share``,
+    or what the user's OPENBLAS_NUM_THREADS (or the like) set, which anekit then leaves alone. A run
+    stores it so every rank and every resume runs its sequences on the same count (``Accumulator``)."""
+    if blas_env.USER_SET:
+        from threadpoolctl import threadpool_info
+
+        counts = [int(lib["num_threads"]) for lib in threadpool_info() if lib.get("user_api") == "blas"]
+        return max(counts, default=1)
+    return blas_share(cfg, workers)
+
+
+def fixed_blas(n: int) -> AbstractContextManager[Any]:
+    """BLAS on exactly ``n`` threads meanwhile, whatever the cores or the user's variables: a float32
+    product's bits depend on BLAS's thread count (OpenBLAS splits a product differently on 1, 2 and 8
+    threads), so a run that fixes the count gets the same bits on every rank and every machine of the same
+    BLAS build and CPU kind. (A limit above the count BLAS started with is honoured too.)"""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")
+
+
 class Accumulator:
     """Runs the sequences of one batch: ``kernels`` on this thread, or ``threads`` workers."""
 
     def __init__(
-        self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1, route: str = ""
-    ) -> None:
+        self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1, route: str = "",
+        blas: int | None = None,
+    ) -> None:  # fmt: skip
         self.backend, self.cfg, self.weights, self.route = backend, cfg, weights, route
+        self.blas = blas  # BLAS threads of every sequence, fixed by the run; None: ``blas_share``
         self.threads = max(1, threads if weights == "dynamic" else 1)
         # Worker t > 0 makes and compiles its kernels in its own thread on its first sequence, while the
         # others compute: the start of a run does not wait for every worker's compiles.
@@ -78,6 +108,10 @@ class Accumulator:
         self.kept: list[Any] = []  # one buffer per sequence of the batch (``run_kept``)
         self.params: Any = None
         self._compiling = threading.Lock()  # one compile at a time: the backend counts them
+
+    def _blas(self, workers: int) -> AbstractContextManager[Any]:
+        """BLAS's threads while ``workers`` threads run sequences: the run's fixed count, else a share."""
+        return blas_threads(blas_share(self.cfg, workers)) if self.blas is None else fixed_blas(self.blas)
 
     def compiles_needed(self) -> int:
         """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
@@ -119,7 +153,7 @@ class Accumulator:
         if n == 1:
             sink = trainable.sink(first)
             results = []
-            with blas_threads(blas_share(self.cfg, 1)):
+            with self._blas(1):
                 for i in micro:
                     with timer.phase("io"):
                         tokens, targets, *weights = batch(i)
@@ -151,7 +185,7 @@ class Accumulator:
         sinks = self.kept[: len(micro)]
         if n == 1:
             results = []
-            with blas_threads(blas_share(self.cfg, 1)):
+            with self._blas(1):
                 for sink, i in zip(sinks, micro):
                     with timer.phase("io"):
                         tokens, targets, *weights = batch(i)
@@ -201,7 +235,7 @@ class Accumulator:
                     turn.notify_all()
 
         workers = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(n)]
-        with blas_threads(blas_share(self.cfg, n)):
+        with self._blas(n):
             for w in workers:
                 w.start()
             for w in workers:

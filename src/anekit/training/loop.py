@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from anekit.errors import AnekitError
 from anekit.kernels.route import kernel_route
@@ -70,6 +69,7 @@ def train(
     threads: int = 1,
     before_update: Callable[[], None] | None = None,
     transport: Transport | None = None,
+    blas_threads: int | None = None,
 ) -> StopReason:
     """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
     backend's compile budget (then the caller checkpoints and restarts the process), or until
@@ -94,7 +94,11 @@ def train(
     every micro-batch are exchanged, and the stop and compile-budget decisions are agreed, so every rank
     holds the same state after every step and returns the same reason. The callbacks are called on every
     rank that is given them (only rank 0 should write or print); ``validate`` runs on every rank given it
-    (each computes the same loss: the ranks stay in step). The exchanges' time is the timer's "comm"."""
+    (each computes the same loss: the ranks stay in step). The exchanges' time is the timer's "comm".
+
+    ``blas_threads`` fixes the BLAS threads every sequence runs on (a product's bits depend on them: a run
+    stores the count, ``accumulate.sequence_blas``, so its ranks and resumes use it whatever their cores);
+    None: each process's own share (``accumulate.blas_share``)."""
     if validate is not None and tc.weights != "dynamic":
         raise AnekitError(
             "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
@@ -108,7 +112,7 @@ def train(
     # no more workers than the compile budget holds kernel sets for: a restart must still make progress
     budget_left = backend.compile_budget - backend.compile_count
     threads = max(1, min(threads, budget_left // first_step_compiles(cfg, tc.weights, tc.route)))
-    workers = Accumulator(backend, cfg, tc.weights, kernels, threads, tc.route)
+    workers = Accumulator(backend, cfg, tc.weights, kernels, threads, tc.route, blas_threads)
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     ranks = Ranks(transport, tc.accum, trainable) if transport is not None else None
@@ -163,10 +167,7 @@ def train(
                 headroom_left = headroom_left and not result.overflowed
             if before_update is not None:
                 before_update()
-            # One BLAS thread for the update: the gradient norm's float32 dot products are split over
-            # BLAS's threads, which changes their bits, and a rank's thread count (its cores, its binding,
-            # the user's variables) must not change the run's.
-            with timer.phase("cpu"), threadpool_limits(limits=1, user_api="blas"):
+            with timer.phase("cpu"):
                 finite = trainable.unscale(1.0 / (state.loss_scale * tc.accum))
                 skipped = not finite or not headroom_left
                 if skipped:
