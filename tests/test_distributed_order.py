@@ -18,7 +18,7 @@ from anekit import runtime
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
 from anekit.llama.step import StepResult
-from anekit.training.distributed.order import local_micro, ordered_sum
+from anekit.training.distributed.order import buckets_of, local_micro, ordered_sum
 from anekit.training.distributed.ranks import Ranks
 from anekit.training.distributed.transport import DistributedError, LocalTransport, PeerLost
 from anekit.training.loop import TrainConfig, TrainingDiverged, TrainState, train
@@ -251,7 +251,16 @@ class _Summable:
         self.total[index] += sink[index]
 
 
-def test_the_chain_adds_in_micro_order_across_ranks():
+def test_small_tensors_travel_together_and_a_large_one_alone():
+    arrays = [np.zeros(n, np.float32) for n in (5, 6, 25, 1, 1)]  # 20, 24, 100, 4, 4 bytes
+    assert buckets_of(arrays, 48) == [[0, 1], [2], [3, 4]]
+    assert buckets_of(arrays, 1) == [[0], [1], [2], [3], [4]]
+    assert buckets_of(arrays, 10**6) == [[0, 1, 2, 3, 4]]
+    assert buckets_of([], 48) == []
+
+
+@pytest.mark.parametrize("limit", [1, 44, 4 << 20])
+def test_the_chain_adds_in_micro_order_across_ranks(limit):
     """Values whose float32 sum depends on the order: the chain's result is the left fold, on every rank."""
     rng = np.random.default_rng(0)
     grads = [[(rng.standard_normal(5) * 10.0 ** rng.integers(-4, 8, 5)).astype(np.float32),
@@ -276,7 +285,7 @@ def test_the_chain_adds_in_micro_order_across_ranks():
                 for j in range(2):
                     s.total[j] += g[j]
             sinks = []
-        ordered_sum(t, s, sinks, "gradients of step 1")
+        ordered_sum(t, s, sinks, "gradients of step 1", limit)
         return s.total
 
     for size in (2, 3):
