@@ -352,3 +352,35 @@ def test_a_sequence_runs_on_the_users_blas_count_when_set_else_on_its_share(monk
 
 def test_one_rank_over_the_one_process_transport_trains_the_bits_of_no_transport():
     _same_state(_full(4), _full(4, LocalTransport()))
+
+
+HF_SHAPES = {
+    "qwen2": ModelConfig(64, 176, 2, 4, 2, 512, 64, qkv_bias=True, name="qwen2-tiny"),
+    "qwen3": ModelConfig(64, 176, 2, 4, 2, 512, 64, qk_norm=True, attn_head_dim=32, name="qwen3-tiny"),
+    "gemma3": ModelConfig(
+        64,
+        176,
+        2,
+        4,
+        1,
+        512,
+        64,
+        attn_head_dim=32,
+        qk_norm=True,
+        norm_offset=1.0,
+        post_norms=True,
+        mlp_act="gelu_tanh",
+        embed_scale=8.0,
+        attn_scale=32**-0.5,
+        name="gemma3-tiny",
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(HF_SHAPES))
+def test_ranks_train_the_bits_of_one_process_for_hugging_face_layer_shapes(family, monkeypatch):
+    """Biases, per-head q / k norms, post-norms and a scaled embedding: every tensor's bucket."""
+    monkeypatch.setitem(globals(), "CFG", HF_SHAPES[family])
+    one = _full(4, tied=False)
+    for state in run_ranks(2, lambda t: _full(4, t, 1, False)):
+        _same_state(one, state)
