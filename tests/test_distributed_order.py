@@ -235,7 +235,7 @@ def test_results_of_the_wrong_length_are_refused_naming_the_rank():
 
 
 class _Summable:
-    """Two buckets of float32; each buffer is a pair of arrays added bucket by bucket."""
+    """Two gradient tensors of float32; each buffer is a pair of arrays added a tensor at a time."""
 
     def __init__(self) -> None:
         self.total = [np.zeros(5, np.float32), np.zeros((2, 3), np.float32)]
@@ -244,10 +244,10 @@ class _Summable:
         for t in self.total:
             t.fill(0.0)
 
-    def buckets(self) -> list[np.ndarray]:
+    def gradient_tensors(self) -> list[np.ndarray]:
         return self.total
 
-    def add_bucket(self, sink, index: int) -> None:
+    def add_tensor(self, sink, index: int) -> None:
         self.total[index] += sink[index]
 
 
@@ -303,7 +303,7 @@ def test_one_rank_sums_nothing_and_rank_0_keeps_no_buffers():
         ordered_sum(hub.transports()[0], s, [s.total], "gradients of step 1")
 
 
-def test_a_trainable_without_buckets_is_refused_on_more_than_one_rank():
+def test_a_trainable_without_gradient_tensors_is_refused_on_more_than_one_rank():
     class Plain:
         pass
 
@@ -379,7 +379,7 @@ HF_SHAPES = {
 
 @pytest.mark.parametrize("family", sorted(HF_SHAPES))
 def test_ranks_train_the_bits_of_one_process_for_hugging_face_layer_shapes(family, monkeypatch):
-    """Biases, per-head q / k norms, post-norms and a scaled embedding: every tensor's bucket."""
+    """Biases, per-head q / k norms, post-norms and a scaled embedding: every kind of tensor."""
     monkeypatch.setitem(globals(), "CFG", HF_SHAPES[family])
     one = _full(4, tied=False)
     for state in run_ranks(2, lambda t: _full(4, t, 1, False)):

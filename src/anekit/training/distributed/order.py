@@ -33,12 +33,12 @@ BUCKET_BYTES = 4 << 20
 
 
 class Chained(Protocol):
-    """What the chain asks of a trainable: its total's gradient tensors (``buckets``, the same list, in the
-    same order, on every rank) and the addition of one worker buffer's bucket onto the total's."""
+    """What the chain asks of a trainable: its total's gradient tensors (the same list, in the
+    same order, on every rank) and the addition of one tensor of a worker's buffer onto the total's."""
 
-    def buckets(self) -> list[np.ndarray]: ...
+    def gradient_tensors(self) -> list[np.ndarray]: ...
 
-    def add_bucket(self, sink: Any, index: int) -> None: ...
+    def add_tensor(self, sink: Any, index: int) -> None: ...
 
 
 def local_micro(rank: int, size: int, accum: int) -> range:
@@ -88,14 +88,14 @@ def ordered_sum(
         return
     if rank == 0 and sinks:
         raise DistributedError("[distributed] rank 0 folds its sequences into its total itself: no buffers")
-    totals = trainable.buckets()
+    totals = trainable.gradient_tensors()
     for run in buckets_of(totals, limit):
         arrays = [totals[index] for index in run]
         if rank > 0:
             transport.recv(arrays, rank - 1, what)
             for index in run:
                 for sink in sinks:
-                    trainable.add_bucket(sink, index)
+                    trainable.add_tensor(sink, index)
         if rank < size - 1:
             transport.send(arrays, rank + 1, what)
     transport.broadcast(totals, size - 1, what)
