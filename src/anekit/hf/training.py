@@ -164,6 +164,7 @@ class HFSource:
         self.seen: FileIdentity | None = None
         self.marks: list[tuple[int, str]] = []
         self.worlds: list[tuple[int, int]] = []  # (step, world size) of every start
+        self.blas_threads: int | None = None  # BLAS threads per sequence, fixed at the start
         self._refs: dict[str, Any] = {}
 
     # -- preparing: nothing written -----------------------------------------------------------------
@@ -345,6 +346,7 @@ class HFSource:
             s.seconds = {k: float(x) for k, x in st["seconds"].items()}
             self.marks = [(int(a), str(b)) for a, b in stored.get("marks", [])]
             self.worlds = [(int(a), int(b)) for a, b in stored.get("worlds", [])]
+            self.blas_threads = stored.get("blas_threads")
             self.resumed_wall = float(st.get("wall", 0.0))
             if s.step < tc.steps:
                 self.marks.append((s.step, "budget" if o.restarted else "resume"))
@@ -457,7 +459,7 @@ class HFSource:
             "val_every": self.val_every,
             "val_batches": self.val_batches,
             "marks": [list(x) for x in self.marks],
-            **world_fields(self.worlds),
+            **world_fields(self.worlds, self.blas_threads),
             "state": {
                 "step": s.step,
                 "adam_t": s.adam_t,

@@ -184,16 +184,23 @@ _WORLD = {
     "world": Int(1, WORLD_MAX),
     "micro_order": Str(MICRO_ORDERS),
     "worlds": ListOf(Pair(Int(0, _INT32[1]), Int(1, WORLD_MAX))),
+    # the BLAS threads one sequence's products run on, fixed when the run starts: a float32 product's bits
+    # depend on them, so every rank and every resume uses the same count whatever its cores
+    "blas_threads": Int(1, 1024),
 }
 
 
-def world_fields(worlds: list[tuple[int, int]]) -> dict[str, Any]:
-    """The record's world fields for a run whose starts had ``worlds`` ((step, world size), in order)."""
-    return {
+def world_fields(worlds: list[tuple[int, int]], blas_threads: int | None) -> dict[str, Any]:
+    """The record's world fields for a run whose starts had ``worlds`` ((step, world size), in order) and
+    whose sequences run on ``blas_threads`` BLAS threads (None: not fixed, an older run's)."""
+    fields: dict[str, Any] = {
         "world": worlds[-1][1] if worlds else 1,
         "micro_order": MICRO_ORDERS[0],
         "worlds": [[step, size] for step, size in worlds],
     }
+    if blas_threads is not None:
+        fields["blas_threads"] = blas_threads
+    return fields
 
 
 _SHA256 = Str(hex_length=64)

@@ -79,6 +79,7 @@ class RunRecord:
     init: Source | None
     marks: list[tuple[int, str]]  # (step, "budget" | "resume"): where the run restarted
     worlds: list[tuple[int, int]] = field(default_factory=list)  # (step, world size) of every start
+    blas_threads: int | None = None  # BLAS threads per sequence, fixed at the start (None: an older run)
 
     def record(self, state: Any) -> dict[str, Any]:
         return {
@@ -90,7 +91,7 @@ class RunRecord:
             "tokenizer": {**asdict(self.tokenizer), "file": self.tokenizer_file},
             "init": None if self.init is None else asdict(self.init),
             "marks": [list(m) for m in self.marks],
-            **world_fields(self.worlds),
+            **world_fields(self.worlds, self.blas_threads),
             "state": {
                 "step": state.step,
                 "adam_t": state.adam_t,
@@ -123,6 +124,7 @@ class RunRecord:
                 init=None if init is None else Source(**init),
                 marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
                 worlds=[(int(s), int(n)) for s, n in rec.get("worlds", [])],
+                blas_threads=rec.get("blas_threads"),
             )
         except (KeyError, TypeError, ValueError, AnekitError) as e:
             raise AnekitError(f"[train] {opt('resume')}: the run record of {where} is incomplete: {e}") from e
@@ -387,6 +389,14 @@ class BlztSource:
     @property
     def worlds(self) -> list[tuple[int, int]]:
         return self.spec.worlds
+
+    @property
+    def blas_threads(self) -> int | None:
+        return self.spec.blas_threads
+
+    @blas_threads.setter
+    def blas_threads(self, value: int | None) -> None:
+        self.spec.blas_threads = value
 
     @property
     def trainable(self) -> Trainable:

@@ -192,6 +192,7 @@ class Run:
             "state": follow.state_counters(self.state),
             "marks": [list(m) for m in self.source.marks],
             "worlds": [list(w) for w in self.source.worlds],
+            "blas_threads": self.source.blas_threads,
         }
         follow.announce(self.transport, description, None)
         follow.all_ready(self.transport, None, "reading the run's inputs")
@@ -210,6 +211,7 @@ class Run:
             self.options = self.source.follower_options(description, self.options)
             self.resuming = bool(description["resume"])
             self._prepare(follower=True)
+            self.source.blas_threads = description["blas_threads"]
         except AnekitError as e:
             error = e
         follow.all_ready(self.transport, error, "reading the run's inputs")
@@ -227,9 +229,8 @@ class Run:
 
         numerics = self.numerics
         backend = self.backend.name + ("" if numerics is None else f" ({numerics.chip}, {numerics.numerics})")
-        fields = follow.fingerprint(
-            self.cfg, self.tc, self.source.identity(), backend, self.size, self.options.wire
-        )
+        fields = follow.fingerprint(self.cfg, self.tc, self.source.identity(), backend, self.size,
+                                    self.options.wire, self.source.blas_threads)  # fmt: skip
         try:
             agree(self.transport, fields, "the run's fingerprint")
         except PeerLost:
@@ -321,6 +322,8 @@ class Run:
             check_world(self.tc.accum, per_rank, self.size, out, o.resume)
         if not follower and self.state.step < self.tc.steps:
             self.source.worlds.append((self.state.step, self.size))
+        if not follower and self.source.blas_threads is None:  # fixed now, for every rank and resume
+            self.source.blas_threads = self._blas_threads()
         self._check_budget()
         if follower:
             return
@@ -421,6 +424,15 @@ class Run:
         local = self.tc.accum // self.size  # this rank's sequences; the ranks on a host share its cores
         share = max(1, cores() // max(1, self.transport.local_size)) if self.size > 1 else cores()
         return min(share, default_threads(self.backend.name, self.tc.weights, local, self.cfg))
+
+    def _blas_threads(self) -> int:
+        """The BLAS threads one sequence runs on in this process (``accumulate.blas_share``): fixed for the
+        run when it starts, since a float32 product's bits depend on them."""
+        from anekit.training.accumulate import blas_share
+
+        local = self.tc.accum // self.size
+        workers = min(self.threads, local) if self.tc.weights == "dynamic" else 1
+        return blas_share(self.cfg, max(1, workers))
 
     def save(self) -> None:
         """Checkpoint the run as it stands (weights, Adam state, run record), atomically (rank 0 alone

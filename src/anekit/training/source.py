@@ -50,6 +50,7 @@ class RunSource(Protocol):
     tokenizer: Any  # encode / decode / vocab_size (the sampler's)
     resumed_wall: float  # wall seconds of the run before this process (a resume), else 0
     seen: FileIdentity | None  # the checkpoint's version when it was read (None: there was none)
+    blas_threads: int | None  # BLAS threads per sequence, stored in the run record (None: not fixed yet)
 
     @property
     def dataset(self) -> Dataset:

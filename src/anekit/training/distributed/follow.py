@@ -74,11 +74,12 @@ def all_ready(transport: Transport, error: BaseException | None, what: str) -> N
 
 
 def fingerprint(
-    cfg: Any, tc: Any, identity: Mapping[str, str], backend: str, size: int, wire: str
+    cfg: Any, tc: Any, identity: Mapping[str, str], backend: str, size: int, wire: str, blas: int | None
 ) -> dict[str, str]:
     """What must be the same on every rank before a step, as strings (``agree`` compares them by field):
     the model and training configs, the source's identities (data, tokenizer, base model, what is
-    trained), anekit's version, the backend, the world size and the wire dtype."""
+    trained), anekit's version, the backend, the world size, the wire dtype and the BLAS threads a
+    sequence runs on."""
     from anekit import __version__
 
     fields = {
@@ -86,7 +87,8 @@ def fingerprint(
         "training config": json.dumps(asdict(tc), sort_keys=True),
     }
     fields.update(identity)
-    fields.update({"anekit version": __version__, "backend": backend, "world size": str(size), "wire": wire})
+    fields.update({"anekit version": __version__, "backend": backend, "world size": str(size), "wire": wire,
+                   "blas threads per sequence": str(blas)})  # fmt: skip
     return fields
 
 
