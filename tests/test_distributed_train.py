@@ -37,6 +37,11 @@ def _env(cache: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _rank_env(cache: Path) -> dict[str, str]:
+    """What the ranks get besides the launcher's environment (``distributed_ranks.rank_env``)."""
+    return {**BLAS, "ANEKIT_CACHE": str(cache)}
+
+
 def _one(
     args: list[str], cache: Path, timeout: float = MAX_TIMEOUT, **env: str
 ) -> subprocess.CompletedProcess:
