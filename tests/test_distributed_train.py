@@ -128,9 +128,11 @@ def test_two_ranks_of_stories15m_write_the_checkpoint_of_one_process_with_the_wh
 def test_three_ranks_of_one_sequence_are_one_process_of_three(tmp_path, inputs):
     cache = inputs[2]
     _ok(_one(_default(tmp_path / "one", inputs, "--steps", "3", "--accum", "3"), cache))
-    _ok(_ranks(3, _default(tmp_path / "three", inputs, "--steps", "3", "--accum", "1", "--distributed", "mpi"),
-               cache))  # fmt: skip
+    args = _default(tmp_path / "three", inputs, "--steps", "3", "--accum", "1", "--distributed", "mpi")
+    done = _ok(_ranks(3, args, cache))
     _assert_same(_blzt(tmp_path / "one"), _blzt(tmp_path / "three"))
+    assert done.stdout.count("anekit train:") == 1 and done.stdout.count("trained 3 steps") == 1
+    assert done.stderr.strip() == ""  # the other ranks print nothing
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -188,36 +190,51 @@ def test_two_ranks_of_a_lora_run_of_a_hugging_face_model_are_one_process_with_th
 # resume across world sizes, the compile budget
 # --------------------------------------------------------------------------------------------------------
 
-# Starts a run from Python (``Run``: ``distributed`` from argv, "" for one process) and stops it after
-# step 2; under mpiexec every rank runs it and the stop is agreed.
-STOP_AFTER_2 = """
-import sys
+# A run from Python (``Run``; ``distributed`` from argv, "" for one process), resumed or not, stopped after
+# step ``stop`` (0: not stopped); under mpiexec every rank runs it and the stop is agreed. A rank other than
+# 0 is given an OUT that does not exist: it must neither need nor make one.
+RUN_SCRIPT = """
+import os, sys
 from pathlib import Path
 from anekit.training.options import TrainOptions
 from anekit.training.run import Run
 
-out, data, tok, accum, kind = sys.argv[1:6]
-run = Run(TrainOptions(out=Path(out), data=Path(data), tokenizer=Path(tok), steps=4, accum=int(accum), seed=1,
-                       backend="sim", distributed=kind or None))
+out, data, tok, accum, kind, resume, stop = sys.argv[1:8]
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+out = Path(out) if rank == 0 else Path(out).parent / f"rank{rank}-out"
+run = Run(TrainOptions(out=out, data=Path(data), tokenizer=Path(tok), steps=None if resume else 4,
+                       accum=None if resume else int(accum), seed=None if resume else 1, backend="sim",
+                       distributed=kind or None, resume=bool(resume)))
 try:
-    print(run.train(should_stop=lambda: run.state.step >= 2).reason, run.rank, flush=True)
+    print(run.train(should_stop=lambda: bool(int(stop)) and run.state.step >= int(stop)).reason, run.rank)
 finally:
     run.close()
 """
 
 
-def _stop_after_2(tmp_path: Path, out: Path, inputs: tuple[Path, Path, Path], accum: int, ranks: int) -> Any:
-    script = tmp_path / "stop_after_2.py"
-    script.write_text(STOP_AFTER_2)
+def _script(tmp_path: Path, out: Path, inputs: tuple[Path, Path, Path], ranks: int, accum: int = 0,
+            resume: bool = False, stop: int = 0) -> Any:  # fmt: skip
+    script = tmp_path / "run_script.py"
+    script.write_text(RUN_SCRIPT)
     data, tok, cache = inputs
-    args = [str(out), str(data), str(tok), str(accum), "mpi" if ranks > 1 else ""]
+    args = [
+        str(out),
+        str(data),
+        str(tok),
+        str(accum),
+        "mpi" if ranks > 1 else "",
+        "1" if resume else "",
+        str(stop),
+    ]
     if ranks == 1:
         return _ok(subprocess.run([sys.executable, str(script), *args], env=_env(cache), capture_output=True,
                                   text=True, timeout=MAX_TIMEOUT))  # fmt: skip
     need_engine("mpi")
-    return _ok(
+    done = _ok(
         run_ranks(ranks, [str(script), *args], engine="mpi", timeout=MAX_TIMEOUT, env=_rank_env(cache))
     )
+    assert not any(out.parent.glob("rank*-out")), "a rank other than 0 wrote an output directory"
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +249,7 @@ def test_two_ranks_stopped_at_step_2_resumed_by_one_process_finish_the_run_exact
     tmp_path, inputs, straight
 ):
     out = tmp_path / "run"
-    stopped = _stop_after_2(tmp_path, out, inputs, 1, ranks=2)
+    stopped = _script(tmp_path, out, inputs, ranks=2, accum=1, stop=2)
     assert sorted(stopped.stdout.split()) == ["0", "1", "stopped", "stopped"]
     assert _blzt(out)["state"]["step"] == 2
     _ok(_one(_default(out, inputs, "--resume"), inputs[2]))
@@ -245,10 +262,11 @@ def test_two_ranks_stopped_at_step_2_resumed_by_one_process_finish_the_run_exact
 def test_one_process_stopped_at_step_2_resumed_on_two_ranks_finishes_the_run_exactly(
     tmp_path, inputs, straight
 ):
+    """Rank 1's OUT does not exist: the run's state comes from rank 0."""
     out = tmp_path / "run"
-    _stop_after_2(tmp_path, out, inputs, 2, ranks=1)
-    done = _ok(_ranks(2, _default(out, inputs, "--resume", "--distributed", "mpi"), inputs[2]))
-    assert "continuing the run" in done.stdout
+    _script(tmp_path, out, inputs, ranks=1, accum=2, stop=2)
+    done = _script(tmp_path, out, inputs, ranks=2, resume=True)
+    assert sorted(done.stdout.split()) == ["0", "1", "done", "done"]
     resumed = _blzt(out)
     _assert_same(straight, resumed)
     assert resumed["run"]["worlds"] == [[0, 1], [2, 2]] and resumed["run"]["world"] == 2
@@ -328,3 +346,77 @@ def test_bad_distributed_options_are_refused_before_anything_is_written(tmp_path
     assert done.returncode in (1, 2)
     assert expected in done.stderr
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------------
+# the start, with ranks as threads of this process (tests/distributed_fakes.py): who refuses, and how
+# --------------------------------------------------------------------------------------------------------
+
+
+def _start(tmp_path: Path, inputs: tuple[Path, Path, Path], options: list[dict[str, Any]]) -> list[Any]:
+    """Each rank's ``Run`` of the default model with its own options (over ``base``), opened and trained
+    one step; each rank's result, or the error it raised."""
+    from anekit.training.options import TrainOptions
+    from anekit.training.run import Run
+    from tests.distributed_fakes import run_ranks as thread_ranks
+
+    data, tok, _ = inputs
+    base = dict(out=tmp_path / "run", data=data, tokenizer=tok, steps=1, accum=1, backend="sim")
+
+    def work(transport: Any) -> Any:
+        try:
+            run = Run(TrainOptions(**{**base, **options[transport.rank]}), transport=transport)
+            try:
+                return run.train().reason
+            finally:
+                run.close()
+        except Exception as e:  # what each rank raised, compared below
+            return e
+
+    return thread_ranks(len(options), work, timeout=100, peer=30)
+
+
+def test_ranks_given_other_data_refuse_before_any_step_naming_the_field_and_the_ranks(tmp_path, inputs):
+    from anekit.training.distributed.follow import StartRefused
+    from anekit.training.distributed.transport import DistributedError
+
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.generate_corpus(30, 2))
+    lead, follower = _start(tmp_path, inputs, [{}, {"data": other}])
+    assert isinstance(lead, DistributedError) and not isinstance(lead, StartRefused)
+    assert "the ranks differ in data sha256: rank 0 has '" in str(lead) and "rank 1 has '" in str(lead)
+    assert isinstance(follower, StartRefused)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_a_rank_that_cannot_read_its_inputs_is_named_by_rank_0(tmp_path, inputs):
+    from anekit.training.distributed.follow import StartRefused
+
+    missing = tmp_path / "nowhere.txt"
+    lead, follower = _start(tmp_path, inputs, [{}, {"data": missing}])
+    assert str(lead).startswith("[train] rank 1 cannot start the run: [data] cannot read text file"), lead
+    assert str(missing) in str(lead)
+    assert isinstance(follower, StartRefused)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_rank_0_refuses_ends_every_rank_before_it_reads_anything(tmp_path, inputs):
+    from anekit.training.distributed.follow import StartRefused
+
+    out = tmp_path / "run"
+    _ok(_one(_default(out, inputs, "--steps", "1", "--accum", "2"), inputs[2]))
+    before = (out / "ckpt.bin").read_bytes()
+    lead, follower = _start(tmp_path, inputs, [{}, {"data": tmp_path / "nowhere.txt"}])
+    assert str(lead).startswith(f"[train] {out} holds a run"), lead
+    assert isinstance(follower, StartRefused) and "rank 0 refused the run" in str(follower)
+    assert (out / "ckpt.bin").read_bytes() == before
+
+
+def test_ranks_as_threads_train_the_bits_of_one_process(tmp_path, inputs):
+    """The same start and state hand-over, in one process (quick): rank 1's OUT is another directory,
+    which it never creates."""
+    lead, follower = _start(tmp_path, inputs, [{"steps": 2}, {"steps": 2, "out": tmp_path / "elsewhere"}])
+    assert (lead, follower) == ("done", "done")
+    assert not (tmp_path / "elsewhere").exists()
+    _ok(_one(_default(tmp_path / "one", inputs, "--steps", "2", "--accum", "2", "--seed", "0"), inputs[2]))
+    _assert_same(_blzt(tmp_path / "one"), _blzt(tmp_path / "run"))

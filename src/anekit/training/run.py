@@ -313,12 +313,13 @@ class Run:
         self._open_backend()
         o = self.options = self._with_route(o)
         per_rank = o.accum
-        if o.distributed is not None and not follower:  # accum counts a rank's sequences: the run's are N x
+        spread = (o.distributed is not None or self.size > 1) and not follower
+        if spread:  # accum counts a rank's sequences: the run's are N x
             o = replace(o, accum=None if o.resume else (per_rank or self.source.default_accum) * self.size)
         self.source.prepare(o, out, ckpt_path)
         self.seen = self.source.seen
         self.resumed_wall = self.source.resumed_wall
-        if o.distributed is not None and not follower:
+        if spread:
             check_world(self.tc.accum, per_rank, self.size, out, o.resume)
         if not follower and self.state.step < self.tc.steps:
             self.source.worlds.append((self.state.step, self.size))
@@ -426,13 +427,13 @@ class Run:
         return min(share, default_threads(self.backend.name, self.tc.weights, local, self.cfg))
 
     def _blas_threads(self) -> int:
-        """The BLAS threads one sequence runs on in this process (``accumulate.blas_share``): fixed for the
-        run when it starts, since a float32 product's bits depend on them."""
-        from anekit.training.accumulate import blas_share
+        """The BLAS threads one sequence runs on in this process (``accumulate.sequence_blas``): fixed for
+        the run when it starts, since a float32 product's bits depend on them."""
+        from anekit.training.accumulate import sequence_blas
 
         local = self.tc.accum // self.size
         workers = min(self.threads, local) if self.tc.weights == "dynamic" else 1
-        return blas_share(self.cfg, max(1, workers))
+        return sequence_blas(self.cfg, max(1, workers))
 
     def save(self) -> None:
         """Checkpoint the run as it stands (weights, Adam state, run record), atomically (rank 0 alone
@@ -542,7 +543,8 @@ class Run:
                     trainable=self.source.trainable,
                     validate=None if validation is None else validation[0],
                     val_every=0 if validation is None else validation[1],
-                    **({"transport": self.wired} if self.size > 1 else {}),
+                    transport=self.wired if self.size > 1 else None,
+                    blas_threads=self.source.blas_threads,
                 )
         except AnekitError:
             self._settle(quiet=True)  # the step-0 write, if it is still going, ends before anything else
