@@ -313,12 +313,15 @@ class Console:
 
 class Stopper:
     """SIGINT / SIGTERM handling around the training loop: the first signal asks the loop to stop
-    between two steps (the caller then checkpoints); a second one interrupts at once."""
+    between two steps (the caller then checkpoints); a second one interrupts at once. A rank of a run over
+    several also takes SIGUSR1 so (what ``anekit launch`` sends through mpiexec, which would kill the ranks
+    0.2 s after forwarding a SIGTERM)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, rank_of_several: bool = False) -> None:
         self.signum: int | None = None
+        self.signals = self.SIGNALS + ((signal.SIGUSR1,) if rank_of_several else ())
 
     def _handle(self, signum: int, _frame: Any) -> None:
         if self.signum is not None:
@@ -329,7 +332,7 @@ class Stopper:
     def installed(self) -> Iterator[None]:
         previous = {}
         try:
-            for s in self.SIGNALS:
+            for s in self.signals:
                 previous[s] = signal.signal(s, self._handle)
         except ValueError:  # not the main thread: leave signals alone
             pass
@@ -408,6 +411,7 @@ def _fault_line(e: AnekitError, session: Run | None) -> str:
     line = e.one_line()
     if not isinstance(e, PeerLost):
         return line
+    line = line if line.startswith("[") else f"[train] {line}"
     if session is not None and session.saved_step is not None:
         return f"{line}; ending the run on every rank; the checkpoint of step {session.saved_step} is intact"
     return f"{line}; ending the run on every rank; rank 0's last checkpoint is intact"
@@ -444,7 +448,7 @@ def _options(args: argparse.Namespace) -> TrainOptions:
         restarted=bool(args.restarted),
         threads=args.threads,
         distributed=args.distributed,
-        peer_timeout=DEFAULT_TIMEOUT if args.peer_timeout is None else args.peer_timeout,
+        peer_timeout=args.peer_timeout,
         wire=args.wire or "fp32",
     )
 
@@ -510,7 +514,7 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Trans
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
     lead, size = session.rank == 0, session.size
     console = Console(silent=not lead)  # rank 0 alone prints the run's progress
-    stopper = Stopper()
+    stopper = Stopper(rank_of_several=args.distributed is not None)
     if session.resuming and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
         console.print(f"anekit train: the run in {out} is finished ({state.step}/{tc.steps} steps); sampling "
                       "it (--force starts over)")  # fmt: skip

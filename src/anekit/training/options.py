@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import AnekitError
-from anekit.training.distributed.transport import DEFAULT_TIMEOUT
 
 INT32_MAX = 2**31 - 1  # the checkpoints' step counters are int32
 DISTRIBUTED = ("mpi", "mlx")  # the transports a run can spread over (``anekit.training.distributed.open``)
@@ -47,7 +46,7 @@ class TrainOptions:
     # Data parallelism over processes (``anekit.training.distributed``): "mpi" or "mlx" (None: one process).
     # Under it ``accum`` counts this rank's sequences: the step's global batch is accum x world size.
     distributed: str | None = None
-    peer_timeout: float = DEFAULT_TIMEOUT  # seconds an exchange waits for a rank beyond this one's own work
+    peer_timeout: float | None = None  # seconds an exchange waits for a rank beyond its own work (default 60)
     wire: str = "fp32"  # the gradient buckets' dtype between ranks: "fp16" / "bf16" are not bit-exact
 
 
@@ -90,7 +89,9 @@ def check_distributed(options: TrainOptions) -> None:
     if o.wire not in WIRES:
         raise AnekitError(f"[train] {opt('wire', o.wire)}: expected one of {', '.join(WIRES)}")
     timeout = o.peer_timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+    if timeout is None:
+        pass
+    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
         raise AnekitError(f"[train] {opt('peer_timeout', timeout)}: expected seconds in (0, 86400]")
     if o.distributed is None and o.wire != "fp32":
         raise AnekitError(f"[train] {opt('wire', o.wire)} applies to a run over several processes "

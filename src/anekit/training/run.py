@@ -43,7 +43,13 @@ from anekit.runtime.base import Backend
 from anekit.threads import Background, cores
 from anekit.training.blzt import BlztSource
 from anekit.training.curves import StagedCurves
-from anekit.training.distributed.transport import DistributedError, LocalTransport, PeerLost, Transport
+from anekit.training.distributed.transport import (
+    DEFAULT_TIMEOUT,
+    DistributedError,
+    LocalTransport,
+    PeerLost,
+    Transport,
+)
 from anekit.training.identity import check_record_path, file_identity
 from anekit.training.options import TrainOptions, check_distributed, flag_names, opt
 from anekit.training.route_choice import chosen_route, with_weights
@@ -103,7 +109,8 @@ def open_transport(options: TrainOptions) -> Transport:
         return LocalTransport()
     from anekit.training.distributed.open import open_transport as open_kind
 
-    return open_kind(options.distributed, options.peer_timeout)
+    timeout = DEFAULT_TIMEOUT if options.peer_timeout is None else options.peer_timeout
+    return open_kind(options.distributed, timeout)
 
 
 def check_world(accum: int, per_rank: int | None, size: int, out: Path, resume: bool) -> None:
