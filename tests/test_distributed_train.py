@@ -287,6 +287,37 @@ def test_a_compile_budget_ends_every_rank_with_75_and_the_resume_finishes_exactl
     _assert_same(_blzt(tmp_path / "one"), _blzt(out))
 
 
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_the_resume_is_exact(tmp_path, inputs):
+    """The stop is agreed at a step boundary: rank 0 saves, every rank exits 143 (128 + SIGTERM), whichever
+    rank the signal reached; the resume on 2 ranks finishes the run of one process."""
+    import signal
+    import time
+
+    from tests.distributed_ranks import rank_pids, start_ranks
+
+    need_engine("mpi")
+    cache = inputs[2]
+    steps = "200"
+    _ok(_one(_default(tmp_path / "one", inputs, "--steps", steps, "--accum", "2"), cache))
+    out = tmp_path / "two"
+    args = _default(out, inputs, "--steps", steps, "--accum", "1", "--distributed", "mpi")
+    started = start_ranks(2, ["-m", "anekit.cli.main", *args], "mpi", _rank_env(cache))
+    pids = rank_pids(started, 2)
+    started.wait_for("anekit train:")
+    time.sleep(1.0)  # into the run's steps
+    os.kill(pids[-1], signal.SIGTERM)
+    done = started.finish(MAX_TIMEOUT)
+    assert done.returncode == 128 + signal.SIGTERM, (done.stdout[-2000:], done.stderr[-2000:])
+    stopped = _blzt(out)["state"]["step"]
+    assert stopped < int(steps)
+    assert _anekit_lines(done.stderr) == [
+        f"anekit: stopped by SIGTERM at step {stopped}/{steps}: saved {out / 'ckpt.bin'} (weights, Adam state, "
+        f"run state); continue with: anekit train --out {out} --resume"
+    ], done.stderr
+    _ok(_ranks(2, _default(out, inputs, "--resume", "--distributed", "mpi"), cache))
+    _assert_same(_blzt(tmp_path / "one"), _blzt(out))
+
+
 # --------------------------------------------------------------------------------------------------------
 # refusals: one line, nothing written
 # --------------------------------------------------------------------------------------------------------

@@ -562,7 +562,7 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Trans
         stops = [int(x) for x in transport.all_gather_bytes(str(stop).encode(), "the run's exit status")]
         stop = next((x for x in stops if x), 0)
     if reason == "budget" and not stop:
-        if size > 1:
+        if args.distributed is not None:  # the launcher starts the job again (anekit launch)
             console.print(
                 f"compile budget of {backend.compile_budget} reached at step {state.step}: checkpointed; "
                 f"every rank exits {EXIT_RESTART} (anekit launch starts the run again with --resume)"
