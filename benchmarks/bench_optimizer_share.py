@@ -29,6 +29,8 @@ from anekit.training.state import TrainConfig, TrainState
 
 
 def _median(fn, repeats: int) -> float:
+    """The median seconds of ``fn`` after one call not counted (it faults in fresh arrays' pages)."""
+    fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -49,7 +51,6 @@ def measure(name: str, repeats: int) -> dict[str, float]:
     def sequence() -> None:
         train_step(kernels, params, buffer, window[:-1], window[1:], Timer(), loss_scale=1024.0)
 
-    sequence()  # warm-up: compiled loops, caches
     out = {"weights": float(params.count()), "sequence": _median(sequence, repeats)}
     total = params.zeros_like()
     out["add"] = _median(lambda: buffer.add_to(total), repeats)

@@ -27,7 +27,6 @@ class Hub:
         self.size, self.timeout = size, timeout
         self._queues: dict[tuple[str, int, int], queue.Queue[Any]] = {}
         self._lock = threading.Lock()
-        self.log: list[tuple[int, str, str]] = []  # (rank, call, what) of every exchange, in call order
 
     def channel(self, kind: str, src: int, dst: int) -> queue.Queue[Any]:
         with self._lock:
@@ -48,7 +47,6 @@ class ThreadTransport:
         self.timeout = hub.timeout
 
     def _put(self, kind: str, dst: int, item: Any, what: str) -> None:
-        self.hub.log.append((self.rank, kind, what))
         self.hub.channel(kind, self.rank, dst).put(item)
 
     def _get(self, kind: str, src: int, what: str) -> Any:

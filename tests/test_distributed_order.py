@@ -18,7 +18,7 @@ from anekit import runtime
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import Params
 from anekit.llama.step import StepResult
-from anekit.training.distributed.order import local_micro, ordered_sum
+from anekit.training.distributed.order import buckets_of, local_micro, ordered_sum
 from anekit.training.distributed.ranks import Ranks
 from anekit.training.distributed.transport import DistributedError, LocalTransport, PeerLost
 from anekit.training.loop import TrainConfig, TrainingDiverged, TrainState, train
@@ -235,7 +235,7 @@ def test_results_of_the_wrong_length_are_refused_naming_the_rank():
 
 
 class _Summable:
-    """Two buckets of float32; each buffer is a pair of arrays added bucket by bucket."""
+    """Two gradient tensors of float32; each buffer is a pair of arrays added a tensor at a time."""
 
     def __init__(self) -> None:
         self.total = [np.zeros(5, np.float32), np.zeros((2, 3), np.float32)]
@@ -244,14 +244,23 @@ class _Summable:
         for t in self.total:
             t.fill(0.0)
 
-    def buckets(self) -> list[np.ndarray]:
+    def gradient_tensors(self) -> list[np.ndarray]:
         return self.total
 
-    def add_bucket(self, sink, index: int) -> None:
+    def add_tensor(self, sink, index: int) -> None:
         self.total[index] += sink[index]
 
 
-def test_the_chain_adds_in_micro_order_across_ranks():
+def test_small_tensors_travel_together_and_a_large_one_alone():
+    arrays = [np.zeros(n, np.float32) for n in (5, 6, 25, 1, 1)]  # 20, 24, 100, 4, 4 bytes
+    assert buckets_of(arrays, 48) == [[0, 1], [2], [3, 4]]
+    assert buckets_of(arrays, 1) == [[0], [1], [2], [3], [4]]
+    assert buckets_of(arrays, 10**6) == [[0, 1, 2, 3, 4]]
+    assert buckets_of([], 48) == []
+
+
+@pytest.mark.parametrize("limit", [1, 44, 4 << 20])
+def test_the_chain_adds_in_micro_order_across_ranks(limit):
     """Values whose float32 sum depends on the order: the chain's result is the left fold, on every rank."""
     rng = np.random.default_rng(0)
     grads = [[(rng.standard_normal(5) * 10.0 ** rng.integers(-4, 8, 5)).astype(np.float32),
@@ -276,7 +285,7 @@ def test_the_chain_adds_in_micro_order_across_ranks():
                 for j in range(2):
                     s.total[j] += g[j]
             sinks = []
-        ordered_sum(t, s, sinks, "gradients of step 1")
+        ordered_sum(t, s, sinks, "gradients of step 1", limit)
         return s.total
 
     for size in (2, 3):
@@ -294,7 +303,7 @@ def test_one_rank_sums_nothing_and_rank_0_keeps_no_buffers():
         ordered_sum(hub.transports()[0], s, [s.total], "gradients of step 1")
 
 
-def test_a_trainable_without_buckets_is_refused_on_more_than_one_rank():
+def test_a_trainable_without_gradient_tensors_is_refused_on_more_than_one_rank():
     class Plain:
         pass
 
@@ -343,3 +352,35 @@ def test_a_sequence_runs_on_the_users_blas_count_when_set_else_on_its_share(monk
 
 def test_one_rank_over_the_one_process_transport_trains_the_bits_of_no_transport():
     _same_state(_full(4), _full(4, LocalTransport()))
+
+
+HF_SHAPES = {
+    "qwen2": ModelConfig(64, 176, 2, 4, 2, 512, 64, qkv_bias=True, name="qwen2-tiny"),
+    "qwen3": ModelConfig(64, 176, 2, 4, 2, 512, 64, qk_norm=True, attn_head_dim=32, name="qwen3-tiny"),
+    "gemma3": ModelConfig(
+        64,
+        176,
+        2,
+        4,
+        1,
+        512,
+        64,
+        attn_head_dim=32,
+        qk_norm=True,
+        norm_offset=1.0,
+        post_norms=True,
+        mlp_act="gelu_tanh",
+        embed_scale=8.0,
+        attn_scale=32**-0.5,
+        name="gemma3-tiny",
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(HF_SHAPES))
+def test_ranks_train_the_bits_of_one_process_for_hugging_face_layer_shapes(family, monkeypatch):
+    """Biases, per-head q / k norms, post-norms and a scaled embedding: every kind of tensor."""
+    monkeypatch.setitem(globals(), "CFG", HF_SHAPES[family])
+    one = _full(4, tied=False)
+    for state in run_ranks(2, lambda t: _full(4, t, 1, False)):
+        _same_state(one, state)

@@ -116,7 +116,6 @@ def train(
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     ranks = Ranks(transport, tc.accum, trainable) if transport is not None else None
-    mine = range(tc.accum) if ranks is None else ranks.micro
     last_save = time.monotonic()
     first = state.step
     try:
@@ -152,7 +151,7 @@ def train(
 
             if ranks is None:
                 trainable.zero()
-                results = workers.run(trainable, batch, mine, state.loss_scale, timer)
+                results = workers.run(trainable, batch, range(tc.accum), state.loss_scale, timer)
             else:
                 results = ranks.step(workers, batch, state.loss_scale, timer, step + 1)
             losses = []

@@ -335,12 +335,12 @@ class LoraTrainable:
     def add(self, sink: LoraGradients) -> None:
         sink.add_into(self.grads)
 
-    def buckets(self) -> list[np.ndarray]:
-        """The total's adapter gradients in ``adapter_tensors``' order: what ranks exchange, one at a time."""
+    def gradient_tensors(self) -> list[np.ndarray]:
+        """The total's adapter gradients in ``adapter_tensors``' order: what ranks exchange."""
         return [g for _, g in self.grads.tensors()]
 
-    def add_bucket(self, sink: LoraGradients, index: int) -> None:
-        """Bucket ``index`` of a worker's buffer added onto the total's (``add`` a bucket at a time)."""
+    def add_tensor(self, sink: LoraGradients, index: int) -> None:
+        """Tensor ``index`` of a worker's buffer added onto the total's (``add`` a tensor at a time)."""
         sink.add_tensor_into(self.grads, index)
 
     def unscale(self, factor: float) -> bool:

@@ -57,12 +57,12 @@ class FullTrainable:
         fresh, self._fresh = self._fresh, False
         sink.add_to(self.grads, overwrite=fresh)
 
-    def buckets(self) -> list[np.ndarray]:
-        """The total's gradient tensors in ``Params.tensors`` order: what ranks exchange, one at a time."""
+    def gradient_tensors(self) -> list[np.ndarray]:
+        """The total's gradient tensors in ``Params.tensors`` order: what ranks exchange."""
         return [g for _, g in self.grads.tensors()]
 
-    def add_bucket(self, sink: Gradients, index: int) -> None:
-        """Bucket ``index`` of a worker's buffer added onto the total's (``add`` a bucket at a time)."""
+    def add_tensor(self, sink: Gradients, index: int) -> None:
+        """Tensor ``index`` of a worker's buffer added onto the total's (``add`` a tensor at a time)."""
         sink.add_tensor_to(self.grads, index)
 
     def unscale(self, factor: float) -> bool:

@@ -9,8 +9,13 @@ trainable's own addition, and sends the result on to rank r + 1; the last rank t
 Every rank therefore holds the very bits one process would have summed, whatever the world size, and an
 all-reduce (whose order the transport picks) never touches a gradient.
 
-The chain is pipelined per bucket: a bucket is one of the trainable's gradient tensors, in their fixed
-order, so rank r adds and forwards bucket j while rank r - 1 is already sending bucket j + 1.
+The chain is pipelined per bucket: a bucket is a run of the trainable's gradient tensors in their fixed
+order (``buckets_of``: consecutive tensors up to ``BUCKET_BYTES`` together), so rank r adds and forwards
+bucket j while rank r - 1 is already sending bucket j + 1. Every addition is elementwise, so how tensors
+are grouped into messages changes the speed only, never a bit.
+
+Memory: a rank past the first holds one gradient buffer per local sequence (k of them, each the size of
+the trainable's gradients) until the partial total arrives; rank 0 holds only the total.
 """
 
 from __future__ import annotations
@@ -22,14 +27,18 @@ import numpy as np
 
 from anekit.training.distributed.transport import DistributedError, Transport
 
+# The bytes of one message of the chain: small tensors (norm scales, LoRA factors) travel together, since
+# every message costs a round of the transport's polling; a large one goes alone.
+BUCKET_BYTES = 4 << 20
+
 
 class Chained(Protocol):
-    """What the chain asks of a trainable: its total's gradient tensors (``buckets``, the same list, in the
-    same order, on every rank) and the addition of one worker buffer's bucket onto the total's."""
+    """What the chain asks of a trainable: its total's gradient tensors (the same list, in the
+    same order, on every rank) and the addition of one tensor of a worker's buffer onto the total's."""
 
-    def buckets(self) -> list[np.ndarray]: ...
+    def gradient_tensors(self) -> list[np.ndarray]: ...
 
-    def add_bucket(self, sink: Any, index: int) -> None: ...
+    def add_tensor(self, sink: Any, index: int) -> None: ...
 
 
 def local_micro(rank: int, size: int, accum: int) -> range:
@@ -50,23 +59,43 @@ def local_micro(rank: int, size: int, accum: int) -> range:
     return range(rank * k, (rank + 1) * k)
 
 
-def ordered_sum(transport: Transport, trainable: Chained, sinks: Sequence[Any], what: str) -> None:
+def buckets_of(arrays: Sequence[np.ndarray], limit: int = BUCKET_BYTES) -> list[list[int]]:
+    """The indices of ``arrays`` cut into runs of consecutive tensors of at most ``limit`` bytes together
+    (a tensor larger than that alone): each run is one message."""
+    runs: list[list[int]] = []
+    size = 0
+    for index, a in enumerate(arrays):
+        if runs and size + a.nbytes <= limit:
+            runs[-1].append(index)
+            size += a.nbytes
+        else:
+            runs.append([index])
+            size = a.nbytes
+    return runs
+
+
+def ordered_sum(
+    transport: Transport, trainable: Chained, sinks: Sequence[Any], what: str, limit: int = BUCKET_BYTES
+) -> None:
     """The step's gradient, summed in micro order across the ranks, into every rank's ``trainable`` total.
 
     On rank 0 the total already holds its block's partial sum (``sinks`` is empty); on rank r > 0, ``sinks``
     are its sequences' buffers in micro order and the total's contents are overwritten by what rank r - 1
-    sends. ``what`` names the exchange in a timeout's message ("gradients of step 7")."""
+    sends. ``what`` names the exchange in a timeout's message ("gradients of step 7"); ``limit`` is the
+    bytes of one message (``buckets_of``)."""
     rank, size = transport.rank, transport.size
     if size == 1:
         return
     if rank == 0 and sinks:
         raise DistributedError("[distributed] rank 0 folds its sequences into its total itself: no buffers")
-    buckets = trainable.buckets()
-    for index, total in enumerate(buckets):
+    totals = trainable.gradient_tensors()
+    for run in buckets_of(totals, limit):
+        arrays = [totals[index] for index in run]
         if rank > 0:
-            transport.recv([total], rank - 1, what)
-            for sink in sinks:
-                trainable.add_bucket(sink, index)
+            transport.recv(arrays, rank - 1, what)
+            for index in run:
+                for sink in sinks:
+                    trainable.add_tensor(sink, index)
         if rank < size - 1:
-            transport.send([total], rank + 1, what)
-    transport.broadcast(buckets, size - 1, what)
+            transport.send(arrays, rank + 1, what)
+    transport.broadcast(totals, size - 1, what)

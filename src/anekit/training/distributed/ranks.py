@@ -6,6 +6,8 @@ step). In a step, rank 0 folds its block into the total as one process does, a l
 per sequence (``Accumulator.run_kept``); the losses and overflow flags of every micro-batch are gathered so
 every rank has the same list, in global micro order; then the gradients go round the chain
 (``anekit.training.distributed.order.ordered_sum``). Every exchange names the step in what it waits for.
+
+The timer's "comm" phase is the time in these exchanges, waiting for a slower rank included.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ class Ranks:
     def __init__(self, transport: Transport, accum: int, trainable: Any) -> None:
         self.transport = transport
         self.micro = local_micro(transport.rank, transport.size, accum)
-        if transport.size > 1 and not (hasattr(trainable, "buckets") and hasattr(trainable, "add_bucket")):
+        chained = hasattr(trainable, "gradient_tensors") and hasattr(trainable, "add_tensor")
+        if transport.size > 1 and not chained:
             raise DistributedError(
                 f"[distributed] {type(trainable).__name__} cannot be summed across ranks: it has no "
-                "buckets() / add_bucket()"
+                "gradient_tensors() / add_tensor()"
             )
         self.trainable = trainable
 
