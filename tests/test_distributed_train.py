@@ -153,7 +153,10 @@ def _hf_state(out: Path) -> dict[str, Any]:
             "run": record}  # fmt: skip
 
 
-def test_two_ranks_of_a_lora_run_of_a_hugging_face_model_are_one_process_with_the_whole_batch(tmp_path):
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_two_ranks_of_a_hugging_face_fine_tuning_are_one_process_with_the_whole_batch(mode, tmp_path):
+    """LoRA (the adapters and their moments, PEFT's adapter file) and full fine-tuning (every weight, the
+    model directory written at the end)."""
     pytest.importorskip("tokenizers")
     import json
 
@@ -173,8 +176,9 @@ def test_two_ranks_of_a_lora_run_of_a_hugging_face_model_are_one_process_with_th
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:30]))
     (data / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[30:]))
     cache = tmp_path / "cache"
-    common = ["--init", str(model), "--lora", "4", "--data", str(data), "--steps", "3", "--seq", "32", "--lr",
-              "5e-3", "--val-every", "2", *QUIET]  # fmt: skip
+    lora = ["--lora", "4", "--lr", "5e-3"] if mode == "lora" else ["--lr", "1e-3"]
+    common = ["--init", str(model), *lora, "--data", str(data), "--steps", "3", "--seq", "32", "--val-every", "2",
+              *QUIET]  # fmt: skip
     _ok(_one(["train", "--out", str(tmp_path / "one"), "--accum", "4", *common], cache))
     _ok(_ranks(2, ["train", "--out", str(tmp_path / "two"), "--accum", "2", "--distributed", "mpi", *common],
                cache))  # fmt: skip
@@ -182,8 +186,8 @@ def test_two_ranks_of_a_lora_run_of_a_hugging_face_model_are_one_process_with_th
     _assert_same(one, two)
     assert sorted(one["state"]["val_losses"]) == ["0", "2", "3"]
     assert two["run"]["world"] == 2 and two["run"]["train"]["accum"] == 4
-    adapters = "adapters/adapter_model.safetensors"
-    assert (tmp_path / "one" / adapters).read_bytes() == (tmp_path / "two" / adapters).read_bytes()
+    product = "adapters/adapter_model.safetensors" if mode == "lora" else "model/model.safetensors"
+    assert (tmp_path / "one" / product).read_bytes() == (tmp_path / "two" / product).read_bytes()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -288,8 +292,8 @@ def test_a_compile_budget_ends_every_rank_with_75_and_the_resume_finishes_exactl
 
 
 def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_the_resume_is_exact(tmp_path, inputs):
-    """The stop is agreed at a step boundary: rank 0 saves, every rank exits 143 (128 + SIGTERM), whichever
-    rank the signal reached; the resume on 2 ranks finishes the run of one process."""
+    """The stop is agreed at a step boundary: rank 0 saves, every rank exits 143 (128 + SIGTERM), though the
+    signal reached rank 1 only; the resume on 2 ranks finishes the run of one process."""
     import signal
     import time
 
@@ -305,7 +309,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_the_resume
     pids = rank_pids(started, 2)
     started.wait_for("anekit train:")
     time.sleep(1.0)  # into the run's steps
-    os.kill(pids[-1], signal.SIGTERM)
+    os.kill(next(p for p in pids if _rank_of(p) == 1), signal.SIGTERM)  # rank 0 learns it by the exchange
     done = started.finish(MAX_TIMEOUT)
     assert done.returncode == 128 + signal.SIGTERM, (done.stdout[-2000:], done.stderr[-2000:])
     stopped = _blzt(out)["state"]["step"]
@@ -314,6 +318,44 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_and_the_resume
         f"anekit: stopped by SIGTERM at step {stopped}/{steps}: saved {out / 'ckpt.bin'} (weights, Adam state, "
         f"run state); continue with: anekit train --out {out} --resume"
     ], done.stderr
+    _ok(_ranks(2, _default(out, inputs, "--resume", "--distributed", "mpi"), cache))
+    _assert_same(_blzt(tmp_path / "one"), _blzt(out))
+
+
+def _rank_of(pid: int) -> int:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(int(e.split(b"=")[1]) for e in environ if e.startswith(b"OMPI_COMM_WORLD_RANK="))
+
+
+def test_a_hung_rank_ends_the_run_on_every_rank_naming_it_and_the_intact_checkpoint(tmp_path, inputs):
+    """Rank 1 stopped (SIGSTOP) mid-run: rank 0 waits --peer-timeout, prints one line naming rank 1, the
+    exchange and the checkpoint left, and every rank ends with 3; the checkpoint resumes exactly."""
+    import signal
+    import time
+
+    from tests.distributed_ranks import rank_pids, start_ranks
+
+    need_engine("mpi")
+    cache = inputs[2]
+    steps = "200"
+    _ok(_one(_default(tmp_path / "one", inputs, "--steps", steps, "--accum", "2"), cache))
+    out = tmp_path / "two"
+    args = _default(out, inputs, "--steps", steps, "--accum", "1", "--distributed", "mpi", "--peer-timeout", "3",
+                    "--checkpoint-every", "5")  # fmt: skip
+    started = start_ranks(2, ["-m", "anekit.cli.main", *args], "mpi", _rank_env(cache))
+    pids = rank_pids(started, 2)
+    started.wait_for("anekit train:")
+    time.sleep(1.5)  # into the run's steps
+    os.kill(next(p for p in pids if _rank_of(p) == 1), signal.SIGSTOP)
+    t0 = time.monotonic()
+    done = started.finish(60)
+    assert time.monotonic() - t0 < 30  # the longest step + 3 s, with the launcher's own time
+    assert done.returncode == 3, (done.stdout[-2000:], done.stderr[-2000:])
+    lines = _anekit_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    saved = _blzt(out)["state"]["step"]
+    assert lines[0].startswith("anekit: [train] rank 1 did not answer within 3 s ("), lines[0]
+    assert lines[0].endswith(f"; ending the run on every rank; the checkpoint of step {saved} is intact")
     _ok(_ranks(2, _default(out, inputs, "--resume", "--distributed", "mpi"), cache))
     _assert_same(_blzt(tmp_path / "one"), _blzt(out))
 
