@@ -1,0 +1,249 @@
+"""What more Macs buy: the time of a distributed run's fixed-order gradient exchange over a link, and the
+speed-up of data parallelism it leaves (a model, not a measurement).
+
+The exchange is the one ``anekit train --distributed`` makes once per optimizer step, after every rank has
+run its k sequences (N ranks, global batch N*k):
+
+* the chain sum: rank 0 sends its partial total to rank 1, which adds its own sequences' gradients and sends
+  on, ... to rank N-1; per bucket (the trainable's gradient tensors, in their fixed order), so bucket j+1
+  leaves rank 0 while bucket j is further down the chain. Each hop of a bucket of b bytes takes
+  ``latency + b / rate``; a rank forwards a bucket once it has received it and has sent the one before,
+  which gives the pipeline's recurrence (``chain_s``): with equal buckets, (buckets + N - 2) hops;
+* the broadcast: the last rank sends every bucket's total to all the others, one bucket after another,
+  after the chain. Priced as MPI's large-message broadcast (scatter, then a ring all-gather: R. Thakur,
+  R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005,
+  section 4.1): ``(ceil(log2 N) + N - 1) * latency + 2 (N - 1) / N * b / rate``, one hop for N = 2.
+
+Not priced: the adds a receiving rank does (the same adds one process does for its worker buffers), and
+contention between the chain and the broadcast (they are not concurrent here). The exchange waits for the
+slowest rank's compute; ranks are taken as equal.
+
+A step on N ranks takes ``k * sequence + update + exchange``; one Mac running the same global batch takes
+``N * k * sequence + update`` (the same weights, bit for bit: the run's order does not depend on N). The
+speed-up is their ratio; the exchange is hidden when it is at most ``HIDDEN`` of the step. The time of one
+sequence is a measurement where one exists, or ``sequence_s``'s prediction: the engine part alone (the CPU's
+share is not timed by ``anekit.cost``), so a prediction understates the step, and overstates the
+accumulation the exchange needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from anekit.cost.fitting import fitted
+from anekit.cost.links import Link
+from anekit.cost.model import predict
+from anekit.cost.step import step_kernels
+from anekit.engine.performance import performance
+from anekit.errors import AnekitError
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import LAYER_FIELDS, layer_shapes
+
+HIDDEN = 0.10  # the exchange is "hidden" when it is at most this share of a step
+WIRE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire (--wire)
+LORA_FIELDS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"}
+
+
+def _check(condition: bool, what: str) -> None:
+    if not condition:
+        raise AnekitError(f"[cost] {what}")
+
+
+def wire_bytes(wire: str) -> int:
+    _check(wire in WIRE_BYTES, f"wire '{wire}' is not one of {', '.join(WIRE_BYTES)}")
+    return WIRE_BYTES[wire]
+
+
+# -- what travels: the trainable's gradient tensors, in their fixed order --
+
+
+def full_buckets(cfg: ModelConfig, tied: bool = True, wire: str = "fp32") -> tuple[int, ...]:
+    """Bytes of every gradient tensor of full training, in the parameters' file order (the embedding, each
+    layer field over every layer, the final norm, the classifier when it is not tied)."""
+    size = wire_bytes(wire)
+    shapes = layer_shapes(cfg)
+    out = [cfg.vocab_size * cfg.dim * size]
+    for key in (k for k in LAYER_FIELDS if k in shapes):
+        out += [math.prod(shapes[key]) * size] * cfg.n_layers
+    for key in (k for k in shapes if k not in LAYER_FIELDS):
+        out += [math.prod(shapes[key]) * size] * cfg.n_layers
+    out.append(cfg.dim * size)
+    if not tied:
+        out.append(cfg.vocab_size * cfg.dim * size)
+    return tuple(out)
+
+
+def lora_buckets(
+    cfg: ModelConfig, rank: int, targets: Sequence[str] = ("q", "v"), wire: str = "fp32"
+) -> tuple[int, ...]:
+    """Bytes of every adapter gradient of a LoRA run: A (rank, in) then B (out, rank) of each adapted
+    matrix, layer by layer, targets in anekit's order (default q and v, PEFT's for Llama models)."""
+    _check(isinstance(rank, int) and rank > 0, f"LoRA rank must be a positive integer, not {rank!r}")
+    unknown = [t for t in targets if t not in LORA_FIELDS]
+    _check(not unknown and len(targets) > 0, f"LoRA targets {list(targets)}: known {', '.join(LORA_FIELDS)}")
+    size = wire_bytes(wire)
+    shapes = layer_shapes(cfg)
+    ordered = [t for t in LORA_FIELDS if t in targets]
+    out = []
+    for _ in range(cfg.n_layers):
+        for target in ordered:
+            rows, cols = shapes[LORA_FIELDS[target]]  # (out, in)
+            out += [rank * cols * size, rows * rank * size]
+    return tuple(out)
+
+
+def pack(buckets: Sequence[int], bucket_bytes: int) -> tuple[int, ...]:
+    """Consecutive tensors grouped into buckets of at least ``bucket_bytes`` (the last may be smaller), in
+    order; a tensor is never split. What grouping the small tensors (norm scales, LoRA factors) saves is
+    their per-message latency."""
+    _check(
+        isinstance(bucket_bytes, int) and bucket_bytes > 0,
+        f"bucket size must be > 0 bytes, not {bucket_bytes!r}",
+    )
+    out: list[int] = []
+    open_bytes = 0
+    for nbytes in buckets:
+        open_bytes += nbytes
+        if open_bytes >= bucket_bytes:
+            out.append(open_bytes)
+            open_bytes = 0
+    if open_bytes:
+        out.append(open_bytes)
+    return tuple(out)
+
+
+# -- the exchange --
+
+
+def hop_s(nbytes: float, link: Link) -> float:
+    """One message of ``nbytes`` from one rank to the next."""
+    return link.latency_s + nbytes / link.bytes_per_s
+
+
+def chain_s(buckets: Sequence[float], ranks: int, link: Link) -> float:
+    """When the last rank holds the total of the last bucket, counted from the moment rank 0 starts
+    sending: the chain's N - 1 hops, pipelined over the buckets."""
+    free = [0.0] * (ranks - 1)  # when hop s (rank s -> s + 1) has sent the bucket before
+    for nbytes in buckets:
+        ready = 0.0  # rank 0 holds every bucket's partial total when the exchange starts
+        for s in range(ranks - 1):
+            free[s] = max(ready, free[s]) + hop_s(nbytes, link)
+            ready = free[s]
+    return free[-1] if free else 0.0
+
+
+def broadcast_s(nbytes: float, ranks: int, link: Link) -> float:
+    """One bucket from the last rank to every other: MPI's scatter + ring all-gather broadcast."""
+    if ranks == 1:
+        return 0.0
+    if ranks == 2:
+        return hop_s(nbytes, link)
+    steps = math.ceil(math.log2(ranks)) + ranks - 1
+    return steps * link.latency_s + 2 * (ranks - 1) / ranks * nbytes / link.bytes_per_s
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The time of one step's gradient exchange over ``ranks`` ranks."""
+
+    ranks: int
+    link: str
+    nbytes: int  # gradient bytes on the wire
+    buckets: int
+    chain_s: float
+    broadcast_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.chain_s + self.broadcast_s
+
+
+def exchange(buckets: Sequence[int], ranks: int, link: Link) -> Exchange:
+    """The chain sum and the broadcast of ``buckets`` (bytes each) over ``ranks`` ranks on ``link``."""
+    _check(isinstance(ranks, int) and ranks >= 1, f"ranks must be an integer >= 1, not {ranks!r}")
+    _check(len(buckets) > 0 and all(b > 0 for b in buckets), "buckets must be a non-empty list of sizes > 0")
+    return Exchange(
+        ranks,
+        link.name,
+        int(sum(buckets)),
+        len(buckets),
+        chain_s(buckets, ranks, link),
+        sum(broadcast_s(b, ranks, link) for b in buckets),
+    )
+
+
+# -- the step and the speed-up --
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A step of N ranks x accumulation k against one Mac running the same global batch."""
+
+    ranks: int
+    accum: int  # sequences per rank per step
+    sequence_s: float  # one sequence's forward and backward
+    update_s: float  # the optimizer update, the same on every rank
+    exchange: Exchange
+
+    @property
+    def step_s(self) -> float:
+        return self.accum * self.sequence_s + self.update_s + self.exchange.total_s
+
+    @property
+    def one_mac_s(self) -> float:
+        return self.ranks * self.accum * self.sequence_s + self.update_s
+
+    @property
+    def speedup(self) -> float:
+        return self.one_mac_s / self.step_s
+
+    @property
+    def exchange_share(self) -> float:
+        return self.exchange.total_s / self.step_s
+
+
+def _check_times(sequence_s: float, update_s: float) -> None:
+    _check(math.isfinite(sequence_s) and sequence_s > 0, f"sequence time must be > 0 s, not {sequence_s!r}")
+    _check(math.isfinite(update_s) and update_s >= 0, f"update time must be >= 0 s, not {update_s!r}")
+
+
+def scaling(
+    ranks: int, accum: int, sequence_s: float, buckets: Sequence[int], link: Link, update_s: float = 0.0
+) -> Scaling:
+    """The step of ``ranks`` ranks, each running ``accum`` sequences of ``sequence_s`` seconds."""
+    _check(isinstance(accum, int) and accum >= 1, f"accumulation must be an integer >= 1, not {accum!r}")
+    _check_times(sequence_s, update_s)
+    return Scaling(ranks, accum, sequence_s, update_s, exchange(buckets, ranks, link))
+
+
+def accum_to_hide(
+    ranks: int,
+    sequence_s: float,
+    buckets: Sequence[int],
+    link: Link,
+    update_s: float = 0.0,
+    share: float = HIDDEN,
+) -> int:
+    """The least accumulation per rank k for which the exchange is at most ``share`` of the step:
+    X <= share (k t + u + X), i.e. k >= ((1 - share) / share X - u) / t."""
+    _check(0 < share < 1, f"share must be between 0 and 1, not {share!r}")
+    _check_times(sequence_s, update_s)
+    x = exchange(buckets, ranks, link).total_s
+    if x == 0.0:
+        return 1
+    k = max(1, math.ceil(((1 - share) / share * x - update_s) / sequence_s))
+    while k > 1 and x <= share * ((k - 1) * sequence_s + update_s + x):  # rounding, one way
+        k -= 1
+    while x > share * (k * sequence_s + update_s + x):  # or the other
+        k += 1
+    return k
+
+
+def sequence_s(cfg: ModelConfig, chip: str, weights: str = "baked") -> float:
+    """The predicted engine time of one sequence's forward and backward of ``cfg`` on ``chip`` (seconds;
+    the engine part only, ``anekit.cost.step``)."""
+    perf = performance(chip)
+    params = fitted()
+    return sum(k.calls * predict(k.work, perf, params).ms for k in step_kernels(cfg, weights)) / 1e3
