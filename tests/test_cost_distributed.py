@@ -31,15 +31,22 @@ def test_a_hop_is_latency_plus_bytes_over_rate() -> None:
     assert d.hop_s(1e6, ONE_GB) == pytest.approx(10e-6 + 1e-3, rel=1e-12)
 
 
-def test_the_chain_is_pipelined_over_buckets() -> None:
-    # 3 ranks, buckets of 1, 2, 1 ms: hop 0 sends them at 1, 3, 4 ms; hop 1 starts each when it has it and
-    # has sent the one before: 1 -> 2, max(3, 2) -> 5, max(4, 5) -> 6 ms.
-    assert d.chain_s([1e6, 2e6, 1e6], 3, NO_LATENCY) == pytest.approx(6e-3, rel=1e-6)
-    # equal buckets: (buckets + ranks - 2) hops: 4 buckets over 4 ranks, 6 hops of 1 ms
-    assert d.chain_s([1e6] * 4, 4, NO_LATENCY) == pytest.approx(6e-3, rel=1e-6)
-    # one bucket: ranks - 1 hops, each with its latency
+def test_the_chain_is_pipelined_over_buckets_with_blocking_transfers() -> None:
+    # 3 ranks, buckets of 1, 2, 1 ms; a transfer holds both its ranks. Rank 0 -> 1 at 0-1, 2-4 (rank 1 was
+    # sending bucket 0 until 2), 6-7; rank 1 -> 2 at 1-2, 4-6, 7-8 ms.
+    assert d.chain_s([1e6, 2e6, 1e6], 3, NO_LATENCY) == pytest.approx(8e-3, rel=1e-6)
+    # equal buckets past 2 ranks: (ranks - 1) + 2 (buckets - 1) transfers: 4 buckets over 4 ranks, 9 of 1 ms
+    assert d.chain_s([1e6] * 4, 4, NO_LATENCY) == pytest.approx(9e-3, rel=1e-6)
+    assert d.chain_s([1e6] * 4, 2, NO_LATENCY) == pytest.approx(4e-3, rel=1e-6)  # 2 ranks: back to back
+    # one bucket: ranks - 1 transfers, each with its latency
     assert d.chain_s([1e6], 5, ONE_GB) == pytest.approx(4 * (10e-6 + 1e-3), rel=1e-12)
     assert d.chain_s([1e6], 1, ONE_GB) == 0.0
+
+
+def test_a_rank_adds_its_buffers_before_it_takes_the_next_bucket() -> None:
+    # 2 ranks, 3 buckets of 1 ms; rank 1 adds 2 buffers of 1 MB at 6 GB/s: 3 x 2 MB / 6 GB/s = 1 ms a bucket
+    assert d.chain_s([1e6] * 3, 2, NO_LATENCY, adds=2, memory_rate=6e9) == pytest.approx(6e-3, rel=1e-6)
+    assert d.chain_s([1e6] * 3, 2, NO_LATENCY, adds=2) == pytest.approx(3e-3, rel=1e-6)  # not priced
 
 
 def test_the_broadcast_is_mpis_scatter_allgather() -> None:
@@ -53,11 +60,12 @@ def test_the_broadcast_is_mpis_scatter_allgather() -> None:
 
 def test_an_exchange_is_the_chain_then_every_buckets_broadcast() -> None:
     e = d.exchange([1_000_000, 3_000_000], 4, ONE_GB)
-    # chain: hop 0 at 1.01, 4.02 ms; hop 1 at 2.02, 7.03; hop 2 at 3.03, 10.04 ms
-    assert e.chain_s == pytest.approx(10.04e-3, rel=1e-9)
+    # transfers of 1.01 and 3.01 ms: bucket 0 reaches ranks 1, 2, 3 at 1.01, 2.02, 3.03 ms; bucket 1 leaves
+    # rank 0 when rank 1 is done sending bucket 0 (2.02) and reaches ranks 1, 2, 3 at 5.03, 8.04, 11.05 ms
+    assert e.chain_s == pytest.approx(11.05e-3, rel=1e-9)
     assert e.broadcast_s == pytest.approx((50e-6 + 1.5e-3) + (50e-6 + 4.5e-3), rel=1e-9)
     assert (e.nbytes, e.buckets, e.ranks) == (4_000_000, 2, 4)
-    assert e.total_s == pytest.approx(10.04e-3 + 6.1e-3, rel=1e-9)
+    assert e.total_s == pytest.approx(11.05e-3 + 6.1e-3, rel=1e-9)
 
 
 def test_the_speedup_is_one_mac_over_the_step() -> None:
@@ -68,6 +76,10 @@ def test_the_speedup_is_one_mac_over_the_step() -> None:
     assert s.one_mac_s == pytest.approx(0.82, rel=1e-12)
     assert s.speedup == pytest.approx(0.82 / 0.62, rel=1e-6)
     assert s.exchange_share == pytest.approx(0.2 / 0.62, rel=1e-6)
+    # rank 1 adds its 4 buffers of 100 MB at 12 GB/s: 3 x 400 MB / 12 GB/s = 0.1 s more
+    added = d.scaling(2, 4, 0.1, [100_000_000], NO_LATENCY, update_s=0.02, memory_rate=12e9)
+    assert added.exchange.chain_s == pytest.approx(0.2, rel=1e-6)
+    assert added.speedup == pytest.approx(0.82 / 0.72, rel=1e-6)
     alone = d.scaling(1, 4, 0.1, [100_000_000], NO_LATENCY, update_s=0.02)
     assert alone.exchange.total_s == 0.0 and alone.speedup == 1.0
 
@@ -83,6 +95,11 @@ def test_the_accumulation_that_hides_the_exchange() -> None:
     assert d.scaling(2, k - 1, 0.1, [100_000_000], NO_LATENCY).exchange_share > 0.1
     assert d.accum_to_hide(2, 0.15, [100_000_000], NO_LATENCY, share=0.5) == 2  # X <= k t: k >= 1.33
     assert d.accum_to_hide(1, 0.1, [100_000_000], NO_LATENCY) == 1
+    # adds of 0.01 s per sequence (3 x 100 MB / 30 GB/s): X(k) = 0.2 + 0.01 k <= 0.1 (0.1 k + 0.025 + X(k))
+    # for 0.001 k >= 0.1775: k = 178
+    assert d.accum_to_hide(2, 0.1, [100_000_000], NO_LATENCY, update_s=0.025, memory_rate=30e9) == 178
+    # adds of 0.1 s per sequence (3 GB/s): the exchange grows as fast as the compute, never hidden
+    assert d.accum_to_hide(2, 0.1, [100_000_000], NO_LATENCY, memory_rate=3e9) is None
 
 
 def test_full_training_buckets_are_the_parameters_in_file_order() -> None:
@@ -139,6 +156,7 @@ def test_the_predicted_sequence_is_the_cost_reports_engine_time() -> None:
         (lambda: d.scaling(2, 1, math.nan, [1000], ONE_GB), "sequence time must be > 0"),
         (lambda: d.accum_to_hide(2, 0.1, [1000], ONE_GB, update_s=-1), "update time must be >= 0"),
         (lambda: d.accum_to_hide(2, 0.1, [1000], ONE_GB, share=1.0), "share must be between 0 and 1"),
+        (lambda: d.scaling(2, 1, 0.1, [1000], ONE_GB, memory_rate=0.0), "memory rate must be > 0"),
         (lambda: d.full_buckets(preset("default"), wire="fp8"), "wire 'fp8' is not one of fp32, fp16, bf16"),
         (lambda: d.lora_buckets(preset("default"), 0), "LoRA rank must be a positive integer"),
         (lambda: d.lora_buckets(preset("default"), 4, ("qq",)), "LoRA targets ['qq']"),

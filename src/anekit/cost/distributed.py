@@ -4,19 +4,23 @@ speed-up of data parallelism it leaves (a model, not a measurement).
 The exchange is the one ``anekit train --distributed`` makes once per optimizer step, after every rank has
 run its k sequences (N ranks, global batch N*k):
 
-* the chain sum: rank 0 sends its partial total to rank 1, which adds its own sequences' gradients and sends
-  on, ... to rank N-1; per bucket (the trainable's gradient tensors, in their fixed order), so bucket j+1
-  leaves rank 0 while bucket j is further down the chain. Each hop of a bucket of b bytes takes
-  ``latency + b / rate``; a rank forwards a bucket once it has received it and has sent the one before,
-  which gives the pipeline's recurrence (``chain_s``): with equal buckets, (buckets + N - 2) hops;
+* the chain sum: rank 0 sends its partial total to rank 1, which adds its own k sequences' gradients and
+  sends on, ... to rank N-1; per bucket (the trainable's gradient tensors, in their fixed order), so bucket
+  j + 1 leaves rank 0 while bucket j is further down the chain. A transfer of b bytes takes
+  ``latency + b / rate`` and holds both ends until it is done (a blocking send of a large message, MPI's
+  rendezvous: a rank receives, adds, then sends, one bucket after another); a rank's adds take
+  ``3 k b / memory rate`` (each add reads the total and one buffer and writes the total; the order of
+  the sum forbids folding a rank's own buffers before the partial total arrives). The recurrence is
+  ``chain_s``'s: for N = 2, per bucket one transfer, then rank 1's adds; a middle rank alternates
+  receiving and sending, so past 2 ranks the chain runs at half the link's rate (a rank that received the
+  next bucket while it sent the one before would win that half back; the loop modelled here does not);
 * the broadcast: the last rank sends every bucket's total to all the others, one bucket after another,
   after the chain. Priced as MPI's large-message broadcast (scatter, then a ring all-gather: R. Thakur,
   R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005,
-  section 4.1): ``(ceil(log2 N) + N - 1) * latency + 2 (N - 1) / N * b / rate``, one hop for N = 2.
+  section 4.1): ``(ceil(log2 N) + N - 1) * latency + 2 (N - 1) / N * b / rate``, one send for N = 2.
 
-Not priced: the adds a receiving rank does (the same adds one process does for its worker buffers), and
-contention between the chain and the broadcast (they are not concurrent here). The exchange waits for the
-slowest rank's compute; ranks are taken as equal.
+Not priced: contention between the chain and the broadcast (they are not concurrent here), and ranks that
+are not equal (the exchange starts when the slowest rank has run its sequences).
 
 A step on N ranks takes ``k * sequence + update + exchange``; one Mac running the same global batch takes
 ``N * k * sequence + update`` (the same weights, bit for bit: the run's order does not depend on N). The
@@ -33,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from anekit.cost.fitting import fitted
+from anekit.cost.generation import host_figures
 from anekit.cost.links import Link
 from anekit.cost.model import predict
 from anekit.cost.step import step_kernels
@@ -122,16 +127,20 @@ def hop_s(nbytes: float, link: Link) -> float:
     return link.latency_s + nbytes / link.bytes_per_s
 
 
-def chain_s(buckets: Sequence[float], ranks: int, link: Link) -> float:
+def chain_s(
+    buckets: Sequence[float], ranks: int, link: Link, adds: int = 0, memory_rate: float | None = None
+) -> float:
     """When the last rank holds the total of the last bucket, counted from the moment rank 0 starts
-    sending: the chain's N - 1 hops, pipelined over the buckets."""
-    free = [0.0] * (ranks - 1)  # when hop s (rank s -> s + 1) has sent the bucket before
+    sending: every bucket's N - 1 transfers, each holding its two ranks, and ``adds`` buffers added per
+    bucket on every rank past 0 at ``memory_rate`` bytes/s (None: adds not priced)."""
+    free = [0.0] * ranks  # when each rank is next free: done sending (rank 0) or receiving and adding
     for nbytes in buckets:
-        ready = 0.0  # rank 0 holds every bucket's partial total when the exchange starts
-        for s in range(ranks - 1):
-            free[s] = max(ready, free[s]) + hop_s(nbytes, link)
-            ready = free[s]
-    return free[-1] if free else 0.0
+        add = 3 * adds * nbytes / memory_rate if memory_rate else 0.0
+        for r in range(1, ranks):
+            done = max(free[r - 1], free[r]) + hop_s(nbytes, link)  # rank r - 1 -> r
+            free[r - 1] = done
+            free[r] = done + add
+    return free[-1] if ranks > 1 else 0.0
 
 
 def broadcast_s(nbytes: float, ranks: int, link: Link) -> float:
@@ -160,8 +169,11 @@ class Exchange:
         return self.chain_s + self.broadcast_s
 
 
-def exchange(buckets: Sequence[int], ranks: int, link: Link) -> Exchange:
-    """The chain sum and the broadcast of ``buckets`` (bytes each) over ``ranks`` ranks on ``link``."""
+def exchange(
+    buckets: Sequence[int], ranks: int, link: Link, adds: int = 0, memory_rate: float | None = None
+) -> Exchange:
+    """The chain sum and the broadcast of ``buckets`` (bytes each) over ``ranks`` ranks on ``link``, each
+    rank past 0 adding ``adds`` buffers per bucket at ``memory_rate`` bytes/s."""
     _check(isinstance(ranks, int) and ranks >= 1, f"ranks must be an integer >= 1, not {ranks!r}")
     _check(len(buckets) > 0 and all(b > 0 for b in buckets), "buckets must be a non-empty list of sizes > 0")
     return Exchange(
@@ -169,7 +181,7 @@ def exchange(buckets: Sequence[int], ranks: int, link: Link) -> Exchange:
         link.name,
         int(sum(buckets)),
         len(buckets),
-        chain_s(buckets, ranks, link),
+        chain_s(buckets, ranks, link, adds, memory_rate),
         sum(broadcast_s(b, ranks, link) for b in buckets),
     )
 
@@ -210,12 +222,23 @@ def _check_times(sequence_s: float, update_s: float) -> None:
 
 
 def scaling(
-    ranks: int, accum: int, sequence_s: float, buckets: Sequence[int], link: Link, update_s: float = 0.0
+    ranks: int,
+    accum: int,
+    sequence_s: float,
+    buckets: Sequence[int],
+    link: Link,
+    update_s: float = 0.0,
+    memory_rate: float | None = None,
 ) -> Scaling:
-    """The step of ``ranks`` ranks, each running ``accum`` sequences of ``sequence_s`` seconds."""
+    """The step of ``ranks`` ranks, each running ``accum`` sequences of ``sequence_s`` seconds and adding
+    its ``accum`` gradient buffers into the received total at ``memory_rate`` bytes/s (None: not priced)."""
     _check(isinstance(accum, int) and accum >= 1, f"accumulation must be an integer >= 1, not {accum!r}")
     _check_times(sequence_s, update_s)
-    return Scaling(ranks, accum, sequence_s, update_s, exchange(buckets, ranks, link))
+    _check(memory_rate is None or memory_rate > 0, f"memory rate must be > 0 bytes/s, not {memory_rate!r}")
+    return Scaling(ranks, accum, sequence_s, update_s, exchange(buckets, ranks, link, accum, memory_rate))
+
+
+MAX_ACCUM = 1 << 20  # the largest accumulation per rank accum_to_hide looks at
 
 
 def accum_to_hide(
@@ -224,21 +247,27 @@ def accum_to_hide(
     buckets: Sequence[int],
     link: Link,
     update_s: float = 0.0,
+    memory_rate: float | None = None,
     share: float = HIDDEN,
-) -> int:
-    """The least accumulation per rank k for which the exchange is at most ``share`` of the step:
-    X <= share (k t + u + X), i.e. k >= ((1 - share) / share X - u) / t."""
+) -> int | None:
+    """The least accumulation per rank k whose exchange is at most ``share`` of the step,
+    X(k) <= share (k t + u + X(k)); None when no k up to ``MAX_ACCUM`` does (the adds a rank makes per
+    sequence cost more than ``share`` of a sequence)."""
     _check(0 < share < 1, f"share must be between 0 and 1, not {share!r}")
-    _check_times(sequence_s, update_s)
-    x = exchange(buckets, ranks, link).total_s
-    if x == 0.0:
+
+    def hidden(k: int) -> bool:
+        s = scaling(ranks, k, sequence_s, buckets, link, update_s, memory_rate)
+        return s.exchange.total_s <= share * s.step_s
+
+    if hidden(1):
         return 1
-    k = max(1, math.ceil(((1 - share) / share * x - update_s) / sequence_s))
-    while k > 1 and x <= share * ((k - 1) * sequence_s + update_s + x):  # rounding, one way
-        k -= 1
-    while x > share * (k * sequence_s + update_s + x):  # or the other
-        k += 1
-    return k
+    if not hidden(MAX_ACCUM):
+        return None
+    low, high = 1, MAX_ACCUM  # hidden(low) is false, hidden(high) true: the share falls as k grows
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if hidden(mid) else (mid, high)
+    return high
 
 
 def sequence_s(cfg: ModelConfig, chip: str, weights: str = "baked") -> float:
@@ -247,3 +276,9 @@ def sequence_s(cfg: ModelConfig, chip: str, weights: str = "baked") -> float:
     perf = performance(chip)
     params = fitted()
     return sum(k.calls * predict(k.work, perf, params).ms for k in step_kernels(cfg, weights)) / 1e3
+
+
+def memory_rate(chip: str) -> float:
+    """The rate the host CPU of ``chip`` streams fp32 operands at (bytes/s: ``anekit.cost.generation``'s
+    host figure, measured on the M4 Max, a stand-in elsewhere, at most the device's DRAM bandwidth)."""
+    return host_figures(performance(chip)).stream.value * 1e9
