@@ -49,6 +49,19 @@ def test_a_rank_adds_its_buffers_before_it_takes_the_next_bucket() -> None:
     assert d.chain_s([1e6] * 3, 2, NO_LATENCY, adds=2) == pytest.approx(3e-3, rel=1e-6)  # not priced
 
 
+def test_overlapped_links_and_adds_pipeline_the_buckets() -> None:
+    # 3 ranks, buckets of 1, 2, 1 ms, each link direction and each rank's adds separate: rank 0 -> 1 at
+    # 0-1, 1-3, 3-4; rank 1 -> 2 at 1-2, 3-5, 5-6 ms
+    assert d.chain_s([1e6, 2e6, 1e6], 3, NO_LATENCY, overlap=True) == pytest.approx(6e-3, rel=1e-6)
+    # 2 ranks, 1 ms transfers, 1 ms of adds: bucket j arrives at j + 1 and is added by j + 2 ms
+    kw = {"adds": 2, "memory_rate": 6e9, "overlap": True}
+    assert d.chain_s([1e6] * 3, 2, NO_LATENCY, **kw) == pytest.approx(4e-3, rel=1e-6)
+    # adds of 2 ms outrun the wire: 1 ms for the first transfer, then 3 x 2 ms of adds
+    kw["memory_rate"] = 3e9
+    assert d.chain_s([1e6] * 3, 2, NO_LATENCY, **kw) == pytest.approx(7e-3, rel=1e-6)
+    assert d.chain_s([1e6] * 3, 2, NO_LATENCY, adds=2, memory_rate=3e9) == pytest.approx(9e-3, rel=1e-6)
+
+
 def test_the_broadcast_is_mpis_scatter_allgather() -> None:
     # 4 ranks, 1 MB at 1 GB/s and 10 us: (log2 4 + 3) = 5 latencies + 2 * 3/4 * 1 ms
     assert d.broadcast_s(1e6, 4, ONE_GB) == pytest.approx(5 * 10e-6 + 1.5e-3, rel=1e-12)
@@ -134,6 +147,9 @@ def test_pack_groups_consecutive_tensors_without_splitting() -> None:
     assert d.pack([10, 20, 5, 40, 1], 30) == (30, 45, 1)
     assert d.pack([100], 30) == (100,)
     assert sum(d.pack(d.full_buckets(preset("stories15M")), 1 << 20)) == 4 * 15_191_712
+    assert d.split([10, 25, 3], 10) == (10, 10, 10, 5, 3)
+    assert d.rebucket([25, 1, 2, 3, 4], 10) == (10, 10, 11, 4)  # 10, 10, 5 + 1 + 2 + 3, 4
+    assert sum(d.rebucket(d.full_buckets(preset("stories15M")), 1 << 20)) == 4 * 15_191_712
 
 
 def test_the_predicted_sequence_is_the_cost_reports_engine_time() -> None:
@@ -161,6 +177,7 @@ def test_the_predicted_sequence_is_the_cost_reports_engine_time() -> None:
         (lambda: d.lora_buckets(preset("default"), 0), "LoRA rank must be a positive integer"),
         (lambda: d.lora_buckets(preset("default"), 4, ("qq",)), "LoRA targets ['qq']"),
         (lambda: d.pack([1], 0), "bucket size must be > 0 bytes"),
+        (lambda: d.split([1], -1), "bucket size must be > 0 bytes"),
         (lambda: link("wifi"), "unknown link 'wifi' (known: 10gbe, tb-tcp, tb5-rdma)"),
     ],
 )
@@ -186,3 +203,40 @@ def test_every_link_figure_has_its_evidence() -> None:
     rates = [LINKS[n].rate.value for n in ("10gbe", "tb-tcp", "tb5-rdma")]
     assert rates == sorted(rates)
     assert all(r.status in ("reported", "reference") for r in REPORTS)
+
+
+def test_cli_prints_the_links_rows_for_each_number_of_macs(capsys: pytest.CaptureFixture[str]) -> None:
+    from anekit.cli.main import main
+
+    args = ["cost", "--config", "stories15M", "--chip", "m4", "--distributed", "2,4", "--link", "tb5-rdma"]
+    assert main([*args, "--sequence-ms", "100", "--accum", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "60.8 MB of fp32 gradients in 56 buckets" in out  # 4 x 15,191,712 bytes, 56 tensors
+    assert "one sequence 100.0 ms (given)" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("tb5-rdma ")]
+    assert [r[1] for r in rows] == ["2", "4"]
+    # the row's speed-up at k = 8 is the model's at the M4's host memory rate
+    want = d.scaling(2, 8, 0.1, d.full_buckets(preset("stories15M")), link("tb5-rdma"), memory_rate=120e9)
+    assert rows[0][-1] == f"{want.speedup:.2f}x"
+    assert main([*args[:-2], "--lora", "8", "--sequence-ms", "100"]) == 0
+    lora = capsys.readouterr().out  # rank 8 on q and v of stories15M: 6 layers x 2 x (8 x 288 + 288 x 8)
+    assert f"{4 * 6 * 2 * 2 * 8 * 288 / 1e6:.1f} MB of fp32 gradients in 24 buckets" in lora
+    assert lora.count("\n  ") == 3  # every link's source
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--distributed", "2"], "--distributed needs --config NAME and --chip CHIP"),
+        (["--chip", "m4", "--link", "10gbe"], "are --distributed flags"),
+        (["--chip", "m4", "--accum", "4"], "are --distributed flags"),
+    ],
+)
+def test_cli_refuses_distributed_flags_out_of_place(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anekit.cli.main import main
+
+    assert main(["cost", "--config", "stories15M", *argv]) == 1
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1

@@ -12,8 +12,9 @@ run its k sequences (N ranks, global batch N*k):
   ``3 k b / memory rate`` (each add reads the total and one buffer and writes the total; the order of
   the sum forbids folding a rank's own buffers before the partial total arrives). The recurrence is
   ``chain_s``'s: for N = 2, per bucket one transfer, then rank 1's adds; a middle rank alternates
-  receiving and sending, so past 2 ranks the chain runs at half the link's rate (a rank that received the
-  next bucket while it sent the one before would win that half back; the loop modelled here does not);
+  receiving and sending, so past 2 ranks the chain runs at half the link's rate, and a transfer waits for
+  its receiver's adds of the bucket before. ``overlap`` prices the loop that wins both back: the next
+  bucket's receive posted before this one's adds, sends that do not wait for the receiver's adds;
 * the broadcast: the last rank sends every bucket's total to all the others, one bucket after another,
   after the chain. Priced as MPI's large-message broadcast (scatter, then a ring all-gather: R. Thakur,
   R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005,
@@ -119,6 +120,25 @@ def pack(buckets: Sequence[int], bucket_bytes: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def split(buckets: Sequence[int], bucket_bytes: int) -> tuple[int, ...]:
+    """Every tensor larger than ``bucket_bytes`` cut into pieces of ``bucket_bytes`` (the last smaller), in
+    order: what a large tensor (the embedding) costs the pipeline is a long first and last hop."""
+    _check(
+        isinstance(bucket_bytes, int) and bucket_bytes > 0,
+        f"bucket size must be > 0 bytes, not {bucket_bytes!r}",
+    )
+    out: list[int] = []
+    for nbytes in buckets:
+        whole, rest = divmod(nbytes, bucket_bytes)
+        out += [bucket_bytes] * whole + ([rest] if rest else [])
+    return tuple(out)
+
+
+def rebucket(buckets: Sequence[int], bucket_bytes: int) -> tuple[int, ...]:
+    """Buckets of about ``bucket_bytes``: large tensors split, then small ones grouped."""
+    return pack(split(buckets, bucket_bytes), bucket_bytes)
+
+
 # -- the exchange --
 
 
@@ -128,19 +148,38 @@ def hop_s(nbytes: float, link: Link) -> float:
 
 
 def chain_s(
-    buckets: Sequence[float], ranks: int, link: Link, adds: int = 0, memory_rate: float | None = None
+    buckets: Sequence[float],
+    ranks: int,
+    link: Link,
+    adds: int = 0,
+    memory_rate: float | None = None,
+    overlap: bool = False,
 ) -> float:
     """When the last rank holds the total of the last bucket, counted from the moment rank 0 starts
-    sending: every bucket's N - 1 transfers, each holding its two ranks, and ``adds`` buffers added per
-    bucket on every rank past 0 at ``memory_rate`` bytes/s (None: adds not priced)."""
-    free = [0.0] * ranks  # when each rank is next free: done sending (rank 0) or receiving and adding
+    sending: every bucket's N - 1 transfers and ``adds`` buffers added per bucket on every rank past 0 at
+    ``memory_rate`` bytes/s (None: adds not priced).
+
+    Blocking (``overlap`` False, the loop a rank runs: receive, add, send, next bucket): a transfer holds
+    its two ranks. Overlapped: a rank's link in, its link out and its adds are three things at once (the
+    next bucket's receive posted before this one's adds, sends that do not wait for the receiver's adds):
+    a bucket moves on as soon as it is added and the links it needs are free."""
+    free = [0.0] * ranks  # blocking: when each rank is next free
+    link_in, link_out, cpu = [0.0] * ranks, [0.0] * ranks, [0.0] * ranks  # overlapped
+    last = 0.0
     for nbytes in buckets:
         add = 3 * adds * nbytes / memory_rate if memory_rate else 0.0
+        ready = 0.0  # rank 0 holds every bucket's partial total when the exchange starts
         for r in range(1, ranks):
-            done = max(free[r - 1], free[r]) + hop_s(nbytes, link)  # rank r - 1 -> r
-            free[r - 1] = done
-            free[r] = done + add
-    return free[-1] if ranks > 1 else 0.0
+            if overlap:
+                done = max(ready, link_out[r - 1], link_in[r]) + hop_s(nbytes, link)  # rank r - 1 -> r
+                link_out[r - 1] = link_in[r] = done
+                ready = cpu[r] = max(done, cpu[r]) + add
+            else:
+                done = max(free[r - 1], free[r]) + hop_s(nbytes, link)
+                free[r - 1] = done
+                ready = free[r] = done + add
+        last = max(last, ready)
+    return last
 
 
 def broadcast_s(nbytes: float, ranks: int, link: Link) -> float:
@@ -170,10 +209,15 @@ class Exchange:
 
 
 def exchange(
-    buckets: Sequence[int], ranks: int, link: Link, adds: int = 0, memory_rate: float | None = None
+    buckets: Sequence[int],
+    ranks: int,
+    link: Link,
+    adds: int = 0,
+    memory_rate: float | None = None,
+    overlap: bool = False,
 ) -> Exchange:
     """The chain sum and the broadcast of ``buckets`` (bytes each) over ``ranks`` ranks on ``link``, each
-    rank past 0 adding ``adds`` buffers per bucket at ``memory_rate`` bytes/s."""
+    rank past 0 adding ``adds`` buffers per bucket at ``memory_rate`` bytes/s (``chain_s``)."""
     _check(isinstance(ranks, int) and ranks >= 1, f"ranks must be an integer >= 1, not {ranks!r}")
     _check(len(buckets) > 0 and all(b > 0 for b in buckets), "buckets must be a non-empty list of sizes > 0")
     return Exchange(
@@ -181,7 +225,7 @@ def exchange(
         link.name,
         int(sum(buckets)),
         len(buckets),
-        chain_s(buckets, ranks, link, adds, memory_rate),
+        chain_s(buckets, ranks, link, adds, memory_rate, overlap),
         sum(broadcast_s(b, ranks, link) for b in buckets),
     )
 
@@ -229,13 +273,15 @@ def scaling(
     link: Link,
     update_s: float = 0.0,
     memory_rate: float | None = None,
+    overlap: bool = False,
 ) -> Scaling:
     """The step of ``ranks`` ranks, each running ``accum`` sequences of ``sequence_s`` seconds and adding
     its ``accum`` gradient buffers into the received total at ``memory_rate`` bytes/s (None: not priced)."""
     _check(isinstance(accum, int) and accum >= 1, f"accumulation must be an integer >= 1, not {accum!r}")
     _check_times(sequence_s, update_s)
     _check(memory_rate is None or memory_rate > 0, f"memory rate must be > 0 bytes/s, not {memory_rate!r}")
-    return Scaling(ranks, accum, sequence_s, update_s, exchange(buckets, ranks, link, accum, memory_rate))
+    x = exchange(buckets, ranks, link, accum, memory_rate, overlap)
+    return Scaling(ranks, accum, sequence_s, update_s, x)
 
 
 MAX_ACCUM = 1 << 20  # the largest accumulation per rank accum_to_hide looks at
@@ -249,6 +295,7 @@ def accum_to_hide(
     update_s: float = 0.0,
     memory_rate: float | None = None,
     share: float = HIDDEN,
+    overlap: bool = False,
 ) -> int | None:
     """The least accumulation per rank k whose exchange is at most ``share`` of the step,
     X(k) <= share (k t + u + X(k)); None when no k up to ``MAX_ACCUM`` does (the adds a rank makes per
@@ -256,7 +303,7 @@ def accum_to_hide(
     _check(0 < share < 1, f"share must be between 0 and 1, not {share!r}")
 
     def hidden(k: int) -> bool:
-        s = scaling(ranks, k, sequence_s, buckets, link, update_s, memory_rate)
+        s = scaling(ranks, k, sequence_s, buckets, link, update_s, memory_rate, overlap)
         return s.exchange.total_s <= share * s.step_s
 
     if hidden(1):
@@ -282,3 +329,44 @@ def memory_rate(chip: str) -> float:
     """The rate the host CPU of ``chip`` streams fp32 operands at (bytes/s: ``anekit.cost.generation``'s
     host figure, measured on the M4 Max, a stand-in elsewhere, at most the device's DRAM bandwidth)."""
     return host_figures(performance(chip)).stream.value * 1e9
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``plan``: N Macs on one link, the accumulation that hides the exchange, and the
+    speed-up there (and at a chosen accumulation)."""
+
+    ranks: int
+    link: Link
+    exchange: Exchange  # at the accumulation that hides it (or at ``accum`` when none does)
+    hide: int | None  # the least accumulation per rank that hides the exchange
+    at_hide: Scaling | None
+    at_accum: Scaling | None  # at the accumulation asked for
+
+
+def plan(
+    buckets: Sequence[int],
+    sequence_time: float,
+    ranks: Sequence[int],
+    links: Sequence[Link],
+    *,
+    memory: float | None = None,
+    update_s: float = 0.0,
+    accum: int | None = None,
+    overlap: bool = False,
+) -> list[Row]:
+    """For every link and number of Macs: the exchange, the accumulation per rank that hides it and the
+    speed-up there, and the speed-up at ``accum`` sequences per rank when it is given."""
+    rows = []
+    for ln in links:
+        for n in ranks:
+
+            def at(k: int, n: int = n, ln: Link = ln) -> Scaling:
+                return scaling(n, k, sequence_time, buckets, ln, update_s, memory, overlap)
+
+            hide = accum_to_hide(n, sequence_time, buckets, ln, update_s, memory, overlap=overlap)
+            at_hide = None if hide is None else at(hide)
+            at_accum = None if accum is None else at(accum)
+            shown = at_hide or at_accum or at(1)
+            rows.append(Row(n, ln, shown.exchange, hide, at_hide, at_accum))
+    return rows
