@@ -198,6 +198,7 @@ def main() -> None:
     if args.rank:
         rank_main(args)
         return
+    load = os.getloadavg()[0]
     step = sequence_time(args.step_config, args.steps)
     got = run_ranks(args)
     ev = Evidence("this machine", "measured", "loopback, mpiexec")
@@ -208,7 +209,8 @@ def main() -> None:
         f"{got['latency_s'] * 1e6:.1f} us, {got['rate'] / 1e9:.2f} GB/s ({PROBE_BYTES >> 20} MiB messages), "
         "adds at "
         f"{got['add_rate'] / 1e9:.1f} GB/s of memory traffic; one {args.step_config} "
-        f"sequence on the simulator {step * 1e3:.0f} ms (median of {args.steps})"
+        f"sequence on the simulator {step * 1e3:.0f} ms (median of {args.steps}); load average "
+        f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     print(f"{'gradients':<12} {'MB':>7} {'buckets':>7} {'exchange ms':>11} {'max ms':>8} {'model ms':>8} "
           f"{'/ step':>7} {'k to hide':>9}  same total")  # fmt: skip

@@ -114,6 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.accum % 2 or args.accum < 2:
         sys.exit("bench_distributed: --accum must be even (it is split over 2 ranks)")
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
         out1, out2 = Path(tmp, "one"), Path(tmp, "two")
         one, two = commands(args, out1, out2)
@@ -134,7 +135,7 @@ def main() -> None:
     print(
         f"{args.config}, global batch {args.accum}, {args.steps} steps, {args.pairs} runs each: 1 rank "
         f"{r1:.0f} tok/s, 2 ranks {r2:.0f} tok/s (medians): {r2 / r1:.2f}x, weights, moments and losses "
-        "identical"
+        f"identical; load average {load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
 
 
