@@ -10,10 +10,12 @@ What it does, in order:
    compiled and warmed first; the median of ``--steps``), with OPENBLAS_NUM_THREADS=1: one core, what each
    of 2 ranks has on a 2-core machine;
 2. starts ``--ranks`` ranks with mpiexec (bounded by a timeout) that measure the loopback link (a small
-   message's one-way time from a ping-pong, a 64 MiB message's rate), then the exchange a distributed step
-   makes of each model's gradients (float32, one bucket per tensor, in the parameters' order): the chain
-   (rank r receives the partial total from r - 1, adds its own gradients, sends it to r + 1) and the last
-   rank's broadcast of every bucket, with mpi4py's Send / Recv / Bcast; the median of ``--repeats``;
+   message's one-way time from a ping-pong, a 64 MiB message's rate) and a float32 add's memory rate,
+   then the exchange a distributed step makes of each model's gradients (float32, one bucket per tensor,
+   in the parameters' order, one sequence's buffer per rank): anekit's own ``ordered_sum`` over its MPI
+   transport (rank r receives the partial total from r - 1, adds its buffer, sends it to r + 1; the last
+   rank broadcasts every bucket), and the same chain written with mpi4py's blocking Send / Recv / Bcast;
+   the median of ``--repeats``, every total checked against the sum in rank order;
 3. prints, per model: the measured exchange, the model's prediction for a link of the measured rate and
    latency, the ratio of the exchange to the measured step, and the accumulation per rank that keeps the
    exchange at most 10% of a step.
@@ -108,39 +110,85 @@ def add_rate(nbytes: int, repeats: int) -> float:
     return 3 * nbytes / statistics.median(times)
 
 
+class Buckets:
+    """The chain's view of a trainable (``ordered_sum``'s ``Chained``): the total's gradient tensors, and
+    one buffer's tensor added onto the total's, as the trainables add them (in place, elementwise)."""
+
+    def __init__(self, total: list[np.ndarray]) -> None:
+        self.total = total
+
+    def buckets(self) -> list[np.ndarray]:
+        return self.total
+
+    def add_bucket(self, sink: list[np.ndarray], index: int) -> None:
+        self.total[index] += sink[index]
+
+
+def timed(comm, repeats: int, exchange) -> tuple[float, float]:
+    """(median, slowest) seconds of ``exchange()`` over ``repeats``, after one warm-up; every rank starts
+    each repeat together, the slowest is over every rank."""
+    from mpi4py import MPI
+
+    exchange()  # the first messages set up the connections
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        exchange()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), comm.allreduce(max(times), op=MPI.MAX)
+
+
+def measure(comm, transport, name: str, repeats: int, ordered_sum) -> dict:
+    """The exchange of ``name``'s gradients, with ``ordered_sum`` and with plain mpi4py, checked."""
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    buckets = dist.full_buckets(preset(name))
+
+    def gradients(r: int) -> list[np.ndarray]:  # rank r's sequence gradient, bucket by bucket
+        rng = np.random.default_rng(r)
+        return [rng.standard_normal(b // 4, dtype=np.float32) for b in buckets]
+
+    local = gradients(rank)
+    expect = gradients(0)  # the total the ranks' gradients add up to, in rank order
+    for r in range(1, size):
+        for e, g in zip(expect, gradients(r)):
+            np.add(e, g, out=e)
+    raw_total = [np.empty_like(a) for a in local]
+    raw = timed(comm, repeats, lambda: chain_exchange(comm, local, raw_total))
+    chained = Buckets([a.copy() for a in local])
+
+    def real() -> None:
+        if rank == 0:  # rank 0's total is its own block's partial sum
+            for t, a in zip(chained.total, local):
+                t[...] = a
+        ordered_sum(transport, chained, [] if rank == 0 else [local], f"the {name} benchmark")
+
+    used = timed(comm, repeats, real)
+    exact = all(np.array_equal(t, e) for t, e in zip(raw_total, expect))
+    exact = exact and all(np.array_equal(t, e) for t, e in zip(chained.total, expect))
+    return {"model": name, "bytes": sum(buckets), "buckets": len(buckets), "raw_s": raw[0],
+            "median_s": used[0], "max_s": used[1],
+            "exact": bool(comm.allreduce(int(exact), op=MPI.MIN))}  # fmt: skip
+
+
 def rank_main(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
+    from anekit.training.distributed.open import open_transport
+    from anekit.training.distributed.order import ordered_sum
+
     comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
     latency, rate = probe_link(comm, args.repeats)
     adds = add_rate(PROBE_BYTES, args.repeats)  # each rank alone would be faster: both run it at once
-    rows = []
-    for name in args.models:
-        buckets = dist.full_buckets(preset(name))
-        rng = np.random.default_rng(comm.Get_rank())
-        local = [rng.standard_normal(b // 4, dtype=np.float32) for b in buckets]
-        total = [np.empty_like(a) for a in local]
-        chain_exchange(comm, local, total)  # warm-up: the first messages set up the connections
-        times = []
-        for _ in range(args.repeats):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            chain_exchange(comm, local, total)
-            times.append(time.perf_counter() - t0)
-        # the same total on every rank, and the total the ranks' gradients add up to in this order
-        expect = [np.zeros_like(a) for a in local]
-        for r in range(comm.Get_size()):
-            theirs = np.random.default_rng(r)
-            for e, b in zip(expect, buckets):
-                np.add(e, theirs.standard_normal(b // 4, dtype=np.float32), out=e)
-        exact = all(np.array_equal(t, e) for t, e in zip(total, expect))
-        worst = comm.allreduce(max(times), op=MPI.MAX)
-        rows.append({"model": name, "bytes": sum(buckets), "buckets": len(buckets),
-                     "median_s": statistics.median(times), "max_s": worst,
-                     "exact": bool(comm.allreduce(int(exact), op=MPI.MIN))})  # fmt: skip
-    if comm.Get_rank() == 0:
-        print(json.dumps({"ranks": comm.Get_size(), "latency_s": latency, "rate": rate, "add_rate": adds,
+    transport = open_transport("mpi", timeout=60.0)
+    rows = [measure(comm, transport, name, args.repeats, ordered_sum) for name in args.models]
+    if rank == 0:
+        print(json.dumps({"ranks": size, "latency_s": latency, "rate": rate, "add_rate": adds,
                           "rows": rows}))  # fmt: skip
+    transport.close()
 
 
 # -- the parent --------------------------------------------------------------------------------------------
@@ -202,7 +250,7 @@ def main() -> None:
     step = sequence_time(args.step_config, args.steps)
     got = run_ranks(args)
     ev = Evidence("this machine", "measured", "loopback, mpiexec")
-    loop = Link("loopback", "loopback", "mpi", Figure(got["rate"] / 1e9, "GB/s", ev),
+    loop = Link("loopback", "loopback", "mpi", "mpi", Figure(got["rate"] / 1e9, "GB/s", ev),
                 Figure(max(got["latency_s"] * 1e6, 1e-3), "us", ev))  # fmt: skip
     print(
         f"{got['ranks']} ranks on loopback (mpiexec, OPENBLAS_NUM_THREADS=1): one-way "
@@ -212,8 +260,8 @@ def main() -> None:
         f"sequence on the simulator {step * 1e3:.0f} ms (median of {args.steps}); load average "
         f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    print(f"{'gradients':<12} {'MB':>7} {'buckets':>7} {'exchange ms':>11} {'max ms':>8} {'model ms':>8} "
-          f"{'/ step':>7} {'k to hide':>9}  same total")  # fmt: skip
+    print(f"{'gradients':<12} {'MB':>7} {'buckets':>7} {'exchange ms':>11} {'max ms':>8} {'mpi4py ms':>9} "
+          f"{'model ms':>8} {'/ step':>7} {'k to hide':>9}  same total")  # fmt: skip
     for row in got["rows"]:
         buckets = dist.full_buckets(preset(row["model"]))
         predicted = dist.exchange(buckets, got["ranks"], loop, 1, got["add_rate"]).total_s
@@ -221,8 +269,14 @@ def main() -> None:
         k = max(1, int(np.ceil(9 * x / step)))  # x <= 10% of (k step + x)
         print(
             f"{row['model']:<12} {row['bytes'] / 1e6:>7.1f} {row['buckets']:>7} {x * 1e3:>11.1f} "
-            f"{row['max_s'] * 1e3:>8.1f} {predicted * 1e3:>8.1f} {x / step:>7.2f} {k:>9}  {row['exact']}"
+            f"{row['max_s'] * 1e3:>8.1f} {row['raw_s'] * 1e3:>9.1f} {predicted * 1e3:>8.1f} {x / step:>7.2f} "
+            f"{k:>9}  {row['exact']}"
         )
+    print(
+        "exchange: anekit's ordered_sum over the MPI transport, median (max: the slowest repeat on any "
+        "rank); mpi4py: the same chain and broadcast with blocking Send / Recv / Bcast; model: "
+        "anekit.cost.distributed for a link of the measured rate and latency, adds at the measured rate"
+    )
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ from anekit.llama.params import Params
 from anekit.training.lora import Adapters, LoraSpec
 
 
-def _link(gb_per_s: float, latency_us: float) -> Link:
+def _link(gb_per_s: float, latency_us: float, engine: str = "mpi") -> Link:
     ev = Evidence("a test", "assumed", "a round figure for hand computation")
-    return Link("test", "test link", "none", Figure(gb_per_s, "GB/s", ev), Figure(latency_us, "us", ev))
+    return Link("test", "test", "none", engine, Figure(gb_per_s, "GB/s", ev), Figure(latency_us, "us", ev))
 
 
 ONE_GB = _link(1.0, 10.0)  # 1 GB/s, 10 us
@@ -62,13 +62,18 @@ def test_overlapped_links_and_adds_pipeline_the_buckets() -> None:
     assert d.chain_s([1e6] * 3, 2, NO_LATENCY, adds=2, memory_rate=3e9) == pytest.approx(9e-3, rel=1e-6)
 
 
-def test_the_broadcast_is_mpis_scatter_allgather() -> None:
-    # 4 ranks, 1 MB at 1 GB/s and 10 us: (log2 4 + 3) = 5 latencies + 2 * 3/4 * 1 ms
-    assert d.broadcast_s(1e6, 4, ONE_GB) == pytest.approx(5 * 10e-6 + 1.5e-3, rel=1e-12)
-    # 5 ranks: ceil(log2 5) + 4 = 7 latencies + 2 * 4/5 * 1 ms
-    assert d.broadcast_s(1e6, 5, ONE_GB) == pytest.approx(7 * 10e-6 + 1.6e-3, rel=1e-12)
+def test_the_broadcast_is_the_transports_star_or_relay() -> None:
+    # MPI: the root sends to the 3 others in turn: 10 us + 3 x 1 ms
+    assert d.broadcast_s(1e6, 4, ONE_GB) == pytest.approx(10e-6 + 3e-3, rel=1e-12)
     assert d.broadcast_s(1e6, 2, ONE_GB) == pytest.approx(10e-6 + 1e-3, rel=1e-12)  # one send
     assert d.broadcast_s(1e6, 1, ONE_GB) == 0.0
+    # mlx: a relay along the ring, passed on in 16 MiB pieces: 100 MB over 4 ranks is 3 latencies, the
+    # 100 MB once and 2 more pieces of 16 MiB; a 1 MB bucket is 3 latencies and 3 times itself
+    ring = _link(1.0, 10.0, "mlx")
+    want = 3 * 10e-6 + (100e6 + 2 * (16 << 20)) / 1e9
+    assert d.broadcast_s(100e6, 4, ring) == pytest.approx(want, rel=1e-12)
+    assert d.broadcast_s(1e6, 4, ring) == pytest.approx(3 * 10e-6 + 3e-3, rel=1e-12)
+    assert d.broadcast_s(1e6, 2, ring) == pytest.approx(10e-6 + 1e-3, rel=1e-12)
 
 
 def test_an_exchange_is_the_chain_then_every_buckets_broadcast() -> None:
@@ -76,9 +81,9 @@ def test_an_exchange_is_the_chain_then_every_buckets_broadcast() -> None:
     # transfers of 1.01 and 3.01 ms: bucket 0 reaches ranks 1, 2, 3 at 1.01, 2.02, 3.03 ms; bucket 1 leaves
     # rank 0 when rank 1 is done sending bucket 0 (2.02) and reaches ranks 1, 2, 3 at 5.03, 8.04, 11.05 ms
     assert e.chain_s == pytest.approx(11.05e-3, rel=1e-9)
-    assert e.broadcast_s == pytest.approx((50e-6 + 1.5e-3) + (50e-6 + 4.5e-3), rel=1e-9)
+    assert e.broadcast_s == pytest.approx((10e-6 + 3e-3) + (10e-6 + 9e-3), rel=1e-9)
     assert (e.nbytes, e.buckets, e.ranks) == (4_000_000, 2, 4)
-    assert e.total_s == pytest.approx(11.05e-3 + 6.1e-3, rel=1e-9)
+    assert e.total_s == pytest.approx(11.05e-3 + 12.02e-3, rel=1e-9)
 
 
 def test_the_speedup_is_one_mac_over_the_step() -> None:
@@ -190,7 +195,7 @@ def test_bad_input_is_one_line_naming_it(call, words: str) -> None:
 
 def test_every_link_figure_has_its_evidence() -> None:
     for name, ln in LINKS.items():
-        assert ln.name == name and link(name) is ln
+        assert ln.name == name and link(name) is ln and ln.engine in ("mpi", "mlx")
         for figure, unit in ((ln.rate, "GB/s"), (ln.latency, "us")):
             assert figure.unit == unit
             ev = figure.evidence

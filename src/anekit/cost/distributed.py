@@ -15,10 +15,13 @@ run its k sequences (N ranks, global batch N*k):
   receiving and sending, so past 2 ranks the chain runs at half the link's rate, and a transfer waits for
   its receiver's adds of the bucket before. ``overlap`` prices the loop that wins both back: the next
   bucket's receive posted before this one's adds, sends that do not wait for the receiver's adds;
-* the broadcast: the last rank sends every bucket's total to all the others, one bucket after another,
-  after the chain. Priced as MPI's large-message broadcast (scatter, then a ring all-gather: R. Thakur,
-  R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005,
-  section 4.1): ``(ceil(log2 N) + N - 1) * latency + 2 (N - 1) / N * b / rate``, one send for N = 2.
+* the broadcast: the last rank sends every bucket's total to all the others, after the chain, in the
+  shape of the link's transport (``Link.engine``): MPI's (``anekit.training.distributed.mpi``) is a star,
+  the root sending to each rank in turn over its one link, ``latency + (N - 1) b / rate``; mlx's ring
+  (``mlx_ring``) a relay, each rank passing every 16 MiB piece on as it comes,
+  ``(N - 1) latency + b / rate + (N - 2) min(b, 16 MiB) / rate``. (MPI_Bcast's large-message broadcast,
+  scatter then a ring all-gather, would move 2 (N - 1) / N b: R. Thakur, R. Rabenseifner, W. Gropp,
+  "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005.)
 
 Not priced: contention between the chain and the broadcast (they are not concurrent here), and ranks that
 are not equal (the exchange starts when the slowest rank has run its sequences).
@@ -182,14 +185,18 @@ def chain_s(
     return last
 
 
+RELAY_PIECE = 16 << 20  # bytes a relaying rank passes on at once (the mlx transport's CHUNK_BYTES)
+
+
 def broadcast_s(nbytes: float, ranks: int, link: Link) -> float:
-    """One bucket from the last rank to every other: MPI's scatter + ring all-gather broadcast."""
+    """One bucket from the last rank to every other, as the link's transport sends it: a star (MPI) or a
+    relay along the ring (mlx)."""
     if ranks == 1:
         return 0.0
-    if ranks == 2:
-        return hop_s(nbytes, link)
-    steps = math.ceil(math.log2(ranks)) + ranks - 1
-    return steps * link.latency_s + 2 * (ranks - 1) / ranks * nbytes / link.bytes_per_s
+    if link.engine == "mlx":
+        piece = min(nbytes, RELAY_PIECE)
+        return (ranks - 1) * link.latency_s + (nbytes + (ranks - 2) * piece) / link.bytes_per_s
+    return link.latency_s + (ranks - 1) * nbytes / link.bytes_per_s
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class Link:
     name: str  # the short name `--link` takes
     label: str
     transport: str  # what carries the gradients over it: the transport anekit would use
+    engine: str  # anekit's transport over it (``--distributed``): "mpi" or "mlx"
     rate: Figure  # GB/s, one sender to one receiver
     latency: Figure  # microseconds, one way, per message
 
@@ -42,6 +43,7 @@ ETHERNET = Link(
     name="10gbe",
     label="10 Gigabit Ethernet",
     transport="MPI (TCP) or mlx ring",
+    engine="mpi",
     rate=Figure(
         1.19,
         "GB/s",
@@ -73,6 +75,7 @@ THUNDERBOLT_TCP = Link(
     name="tb-tcp",
     label="Thunderbolt, IP over Thunderbolt Bridge (TCP)",
     transport="MPI (TCP) or mlx ring",
+    engine="mpi",
     rate=Figure(
         2.5,
         "GB/s",
@@ -113,6 +116,7 @@ THUNDERBOLT_RDMA = Link(
     name="tb5-rdma",
     label="Thunderbolt 5 RDMA (mlx's JACCL, macOS 26.2+)",
     transport="mlx (JACCL)",
+    engine="mlx",
     rate=Figure(
         9.38,
         "GB/s",
