@@ -15,10 +15,11 @@ run its k sequences (N ranks, global batch N*k):
   receiving and sending, so past 2 ranks the chain runs at half the link's rate, and a transfer waits for
   its receiver's adds of the bucket before. ``overlap`` prices the loop that wins both back: the next
   bucket's receive posted before this one's adds, sends that do not wait for the receiver's adds;
-* the broadcast: the last rank sends every bucket's total to all the others, after the chain, in the
-  shape of the link's transport (``Link.engine``): MPI's (``anekit.training.distributed.mpi``) is a star,
-  the root sending to each rank in turn over its one link, ``latency + (N - 1) b / rate``; mlx's ring
-  (``mlx_ring``) a relay, each rank passing every 16 MiB piece on as it comes,
+* the broadcast: the last rank sends the whole total (every bucket, back to back, in one call) to all the
+  others after the chain, in the shape of the link's transport (``Link.engine``): MPI's
+  (``anekit.training.distributed.mpi``) is a star, the root sending to each rank in turn over its one
+  link, ``latency + (N - 1) b / rate``; mlx's ring (``mlx_ring``) a relay, each rank passing every
+  16 MiB piece on as it comes,
   ``(N - 1) latency + b / rate + (N - 2) min(b, 16 MiB) / rate``. (MPI_Bcast's large-message broadcast,
   scatter then a ring all-gather, would move 2 (N - 1) / N b: R. Thakur, R. Rabenseifner, W. Gropp,
   "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005.)
@@ -189,7 +190,7 @@ RELAY_PIECE = 16 << 20  # bytes a relaying rank passes on at once (the mlx trans
 
 
 def broadcast_s(nbytes: float, ranks: int, link: Link) -> float:
-    """One bucket from the last rank to every other, as the link's transport sends it: a star (MPI) or a
+    """``nbytes`` from the last rank to every other, as the link's transport sends them: a star (MPI) or a
     relay along the ring (mlx)."""
     if ranks == 1:
         return 0.0
@@ -233,7 +234,7 @@ def exchange(
         int(sum(buckets)),
         len(buckets),
         chain_s(buckets, ranks, link, adds, memory_rate, overlap),
-        sum(broadcast_s(b, ranks, link) for b in buckets),
+        broadcast_s(sum(buckets), ranks, link),
     )
 
 
