@@ -3,6 +3,7 @@ the real parameter and adapter containers, and the link table's records."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -227,6 +228,13 @@ def test_cli_prints_the_links_rows_for_each_number_of_macs(capsys: pytest.Captur
     lora = capsys.readouterr().out  # rank 8 on q and v of stories15M: 6 layers x 2 x (8 x 288 + 288 x 8)
     assert f"{4 * 6 * 2 * 2 * 8 * 288 / 1e6:.1f} MB of fp32 gradients in 24 buckets" in lora
     assert lora.count("\n  ") == 3  # every link's source
+    assert main([*args, "--sequence-ms", "100", "--accum", "8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    two = doc["rows"][0]
+    assert (two["link"], two["macs"], two["accum"]) == ("tb5-rdma", 2, 8)
+    assert two["speedup_at_accum"] == pytest.approx(want.speedup, rel=1e-12)
+    assert two["exchange_ms"] == pytest.approx(two["chain_ms"] + two["broadcast_ms"], rel=1e-12)
+    assert doc["links"]["tb5-rdma"]["rate"]["source"].startswith("hellas-ai/thunderbolt-ibverbs")
 
 
 @pytest.mark.parametrize(

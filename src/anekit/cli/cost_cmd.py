@@ -326,6 +326,10 @@ def run_distributed(args: argparse.Namespace) -> int:
     rows = dist.plan(
         buckets, seq_s, args.distributed, links, memory=memory, accum=args.accum, overlap=args.overlap
     )
+    if args.json:
+        json.dump(dist.plan_doc(rows, buckets, seq_s, memory), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     source = "predicted engine time, the CPU's share left out" if predicted else "given"
     print(
         f"{cfg.name} data parallelism on {args.chip}: {what}, {sum(buckets) / 1e6:.1f} MB of fp32 "

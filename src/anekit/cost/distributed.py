@@ -46,7 +46,7 @@ from anekit.cost.generation import host_figures
 from anekit.cost.links import Link
 from anekit.cost.model import predict
 from anekit.cost.step import step_kernels
-from anekit.engine.performance import performance
+from anekit.engine.performance import Figure, performance
 from anekit.errors import AnekitError
 from anekit.kernels.config import ModelConfig
 from anekit.llama.params import LAYER_FIELDS, layer_shapes
@@ -378,3 +378,44 @@ def plan(
             shown = at_hide or at_accum or at(1)
             rows.append(Row(n, ln, shown.exchange, hide, at_hide, at_accum))
     return rows
+
+
+def plan_doc(rows: Sequence[Row], buckets: Sequence[int], sequence_time: float, memory: float | None) -> dict:
+    """``plan``'s rows as JSON-ready data (``anekit cost --distributed --json``), each link with its
+    sources."""
+
+    def figure(f: Figure) -> dict:
+        return {"value": f.value, "unit": f.unit, "status": f.status, "source": f.source,
+                "observed": f.evidence.observed}  # fmt: skip
+
+    links = {r.link.name: r.link for r in rows}
+    return {
+        "gradient_bytes": int(sum(buckets)),
+        "buckets": len(buckets),
+        "sequence_ms": sequence_time * 1e3,
+        "memory_gb_per_s": None if memory is None else memory / 1e9,
+        "hidden_share": HIDDEN,
+        "rows": [
+            {
+                "link": r.link.name,
+                "macs": r.ranks,
+                "exchange_ms": r.exchange.total_s * 1e3,
+                "chain_ms": r.exchange.chain_s * 1e3,
+                "broadcast_ms": r.exchange.broadcast_s * 1e3,
+                "accum_to_hide": r.hide,
+                "speedup_at_hide": None if r.at_hide is None else r.at_hide.speedup,
+                "accum": None if r.at_accum is None else r.at_accum.accum,
+                "speedup_at_accum": None if r.at_accum is None else r.at_accum.speedup,
+            }
+            for r in rows
+        ],
+        "links": {
+            name: {
+                "label": ln.label,
+                "engine": ln.engine,
+                "rate": figure(ln.rate),
+                "latency": figure(ln.latency),
+            }
+            for name, ln in links.items()
+        },
+    }
