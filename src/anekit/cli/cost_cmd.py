@@ -1,7 +1,8 @@
 """``anekit cost [--chip CHIP] [--route ROUTE] [--config NAME | FILE.mil | DUMP_DIR] [--weights W] [--json]
 [--calibration]``: predicted Neural Engine time per kernel and per training step (a model, not a
 measurement); ``--generate [--prompt N]``: the prefill time of a prompt and the decode rate of text
-generation (``anekit.cost.generation``)."""
+generation (``anekit.cost.generation``); ``--distributed N[,N...] [--link L] [--lora R] [--accum K]
+[--sequence-ms T]``: what more Macs buy a training run (``anekit.cost.distributed``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from pathlib import Path
 
 from anekit.cli import flags
 from anekit.cost import CONTEXT, DEVICES, NOT_USED, Params, chip, error_table, fitted, predict, summary
+from anekit.cost import distributed as dist
 from anekit.cost.calibration import GEN_NOT_USED, HELD_OUT, TOLERANCE, generation_rows, generation_summary
 from anekit.cost.generation import generation_doc, predict_generation, slowest
+from anekit.cost.links import LINKS
 from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, step_kernels
 from anekit.errors import AnekitError
 from anekit.generate.plan import PREFILL_WIDTH
-from anekit.hf.config import check_model_dir
+from anekit.hf.config import check_model_dir, read_config
 from anekit.kernels.config import preset
 from anekit.tools.config import HF_SEQ, is_preset, model_config
 from anekit.tools.cost_report import ANY, SPLIT, calibration_doc, chips, program_works, report, step
@@ -70,9 +73,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"with --generate: the prompt's tokens, >= 1 (default: {PREFILL_WIDTH}, at most half the "
         "context)",
     )
+    p.add_argument(
+        "--distributed",
+        type=_ranks_flag,
+        metavar="N[,N...]",
+        help="with --config and --chip: the data-parallel speed-up over N Macs (e.g. 2,4,8): the fixed-order "
+        "gradient exchange over --link, the accumulation per rank that hides it (<= 10%% of a step)",
+    )
+    p.add_argument(
+        "--link",
+        choices=list(LINKS),
+        help="with --distributed: one link (default: every link, with its source)",
+    )
+    p.add_argument("--lora", type=flags.int_range(1, 4096), metavar="RANK", help="with --distributed: LoRA's "
+                   "gradients (rank RANK on q and v) instead of every weight's")  # fmt: skip
+    p.add_argument("--accum", type=flags.int_range(1, 1 << 20), metavar="K",
+                   help="with --distributed: also the speed-up at K sequences per rank")  # fmt: skip
+    p.add_argument(
+        "--bucket-mb",
+        type=flags.float_range(0.0, 1e6, lo_open=True),
+        metavar="MB",
+        help="with --distributed: buckets of about MB megabytes (large tensors cut, small ones grouped; "
+        "default: one bucket per gradient tensor, as the chain sends them)",
+    )
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="with --distributed: price a chain whose ranks receive the next bucket while adding this one "
+        "(default: the blocking loop, receive, add, send)",
+    )
+    p.add_argument(
+        "--sequence-ms",
+        type=flags.float_range(0.0, 1e9, lo_open=True),
+        metavar="MS",
+        help="with --distributed: a measured time of one sequence's forward and backward (default: the "
+        "predicted engine time on --chip, which leaves out the CPU's share)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
     p.set_defaults(run=run_cost)
+
+
+def _ranks_flag(text: str) -> list[int]:
+    """--distributed: numbers of Macs, 1 .. 1024, comma-separated."""
+    parse = flags.int_range(1, 1024)
+    return [parse(part.strip()) for part in text.split(",")]
 
 
 def _config_flag(text: str) -> str:
@@ -262,9 +307,66 @@ def params_line(params: Params) -> str:
     )
 
 
+def run_distributed(args: argparse.Namespace) -> int:
+    """``--distributed``: the speed-up of N Macs training --config on --chip over each link."""
+    if args.config is None or args.chip == ANY or args.generate or args.target is not None:
+        raise AnekitError("[cost] --distributed needs --config NAME and --chip CHIP (not --generate)")
+    cfg = model_config(args.config)
+    tied = True if is_preset(args.config) else read_config(args.config).tied
+    if args.lora is not None:
+        buckets, what = dist.lora_buckets(cfg, args.lora), f"LoRA rank {args.lora} on q, v"
+    else:
+        buckets, what = dist.full_buckets(cfg, tied), "every weight"
+    if args.bucket_mb is not None:
+        buckets = dist.rebucket(buckets, max(1, round(args.bucket_mb * 1e6)))
+    predicted = args.sequence_ms is None
+    seq_s = dist.sequence_s(cfg, args.chip, args.weights) if predicted else args.sequence_ms / 1e3
+    memory = dist.memory_rate(args.chip)
+    links = [LINKS[args.link]] if args.link else list(LINKS.values())
+    rows = dist.plan(
+        buckets, seq_s, args.distributed, links, memory=memory, accum=args.accum, overlap=args.overlap
+    )
+    if args.json:
+        json.dump(dist.plan_doc(rows, buckets, seq_s, memory), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    source = "predicted engine time, the CPU's share left out" if predicted else "given"
+    print(
+        f"{cfg.name} data parallelism on {args.chip}: {what}, {sum(buckets) / 1e6:.1f} MB of fp32 "
+        f"gradients in {len(buckets)} buckets; one sequence {seq_s * 1e3:.1f} ms ({source}); adds at "
+        f"{memory / 1e9:.0f} GB/s; {'overlapped' if args.overlap else 'blocking'} chain — a model, not a "
+        "measurement"
+    )
+    at = f" {'speed-up at k=' + str(args.accum):>16}" if args.accum else ""
+    print(f"{'link':<9} {'Macs':>4} {'exchange ms':>11} {'k to hide':>9} {'speed-up there':>14}{at}")
+    for r in rows:
+        hide = f"{r.hide:>9}" if r.hide is not None else f"{'never':>9}"
+        there = f"{r.at_hide.speedup:>13.2f}x" if r.at_hide else f"{'-':>14}"
+        extra = f" {r.at_accum.speedup:>15.2f}x" if r.at_accum else ""
+        print(f"{r.link.name:<9} {r.ranks:>4} {r.exchange.total_s * 1e3:>11.1f} {hide} {there}{extra}")
+    print(
+        "exchange: the chain sum rank 0 -> N-1 per bucket (each rank past 0 adding its k buffers), then the "
+        "last rank's broadcast; hidden: at most 10% of a step; speed-up: one Mac running "
+        "the same global batch over N Macs"
+    )
+    for ln in links:
+        print(
+            f"  {ln.name}: {ln.label}, {ln.rate.value:g} GB/s ({ln.rate.status}: {ln.rate.source}), "
+            f"{ln.latency.value:g} us ({ln.latency.status}: {ln.latency.source})"
+        )
+    return 0
+
+
 def run_cost(args: argparse.Namespace) -> int:
     perf = chips(args.chip)[0]
     params = fitted()
+    if args.distributed is not None:
+        return run_distributed(args)
+    extra = (args.link, args.overlap, args.lora, args.accum, args.sequence_ms, args.bucket_mb)
+    if any(v not in (None, False) for v in extra):
+        raise AnekitError(
+            "[cost] --link, --overlap, --lora, --accum, --sequence-ms and --bucket-mb are --distributed flags"
+        )
     if args.generate:
         return run_generate(args, params)
     if args.prompt is not None:
