@@ -22,6 +22,7 @@ from anekit.mil.ir import Function, Var
 from anekit.models.config import preset
 from anekit.runtime.sim import SimBackend, SimKernel
 from anekit.runtime.sim.columns import candidates, narrowed
+from anekit.runtime.sim.mac import ENGINE_MAC_PRODUCTS
 
 WIDTH = 32
 
@@ -250,3 +251,21 @@ def test_generation_logits_are_the_full_runs_bits_on_every_route(model: str, chi
         assert not ran_narrowed
     elif _blas_narrows(params.cfg.vocab_size, params.cfg.dim):  # the head's product: then the head narrows
         assert ran_narrowed, f"no kernel of route {route.id} ran narrowed"
+
+
+def test_narrowing_keeps_every_mac_op_on_the_path_the_full_run_takes() -> None:
+    """A 32 x 32 conv of 32 columns is 32768 products, past the exact tile model's 16384 (the BLAS
+    product); at 16 columns it would be 16384 and the engine numerics would model it exactly, in another
+    order: that width is not even tried (17 is)."""
+    rng = np.random.default_rng(5)
+    prog = _program(lambda f, x: f.conv1x1(x=x, weight=f.const(_weight(rng, 32, 32))), channels=32)
+    kernel = _kernel(SimBackend(chip="m4"), prog)
+    kernel.compute_columns(1)
+    chosen = kernel._narrowed()
+    assert chosen is None or 32 * 32 * chosen[0] > ENGINE_MAC_PRODUCTS
+    runs = kernel._narrow
+    assert runs is not None
+    sixteen, seventeen = narrowed(kernel.fn, WIDTH, 16), narrowed(kernel.fn, WIDTH, 17)
+    assert sixteen is not None and seventeen is not None
+    assert ENGINE_MAC_PRODUCTS == 32 * 32 * 16
+    assert not runs._wide(sixteen) and runs._wide(seventeen)

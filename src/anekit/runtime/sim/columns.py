@@ -51,55 +51,27 @@ def _literal(arg: object) -> Literal | None:
     return None
 
 
-def _ints(arg: object) -> list[int] | None:
-    lit = _literal(arg)
-    if lit is None or not isinstance(lit.value, np.ndarray):
-        return None
-    return [int(v) for v in np.asarray(lit.value).ravel()]
-
-
-def _flag(arg: object) -> bool | None:
-    values = _ints(arg)
-    return None if values is None or len(values) != 1 else bool(values[0])
-
-
 def _width_free(t: T.Type) -> bool:
     """A constant operand that broadcasts along the width: a scalar, or a last axis of 1."""
     return isinstance(t, T.TensorType) and (t.rank == 0 or t.shape[-1] == 1)
 
 
 def _local_conv(args: dict[str, Arg]) -> bool:
-    """A conv whose output column j reads input column j alone: a constant 1x1 kernel (any groups),
-    strides 1, no padding, a constant bias if any."""
+    """A conv whose output column j reads input column j alone: a constant weight one column wide (strides,
+    padding and dilation along the width would change the width, which ``narrowed`` refuses)."""
     weight = _literal(args.get("weight"))
-    if weight is None or not isinstance(weight.type, T.TensorType):
-        return False
-    if weight.type.rank != 4 or tuple(weight.type.shape[2:]) != (1, 1):
-        return False
-    bias = args.get("bias")
-    if bias is not None and _literal(bias) is None:
-        return False
-    strides, pad = args.get("strides"), args.get("pad")
-    if strides is not None and _ints(strides) != [1, 1]:
-        return False
-    return pad is None or _ints(pad) == [0, 0, 0, 0]
+    return weight is not None and isinstance(weight.type, T.TensorType) and weight.type.shape[-1:] == (1,)
 
 
-def _local(op: Op, args: dict[str, Arg], rank: int) -> bool:
-    """Whether ``op`` keeps each output column a function of the same input column alone (its runtime
-    operands already checked to be rank-4 tensors with the width last)."""
-    opdef = get_op(op.op_type)
-    last = rank - 1
+def _local(op: Op, args: dict[str, Arg]) -> bool:
+    """Whether ``op`` computes each output column from the same column of its operands alone, given that
+    every runtime tensor it reads and makes ends in the kernel's width (``narrowed`` checks that: a
+    reduction or a concatenation over the width changes the width, so they need no rule of their own)."""
     if op.op_type == "conv":
         return _local_conv(args)
     if op.op_type == "concat":
-        axis = _ints(args.get("axis"))
-        interleave = False if args.get("interleave") is None else _flag(args.get("interleave"))
-        return axis is not None and len(axis) == 1 and axis[0] % rank != last and interleave is False
-    if isinstance(opdef, _ReduceAxes):
-        axes = _ints(args.get("axes"))
-        return bool(axes) and all(a % rank != last for a in axes or [])
-    return isinstance(opdef, (_Binary, _Unary, _Activation))
+        return True
+    return isinstance(get_op(op.op_type), (_Binary, _Unary, _Activation, _ReduceAxes))
 
 
 def _operands(arg: Arg) -> Iterable[Var | Literal]:
@@ -150,7 +122,7 @@ def narrowed(fn: Function, width: int, columns: int) -> Function | None:
                 for a in _operands(arg):
                     if not (isinstance(a, Var) and runtime(a)) and not _width_free(a.type):
                         return None  # a constant that varies along the width
-        if not _local(op, args, 4):
+        if not _local(op, args):
             return None
         outs = []
         for v in op.outputs:
@@ -187,10 +159,6 @@ def candidates(columns: int, width: int) -> list[int]:
     return out
 
 
-# runs a plan: the inputs (full-width stored values) -> the outputs
-PlanRun = Callable[[list[np.ndarray]], list[np.ndarray]]
-
-
 def same_columns(full: list[np.ndarray], narrow: list[np.ndarray], columns: int) -> bool:
     """Whether every output's first ``columns`` columns hold the same bits in both runs."""
     for a, b in zip(full, narrow):
@@ -223,15 +191,7 @@ class NarrowRuns:
     ) -> None:
         self.fn, self.width, self.build, self.full = fn, width, build, full
         self.wide_from, self.seed = wide_from, seed
-        self._plans: dict[int, Any] = {}  # narrow width -> its plan (None: not column-separable)
         self._chosen: dict[int, tuple[int, Any] | None] = {}  # columns asked -> (narrow width, plan)
-
-    def plan(self, columns: int) -> Any:
-        if columns not in self._plans:
-            fn = narrowed(self.fn, self.width, columns)
-            ok = fn is not None and self._wide(fn)
-            self._plans[columns] = self.build(fn, None) if ok and fn is not None else None
-        return self._plans[columns]
 
     def _wide(self, fn: Function) -> bool:
         """Every MAC op of ``fn`` large enough for the numerics' BLAS path (that of the full plan's, whose
@@ -261,7 +221,11 @@ class NarrowRuns:
         return self._chosen[columns]
 
     def _measure(self, columns: int) -> tuple[int, Any] | None:
-        tries = [n for n in candidates(columns, self.width) if self.plan(n) is not None]
+        tries = []  # (n, the function narrowed to n columns), for the widths its MAC ops allow
+        for n in candidates(columns, self.width):
+            fn = narrowed(self.fn, self.width, n)
+            if fn is not None and self._wide(fn):
+                tries.append((n, fn))
         if not tries:
             return None
         rng = np.random.default_rng(self.seed)
@@ -273,11 +237,10 @@ class NarrowRuns:
         exact_out = [np.array(v, copy=True) for v in exact.run(raw)]
         inputs = [store(a) for store, a in zip(self.full.input_stores, raw)]
         full_out = [np.array(v, copy=True) for v in self.full.run(inputs)]
-        for n in tries:
-            order = self.build(narrowed(self.fn, self.width, n), "fp32")  # type: ignore[arg-type]
-            if not same_columns(exact_out, order.run([cut(a, n) for a in raw]), columns):
+        for n, fn in tries:
+            if not same_columns(exact_out, self.build(fn, "fp32").run([cut(a, n) for a in raw]), columns):
                 continue
-            plan = self.plan(n)
+            plan = self.build(fn, None)  # then the run itself, with the chip's numerics
             if same_columns(full_out, plan.run([cut(a, n) for a in inputs]), columns):
                 return n, plan
         return None
