@@ -43,10 +43,10 @@ from anekit.runtime.base import Backend, Kernel, Surface
 from anekit.runtime.sim import SimKernel
 
 
-def read_columns(kernel: Kernel, n: int) -> None:
-    """The caller reads only output columns 0 .. n-1 of ``kernel``'s next runs: a simulated kernel may compute
-    only those (``SimKernel.compute_columns``: the same bits, NaN in the others); an engine kernel computes
-    every column whatever it is told, so it is told nothing."""
+def read_columns(kernel: Kernel, n: int | None) -> None:
+    """The caller reads only output columns 0 .. n-1 of ``kernel``'s next runs (None: every column): a
+    simulated kernel may compute only those (``SimKernel.compute_columns``: the same bits, NaN in the
+    others); an engine kernel computes every column whatever it is told, so it is told nothing."""
     if isinstance(kernel, SimKernel):
         kernel.compute_columns(n)
 
@@ -74,7 +74,8 @@ class Compiled:
     def run(self, parts: Mapping[str, np.ndarray], columns: int | None = None) -> dict[str, np.ndarray]:
         """Write the activation ``parts`` (each (channels, W)) into the "x" surface's activation columns
         and run (the cache surface as it is): the output parts (channels, W). ``columns``: the caller reads
-        only output columns 0 .. columns-1 (``read_columns``; None: every column)."""
+        only output columns 0 .. columns-1 (``read_columns``), and the parts are those columns alone
+        (channels, columns); None: every column."""
         act = self.gen.act
         rows = np.zeros((act.channels, act.spatial), np.float32)
         for _, row, n, r in act.part_rows(parts):
@@ -83,10 +84,18 @@ class Compiled:
         a = self.act_start
         with self.x.view() as buf, np.errstate(over="ignore"):
             buf.reshape(c, cols)[: act.channels, a : a + act.spatial] = rows
-        if columns is not None:
-            read_columns(self.kernel, columns)
+        read_columns(self.kernel, columns)
         self.kernel.run()
-        return self.gen.outputs.split(self.out.read())
+        if columns is None:
+            return self.gen.outputs.split(self.out.read())
+        layout = self.gen.outputs
+        with self.out.view() as buf:  # only the columns read are decoded
+            out = buf.reshape(layout.channels, layout.spatial)[:, :columns].astype(np.float32)
+        parts, offset = {}, 0
+        for name, channels in layout.parts:
+            parts[name] = out[offset : offset + channels]
+            offset += channels
+        return parts
 
     def write_cache(self, out: Mapping[str, np.ndarray], pos: int, n: int) -> None:
         """The chunk's k{l} / v{l} columns 0..n-1 of ``out`` into this kernel's own "cache" surface at
