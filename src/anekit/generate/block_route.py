@@ -102,7 +102,8 @@ class BlockRunner:
         ran(self.sets.values(), s, pos, n)
         check_norm_input(x[:, :n], f"layer {cfg.n_layers - 1}'s output", pos)
         xn = self._norm(x, self.params.rms_final)  # (dim, W)
-        return np.concatenate([t.run({"x": xn})["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
+        # the head reads column n-1 alone (the MLP's padding columns feed the next attention kernel: all run)
+        return np.concatenate([t.run({"x": xn}, columns=n)["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
 
     def reset(self) -> None:
         for s in self.sets.values():

@@ -142,10 +142,13 @@ def make_engine_decoder(
     numerics: str | None = None,
     *,
     prefill_width: int | None = None,
+    lazy_columns: bool = True,
 ) -> EngineDecoder:
     """Open backend ``backend_name`` ("sim" with ``chip``'s numerics, or "ane") and build the decoder on
     the route ``chip`` gets under ``macos`` (sim with chip "any": the legacy kernels). One line when the
-    backend is unknown or not available here."""
+    backend is unknown or not available here. ``lazy_columns`` (sim): kernels whose caller reads only their
+    first columns compute only those where that gives the same bits (``anekit.runtime.sim.columns``);
+    False computes every column of every kernel."""
     if backend_name not in BACKENDS:
         raise AnekitError(
             f"[generate] unknown backend '{backend_name}' (choose one of: {', '.join(BACKENDS)})"
@@ -165,6 +168,7 @@ def make_engine_decoder(
             "chip": chip,
             "numerics": numerics or "engine",
             "compile_budget": max(100, plan.kernel_count),
+            "lazy_columns": lazy_columns,
         }
     backend = runtime.open(backend_name, **options)
     return EngineDecoder(params, backend, route, prefill_width=prefill_width)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from anekit.errors import AnekitError
+from anekit.generate.layers import read_columns
 from anekit.generate.plan import GenerationPlan
 from anekit.kernels.generation import gen_weights, host_attention_kernels
 from anekit.kernels.spec import KernelSpec
@@ -62,6 +63,7 @@ class KernelSet:
         """Kernel ``name`` of ``layer`` on the first ``n`` columns (padded to the width): its output parts'
         first n columns."""
         spec, kernel = self.layers[layer][name]
+        read_columns(kernel, n)  # the host reads columns 0 .. n-1 alone and pads with zeros itself
         out = spec.run(kernel, **{k: self.pad(v) for k, v in parts.items()})
         return {k: v[:, :n] for k, v in out.items()}
 
@@ -69,6 +71,8 @@ class KernelSet:
         """The tiles' logits of the normalised columns x (dim, n), concatenated: (vocab, n)."""
         n = x.shape[1]
         xp = self.pad(x)
+        for _, k in self.tiles:
+            read_columns(k, n)
         return np.concatenate([spec.run(k, x=xp)["logits"][:, :n] for spec, k in self.tiles], axis=0)
 
     def pad(self, x: np.ndarray) -> np.ndarray:

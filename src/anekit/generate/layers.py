@@ -40,6 +40,15 @@ from anekit.llama.cpu_forward import CpuBlocks, KVCache
 from anekit.llama.params import Params
 from anekit.models import Blocks, model_for
 from anekit.runtime.base import Backend, Kernel, Surface
+from anekit.runtime.sim import SimKernel
+
+
+def read_columns(kernel: Kernel, n: int | None) -> None:
+    """The caller reads only output columns 0 .. n-1 of ``kernel``'s next runs (None: every column): a
+    simulated kernel may compute only those (``SimKernel.compute_columns``: the same bits, NaN in the
+    others); an engine kernel computes every column whatever it is told, so it is told nothing."""
+    if isinstance(kernel, SimKernel):
+        kernel.compute_columns(n)
 
 
 class Compiled:
@@ -62,9 +71,11 @@ class Compiled:
             self.x.write(pack_weights(gen, weights).reshape(self.x.shape))  # once: the weight columns
             self.act_start = gen.columns.range("act")[0]
 
-    def run(self, parts: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, parts: Mapping[str, np.ndarray], columns: int | None = None) -> dict[str, np.ndarray]:
         """Write the activation ``parts`` (each (channels, W)) into the "x" surface's activation columns
-        and run (the cache surface as it is): the output parts (channels, W)."""
+        and run (the cache surface as it is): the output parts (channels, W). ``columns``: the caller reads
+        only output columns 0 .. columns-1 (``read_columns``), and the parts are those columns alone
+        (channels, columns); None: every column."""
         act = self.gen.act
         rows = np.zeros((act.channels, act.spatial), np.float32)
         for _, row, n, r in act.part_rows(parts):
@@ -73,8 +84,18 @@ class Compiled:
         a = self.act_start
         with self.x.view() as buf, np.errstate(over="ignore"):
             buf.reshape(c, cols)[: act.channels, a : a + act.spatial] = rows
+        read_columns(self.kernel, columns)
         self.kernel.run()
-        return self.gen.outputs.split(self.out.read())
+        if columns is None:
+            return self.gen.outputs.split(self.out.read())
+        layout = self.gen.outputs
+        with self.out.view() as buf:  # only the columns read are decoded
+            out = buf.reshape(layout.channels, layout.spatial)[:, :columns].astype(np.float32)
+        parts, offset = {}, 0
+        for name, channels in layout.parts:
+            parts[name] = out[offset : offset + channels]
+            offset += channels
+        return parts
 
     def write_cache(self, out: Mapping[str, np.ndarray], pos: int, n: int) -> None:
         """The chunk's k{l} / v{l} columns 0..n-1 of ``out`` into this kernel's own "cache" surface at
@@ -211,7 +232,8 @@ class LayersRunner:
             x = out["x"]  # (dim, W)
             group.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
         ran(self.sets.values(), s, pos, n)
-        return np.concatenate([t.run({"x": x})["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
+        # the head reads column n-1 alone: a simulated tile computes no more columns than it must
+        return np.concatenate([t.run({"x": x}, columns=n)["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
 
     def reset(self) -> None:
         for s in self.sets.values():
@@ -223,4 +245,4 @@ class LayersRunner:
         self.sets = {}
 
 
-__all__ = ["Compiled", "LayersRunner", "LayersSet", "catch_up", "embed", "host_parts", "ran"]
+__all__ = ["Compiled", "LayersRunner", "LayersSet", "catch_up", "embed", "host_parts", "ran", "read_columns"]

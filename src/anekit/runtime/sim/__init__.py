@@ -22,6 +22,13 @@ Precision ``"fp32"`` keeps every float value in float32 (no fp16 rounding betwee
 reference path for comparisons with float32 tools. Op meaning comes from the op registry's numpy
 references; nothing here redefines an op.
 
+Column-lazy runs: a kernel told that its caller reads only its first output columns
+(``SimKernel.compute_columns``; the generation runners do) runs a copy of its program narrowed to fewer
+columns when every op keeps each column apart and the narrowed run gives those columns the same bits — which
+``runtime.sim.columns`` measures once per kernel, on float32 products, because the BLAS sums a product of
+fewer columns in another order; the columns not computed hold NaN. ``SimBackend(lazy_columns=False)``
+computes every column.
+
 Strictness: by default compiling refuses, with ``CompilationFailed`` naming the rule, a program that
 breaks an ``error`` rule of the rule book (``anekit.rules``) for the target ``chip`` ("any": every
 chip) — what the engine would refuse or compute wrongly — so a program that passes here has a fair
@@ -42,6 +49,7 @@ One module per job, each importing only those listed above it:
     engine_steps  steps under a chip's profile
     weights       the weight files a program refers to, opened once
     plan          ``Plan``: a compiled function, its steps over numbered value slots
+    columns       column-lazy runs: a column-separable function narrowed to the columns its caller reads
     mirror        a large fp16 input surface kept decoded between runs
     kernel        ``SimKernel``: a plan behind surfaces
     backend       ``SimBackend``: the options, then compile -> kernel

@@ -37,6 +37,11 @@ class SimBackend(Backend):
     CoreML allocates). ``route=None`` (the default) takes each program's own: a program that carries a
     ``route`` attribute (the one ``anekit.coreml.load_mlpackage`` returns says "coreml") is judged for
     it, any other for "direct".
+
+    ``lazy_columns`` (default on; off under ``sanitize``, whose counts are of every column): a kernel told
+    that its caller reads only its first output columns (``SimKernel.compute_columns``) runs narrowed to
+    them when its program is column-separable and the narrowed run gives those columns' bits
+    (``runtime.sim.columns``); off, every run computes every column.
     """
 
     name = "sim"
@@ -50,6 +55,7 @@ class SimBackend(Backend):
         route: str | None = None,
         numerics: str = "engine",
         sanitize: bool = False,
+        lazy_columns: bool = True,
     ) -> None:
         if precision not in PRECISIONS:
             raise OptionError(f"[sim] precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
@@ -71,6 +77,7 @@ class SimBackend(Backend):
         self.chip_numerics: ChipNumerics | None = bind(self.chip) if numerics != "ieee" else None
         self.profile = None if self.chip_numerics is None else self.chip_numerics.profile
         self.sanitizer = Sanitizer() if sanitize else None
+        self.lazy_columns = bool(lazy_columns) and self.sanitizer is None
         keep_freed_memory()  # plans allocate all their values anew on each run (runtime.sim.heap)
 
     def _engine(self) -> EngineNumerics | None:
@@ -87,4 +94,22 @@ class SimBackend(Backend):
             plan = Plan(fn, weights, self.precision, self._engine())
         except EvalFailed as e:
             raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
-        return SimKernel(self, fn, plan)
+        if not self.lazy_columns:
+            return SimKernel(self, fn, plan)
+
+        def rebuild(narrow: Function, precision: str | None) -> Plan:
+            if precision is None:
+                return Plan(narrow, weights, self.precision, self._engine(), constants_of=plan)
+            return Plan(narrow, weights, precision, None, constants_of=plan)
+
+        return SimKernel(self, fn, plan, rebuild, self._wide_from())
+
+    def _wide_from(self) -> int | None:
+        """The fewest products from which this backend's numerics compute a MAC op as the BLAS product
+        (``runtime.sim.columns``); None where they compute MAC ops otherwise (ties away from zero)."""
+        engine = self._engine()
+        if engine is None:
+            return 0
+        if self.chip_numerics is None or self.chip_numerics.mac_ties != "even":
+            return None
+        return engine.exact_products + 1

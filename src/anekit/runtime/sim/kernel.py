@@ -1,8 +1,9 @@
 """The simulator's kernel: its plan runs on the host, fp16 values crossing its surfaces without a second
-conversion."""
+conversion; a caller that reads only the first columns of its outputs may say so (``compute_columns``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,17 +14,33 @@ from anekit.fp16 import _round_fp16_fast, encode_fp16_values
 from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.runtime.base import Backend, Kernel, Surface
+from anekit.runtime.sim.columns import NarrowRuns, cut
 from anekit.runtime.sim.mirror import Mirror, mirror_for
 from anekit.runtime.sim.plan import Plan
+
+_FP16_NAN = np.uint16(0x7E00)
 
 
 class SimKernel(Kernel):
     """A kernel of the simulator: its plan runs on the host."""
 
-    def __init__(self, backend: Backend, fn: Function, plan: Plan) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        fn: Function,
+        plan: Plan,
+        rebuild: Callable[[Function, str | None], Plan] | None = None,
+        wide_from: int | None = None,
+    ) -> None:
         self.precision = plan.precision  # the backend's, which it compiled the plan with
         super().__init__(backend, fn)
         self.plan = plan
+        self.fn = fn
+        # compiles a narrowed copy of ``fn`` as ``plan`` was compiled (None: every run computes every column)
+        self._rebuild = rebuild
+        self._wide_from = wide_from  # the MAC size from which the numerics take the BLAS product
+        self._columns: int | None = None  # the output columns the caller reads (None: all)
+        self._narrow: NarrowRuns | None = None
         # Where each function input comes from: a state buffer (by name) or the next input surface.
         self._state_inputs = [v.name if isinstance(v.type, T.StateType) else None for v in fn.inputs]
         self._state_shapes = {name: buf.shape for name, buf in self.states.items()}
@@ -37,6 +54,28 @@ class SimKernel(Kernel):
         # surface id -> its buffer kept decoded between runs (None: decoded on each run)
         self._mirrors: dict[int, Mirror | None] = {}
         self._unmirrored: set[int] = set()  # surfaces the host rewrites whole: never mirrored again
+
+    def compute_columns(self, columns: int | None) -> None:
+        """The caller reads only output columns 0 .. ``columns``-1 of the next runs (None: every column).
+
+        A column-separable program (``runtime.sim.columns``) then runs narrowed to the fewest columns that
+        give those columns the full run's bits, and every other column of its output surfaces holds NaN;
+        any other program computes every column as before."""
+        if columns is not None and columns < 1:
+            raise EvalFailed(f"[{self.name}] compute_columns needs a column count >= 1, got {columns}")
+        self._columns = columns
+
+    def _narrowed(self) -> tuple[int, Plan] | None:
+        """The narrowed plan for the columns asked for, if one gives their bits."""
+        columns = self._columns
+        if columns is None or self._rebuild is None or not self.outputs:
+            return None
+        width = self.outputs[0].shape[-1] if self.outputs[0].shape else 0
+        if columns >= width:
+            return None
+        if self._narrow is None:
+            self._narrow = NarrowRuns(self.fn, width, self._rebuild, self.plan, self._wide_from)
+        return self._narrow.choose(columns)
 
     def surface_dtype(self, dtype: T.DType) -> str:
         """In fp32 precision 16-bit float tensors travel in float32 surfaces (no rounding at the boundary)."""
@@ -132,6 +171,12 @@ class SimKernel(Kernel):
                     ins.append(mirror.values)
                     continue
                 ins.append(buf)
+        narrow = self._narrowed()
+        if narrow is not None:
+            n, plan = narrow
+            self._results.clear()
+            self._store_columns(plan.run([cut(a, n) for a in ins], frozenset(stored)))
+            return
         outs = self.plan.run(ins, frozenset(stored), peaks)
         self._results.clear()
         handed: list[Any] = []
@@ -155,3 +200,25 @@ class SimKernel(Kernel):
                     if self._in_call and buf.dtype == np.float32 and v.dtype == np.float32:
                         self._results[surface.id] = (v, self._unshared(value, ins, handed))  # the same values
                         handed.append(value)
+
+    def _store_columns(self, outs: list[np.ndarray]) -> None:
+        """A narrowed run's outputs into the output surfaces: the columns asked for, NaN in every other."""
+        assert self._columns is not None
+        c = self._columns
+        for surface, value in zip(self.outputs, outs):
+            with surface.view() as buf:
+                v = np.asarray(value)
+                if buf.ndim != v.ndim or buf.shape[:-1] != v.shape[:-1]:
+                    raise EvalFailed(f"[{self.name}] output '{surface.name}' has shape {list(v.shape)}")
+                if buf.dtype == np.float16:
+                    buf.view(np.uint16)[...] = _FP16_NAN
+                else:
+                    buf[...] = np.nan
+                with np.errstate(over="ignore"):  # values past the fp16 range become inf
+                    buf[..., :c] = v[..., :c]
+                if self._in_call and buf.dtype in (np.float16, np.float32) and v.dtype == np.float32:
+                    # what __call__ reads next, without decoding the surface: the same values (fp16 values
+                    # held in float32 are what the surface encodes), NaN where it holds NaN
+                    handed = np.full(buf.shape, np.nan, np.float32)
+                    handed[..., :c] = v[..., :c]
+                    self._results[surface.id] = (handed, True)

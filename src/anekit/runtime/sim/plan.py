@@ -46,8 +46,18 @@ class Plan:
         weights: dict[str, WeightSource],
         precision: str,
         numerics: EngineNumerics | None = None,
+        constants_of: Plan | None = None,
     ) -> None:
         self.precision = precision
+        # Constants by the name of the value they hold, taken as they are from ``constants_of`` (a plan of
+        # the same program's constants: ``runtime.sim.columns``) instead of being read and folded again.
+        self._shared: dict[str, np.ndarray] = {}
+        if constants_of is not None:
+            self._shared = {
+                name: constants_of.constants[slot]
+                for name, slot in constants_of.slot_of.items()
+                if slot in constants_of.constants and not name.startswith("\0lit")
+            }
         # The chip's numeric profile (None: the ideal machine); only fp16 "ane" precision has one.
         self.numerics = numerics if precision == "ane" else None
         self.engine_steps: set[int] = set()  # the steps whose runners the profile wraps (never fused)
@@ -67,6 +77,7 @@ class Plan:
                     self._add(op, files)
         finally:
             files.close()
+        self._shared = {}  # only while building
         self.output_slots = [self.slot_of[v.name] for v in fn.outputs]
         self.n_slots = len(self.slot_of)
         # Slots a fused runner reads in place of the step it stands for (``_fuse_moves``), by step index.
@@ -174,6 +185,10 @@ class Plan:
     def _add(self, op: Op, files: WeightFiles) -> None:
         if op.op_type == "const":
             (out,) = op.outputs
+            shared = self._shared.get(out.name)
+            if shared is not None:
+                self.constants[self._slot(out)] = shared
+                return
             value = self._literal_value(op.attributes["val"], out.name, files)
             if self.numerics is not None:
                 value = self.numerics.coerce_input(value, out.name)
@@ -207,7 +222,10 @@ class Plan:
             moves_only=moves_values_only(op, out_types),
             fp16_out=all(st is store_fp16 for st in stores),
         )
-        if all_const:  # fold: computed once here, exactly as a run would compute it
+        if all_const and all(v.name in self._shared for v in op.outputs):  # folded in ``constants_of``
+            for slot, v in zip(step.out_slots, op.outputs):
+                self.constants[slot] = self._shared[v.name]
+        elif all_const:  # fold: computed once here, exactly as a run would compute it
             numerics = self.numerics
             outs = (
                 run_step(step, self.constants)

@@ -1,0 +1,251 @@
+"""Column-lazy runs: a plan whose every op keeps output column j a function of input column j alone, run on
+its first columns only.
+
+A decode kernel is 32 columns wide (the narrowest fp16 surface the engine runs) and its caller reads one.
+When a program is *column-separable* — every runtime tensor is rank 4 with the kernel's width as its last
+axis, and every op computes each column from the same column of its operands (pointwise convs, elementwise
+ops and activations with constants that do not vary along the width, reductions and concatenations over
+other axes) — the simulator may run a copy of the program narrowed to n columns (``narrowed``) and hand
+out the first c <= n of them.
+
+Those columns are the full run's bits only if every op computes a column the same way whatever the number
+of columns. The elementwise ops do; a matrix product need not: the BLAS the simulator's convs call picks
+its kernels and their summation orders by the call's shape, so column 0 of a 16-column product may differ
+from column 0 of the 32-column one (with the OpenBLAS of numpy's wheels on x86-64 a 1-column product is a
+GEMV, and 1 to 15 columns all give other float32 sums than 32; 16 to 31 give the same first 8). Which
+narrow widths keep the bits is therefore measured, not assumed: ``NarrowRuns`` runs the full plan and each
+candidate narrowing on the same random inputs once and keeps the narrowest whose first c columns agree
+with the full run bit for bit in every output; when none does, the full plan runs. A BLAS's choice of
+kernel depends on the shapes of the call (and its thread count), not on the values, so one agreement on
+random values of the real shapes, with the real weights, stands for every input.
+
+Only the columns asked for are handed out: a narrowed run leaves NaN in every other column of its output
+surfaces (``kernel.SimKernel.compute_columns``), so a column that was not computed cannot be read as if it
+had been.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import numpy as np
+
+from anekit.mil import types as T
+from anekit.mil.ir import Block, Function, Op, Var
+from anekit.mil.ops.activation import _Activation
+from anekit.mil.ops.elementwise import _Binary, _Unary
+from anekit.mil.ops.reduction import _ReduceAxes
+from anekit.mil.registry import get_op, op_arguments
+from anekit.mil.values import Literal
+
+Arg = Var | Literal | tuple
+
+
+def _literal(arg: object) -> Literal | None:
+    """The constant an argument holds (inline or a ``const`` op's), else None."""
+    if isinstance(arg, Literal):
+        return arg
+    if isinstance(arg, Var):
+        return arg.const
+    return None
+
+
+def _width_free(t: T.Type) -> bool:
+    """A constant operand that broadcasts along the width: a scalar, or a last axis of 1."""
+    return isinstance(t, T.TensorType) and (t.rank == 0 or t.shape[-1] == 1)
+
+
+def _local_conv(args: dict[str, Arg]) -> bool:
+    """A conv whose output column j reads input column j alone: a constant weight one column wide (strides,
+    padding and dilation along the width would change the width, which ``narrowed`` refuses)."""
+    weight = _literal(args.get("weight"))
+    return weight is not None and isinstance(weight.type, T.TensorType) and weight.type.shape[-1:] == (1,)
+
+
+def _local(op: Op, args: dict[str, Arg]) -> bool:
+    """Whether ``op`` computes each output column from the same column of its operands alone, given that
+    every runtime tensor it reads and makes ends in the kernel's width (``narrowed`` checks that: a
+    reduction or a concatenation over the width changes the width, so they need no rule of their own)."""
+    if op.op_type == "conv":
+        return _local_conv(args)
+    if op.op_type == "concat":
+        return True
+    return isinstance(get_op(op.op_type), (_Binary, _Unary, _Activation, _ReduceAxes))
+
+
+def _operands(arg: Arg) -> Iterable[Var | Literal]:
+    return arg if isinstance(arg, tuple) else (arg,)
+
+
+def _retyped(t: T.Type, width: int, columns: int) -> T.Type | None:
+    """A runtime tensor's type with ``columns`` in place of the width; None if it is not (.., width)."""
+    if not isinstance(t, T.TensorType) or t.rank != 4 or t.shape[-1] != width:
+        return None
+    return T.TensorType(t.dtype, (*t.shape[:-1], columns))
+
+
+def narrowed(fn: Function, width: int, columns: int) -> Function | None:
+    """``fn`` with every runtime tensor's width cut to ``columns`` (the constants as they are), or None when
+    ``fn`` is not column-separable at ``width`` (the module docstring)."""
+    new: dict[str, Var] = {}
+
+    def runtime(v: Var) -> bool:
+        return v.name in new
+
+    inputs = []
+    for v in fn.inputs:
+        t = _retyped(v.type, width, columns)
+        if t is None:
+            return None
+        new[v.name] = Var(v.name, t)
+        inputs.append(new[v.name])
+    ops: list[Op] = []
+    for op in fn.ops:
+        if op.op_type == "const":
+            ops.append(op)
+            continue
+        opdef = get_op(op.op_type)
+        args = op_arguments(opdef, op)
+        moving = [a for arg in args.values() for a in _operands(arg) if isinstance(a, Var) and runtime(a)]
+        if not moving:
+            ops.append(op)  # constants only: folded when the plan is built, as in the full program
+            continue
+        if any(_retyped(a.type, width, columns) is None for a in moving):
+            return None
+        if op.op_type == "concat":
+            values = args.get("values")
+            if not all(isinstance(a, Var) and runtime(a) for a in _operands(values or ())):
+                return None  # a constant block of columns
+        elif op.op_type != "conv" and not isinstance(opdef, _ReduceAxes):
+            for arg in args.values():
+                for a in _operands(arg):
+                    if not (isinstance(a, Var) and runtime(a)) and not _width_free(a.type):
+                        return None  # a constant that varies along the width
+        if not _local(op, args):
+            return None
+        outs = []
+        for v in op.outputs:
+            t = _retyped(v.type, width, columns)
+            if t is None:
+                return None
+            new[v.name] = Var(v.name, t)
+            outs.append(new[v.name])
+
+        def swap(arg: Arg) -> Arg:
+            if isinstance(arg, tuple):
+                return tuple(swap(a) for a in arg)
+            return new[arg.name] if isinstance(arg, Var) and runtime(arg) else arg
+
+        inputs_of = {k: swap(a) for k, a in op.inputs.items()}
+        attributes = {k: swap(a) for k, a in op.attributes.items()}
+        ops.append(Op(op.op_type, inputs_of, outs, attributes, op.version, op.line))  # type: ignore[arg-type]
+    outputs = []
+    for v in fn.outputs:
+        floating = isinstance(v.type, T.TensorType) and v.type.dtype.name in ("fp16", "fp32")
+        if not runtime(v) or not floating:
+            return None  # an output the narrowed run could not mark (NaN) where it computed nothing
+        outputs.append(new[v.name])
+    return Function(fn.name, inputs, Block(ops, outputs), fn.opset, dict(fn.attributes), fn.line)
+
+
+def candidates(columns: int, width: int) -> list[int]:
+    """The narrow widths tried for ``columns`` of ``width``, narrowest first: ``columns``, then each power
+    of two above it, all below ``width``."""
+    out, n = [], columns
+    while n < width:
+        out.append(n)
+        n = 1 << n.bit_length() if n & (n - 1) else n * 2
+    return out
+
+
+def same_columns(full: list[np.ndarray], narrow: list[np.ndarray], columns: int) -> bool:
+    """Whether every output's first ``columns`` columns hold the same bits in both runs."""
+    for a, b in zip(full, narrow):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype != b.dtype or a.shape[:-1] != b.shape[:-1]:
+            return False
+        if a[..., :columns].tobytes() != b[..., :columns].tobytes():  # tobytes: C order, views too
+            return False
+    return True
+
+
+class NarrowRuns:
+    """The narrowed plans of one column-separable function, built when first asked for, and which of them
+    gives the full run's bits in the first c columns (measured once per c: the module docstring).
+
+    ``build(fn, precision)`` compiles a function as the full plan ``full`` was compiled (``precision``
+    None: the same precision and numerics; "fp32": no rounding between ops, the order probe's), reusing
+    ``full``'s constants. ``wide_from``: the fewest products a MAC op must have for the chip's numerics to
+    compute it with the BLAS product the order probe measures (the smaller ones run the exact tile model);
+    None where the numerics compute every MAC op otherwise (no narrowing)."""
+
+    def __init__(
+        self,
+        fn: Function,
+        width: int,
+        build: Callable[[Function, str | None], Any],
+        full: Any,
+        wide_from: int | None,
+        seed: int = 0,
+    ) -> None:
+        self.fn, self.width, self.build, self.full = fn, width, build, full
+        self.wide_from, self.seed = wide_from, seed
+        self._chosen: dict[int, tuple[int, Any] | None] = {}  # columns asked -> (narrow width, plan)
+
+    def _wide(self, fn: Function) -> bool:
+        """Every MAC op of ``fn`` large enough for the numerics' BLAS path (that of the full plan's, whose
+        MAC ops are at least as large)."""
+        if self.wide_from is None:
+            return False
+        for op in fn.ops:
+            if op.op_type != "conv" or all(v.const is not None for v in op.input_vars()):
+                continue
+            (out,) = op.outputs
+            weight = _literal(op_arguments(get_op("conv"), op).get("weight"))
+            w_shape = (
+                weight.type.shape if weight is not None and isinstance(weight.type, T.TensorType) else ()
+            )
+            if not isinstance(out.type, T.TensorType) or not out.type.is_static or len(w_shape) != 4:
+                return False
+            _, c_out, h, n = (int(d) for d in out.type.shape)
+            if c_out * int(w_shape[1]) * h * n < self.wide_from:
+                return False
+        return True
+
+    def choose(self, columns: int) -> tuple[int, Any] | None:
+        """(n, the plan narrowed to n columns) whose first ``columns`` columns are the full plan's bits, the
+        narrowest such; None when the full plan must run."""
+        if columns not in self._chosen:
+            self._chosen[columns] = self._measure(columns)
+        return self._chosen[columns]
+
+    def _measure(self, columns: int) -> tuple[int, Any] | None:
+        tries = []  # (n, the function narrowed to n columns), for the widths its MAC ops allow
+        for n in candidates(columns, self.width):
+            fn = narrowed(self.fn, self.width, n)
+            if fn is not None and self._wide(fn):
+                tries.append((n, fn))
+        if not tries:
+            return None
+        rng = np.random.default_rng(self.seed)
+        shapes = [tuple(int(d) for d in cast(T.TensorType, v.type).shape) for v in self.fn.inputs]
+        raw = [rng.standard_normal(shape).astype(np.float16).astype(np.float32) for shape in shapes]
+        # The order probe: float32 from op to op, so a product or sum taken in another order shows in
+        # its last bits instead of vanishing in an fp16 rounding.
+        exact = self.build(self.fn, "fp32")
+        exact_out = [np.array(v, copy=True) for v in exact.run(raw)]
+        inputs = [store(a) for store, a in zip(self.full.input_stores, raw)]
+        full_out = [np.array(v, copy=True) for v in self.full.run(inputs)]
+        for n, fn in tries:
+            if not same_columns(exact_out, self.build(fn, "fp32").run([cut(a, n) for a in raw]), columns):
+                continue
+            plan = self.build(fn, None)  # then the run itself, with the chip's numerics
+            if same_columns(full_out, plan.run([cut(a, n) for a in inputs]), columns):
+                return n, plan
+        return None
+
+
+def cut(a: np.ndarray, columns: int) -> np.ndarray:
+    """The first ``columns`` columns of an input, C-contiguous (as a plan's inputs are)."""
+    return np.ascontiguousarray(a[..., :columns])
