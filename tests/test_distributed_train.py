@@ -493,3 +493,24 @@ def test_ranks_as_threads_train_the_bits_of_one_process(tmp_path, inputs):
     assert not (tmp_path / "elsewhere").exists()
     _ok(_one(_default(tmp_path / "one", inputs, "--steps", "2", "--accum", "2", "--seed", "0"), inputs[2]))
     _assert_same(_blzt(tmp_path / "one"), _blzt(tmp_path / "run"))
+
+
+def test_the_world_fields_are_checked_and_a_record_without_them_still_loads(tmp_path):
+    import anekit
+    from anekit.errors import FormatError
+    from anekit.llama.run_record import check_run_record
+
+    anekit.train(tmp_path / "run", steps=1, accum=1, quiet=True)
+    record = load_checkpoint_file(tmp_path / "run" / "ckpt.bin").run
+    assert record is not None
+    assert {k: record[k] for k in ("world", "micro_order", "worlds")} == {
+        "world": 1,
+        "micro_order": "global index blocks",
+        "worlds": [[0, 1]],
+    }
+    older = {k: v for k, v in record.items() if k not in ("world", "micro_order", "worlds", "blas_threads")}
+    assert check_run_record(older) is older  # a record written before runs spread over ranks
+    for key, bad, expected in (("world", 0, "an integer in 1 .. 65536"), ("micro_order", "by rank", "one of"),
+                               ("worlds", [[0, 0]], "an integer in 1 .. 65536")):  # fmt: skip
+        with pytest.raises(FormatError, match=f"run record {key}.*must be {expected}"):
+            check_run_record({**record, key: bad})

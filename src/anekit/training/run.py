@@ -684,11 +684,13 @@ class Progress:
 def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: Any) -> RunResult:
     """Train as ``anekit train --out OUT`` does, the options named as its flags (``config``, ``data``,
     ``tokenizer``, ``steps``, ``accum``, ``lr``, ``seed``, ``weights``, ``backend``, ``init``, ``resume``,
-    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``); errors name them as these
-    parameters (``resume=True``). Progress goes to stdout as the run goes (``Progress``: the first, every
-    10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing. Returns
-    how the run ended; a run whose compile budget ran out ends with reason "budget": call again with
-    ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
+    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``, and for a rank of a run over several
+    processes ``distributed`` ("mpi" / "mlx"; ``accum`` then counts this rank's sequences),
+    ``peer_timeout``, ``wire``); errors name them as these parameters (``resume=True``). Over several
+    ranks rank 0 alone prints and writes. Progress goes to stdout as the run goes (``Progress``: the first,
+    every 10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing.
+    Returns how the run ended; a run whose compile budget ran out ends with reason "budget": call again
+    with ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
