@@ -14,7 +14,7 @@ import pytest
 from anekit import mil
 from anekit.engine.generation_routes import generation_route
 from anekit.errors import EvalFailed
-from anekit.generate.engine import EngineDecoder
+from anekit.generate.engine import EngineDecoder, make_engine_decoder
 from anekit.llama.params import Params
 from anekit.mil import tensor
 from anekit.mil.builder import FunctionBuilder
@@ -251,6 +251,8 @@ def test_generation_logits_are_the_full_runs_bits_on_every_route(model: str, chi
         assert not ran_narrowed
     elif _blas_narrows(params.cfg.vocab_size, params.cfg.dim):  # the head's product: then the head narrows
         assert ran_narrowed, f"no kernel of route {route.id} ran narrowed"
+        if route.attention == "host":  # the projections and the MLP too: the host reads the tokens' columns
+            assert any(k.outputs[0].shape[1] != params.cfg.vocab_size for k in ran_narrowed)
 
 
 def test_narrowing_keeps_every_mac_op_on_the_path_the_full_run_takes() -> None:
@@ -269,3 +271,21 @@ def test_narrowing_keeps_every_mac_op_on_the_path_the_full_run_takes() -> None:
     assert sixteen is not None and seventeen is not None
     assert ENGINE_MAC_PRODUCTS == 32 * 32 * 16
     assert not runs._wide(sixteen) and runs._wide(seventeen)
+
+
+def test_a_narrowed_plan_holds_the_full_plans_weights_not_a_copy() -> None:
+    kernel = _kernel(SimBackend(chip="m4"), _program(_norm_conv))
+    kernel.compute_columns(1)
+    chosen = kernel._narrowed()
+    if chosen is None:
+        pytest.skip("this BLAS keeps no narrower width's bits")
+    full = {id(v) for v in kernel.plan.constants.values()}
+    weights = [v for v in chosen[1].constants.values() if v.size >= 512 * 64]
+    assert weights and all(id(v) in full for v in weights)
+
+
+def test_the_decoder_factory_passes_the_switch_to_the_simulator() -> None:
+    params = Params.init(preset("stories260K"), seed=0)
+    for lazy in (True, False):
+        with make_engine_decoder(params, "sim", chip="m4", lazy_columns=lazy) as dec:
+            assert isinstance(dec.backend, SimBackend) and dec.backend.lazy_columns is lazy

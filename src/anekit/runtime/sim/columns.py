@@ -13,11 +13,15 @@ of columns. The elementwise ops do; a matrix product need not: the BLAS the simu
 its kernels and their summation orders by the call's shape, so column 0 of a 16-column product may differ
 from column 0 of the 32-column one (with the OpenBLAS of numpy's wheels on x86-64 a 1-column product is a
 GEMV, and 1 to 15 columns all give other float32 sums than 32; 16 to 31 give the same first 8). Which
-narrow widths keep the bits is therefore measured, not assumed: ``NarrowRuns`` runs the full plan and each
-candidate narrowing on the same random inputs once and keeps the narrowest whose first c columns agree
-with the full run bit for bit in every output; when none does, the full plan runs. A BLAS's choice of
-kernel depends on the shapes of the call (and its thread count), not on the values, so one agreement on
-random values of the real shapes, with the real weights, stands for every input.
+narrow widths keep the bits is therefore measured, not assumed: ``NarrowRuns`` runs the full program and
+each candidate narrowing on the same random inputs once, first in float32 from op to op (the order probe:
+a sum taken in another order shows in its last bits there, where an fp16 rounding would mostly hide it),
+then with the chip's numerics, and keeps the narrowest whose first c columns agree with the full run bit
+for bit in every output of both; when none does, the full plan runs. A width at which a MAC op would fall
+to the engine numerics' exact tile model (``runtime.sim.mac``) while the full run takes the BLAS product is
+not tried, nor is any on a chip whose MAC rounds ties away (its products are modelled, not BLAS's). A
+BLAS's choice of kernel depends on the shapes of the call (and its thread count), not on the values, so
+one agreement on random values of the real shapes, with the real weights, stands for every input.
 
 Only the columns asked for are handed out: a narrowed run leaves NaN in every other column of its output
 surfaces (``kernel.SimKernel.compute_columns``), so a column that was not computed cannot be read as if it
