@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from anekit.training.distributed.transport import DistributedError, PeerLost
 
@@ -116,11 +117,20 @@ class ThreadTransport:
 
 
 def run_ranks(
-    size: int, work: Callable[[ThreadTransport], Any], timeout: float = 110.0, peer: float = 20.0
+    size: int,
+    work: Callable[[ThreadTransport], Any],
+    timeout: float = 110.0,
+    peer: float = 20.0,
+    blas: int = 1,
 ) -> list[Any]:
     """``work(transport)`` on ``size`` ranks at once (threads), each rank's result in rank order; the
     lowest rank's error is raised once every rank has ended (a rank that has not ended after ``timeout``
-    seconds fails the test)."""
+    seconds fails the test).
+
+    BLAS is held at ``blas`` threads meanwhile: the threads of one process share BLAS's thread count, and a
+    rank that sets it for its sequences and restores it afterwards would change another rank's count in the
+    middle of its products (whose bits depend on it); rank processes do not share it. So a run ranks
+    train here must run its sequences on ``blas`` threads for its bits to be compared."""
     hub = Hub(size, peer)
     results: list[Any] = [None] * size
     errors: list[BaseException | None] = [None] * size
@@ -132,11 +142,12 @@ def run_ranks(
             errors[transport.rank] = e
 
     threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in hub.transports()]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    with threadpool_limits(limits=blas, user_api="blas"):
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
     stuck = [rank for rank, t in enumerate(threads) if t.is_alive()]
     if stuck:
         raise AssertionError(f"ranks {stuck} had not ended after {timeout} s")
