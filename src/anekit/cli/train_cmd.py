@@ -44,12 +44,15 @@ from anekit.training.blzt import (
     GENERIC_LR,
     GENERIC_STEPS,
 )
-from anekit.training.options import INT32_MAX, TrainOptions, flag_names
-from anekit.training.run import AUTO_CHECKPOINT_SECONDS, AUTO_CHECKPOINT_STEPS, Run
+from anekit.training.distributed.transport import DEFAULT_TIMEOUT, LocalTransport, PeerLost, Transport
+from anekit.training.options import DISTRIBUTED, INT32_MAX, WIRES, TrainOptions, flag_names
+from anekit.training.run import AUTO_CHECKPOINT_SECONDS, AUTO_CHECKPOINT_STEPS, Run, open_transport
 from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
+EXIT_RESTART = 75  # EX_TEMPFAIL: a run over several ranks whose compile budget ran out (launch resumes it)
+EXIT_PEER_LOST = 3  # a rank died, hung or lost its link: the run ended on every rank
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -126,7 +129,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--accum",
         type=_int_in(1, 65536),
         default=None,
-        help=f"sequences per optimizer step, 1 .. 65536 (default: {DEFAULT_ACCUM})",
+        help=f"sequences per optimizer step, 1 .. 65536 (default: {DEFAULT_ACCUM}); under --distributed, per "
+        "rank: a step's batch is the world size x N",
     )
     p.add_argument(
         "--lr",
@@ -226,6 +230,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="validation examples evaluated, -1 for all (default: 25)",
     )
     p.add_argument(
+        "--distributed",
+        choices=DISTRIBUTED,
+        default=None,
+        help="one rank of a run over several processes or machines, started by mpiexec / mlx.launch (or "
+        "anekit launch): mpi (mpi4py, the distributed extra) or mlx (mlx.distributed, the mlx extra); the "
+        "weights are those of one process with the world size x --accum, bit for bit",
+    )
+    p.add_argument(
+        "--peer-timeout",
+        type=_float_in(0.0, 86400.0),
+        default=None,
+        metavar="S",
+        help="seconds an exchange waits for another rank beyond this rank's own work before the run ends "
+        f"on every rank (default: {DEFAULT_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--wire",
+        choices=WIRES,
+        default=None,
+        help="the gradients' dtype between ranks (default: fp32; fp16 and bf16 halve the traffic and are "
+        "not bit-exact)",
+    )
+    p.add_argument(
         "--threads",
         type=_int_in(1, 1024),
         default=None,
@@ -260,12 +287,13 @@ class Console:
     """Progress output that notices a closed stdout (a pipe whose reader quit): it then goes quiet,
     points stdout at the null device (so nothing fails again at exit) and sets ``closed``."""
 
-    def __init__(self) -> None:
+    def __init__(self, silent: bool = False) -> None:
         self.closed = False
-        self.tty = sys.stdout.isatty()
+        self.silent = silent  # a rank > 0 of a run over several: rank 0 prints the run's progress
+        self.tty = sys.stdout.isatty() and not silent
 
     def print(self, text: str = "", end: str = "\n") -> None:
-        if self.closed:
+        if self.closed or self.silent:
             return
         try:
             sys.stdout.write(text + end)
@@ -285,12 +313,15 @@ class Console:
 
 class Stopper:
     """SIGINT / SIGTERM handling around the training loop: the first signal asks the loop to stop
-    between two steps (the caller then checkpoints); a second one interrupts at once."""
+    between two steps (the caller then checkpoints); a second one interrupts at once. A rank of a run over
+    several also takes SIGUSR1 so (what ``anekit launch`` sends through mpiexec, which would kill the ranks
+    0.2 s after forwarding a SIGTERM)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, rank_of_several: bool = False) -> None:
         self.signum: int | None = None
+        self.signals = self.SIGNALS + ((signal.SIGUSR1,) if rank_of_several else ())
 
     def _handle(self, signum: int, _frame: Any) -> None:
         if self.signum is not None:
@@ -301,7 +332,7 @@ class Stopper:
     def installed(self) -> Iterator[None]:
         previous = {}
         try:
-            for s in self.SIGNALS:
+            for s in self.signals:
                 previous[s] = signal.signal(s, self._handle)
         except ValueError:  # not the main thread: leave signals alone
             pass
@@ -329,8 +360,11 @@ def _resume_hint(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        with flag_names(), contextlib.ExitStack() as exits:  # the library's messages name its options as
-            return _run(args, exits)  # this command's flags; the run's lock is released on the way out
+        with flag_names():  # the library's messages name its options as this command's flags
+            if args.distributed is None:
+                with contextlib.ExitStack() as exits:  # the run's lock is released on the way out
+                    return _run(args, exits, LocalTransport(), [])
+            return _distributed(args)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         if sys.stdout.isatty():
             with contextlib.suppress(OSError, ValueError):
@@ -341,6 +375,55 @@ def run(args: argparse.Namespace) -> int:
         else:
             _err("interrupted before the first checkpoint; nothing was saved")
         return 128 + signal.SIGINT
+
+
+def _distributed(args: argparse.Namespace) -> int:
+    """One rank of a run over several: refusals before the start end every rank alike (rank 0 says why,
+    the others say nothing); a fault once the run started ends every rank (``Transport.abort``) with one
+    line naming the rank, prefixed ``[rank R]`` on a rank other than 0."""
+    from anekit.training.distributed.follow import StartRefused
+
+    transport = open_transport(_options(args))  # a launcher or extra missing: one line, exit 1
+    rank = transport.rank
+    held: list[Run] = []
+    try:
+        with contextlib.ExitStack() as exits:
+            try:
+                return _run(args, exits, transport, held)
+            except StartRefused:
+                return 1  # the rank that refused said why
+            except AnekitError as e:
+                started = bool(held) and held[0]._opened
+                if not started and rank == 0:
+                    raise  # every rank refuses alike: rank 0's line, exit 1
+                line = _fault_line(e, held[0] if held else None)
+                if not started:  # this rank's own failure before the start (rank 0 gone, say)
+                    _say_rank(_prefixed(rank, line))
+                    return 1
+                exits.close()  # the lock released, a checkpoint in flight settled
+                transport.abort(_prefixed(rank, line), EXIT_PEER_LOST if isinstance(e, PeerLost) else 1)
+    finally:
+        transport.close()
+
+
+def _fault_line(e: AnekitError, session: Run | None) -> str:
+    """A rank's fatal error, with what is left of the run (rank 0 knows its last checkpoint)."""
+    line = e.one_line()
+    if not isinstance(e, PeerLost):
+        return line
+    line = line if line.startswith("[") else f"[train] {line}"
+    if session is not None and session.saved_step is not None:
+        return f"{line}; ending the run on every rank; the checkpoint of step {session.saved_step} is intact"
+    return f"{line}; ending the run on every rank; rank 0's last checkpoint is intact"
+
+
+def _prefixed(rank: int, line: str) -> str:
+    return f"anekit: {line}" if rank == 0 else f"[rank {rank}] anekit: {line}"
+
+
+def _say_rank(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def _options(args: argparse.Namespace) -> TrainOptions:
@@ -364,10 +447,13 @@ def _options(args: argparse.Namespace) -> TrainOptions:
         numerics=flags.numerics_options(args),  # an unknown chip, or --sanitize on the engine: refused
         restarted=bool(args.restarted),
         threads=args.threads,
+        distributed=args.distributed,
+        peer_timeout=args.peer_timeout,
+        wire=args.wire or "fp32",
     )
 
 
-def _session(args: argparse.Namespace) -> Run:
+def _session(args: argparse.Namespace, transport: Transport) -> Run:
     """The run the flags ask for: a Hugging Face fine-tuning run (--init HF_DIR, or --resume of one), or
     anekit's own; everything read and checked, nothing written yet."""
     from anekit.hf.config import is_model_dir
@@ -391,7 +477,7 @@ def _session(args: argparse.Namespace) -> Run:
         if args.lora is None and (args.lora_alpha is not None or targets is not None):
             raise AnekitError("[train] --lora-alpha and --lora-targets need --lora RANK")
         hf = HFOptions(args.lora, args.lora_alpha, targets, args.seq, args.val_every, args.val_batches)
-        return hf_run(_options(args), hf)
+        return hf_run(_options(args), hf, transport)
     if args.init is not None:  # not a model directory: say why before blaming a flag
         from anekit.hf.config import check_model_dir
 
@@ -400,7 +486,7 @@ def _session(args: argparse.Namespace) -> Run:
         check_model_dir(args.init, "[train] cannot read --init")
     if hf_flags:
         raise AnekitError(f"[train] {hf_flags[0]} applies to a Hugging Face model (--init HF_DIR)")
-    return Run(_options(args))
+    return Run(_options(args), transport=transport)
 
 
 def _route_line(session: Any, resumed: bool) -> str:
@@ -419,30 +505,33 @@ def _route_line(session: Any, resumed: bool) -> str:
     return f"{line} (--weights {tc.weights}; {where} takes {chosen.id}: {chosen.why})"
 
 
-def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
+def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Transport, held: list[Run]) -> int:
     out: Path = args.out
-    session = _session(args)  # everything read and checked; nothing written yet
+    session = _session(args, transport)  # everything read and checked; nothing written yet
+    held.append(session)
     exits.callback(session.close)  # the lock released whatever happens
     session.open()  # the directory locked before anything is printed: a second writer says nothing else
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
-    console = Console()
-    stopper = Stopper()
-    if args.resume and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
+    lead, size = session.rank == 0, session.size
+    console = Console(silent=not lead)  # rank 0 alone prints the run's progress
+    stopper = Stopper(rank_of_several=args.distributed is not None)
+    if session.resuming and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
         console.print(f"anekit train: the run in {out} is finished ({state.step}/{tc.steps} steps); sampling "
                       "it (--force starts over)")  # fmt: skip
     elif not args.restarted:
+        ranks = f" ({tc.accum // size} on each of {size} ranks, {transport.name})" if size > 1 else ""
         console.print(
             f"anekit train: {cfg.name} ({state.params.count():,} parameters: dim {cfg.dim}, "
             f"{plural(cfg.n_layers, 'layer')}, "
             f"{cfg.n_heads} heads / {cfg.n_kv_heads} kv, vocab {cfg.vocab_size}, seq {cfg.seq_len}) on "
             f"'{backend.name}'{_numerics_of(session)}, {tc.weights} weights, "
-            f"{plural(tc.accum, 'sequence')} per step, "
-            f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if args.resume else ''}"
+            f"{plural(tc.accum, 'sequence')} per step{ranks}, "
+            f"steps {state.step}/{tc.steps}{f' (continuing the run in {out})' if session.resuming else ''}"
         )
-        console.print(_route_line(session, bool(args.resume)))
+        console.print(_route_line(session, bool(session.resuming)))
 
     def on_step(r: Any) -> None:
-        rate = r.tokens / r.seconds if r.seconds else 0.0
+        rate = r.tokens / r.seconds if r.seconds else 0.0  # the global batch's tokens
         line = (
             f"step {r.step:4d}/{tc.steps}  loss {r.loss:6.3f}  lr {r.lr:.2e}  "
             f"{rate:7.0f} tok/s  {1e3 * r.seconds:6.0f} ms/step{'  (overflow: skipped)' if r.skipped else ''}"
@@ -455,7 +544,8 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
     def log(line: str) -> None:
         console.print(("\n" if console.tty else "") + line)
 
-    closing = ClosingSample(session, args.sample_steps, tc.seed) if args.sample_steps > 0 else None
+    sampling = args.sample_steps > 0 and lead
+    closing = ClosingSample(session, args.sample_steps, tc.seed) if sampling else None
     with stopper.installed():
         result = session.train(
             on_step=on_step,
@@ -467,22 +557,33 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack) -> int:
             console.print()
     ckpt_path = session.checkpoint
     reason = result.reason
-    if reason == "budget" and not console.closed and stopper.signum is None:
+    stop = EXIT_PIPE if console.closed else 0 if stopper.signum is None else 128 + stopper.signum
+    if size > 1:  # every rank ends with the status of the first rank (in rank order) that was stopped
+        stops = [int(x) for x in transport.all_gather_bytes(str(stop).encode(), "the run's exit status")]
+        stop = next((x for x in stops if x), 0)
+    if reason == "budget" and not stop:
+        if args.distributed is not None:  # the launcher starts the job again (anekit launch)
+            console.print(
+                f"compile budget of {backend.compile_budget} reached at step {state.step}: checkpointed; "
+                f"every rank exits {EXIT_RESTART} (anekit launch starts the run again with --resume)"
+            )
+            return EXIT_RESTART
         console.print(
             f"compile budget of {backend.compile_budget} reached at step {state.step}: checkpointed; "
             "continuing in a fresh process"
         )
-    if console.closed or stopper.signum is not None:
-        why = (
-            "stdout was closed"
-            if stopper.signum is None
-            else f"stopped by {signal.Signals(stopper.signum).name}"
-        )
-        _err(
-            f"{why} at step {state.step}/{tc.steps}: saved {ckpt_path} (weights, Adam state, run state); "
-            f"{_resume_hint(out)}"
-        )
-        return EXIT_PIPE if stopper.signum is None else 128 + stopper.signum
+    if stop:
+        if lead:
+            why = (
+                "stdout was closed" if stop == EXIT_PIPE else f"stopped by {signal.Signals(stop - 128).name}"
+            )
+            _err(
+                f"{why} at step {state.step}/{tc.steps}: saved {ckpt_path} (weights, Adam state, run state); "
+                f"{_resume_hint(out)}"
+            )
+        return stop
+    if not lead:
+        return 0
     if reason == "budget":
         argv = [
             "train",

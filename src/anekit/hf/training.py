@@ -32,7 +32,7 @@ import math
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,9 @@ from anekit.errors import AnekitError
 from anekit.jsonio import loads
 from anekit.kernels.route import kernel_route
 from anekit.llama.params import Params
-from anekit.llama.run_record import HF_RUN_FORMAT, HF_RUN_SCHEMA, HF_RUN_VERSION
+from anekit.llama.run_record import HF_RUN_FORMAT, HF_RUN_SCHEMA, HF_RUN_VERSION, world_fields
 from anekit.outputs import writing
+from anekit.training.distributed.transport import Transport
 from anekit.training.identity import (
     FileIdentity,
     check_input_paths,
@@ -62,7 +63,7 @@ from anekit.training.lora import (
 )
 from anekit.training.options import INT32_MAX, TrainOptions, opt, raise_contradiction
 from anekit.training.run import Run
-from anekit.training.source import Validation
+from anekit.training.source import Validation, register_source
 from anekit.training.state import TrainConfig, TrainState
 from anekit.training.trainable import FullTrainable, Trainable
 
@@ -144,21 +145,26 @@ def tokens_digest(examples: list[Any]) -> str:
     return h.hexdigest()
 
 
-def hf_run(options: TrainOptions, hf: HFOptions | None = None) -> Run:
-    """A run fine-tuning the Hugging Face model ``options.init`` (or resuming one: ``options.resume``)."""
-    return Run(options, HFSource(hf or HFOptions()))
+def hf_run(options: TrainOptions, hf: HFOptions | None = None, transport: Transport | None = None) -> Run:
+    """A run fine-tuning the Hugging Face model ``options.init`` (or resuming one: ``options.resume``), over
+    ``transport``'s ranks when given (else the one ``options.distributed`` names)."""
+    return Run(options, HFSource(hf or HFOptions()), transport)
 
 
 class HFSource:
     """The source of a fine-tuning run of a Hugging Face model (see the module docstring)."""
 
     checkpoint_name = STATE_FILE
+    kind = "hf"
+    default_accum = DEFAULT_ACCUM
 
     def __init__(self, hf: HFOptions) -> None:
         self.hf = hf
         self.resumed_wall = 0.0
         self.seen: FileIdentity | None = None
         self.marks: list[tuple[int, str]] = []
+        self.worlds: list[tuple[int, int]] = []  # (step, world size) of every start
+        self.blas_threads: int | None = None  # BLAS threads per sequence, fixed at the start
         self._refs: dict[str, Any] = {}
 
     # -- preparing: nothing written -----------------------------------------------------------------
@@ -339,6 +345,8 @@ class HFSource:
                 ) from None
             s.seconds = {k: float(x) for k, x in st["seconds"].items()}
             self.marks = [(int(a), str(b)) for a, b in stored.get("marks", [])]
+            self.worlds = [(int(a), int(b)) for a, b in stored.get("worlds", [])]
+            self.blas_threads = stored.get("blas_threads")
             self.resumed_wall = float(st.get("wall", 0.0))
             if s.step < tc.steps:
                 self.marks.append((s.step, "budget" if o.restarted else "resume"))
@@ -451,6 +459,7 @@ class HFSource:
             "val_every": self.val_every,
             "val_batches": self.val_batches,
             "marks": [list(x) for x in self.marks],
+            **world_fields(self.worlds, self.blas_threads),
             "state": {
                 "step": s.step,
                 "adam_t": s.adam_t,
@@ -562,3 +571,72 @@ class HFSource:
     def remove_new_out(self, out: Path) -> None:
         """A refused start removes the directory it made, with the tokenizer files it copied there."""
         shutil.rmtree(out, ignore_errors=True)
+
+    # -- a run over several ranks ---------------------------------------------------------------------
+
+    def _trained(self) -> str:
+        sp = self.spec_lora
+        if sp is None:
+            return "full"
+        return f"lora rank {sp.rank} alpha {sp.alpha:g} targets {','.join(sp.targets)}"
+
+    def identity(self) -> dict[str, str]:
+        return {"base model sha256": self.base_id, "tokenizer sha256": self.tok_id,
+                "data sha256": self.data_id, "trainable": self._trained()}  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        """The base model's and data's paths as rank 0 read them, the training config, the LoRA spec, the
+        window and the validation settings."""
+        sp = self.spec_lora
+        return {
+            "kind": self.kind,
+            "base": str(Path(self.model.directory).resolve()),
+            "data": None if self.data_path is None else str(Path(self.data_path).resolve()),
+            "train": asdict(self.tc),
+            "hf": {
+                "lora": None if sp is None else sp.rank,
+                "lora_alpha": None if sp is None else sp.alpha,
+                "lora_targets": None if sp is None else list(sp.targets),
+                "seq": self.cfg.seq_len,
+                "val_every": self.val_every,
+                "val_batches": self.val_batches,
+            },
+        }
+
+    def follower_options(self, description: dict[str, Any], options: TrainOptions) -> TrainOptions:
+        """A fresh fine-tuning run of the described model (this rank's --init and --data first, else rank
+        0's paths), with rank 0's LoRA spec, window and validation settings (they replace this source's)."""
+        d, tc = description, description["train"]
+        self.hf = _hf_options(d)
+        init = options.init if options.init is not None else Path(d["base"])
+        data = options.data if options.data is not None else None if d["data"] is None else Path(d["data"])
+        return replace(options, init=init, data=data, resume=False, force=True, config=None, tokenizer=None,
+                       steps=tc["steps"], accum=tc["accum"], lr=tc["lr"], seed=tc["seed"], weights="dynamic",
+                       route=tc["route"])  # fmt: skip
+
+    def state_arrays(self) -> list[np.ndarray]:
+        if self.mode == "lora":
+            t = self.lora_trainable
+            names = [n for n, _ in adapter_tensors(t.adapters)]
+            return (
+                [a for _, a in adapter_tensors(t.adapters)]
+                + [t.adam_m[n] for n in names]
+                + [t.adam_v[n] for n in names]
+            )
+        s = self.state
+        assert s.adam_m is not None and s.adam_v is not None  # full fine-tuning keeps them
+        return [a for container in (s.params, s.adam_m, s.adam_v) for _, a in container.tensors()]
+
+    def state_received(self) -> None:
+        """LoRA: the merged weights are made anew from the received adapters."""
+        if self.mode == "lora":
+            self.lora_trainable.params.refresh()
+
+
+def _hf_options(description: dict[str, Any]) -> HFOptions:
+    hf = description["hf"]
+    targets = None if hf["lora_targets"] is None else tuple(hf["lora_targets"])
+    return HFOptions(hf["lora"], hf["lora_alpha"], targets, hf["seq"], hf["val_every"], hf["val_batches"])
+
+
+register_source(HFSource.kind, lambda description: HFSource(_hf_options(description)))

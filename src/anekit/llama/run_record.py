@@ -175,6 +175,34 @@ def _schema_error(path: str, expected: str, actual: Any) -> None:
     raise FormatError(FORMAT, f"run record {path}", f"must be {expected}, got {shown}")
 
 
+# How a run spread its batches over processes: the world size of the last start, the order micro-batches
+# are given to ranks in (rank r of N runs the global indices [r*k, (r+1)*k), k = accum / N: the global batch
+# never depends on N), and (step, world size) of every start. Absent in older records (one process).
+MICRO_ORDERS = ("global index blocks",)
+WORLD_MAX = 65536
+_WORLD = {
+    "world": Int(1, WORLD_MAX),
+    "micro_order": Str(MICRO_ORDERS),
+    "worlds": ListOf(Pair(Int(0, _INT32[1]), Int(1, WORLD_MAX))),
+    # the BLAS threads one sequence's products run on, fixed when the run starts: a float32 product's bits
+    # depend on them, so every rank and every resume uses the same count whatever its cores
+    "blas_threads": Int(1, 1024),
+}
+
+
+def world_fields(worlds: list[tuple[int, int]], blas_threads: int | None) -> dict[str, Any]:
+    """The record's world fields for a run whose starts had ``worlds`` ((step, world size), in order) and
+    whose sequences run on ``blas_threads`` BLAS threads (None: not fixed, an older run's)."""
+    fields: dict[str, Any] = {
+        "world": worlds[-1][1] if worlds else 1,
+        "micro_order": MICRO_ORDERS[0],
+        "worlds": [[step, size] for step, size in worlds],
+    }
+    if blas_threads is not None:
+        fields["blas_threads"] = blas_threads
+    return fields
+
+
 _SHA256 = Str(hex_length=64)
 _SOURCE = Obj({"path": Null(Str()), "sha256": _SHA256}, {})
 _POSITIVE = Int(1, _INT32[1])
@@ -236,7 +264,11 @@ RUN_SCHEMA = Obj(
             {"seconds": MapOf(Num(0.0))},
         ),
     },
-    optional={"init": Null(_SOURCE), "marks": ListOf(Pair(Int(0, _INT32[1]), Str(("budget", "resume"))))},
+    optional={
+        "init": Null(_SOURCE),
+        "marks": ListOf(Pair(Int(0, _INT32[1]), Str(("budget", "resume")))),
+        **_WORLD,
+    },
 )
 
 
@@ -276,7 +308,7 @@ HF_RUN_SCHEMA = Obj(
             {"wall": Num(0.0)},
         ),
     },
-    {"marks": ListOf(Pair(_I32, Str(("budget", "resume"))))},
+    {"marks": ListOf(Pair(_I32, Str(("budget", "resume")))), **_WORLD},
 )
 
 

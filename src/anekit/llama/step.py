@@ -409,6 +409,16 @@ class Gradients:
                     t += g
         self._add_embedding(total, overwrite)
 
+    def add_tensor_to(self, total: Params, index: int) -> None:
+        """Tensor ``index`` (``Params.tensors``' order) of a worker's sequence gradient added to the total's:
+        ``add_to`` one tensor at a time, the same bits (the chain across ranks adds bucket by bucket)."""
+        name, g = _nth(self.grads, index)
+        if name == "embed":
+            self._add_embedding(total)
+        else:
+            t = _nth(total, index)[1]
+            t += g
+
 
 def forward_layers(
     kernels: Kernels, params: Params, tokens: np.ndarray, timer: Timer
@@ -563,6 +573,14 @@ def train_step(
         sink.embedding(dx, tokens)
         finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
     return StepResult(float(loss), finite, peak)
+
+
+def _nth(params: Params, index: int) -> tuple[str, np.ndarray]:
+    """The ``index``-th (name, array) of ``params.tensors()``."""
+    for i, item in enumerate(params.tensors()):
+        if i == index:
+            return item
+    raise IndexError(f"no tensor {index} in a model of {params.cfg.n_layers} layers")
 
 
 def _peak(*arrays: np.ndarray) -> float:

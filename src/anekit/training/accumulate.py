@@ -7,11 +7,19 @@ array work and anekit's compiled loops (``nogil``) release the GIL, so the threa
 while they run, BLAS gets cores / threads threads of its own (``anekit.threads``), so the two kinds of
 parallelism do not fight over the cores; a small model's sequences run on one BLAS thread.
 
-The result does not depend on the number of threads: each sequence's gradient goes into its worker's
+A float32 product's bits depend on the number of BLAS threads it runs on, so a run may fix that number
+(``blas``: every sequence on exactly that many, whatever this process's cores; ``sequence_blas`` is what a
+process would choose) to get the same bits on every rank and every resume.
+
+The result does not depend on the number of worker threads: each sequence's gradient goes into its worker's
 buffer and is added to the batch's total in sequence order (``Gradients``: the one-thread path adds in
 place, which gives the same bits), the losses and overflow flags are combined in sequence order, and
 every sequence's window is drawn by a generator seeded with (seed, step, sequence). The phase times of the
 workers are summed (CPU seconds, not wall seconds, when threads overlap).
+
+A rank of a data-parallel run past the first runs its block of the batch with ``run_kept``: each sequence's
+gradients stay in a buffer of their own, added after the partial total of the ranks before it arrives
+(``anekit.training.distributed.order``), so the sum is still the one-process fold.
 
 The engine runs one program at a time, so threads serve the simulator; dynamic weights only (baked
 kernels would be compiled once per worker per step).
@@ -21,10 +29,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
+from anekit import threads as blas_env
 from anekit.kernels.route import kernel_route
 from anekit.llama.kernel_sets import make_kernels
 from anekit.llama.params import layer_shapes
@@ -58,21 +68,50 @@ def blas_share(cfg: Any, workers: int) -> int:
     return 1 if sequence_flops(cfg) < THREADS_MIN_FLOPS else max(1, cores() // workers)
 
 
+def sequence_blas(cfg: Any, workers: int) -> int:
+    """The BLAS threads a sequence of this process runs on when the run does not fix them: ``blas_share``,
+    or what the user's OPENBLAS_NUM_THREADS (or the like) set, which anekit then leaves alone. A run
+    stores it so every rank and every resume runs its sequences on the same count (``Accumulator``)."""
+    if blas_env.USER_SET:
+        from threadpoolctl import threadpool_info
+
+        counts = [int(lib["num_threads"]) for lib in threadpool_info() if lib.get("user_api") == "blas"]
+        return max(counts, default=1)
+    return blas_share(cfg, workers)
+
+
+def fixed_blas(n: int) -> AbstractContextManager[Any]:
+    """BLAS on exactly ``n`` threads meanwhile, whatever the cores or the user's variables: a float32
+    product's bits depend on BLAS's thread count (OpenBLAS splits a product differently on 1, 2 and 8
+    threads), so a run that fixes the count gets the same bits on every rank and every machine of the same
+    BLAS build and CPU kind. (A limit above the count BLAS started with is honoured too.)"""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")
+
+
 class Accumulator:
     """Runs the sequences of one batch: ``kernels`` on this thread, or ``threads`` workers."""
 
     def __init__(
-        self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1, route: str = ""
-    ) -> None:
+        self, backend: Any, cfg: Any, weights: str, kernels: Kernels, threads: int = 1, route: str = "",
+        blas: int | None = None,
+    ) -> None:  # fmt: skip
         self.backend, self.cfg, self.weights, self.route = backend, cfg, weights, route
+        self.blas = blas  # BLAS threads of every sequence, fixed by the run; None: ``blas_share``
         self.threads = max(1, threads if weights == "dynamic" else 1)
         # Worker t > 0 makes and compiles its kernels in its own thread on its first sequence, while the
         # others compute: the start of a run does not wait for every worker's compiles.
         self.kernels: list[Kernels | None] = [kernels] + [None] * (self.threads - 1)
         self.timers = [Timer() for _ in self.kernels]
-        self.sinks: list[Any] = []
+        self.sinks: list[Any] = []  # worker t's buffer, added to the total after each of its sequences
+        self.kept: list[Any] = []  # one buffer per sequence of the batch (``run_kept``)
         self.params: Any = None
         self._compiling = threading.Lock()  # one compile at a time: the backend counts them
+
+    def _blas(self, workers: int) -> AbstractContextManager[Any]:
+        """BLAS's threads while ``workers`` threads run sequences: the run's fixed count, else a share."""
+        return blas_threads(blas_share(self.cfg, workers)) if self.blas is None else fixed_blas(self.blas)
 
     def compiles_needed(self) -> int:
         """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
@@ -101,20 +140,21 @@ class Accumulator:
         self,
         trainable: Any,
         batch: Callable[[int], tuple[np.ndarray, ...]],
-        accum: int,
+        micro: range,
         loss_scale: float,
         timer: Timer,
     ) -> list[StepResult]:
         """Every sequence's result, in order; its gradients added to ``trainable``'s total in order.
-        ``batch(i)`` gives sequence i's (tokens, targets[, weights])."""
-        n = min(self.threads, accum)
+        ``micro`` are the batch's (global) sequence indices this process runs; ``batch(i)`` gives sequence
+        i's (tokens, targets[, weights])."""
+        n = min(self.threads, len(micro))
         first = self.kernels[0]
         assert first is not None
         if n == 1:
             sink = trainable.sink(first)
             results = []
-            with blas_threads(blas_share(self.cfg, 1)):
-                for i in range(accum):
+            with self._blas(1):
+                for i in micro:
                     with timer.phase("io"):
                         tokens, targets, *weights = batch(i)
                     step = train_step(
@@ -124,34 +164,69 @@ class Accumulator:
             return results
         while len(self.sinks) < n:
             self.sinks.append(trainable.worker_sink(first))
-        return self._threaded(trainable, batch, accum, loss_scale, timer, n)
+        return self._threaded(trainable, batch, micro, loss_scale, timer, n, fold=True)
+
+    def run_kept(
+        self,
+        trainable: Any,
+        batch: Callable[[int], tuple[np.ndarray, ...]],
+        micro: range,
+        loss_scale: float,
+        timer: Timer,
+    ) -> tuple[list[StepResult], list[Any]]:
+        """Every sequence's result, in order, and its gradients in a buffer of its own (one per sequence of
+        ``micro``, in order), nothing added to the total: a rank past the first adds them after the
+        partial total of the ranks before it arrives (``anekit.training.distributed.order``)."""
+        n = min(self.threads, len(micro))
+        first = self.kernels[0]
+        assert first is not None
+        while len(self.kept) < len(micro):
+            self.kept.append(trainable.worker_sink(first))
+        sinks = self.kept[: len(micro)]
+        if n == 1:
+            results = []
+            with self._blas(1):
+                for sink, i in zip(sinks, micro):
+                    with timer.phase("io"):
+                        tokens, targets, *weights = batch(i)
+                    step = train_step(
+                        first, trainable.params, sink, tokens, targets, timer, loss_scale, *weights
+                    )
+                    results.append(step)
+            return results, sinks
+        return self._threaded(trainable, batch, micro, loss_scale, timer, n, fold=False), sinks
 
     def _threaded(
-        self, trainable: Any, batch: Callable[[int], tuple[np.ndarray, ...]], accum: int, loss_scale: float,
-        timer: Timer, n: int,
+        self, trainable: Any, batch: Callable[[int], tuple[np.ndarray, ...]], micro: range, loss_scale: float,
+        timer: Timer, n: int, fold: bool,
     ) -> list[StepResult]:  # fmt: skip
-        results: list[StepResult | None] = [None] * accum
+        """Worker t runs the sequences t, t + n, ... of ``micro``; ``fold``: each into the worker's buffer,
+        added to the total in sequence order; else each into its own buffer of ``kept``."""
+        count = len(micro)
+        results: list[StepResult | None] = [None] * count
         turn = threading.Condition()
         added = [0]  # sequences whose gradients are in the total
         errors: list[BaseException] = []
 
         def work(t: int) -> None:
-            sink, wtimer = self.sinks[t], self.timers[t]
+            wtimer = self.timers[t]
             try:
                 kernels = self._kernels(t, wtimer)
-                for i in range(t, accum, n):
+                for j in range(t, count, n):
+                    sink = self.sinks[t] if fold else self.kept[j]
                     with wtimer.phase("io"):
-                        tokens, targets, *weights = batch(i)
+                        tokens, targets, *weights = batch(micro[j])
                     result = train_step(kernels, trainable.params, sink, tokens, targets, wtimer, loss_scale,
                                         *weights)  # fmt: skip
                     with turn:
-                        while added[0] != i and not errors:
+                        while fold and added[0] != j and not errors:
                             turn.wait()
                         if errors:
                             return
-                        with wtimer.phase("cpu"):
-                            trainable.add(sink)  # in sequence order: the same sum as one thread's
-                        results[i] = result
+                        if fold:
+                            with wtimer.phase("cpu"):
+                                trainable.add(sink)  # in sequence order: the same sum as one thread's
+                        results[j] = result
                         added[0] += 1
                         turn.notify_all()
             except BaseException as e:
@@ -160,7 +235,7 @@ class Accumulator:
                     turn.notify_all()
 
         workers = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(n)]
-        with blas_threads(blas_share(self.cfg, n)):
+        with self._blas(n):
             for w in workers:
                 w.start()
             for w in workers:

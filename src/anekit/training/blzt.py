@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from anekit.kernels import PRESETS, ModelConfig, preset
 from anekit.kernels.route import kernel_route
 from anekit.llama import checkpoint
 from anekit.llama.params import Params
-from anekit.llama.run_record import RUN_FORMAT
+from anekit.llama.run_record import RUN_FORMAT, world_fields
 from anekit.llama.run_record import RUN_RECORD_VERSION as RUN_VERSION
 from anekit.training.identity import (
     TOKENIZER_MAX_BYTES,
@@ -42,7 +42,7 @@ from anekit.training.identity import (
     sha256_tokens,
 )
 from anekit.training.options import INT32_MAX, TrainOptions, opt, raise_contradiction
-from anekit.training.source import Validation
+from anekit.training.source import Validation, register_source
 from anekit.training.state import TrainConfig, TrainState
 from anekit.training.trainable import FullTrainable, Trainable
 
@@ -78,6 +78,8 @@ class RunRecord:
     tokenizer_file: str  # name of the tokenizer's copy in the output directory
     init: Source | None
     marks: list[tuple[int, str]]  # (step, "budget" | "resume"): where the run restarted
+    worlds: list[tuple[int, int]] = field(default_factory=list)  # (step, world size) of every start
+    blas_threads: int | None = None  # BLAS threads per sequence, fixed at the start (None: an older run)
 
     def record(self, state: Any) -> dict[str, Any]:
         return {
@@ -89,6 +91,7 @@ class RunRecord:
             "tokenizer": {**asdict(self.tokenizer), "file": self.tokenizer_file},
             "init": None if self.init is None else asdict(self.init),
             "marks": [list(m) for m in self.marks],
+            **world_fields(self.worlds, self.blas_threads),
             "state": {
                 "step": state.step,
                 "adam_t": state.adam_t,
@@ -120,6 +123,8 @@ class RunRecord:
                 tokenizer_file=tok["file"],
                 init=None if init is None else Source(**init),
                 marks=[(int(s), str(k)) for s, k in rec.get("marks", [])],
+                worlds=[(int(s), int(n)) for s, n in rec.get("worlds", [])],
+                blas_threads=rec.get("blas_threads"),
             )
         except (KeyError, TypeError, ValueError, AnekitError) as e:
             raise AnekitError(f"[train] {opt('resume')}: the run record of {where} is incomplete: {e}") from e
@@ -368,6 +373,8 @@ class BlztSource:
 
     checkpoint_name = CHECKPOINT
     mode = "full"  # every weight is trained
+    kind = "blzt"
+    default_accum = DEFAULT_ACCUM
 
     def __init__(self) -> None:
         self.resumed_wall = 0.0
@@ -378,6 +385,18 @@ class BlztSource:
     @property
     def marks(self) -> list[tuple[int, str]]:
         return self.spec.marks
+
+    @property
+    def worlds(self) -> list[tuple[int, int]]:
+        return self.spec.worlds
+
+    @property
+    def blas_threads(self) -> int | None:
+        return self.spec.blas_threads
+
+    @blas_threads.setter
+    def blas_threads(self, value: int | None) -> None:
+        self.spec.blas_threads = value
 
     @property
     def trainable(self) -> Trainable:
@@ -564,3 +583,51 @@ class BlztSource:
             (out / self.spec.tokenizer_file).unlink(missing_ok=True)
             remove_stale_temporaries(out)
             out.rmdir()
+
+    # -- a run over several ranks ---------------------------------------------------------------------
+
+    def identity(self) -> dict[str, str]:
+        return {"data sha256": self.spec.data.sha256, "tokenizer sha256": self.spec.tokenizer.sha256,
+                "trainable": self.mode}  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        """The preset, the training config, and where rank 0 read its data and tokenizer (None: the
+        built-in ones, which every rank makes alike)."""
+        from anekit.llama import tokenizer
+
+        spec = self.spec
+        builtin = str(tokenizer.default_tokenizer_path(spec.cfg.vocab_size).resolve())
+        tok = spec.tokenizer.path
+        return {
+            "kind": self.kind,
+            "config": spec.cfg.name,
+            "train": asdict(spec.tc),
+            "data": spec.data.path,
+            "tokenizer": None if tok == builtin else tok,
+            "tokenizer_file": spec.tokenizer_file,
+        }
+
+    def follower_options(self, description: dict[str, Any], options: TrainOptions) -> TrainOptions:
+        """A fresh run of the described preset and config; the data and tokenizer this rank was given, else
+        the paths rank 0 read (the tokenizer: its recorded path, else the copy in OUT when this machine
+        shares it)."""
+        d, tc = description, description["train"]
+        tok = options.tokenizer
+        if tok is None and d["tokenizer"] is not None:
+            recorded, copy = Path(d["tokenizer"]), options.out / d["tokenizer_file"]
+            tok = copy if not recorded.is_file() and copy.is_file() else recorded
+        data = options.data if options.data is not None else None if d["data"] is None else Path(d["data"])
+        return replace(options, config=d["config"], data=data, tokenizer=tok, init=None, resume=False,
+                       force=True, steps=tc["steps"], accum=tc["accum"], lr=tc["lr"], seed=tc["seed"],
+                       weights=tc["weights"], route=tc["route"])  # fmt: skip
+
+    def state_arrays(self) -> list[np.ndarray]:
+        s = self.state
+        assert s.adam_m is not None and s.adam_v is not None  # a full run keeps its moments in the state
+        return [a for container in (s.params, s.adam_m, s.adam_v) for _, a in container.tensors()]
+
+    def state_received(self) -> None:
+        """Nothing to redo: the kernels read the weights as they are."""
+
+
+register_source(BlztSource.kind, lambda description: BlztSource())

@@ -25,6 +25,8 @@ from anekit.llama.step import Timer
 from anekit.runtime.base import Backend
 from anekit.training.accumulate import Accumulator
 from anekit.training.budget import BudgetTooSmall, check_budget, first_step_compiles
+from anekit.training.distributed.ranks import Ranks
+from anekit.training.distributed.transport import Transport
 from anekit.training.optimizer import ADAM_CHUNK, apply_adamw
 from anekit.training.state import StepReport, StopReason, TrainConfig, TrainingDiverged, TrainState
 from anekit.training.trainable import FullTrainable, Trainable
@@ -66,6 +68,8 @@ def train(
     val_every: int = 0,
     threads: int = 1,
     before_update: Callable[[], None] | None = None,
+    transport: Transport | None = None,
+    blas_threads: int | None = None,
 ) -> StopReason:
     """Train until ``tc.steps`` optimizer steps are done, until the next batch would exceed the
     backend's compile budget (then the caller checkpoints and restarts the process), or until
@@ -82,7 +86,19 @@ def train(
     uses dynamic weights. ``threads`` > 1 runs the sequences of a batch at once on worker threads
     (``anekit.training.accumulate``: dynamic weights; the same result as one thread, bit for bit).
     ``before_update()`` is called before each optimizer update changes a weight (a checkpoint still being
-    written from the weights finishes first)."""
+    written from the weights finishes first).
+
+    ``transport`` (size N > 1): this process is one rank of a data-parallel run (``tc.accum`` is the global
+    batch, a multiple of N). It runs its block of the step's micro-batches (``local_micro``), the gradients
+    are summed across ranks in the one-process order (``ordered_sum``), the losses and overflow flags of
+    every micro-batch are exchanged, and the stop and compile-budget decisions are agreed, so every rank
+    holds the same state after every step and returns the same reason. The callbacks are called on every
+    rank that is given them (only rank 0 should write or print); ``validate`` runs on every rank given it
+    (each computes the same loss: the ranks stay in step). The exchanges' time is the timer's "comm".
+
+    ``blas_threads`` fixes the BLAS threads every sequence runs on (a product's bits depend on them: a run
+    stores the count, ``accumulate.sequence_blas``, so its ranks and resumes use it whatever their cores);
+    None: each process's own share (``accumulate.blas_share``)."""
     if validate is not None and tc.weights != "dynamic":
         raise AnekitError(
             "[train] a run with validation uses dynamic weights (its kernels are not recompiled)"
@@ -96,17 +112,29 @@ def train(
     # no more workers than the compile budget holds kernel sets for: a restart must still make progress
     budget_left = backend.compile_budget - backend.compile_count
     threads = max(1, min(threads, budget_left // first_step_compiles(cfg, tc.weights, tc.route)))
-    workers = Accumulator(backend, cfg, tc.weights, kernels, threads, tc.route)
+    workers = Accumulator(backend, cfg, tc.weights, kernels, threads, tc.route, blas_threads)
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
+    ranks = Ranks(transport, tc.accum, trainable) if transport is not None else None
     last_save = time.monotonic()
     first = state.step
     try:
         while state.step < tc.steps:
-            if should_stop is not None and should_stop():
+            stop = should_stop is not None and should_stop()
+            short = backend.compile_count + workers.compiles_needed() > backend.compile_budget
+            if ranks is not None:
+                with timer.phase("comm"):
+                    stop, any_short = ranks.agree(stop, short, state.step + 1)
+            else:
+                any_short = False
+            if stop:
                 return "stopped"
-            if backend.compile_count + workers.compiles_needed() > backend.compile_budget:
+            if short or any_short:
                 if state.step == first:  # a restart would stop here again: never loop without progress
+                    if not short:
+                        raise BudgetTooSmall(
+                            "[train] the compile budget of another rank cannot hold one step"
+                        )
                     raise BudgetTooSmall(
                         f"[train] the compile budget {backend.compile_budget} cannot hold one step "
                         f"({backend.compile_count} compiled, {workers.compiles_needed()} more needed)"
@@ -116,19 +144,22 @@ def train(
             workers.compile(params, timer)
             if validate is not None and state.step == 0 and 0 not in state.val_losses:
                 state.val_losses[0] = validate(kernels, timer)  # where the curve starts
-            trainable.zero()
             step = state.step
 
             def batch(micro: int, step: int = step) -> tuple[np.ndarray, ...]:
                 return data.batch(np.random.default_rng([tc.seed, step, micro]), cfg.seq_len)
 
-            results = workers.run(trainable, batch, tc.accum, state.loss_scale, timer)
+            if ranks is None:
+                trainable.zero()
+                results = workers.run(trainable, batch, range(tc.accum), state.loss_scale, timer)
+            else:
+                results = ranks.step(workers, batch, state.loss_scale, timer, step + 1)
             losses = []
             headroom_left = True  # every micro-step's gradients stayed under the MAC port's headroom
-            for micro, result in enumerate(results):
+            for index, result in enumerate(results):
                 if not math.isfinite(result.loss):
                     raise TrainingDiverged(
-                        f"[train] the loss is {result.loss} at step {state.step} (micro-step {micro}, "
+                        f"[train] the loss is {result.loss} at step {state.step} (micro-step {index}, "
                         "forward phase); stopping — the last good checkpoint is kept"
                     )
                 losses.append(result.loss)

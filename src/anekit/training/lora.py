@@ -251,6 +251,7 @@ class LoraGradients(Gradients):
         self.accumulate = accumulate  # False: a worker's buffer of one sequence (``Gradients``)
         self.da = {k: np.zeros_like(a) for k, a in adapters.a.items()}  # (r, in) each
         self.db = {k: np.zeros_like(b) for k, b in adapters.b.items()}  # (out, r) each
+        self._order = _named(self.da, self.db)  # (name, table, key) of every gradient, in the fixed order
 
     def matrix(self, layer: int, key: str, dy: np.ndarray, x: np.ndarray) -> None:
         k = (layer, key)
@@ -274,6 +275,12 @@ class LoraGradients(Gradients):
             total.da[k] += self.da[k]
             total.db[k] += self.db[k]
 
+    def add_tensor_into(self, total: LoraGradients, index: int) -> None:
+        """Tensor ``index`` (``tensors``' order) of a worker's sequence gradient added to the total's."""
+        _, table, key = self._order[index]
+        total_table = total.da if table is self.da else total.db
+        total_table[key] += table[key]
+
     def vector(self, layer: int | None, key: str, g: np.ndarray) -> None:
         return None  # norm scales and biases are frozen
 
@@ -285,7 +292,7 @@ class LoraGradients(Gradients):
 
     def tensors(self) -> list[tuple[str, np.ndarray]]:
         """Every gradient with the name of its adapter tensor (``adapter_names``' order)."""
-        return [(name, table[k]) for name, table, k in _named(self.da, self.db)]
+        return [(name, table[k]) for name, table, k in self._order]
 
     def zero(self) -> None:
         for _, g in self.tensors():
@@ -327,6 +334,14 @@ class LoraTrainable:
 
     def add(self, sink: LoraGradients) -> None:
         sink.add_into(self.grads)
+
+    def gradient_tensors(self) -> list[np.ndarray]:
+        """The total's adapter gradients in ``adapter_tensors``' order: what ranks exchange."""
+        return [g for _, g in self.grads.tensors()]
+
+    def add_tensor(self, sink: LoraGradients, index: int) -> None:
+        """Tensor ``index`` of a worker's buffer added onto the total's (``add`` a tensor at a time)."""
+        sink.add_tensor_into(self.grads, index)
 
     def unscale(self, factor: float) -> bool:
         ok = True

@@ -16,6 +16,8 @@ from typing import Any
 from anekit.errors import AnekitError
 
 INT32_MAX = 2**31 - 1  # the checkpoints' step counters are int32
+DISTRIBUTED = ("mpi", "mlx")  # the transports a run can spread over (``anekit.training.distributed.open``)
+WIRES = ("fp32", "fp16", "bf16")  # the gradient buckets' dtypes between ranks
 
 
 @dataclass
@@ -41,6 +43,11 @@ class TrainOptions:
     restarted: bool = False  # a re-executed process continuing after a compile-budget restart
     threads: int | None = None  # sequences run at once (default: every core, simulator and dynamic weights)
     route: str | None = None  # a training route's id (anekit.kernels.route.ROUTES; default: the chip's)
+    # Data parallelism over processes (``anekit.training.distributed``): "mpi" or "mlx" (None: one process).
+    # Under it ``accum`` counts this rank's sequences: the step's global batch is accum x world size.
+    distributed: str | None = None
+    peer_timeout: float | None = None  # seconds an exchange waits for a rank beyond its own work (default 60)
+    wire: str = "fp32"  # the gradient buckets' dtype between ranks: "fp16" / "bf16" are not bit-exact
 
 
 # How messages name the options: as the Python parameters (``resume=True``, ``steps=5``) by default, as
@@ -70,6 +77,25 @@ def opt(name: str, value: Any = _UNSET) -> str:
     if value is _UNSET:
         return f"{name}=True" if name in SWITCHES else name
     return f"{name}={value}"
+
+
+def check_distributed(options: TrainOptions) -> None:
+    """The distributed options' values, before anything is opened: one line naming the option."""
+    o = options
+    if o.distributed is not None and o.distributed not in DISTRIBUTED:
+        raise AnekitError(
+            f"[train] {opt('distributed', o.distributed)}: expected one of {', '.join(DISTRIBUTED)}"
+        )
+    if o.wire not in WIRES:
+        raise AnekitError(f"[train] {opt('wire', o.wire)}: expected one of {', '.join(WIRES)}")
+    timeout = o.peer_timeout
+    if timeout is None:
+        pass
+    elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+        raise AnekitError(f"[train] {opt('peer_timeout', timeout)}: expected seconds in (0, 86400]")
+    if o.distributed is None and o.wire != "fp32":
+        raise AnekitError(f"[train] {opt('wire', o.wire)} applies to a run over several processes "
+                          f"({opt('distributed', 'mpi')} or mlx)")  # fmt: skip
 
 
 def raise_contradiction(name: str, value: Any, kept: Any, where: Path) -> None:

@@ -43,8 +43,15 @@ from anekit.runtime.base import Backend
 from anekit.threads import Background, cores
 from anekit.training.blzt import BlztSource
 from anekit.training.curves import StagedCurves
+from anekit.training.distributed.transport import (
+    DEFAULT_TIMEOUT,
+    DistributedError,
+    LocalTransport,
+    PeerLost,
+    Transport,
+)
 from anekit.training.identity import check_record_path, file_identity
-from anekit.training.options import TrainOptions, flag_names, opt
+from anekit.training.options import TrainOptions, check_distributed, flag_names, opt
 from anekit.training.route_choice import chosen_route, with_weights
 from anekit.training.source import RunSource
 from anekit.training.state import TrainConfig, TrainState
@@ -95,6 +102,36 @@ class RunResult:
 PLOT_HELPER_MIN_FLOPS = 5e10
 
 
+def open_transport(options: TrainOptions) -> Transport:
+    """The transport ``options.distributed`` names (``anekit.training.distributed.open``), or the
+    one-process one."""
+    if options.distributed is None:
+        return LocalTransport()
+    from anekit.training.distributed.open import open_transport as open_kind
+
+    timeout = DEFAULT_TIMEOUT if options.peer_timeout is None else options.peer_timeout
+    return open_kind(options.distributed, timeout)
+
+
+def check_world(accum: int, per_rank: int | None, size: int, out: Path, resume: bool) -> None:
+    """A run over ``size`` ranks of ``accum`` sequences a step (the global batch): ``size`` divides it, and a
+    per-rank ``accum`` given on resume (``per_rank``) gives it; one line otherwise."""
+    if not resume:
+        return
+    if accum % size:
+        sizes = ", ".join(str(n) for n in range(1, accum + 1) if accum % n == 0)
+        raise AnekitError(
+            f"[train] {opt('resume')}: the run in {out} takes {plural(accum, 'sequence')} a step, which "
+            f"{size} ranks cannot share evenly; resume it on a number of ranks that divides {accum} ({sizes})"
+        )
+    if per_rank is not None and per_rank * size != accum:
+        raise AnekitError(
+            f"[train] {opt('resume')}: {opt('accum', per_rank)} per rank on {size} ranks "
+            f"({per_rank * size} sequences a step) contradicts the run in {out} ({accum} a step: "
+            f"{opt('accum', accum // size)} on {size} ranks); drop it to continue that run"
+        )
+
+
 @dataclass(frozen=True)
 class BackendNumerics:
     """What the simulator computes with: its chip's name and its numerics ("engine", "ieee")."""
@@ -107,23 +144,118 @@ class Run:
     """One training run in ``options.out``, given its ``source`` (default: ``BlztSource``): everything is
     read and checked when it is made, nothing is written until ``train``."""
 
-    def __init__(self, options: TrainOptions, source: RunSource | None = None) -> None:
+    def __init__(
+        self, options: TrainOptions, source: RunSource | None = None, transport: Transport | None = None
+    ) -> None:
+        check_distributed(options)
         self.options = options
         self.source: RunSource = BlztSource() if source is None else source
         self.out = Path(options.out)
         self.checkpoint = self.out / self.source.checkpoint_name
         self.lock: DirLock | None = None
         self.created = False
+        self._opened = False
         self._wall0 = 0.0
         self._in_flight: Background | None = None  # a checkpoint being written on a thread
         self._painter: PlotHelper | None = None  # the loss.png helper of a run in progress
         self._started: list[Path] = []  # the files a new run created beside its step-0 checkpoint
-        init = None if options.resume else options.init  # --resume with --init: refused as a contradiction
-        inputs = ((opt("init"), init), (opt("data"), options.data), (opt("tokenizer"), options.tokenizer))
-        check_apart(
-            self.out, f"[train] {opt('out')}", inputs
-        )  # never into, over or around an input, --force or not
-        self._prepare()
+        self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
+        self._own_transport = transport is None
+        self.transport: Transport = open_transport(options) if transport is None else transport
+        self.rank, self.size = self.transport.rank, self.transport.size
+        self.resuming = options.resume  # a follower's own options are a fresh run's: rank 0 says
+        try:
+            if self.size == 1:
+                self._check_apart()
+                self._prepare()
+            elif self.rank == 0:
+                self._lead()
+            else:
+                self._follow()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_apart(self) -> None:
+        o = self.options
+        init = None if o.resume else o.init  # --resume with --init: refused as a contradiction
+        inputs = ((opt("init"), init), (opt("data"), o.data), (opt("tokenizer"), o.tokenizer))
+        check_apart(self.out, f"[train] {opt('out')}", inputs)  # never into, over or around an input
+
+    # -- 0. a run over several ranks: rank 0 prepares, the others follow (``distributed.follow``) ------
+
+    def _lead(self) -> None:
+        from anekit.training.distributed import follow
+
+        try:
+            self._check_apart()
+            self._prepare()
+        except AnekitError as e:
+            follow.announce(self.transport, None, str(e))
+            raise
+        description = {
+            **self.source.describe(),
+            "resume": self.options.resume,
+            "state": follow.state_counters(self.state),
+            "marks": [list(m) for m in self.source.marks],
+            "worlds": [list(w) for w in self.source.worlds],
+            "blas_threads": self.source.blas_threads,
+        }
+        follow.announce(self.transport, description, None)
+        follow.all_ready(self.transport, None, "reading the run's inputs")
+        self._agree_and_share()
+
+    def _follow(self) -> None:
+        from anekit.training.distributed import follow
+        from anekit.training.source import source_of
+
+        description = follow.receive(self.transport)
+        error: AnekitError | None = None
+        try:
+            if description.get("kind") != self.source.kind:  # e.g. an HF run resumed where OUT is not
+                self.source = source_of(description)
+                self.checkpoint = self.out / self.source.checkpoint_name
+            self.options = self.source.follower_options(description, self.options)
+            self.resuming = bool(description["resume"])
+            self._prepare(follower=True)
+            self.source.blas_threads = description["blas_threads"]
+        except AnekitError as e:
+            error = e
+        follow.all_ready(self.transport, error, "reading the run's inputs")
+        self._agree_and_share()
+        follow.adopt_counters(self.state, description["state"])
+        self.source.marks[:] = [(int(s), str(k)) for s, k in description["marks"]]
+        self.source.worlds[:] = [(int(s), int(n)) for s, n in description["worlds"]]
+        self.source.state_received()
+
+    def _agree_and_share(self) -> None:
+        """Every rank's fingerprint of the run compared (one line naming the first field that differs),
+        then rank 0's state into every rank's, exactly (the plain transport, never the wire's dtype)."""
+        from anekit.training.distributed import follow
+        from anekit.training.distributed.agree import agree
+
+        numerics = self.numerics
+        backend = self.backend.name + ("" if numerics is None else f" ({numerics.chip}, {numerics.numerics})")
+        fields = follow.fingerprint(self.cfg, self.tc, self.source.identity(), backend, self.size,
+                                    self.options.wire, self.source.blas_threads)  # fmt: skip
+        try:
+            agree(self.transport, fields, "the run's fingerprint")
+        except PeerLost:
+            raise
+        except DistributedError as e:  # every rank found it: rank 0 says it
+            if self.rank == 0:
+                raise
+            raise follow.StartRefused(str(e)) from e
+        follow.share_state(self.transport, self.source.state_arrays())
+
+    @property
+    def wired(self) -> Transport:
+        """The transport the gradients travel on: the plain one, or fp16 / bf16 buckets (``wire``)."""
+        if self.options.wire == "fp32":
+            return self.transport
+        from anekit.training.distributed.wire import with_wire
+
+        return with_wire(self.transport, self.options.wire)
 
     # -- what the source read ---------------------------------------------------------------------------
 
@@ -177,18 +309,32 @@ class Run:
 
     # -- 1. what to run: the stored run (resume) or the options; nothing is written here --------------
 
-    def _prepare(self) -> None:
+    def _prepare(self, follower: bool = False) -> None:
+        """Read and check the run (a follower: the fresh run rank 0 described, from its own inputs; it
+        does not look at OUT, which may be on rank 0's machine only)."""
         o, out, ckpt_path = self.options, self.out, self.checkpoint
         self.source.check_inputs(o)
-        if out.exists() and not out.is_dir():
+        if not follower and out.exists() and not out.is_dir():
             raise AnekitError(f"[train] {opt('out', out)} is a file, not a directory")
         runtime.check_numerics_options(o.backend, o.numerics)  # before any write
         self._open_backend()
         o = self.options = self._with_route(o)
+        per_rank = o.accum
+        spread = (o.distributed is not None or self.size > 1) and not follower
+        if spread:  # accum counts a rank's sequences: the run's are N x
+            o = replace(o, accum=None if o.resume else (per_rank or self.source.default_accum) * self.size)
         self.source.prepare(o, out, ckpt_path)
         self.seen = self.source.seen
         self.resumed_wall = self.source.resumed_wall
+        if spread:
+            check_world(self.tc.accum, per_rank, self.size, out, o.resume)
+        if not follower and self.state.step < self.tc.steps:
+            self.source.worlds.append((self.state.step, self.size))
+        if not follower and self.source.blas_threads is None:  # fixed now, for every rank and resume
+            self.source.blas_threads = self._blas_threads()
         self._check_budget()
+        if follower:
+            return
         if ckpt_path.exists() and not ckpt_path.is_file():
             raise AnekitError(f"[train] {ckpt_path} is not a regular file: the checkpoint cannot be written")
         if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
@@ -223,9 +369,23 @@ class Run:
 
     def open(self) -> None:
         """Create (if need be) and lock the output directory, removing what dead writers left in it
-        (``train`` does it when it was not done)."""
-        if self.lock is None:
-            self.created = self._open()
+        (``train`` does it when it was not done). Over several ranks rank 0 alone does it, and every rank
+        learns whether it could."""
+        if self._opened:
+            return
+        error: AnekitError | None = None
+        if self.rank == 0:
+            try:
+                self.created = self._open()
+            except AnekitError as e:
+                error = e
+                if self.size == 1:
+                    raise
+        if self.size > 1:
+            from anekit.training.distributed.follow import all_ready
+
+            all_ready(self.transport, error, "opening the output directory")
+        self._opened = True
 
     def _open(self) -> bool:
         """``open``'s work; True when this run created the directory."""
@@ -250,10 +410,14 @@ class Run:
         return created
 
     def close(self) -> None:
-        """Release the output directory's lock (a no-op when it is not held)."""
+        """Release the output directory's lock (a no-op when it is not held), and the transport this run
+        opened."""
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+        if self._own_transport:
+            self._own_transport = False
+            self.transport.close()
 
     # -- 3. training ----------------------------------------------------------------------------------
 
@@ -265,16 +429,32 @@ class Run:
 
         if self.options.threads is not None:
             return self.options.threads
-        return default_threads(self.backend.name, self.tc.weights, self.tc.accum, self.cfg)
+        local = self.tc.accum // self.size  # this rank's sequences; the ranks on a host share its cores
+        share = max(1, cores() // max(1, self.transport.local_size)) if self.size > 1 else cores()
+        return min(share, default_threads(self.backend.name, self.tc.weights, local, self.cfg))
+
+    def _blas_threads(self) -> int:
+        """The BLAS threads one sequence runs on in this process (``accumulate.sequence_blas``): fixed for
+        the run when it starts, since a float32 product's bits depend on them."""
+        from anekit.training.accumulate import sequence_blas
+
+        local = self.tc.accum // self.size
+        workers = min(self.threads, local) if self.tc.weights == "dynamic" else 1
+        return sequence_blas(self.cfg, max(1, workers))
 
     def save(self) -> None:
-        """Checkpoint the run as it stands (weights, Adam state, run record), atomically."""
+        """Checkpoint the run as it stands (weights, Adam state, run record), atomically (rank 0 alone
+        writes: every rank holds the same state)."""
+        if self.rank != 0:
+            return
         self._settle()
         self._write_checkpoint()
 
     def _save_in_background(self) -> None:
         """Start the checkpoint's write on a thread: it must be settled (``_settle``) before any weight
         changes, and before any other write of the checkpoint."""
+        if self.rank != 0:
+            return
         self._settle()
         self._in_flight = Background(self._write_checkpoint, "anekit-checkpoint")
 
@@ -289,8 +469,10 @@ class Run:
                 in_flight.wait()
 
     def _write_checkpoint(self) -> None:
+        step = self.state.step
         with writing(self.checkpoint, "[train]"):
             made = self.source.write_checkpoint(self.checkpoint, time.perf_counter() - self._wall0)
+        self.saved_step = step
         for path in made:  # removed if the run fails before its first step
             if path not in self._started:
                 self._started.append(path)
@@ -338,13 +520,13 @@ class Run:
         created = self.created
         every = o.checkpoint_every or AUTO_CHECKPOINT_STEPS
         seconds = None if o.checkpoint_every else AUTO_CHECKPOINT_SECONDS
-        reason, first_saved = "done", False
-        if o.resume and state.step >= tc.steps:  # finished before: nothing to train, nothing is written
-            no_png = self._catch_up_curves()
+        reason, first_saved, lead = "done", False, self.rank == 0
+        if self.resuming and state.step >= tc.steps:  # finished before: nothing to train, nothing is written
+            no_png = self._catch_up_curves() if lead else None
             return RunResult("done", state.step, tc.steps, list(state.losses), self.checkpoint,
                              dict(state.seconds), no_png, trained=False)  # fmt: skip
         try:
-            if not o.resume:
+            if not self.resuming and lead:
                 # step 0: from now on a kill at any instant leaves a run that resume continues. Written while
                 # the kernels compile and the first step computes (the trainer settles it before the first
                 # update): 0.4 s of stories15M's start-up otherwise.
@@ -368,15 +550,22 @@ class Run:
                     trainable=self.source.trainable,
                     validate=None if validation is None else validation[0],
                     val_every=0 if validation is None else validation[1],
+                    transport=self.wired if self.size > 1 else None,
+                    blas_threads=self.source.blas_threads,
                 )
         except AnekitError:
             self._settle(quiet=True)  # the step-0 write, if it is still going, ends before anything else
-            if not o.resume and state.step == 0:  # e.g. kernels the backend refuses, a full disk:
-                self._remove_started(first_saved, created)  # leave no run behind
+            if not self.resuming and state.step == 0 and lead:  # e.g. kernels the backend refuses, a full
+                self._remove_started(first_saved, created)  # disk: leave no run behind
             raise
         except BaseException:
             self._settle(quiet=True)  # Ctrl-C from Python: the step-0 checkpoint is whole before we unwind
             raise
+        if not lead:  # rank 0 writes the run's files; this rank holds the same state
+            if on_done is not None and reason == "done":
+                on_done()
+            return RunResult(reason, state.step, tc.steps, list(state.losses), self.checkpoint,
+                             dict(state.seconds))  # fmt: skip
         save(state, background=True)  # written while the run's product and its curves are made
         staged: StagedCurves | None = None
         try:
@@ -453,7 +642,7 @@ class Run:
         from anekit.training.accumulate import sequence_flops
 
         work = sequence_flops(self.cfg) * self.tc.accum * max(0, self.tc.steps - self.state.step)
-        if work < PLOT_HELPER_MIN_FLOPS or cores() < 2 or getattr(sys, "frozen", False):
+        if self.rank != 0 or work < PLOT_HELPER_MIN_FLOPS or cores() < 2 or getattr(sys, "frozen", False):
             return None
         if importlib.util.find_spec("matplotlib") is None:
             return None
@@ -495,11 +684,13 @@ class Progress:
 def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: Any) -> RunResult:
     """Train as ``anekit train --out OUT`` does, the options named as its flags (``config``, ``data``,
     ``tokenizer``, ``steps``, ``accum``, ``lr``, ``seed``, ``weights``, ``backend``, ``init``, ``resume``,
-    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``); errors name them as these
-    parameters (``resume=True``). Progress goes to stdout as the run goes (``Progress``: the first, every
-    10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing. Returns
-    how the run ended; a run whose compile budget ran out ends with reason "budget": call again with
-    ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
+    ``force``, ``checkpoint_every``, ``compile_budget``, ``numerics``, and for a rank of a run over several
+    processes ``distributed`` ("mpi" / "mlx"; ``accum`` then counts this rank's sequences),
+    ``peer_timeout``, ``wire``); errors name them as these parameters (``resume=True``). Over several
+    ranks rank 0 alone prints and writes. Progress goes to stdout as the run goes (``Progress``: the first,
+    every 10th and the last step, one closing line) unless ``quiet=True``; ``Run`` itself prints nothing.
+    Returns how the run ended; a run whose compile budget ran out ends with reason "budget": call again
+    with ``resume=True``; a finished run resumed trains nothing and writes nothing (``trained`` False)."""
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -511,7 +702,7 @@ def train(out: str | os.PathLike[str] = "out", quiet: bool = False, **options: A
             options[key] = Path(options[key])
     run = Run(TrainOptions(out=Path(out), **options))
     try:
-        if quiet:
+        if quiet or run.rank != 0:  # rank 0 alone prints
             return run.train()
         progress = Progress(run)
         result = run.train(on_step=progress.step, log=progress.say)

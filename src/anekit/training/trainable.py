@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
 from anekit.llama.params import Params
 from anekit.llama.step import Gradients, unscale
 from anekit.training.optimizer import apply_adamw
@@ -54,6 +56,14 @@ class FullTrainable:
     def add(self, sink: Gradients) -> None:
         fresh, self._fresh = self._fresh, False
         sink.add_to(self.grads, overwrite=fresh)
+
+    def gradient_tensors(self) -> list[np.ndarray]:
+        """The total's gradient tensors in ``Params.tensors`` order: what ranks exchange."""
+        return [g for _, g in self.grads.tensors()]
+
+    def add_tensor(self, sink: Gradients, index: int) -> None:
+        """Tensor ``index`` of a worker's buffer added onto the total's (``add`` a tensor at a time)."""
+        sink.add_tensor_to(self.grads, index)
 
     def unscale(self, factor: float) -> bool:
         return unscale(self.grads, factor)
