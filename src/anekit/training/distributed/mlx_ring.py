@@ -18,7 +18,8 @@ neighbours only, so:
 
 mlx's calls block, so each exchange runs on this transport's one worker thread (mlx streams belong to a
 thread: init and every call run there) while the calling thread waits at most ``timeout`` seconds, then
-raises ``PeerLost`` naming the rank waited on (for a gather: ``a rank``, which mlx does not tell; a gather
+raises ``PeerLost`` naming the rank waited on (for a gather of more than two ranks: ``a rank``, which mlx
+does not tell; a gather
 waits ``GATHER_GRACE`` longer, so that a rank waiting on the lost one directly speaks first). After
 a timeout the worker is still blocked and the transport refuses further exchanges: the caller aborts.
 A link that mlx sees fail (a peer that died) raises ``PeerLost`` at once.
@@ -227,7 +228,8 @@ class MlxTransport:
             rows = gather(mine).reshape(self.size, width)
             return [rows[r, : int(lengths[r])].tobytes() for r in range(self.size)]
 
-        return self._run(job, None, what, GATHER_GRACE)
+        other = 1 - self.rank if self.size == 2 else None  # of two ranks, the one waited on is known
+        return self._run(job, other, what, GATHER_GRACE)
 
     def all_sum(self, array: np.ndarray, what: str) -> np.ndarray:
         a = np.ascontiguousarray(array)
