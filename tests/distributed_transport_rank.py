@@ -81,6 +81,7 @@ def case_hang(t: Transport) -> None:
         print(f"rank {r} stopping itself at {time.time():.3f}", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
     if r == n - 2:
+        print(f"rank {r} waits from {time.time():.3f}", flush=True)
         t.recv([np.zeros(8, np.float32)], n - 1, "gradients of step 7")
     t.all_gather_bytes(b"loss", "losses of step 7")
 
