@@ -55,6 +55,17 @@ def _fresh_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(residency, "RESIDENCY", residency.Residency())
 
 
+@pytest.fixture(autouse=True)
+def _no_ranks_left_behind() -> Iterator[None]:
+    """After a test that started ranks (tests/distributed_ranks.py), nothing of them runs on."""
+    yield
+    import sys
+
+    ranks = sys.modules.get("distributed_ranks") or sys.modules.get("tests.distributed_ranks")
+    if ranks is not None:
+        ranks.end_leftovers()
+
+
 @pytest.fixture(scope="module", params=["jit", "numpy"])
 def fp16_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a module's tests twice: with anekit.jit's compiled loops, and with the numpy paths alone.

@@ -39,6 +39,8 @@ from typing import IO
 
 import pytest
 
+from anekit.training.distributed.launch import free_ports
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MAX_TIMEOUT = 120.0  # seconds: no test waits longer on its ranks
@@ -85,7 +87,20 @@ def command(n: int, argv: list[str], engine: str = "mpi") -> list[str]:
     exe = need_engine(engine)
     if engine == "mpi":
         return [exe, "-n", str(n), "--oversubscribe", sys.executable, *argv]
-    return [exe, "-n", str(n), "--backend", "ring", "--python", sys.executable, "--", *argv]
+    port = str(free_ports(n))  # not mlx's default: a job left behind by another test cannot meet this one
+    return [
+        exe,
+        "-n",
+        str(n),
+        "--backend",
+        "ring",
+        "--starting-port",
+        port,
+        "--python",
+        sys.executable,
+        "--",
+        *argv,
+    ]
 
 
 @dataclass
@@ -204,7 +219,34 @@ def start_ranks(
         text=True,
         start_new_session=True,
     )
+    STARTED.append(proc)
     return Started(proc, engine)
+
+
+# Every launcher started, so that ``end_leftovers`` (called after each test by tests/conftest.py) ends what
+# a failed assertion left running: a stopped rank would otherwise outlive the test run.
+STARTED: list[subprocess.Popen[str]] = []
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[4])  # the fields after the command: state ppid pgrp session
+
+
+def end_leftovers() -> None:
+    """SIGKILL every process of the sessions the tests' launchers started (orphans included), then forget
+    them."""
+    sessions = {p.pid for p in STARTED}
+    STARTED.clear()
+    if not sessions:
+        return
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _session_of(int(entry)) in sessions:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
 
 
 def run_ranks(

@@ -287,10 +287,13 @@ class Console:
     """Progress output that notices a closed stdout (a pipe whose reader quit): it then goes quiet,
     points stdout at the null device (so nothing fails again at exit) and sets ``closed``."""
 
-    def __init__(self, silent: bool = False) -> None:
+    def __init__(self, silent: bool = False, whole_lines: bool = False) -> None:
         self.closed = False
         self.silent = silent  # a rank > 0 of a run over several: rank 0 prints the run's progress
-        self.tty = sys.stdout.isatty() and not silent
+        # A rank under mpiexec / mlx.launch writes to the launcher's pseudo-terminal, which passes on only
+        # whole lines: a progress line redrawn with "\r" would show nothing until the run's last newline,
+        # so a distributed run prints its progress as lines, as off a terminal (``whole_lines``).
+        self.tty = sys.stdout.isatty() and not silent and not whole_lines
 
     def print(self, text: str = "", end: str = "\n") -> None:
         if self.closed or self.silent:
@@ -513,7 +516,7 @@ def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Trans
     session.open()  # the directory locked before anything is printed: a second writer says nothing else
     cfg, tc, state, backend = session.cfg, session.tc, session.state, session.backend
     lead, size = session.rank == 0, session.size
-    console = Console(silent=not lead)  # rank 0 alone prints the run's progress
+    console = Console(silent=not lead, whole_lines=args.distributed is not None)  # rank 0 alone prints
     stopper = Stopper(rank_of_several=args.distributed is not None)
     if session.resuming and state.step >= tc.steps:  # a finished run: it only samples, nothing is written
         console.print(f"anekit train: the run in {out} is finished ({state.step}/{tc.steps} steps); sampling "

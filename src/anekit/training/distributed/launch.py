@@ -223,8 +223,38 @@ def plan(
             cmd += ["--hosts", hosts]
         elif hostfile is not None:
             cmd += ["--hostfile", str(hostfile)]
+        else:  # on this host alone: ports nobody holds, so that two jobs (or one left behind) cannot meet
+            cmd += ["--starting-port", str(free_ports(ranks))]
         cmd += ["--python", py, "--", "-m", RANK_MODULE, *train_args]
     return Plan(engine, ranks, tuple(cmd), train_args, env, timeout or DEFAULT_TIMEOUT, max_restarts)
+
+
+def free_ports(count: int, first: int = 20000, last: int = 60000) -> int:
+    """The first of ``count`` consecutive TCP ports on the loopback that nothing listens on now (mlx.launch's
+    ring on one host listens on ``--starting-port`` + rank; its default, 32323, is shared by every job).
+    Blocks are tried from a random start, so two launches at the same instant rarely pick the same one."""
+    import random
+    import socket
+
+    span = max(1, (last - first) // max(1, count))
+    start = random.randrange(span)
+    for k in range(span):
+        base = first + ((start + k) % span) * count
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise DistributedError(
+        f"[launch] no {count} consecutive free ports between {first} and {last} for mlx's ring"
+    )
 
 
 # -- running it
