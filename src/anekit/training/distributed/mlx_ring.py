@@ -41,7 +41,7 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 from anekit.errors import install_hint
-from anekit.training.distributed.transport import DEFAULT_TIMEOUT, DistributedError, PeerLost
+from anekit.training.distributed.transport import DEFAULT_TIMEOUT, DistributedError, PeerLost, sum_over_ranks
 
 CHUNK_BYTES = 16 << 20  # the largest single message
 GATHER_GRACE = 2.0  # seconds a gather waits beyond the timeout, so a point-to-point waiter speaks first
@@ -232,16 +232,7 @@ class MlxTransport:
         return self._run(job, other, what, GATHER_GRACE)
 
     def all_sum(self, array: np.ndarray, what: str) -> np.ndarray:
-        a = np.ascontiguousarray(array)
-        if a.dtype.kind not in "biu":
-            raise DistributedError(
-                f"[distributed] {what}: all_sum takes integers or flags, not {a.dtype} (gradients are summed "
-                "in the run's fixed order, through send / recv)"
-            )
-        total = np.zeros(a.shape, dtype=a.dtype)
-        for rec in self.all_gather_bytes(a.tobytes(), what):
-            total += np.frombuffer(rec, dtype=a.dtype).reshape(a.shape)
-        return total
+        return sum_over_ranks(array, lambda data: self.all_gather_bytes(data, what), self.rank, what)
 
     def barrier(self, what: str) -> None:
         self.all_gather_bytes(b"", what)

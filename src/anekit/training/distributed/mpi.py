@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from anekit.errors import install_hint
-from anekit.training.distributed.transport import DEFAULT_TIMEOUT, DistributedError, PeerLost
+from anekit.training.distributed.transport import DEFAULT_TIMEOUT, DistributedError, PeerLost, sum_over_ranks
 
 CHUNK_BYTES = 16 << 20  # the largest single message: a gradient bucket of any size goes in such pieces
 WINDOW = 4  # chunks in flight at once per call
@@ -241,21 +241,7 @@ class MpiTransport:
         return _unpack(packed.tobytes(), self.size, what)
 
     def all_sum(self, array: np.ndarray, what: str) -> np.ndarray:
-        a = np.ascontiguousarray(array)
-        if a.dtype.kind not in "biu":
-            raise DistributedError(
-                f"[distributed] {what}: all_sum takes integers or flags, not {a.dtype} (gradients are summed "
-                "in the run's fixed order, through send / recv)"
-            )
-        records = self.all_gather_bytes(a.tobytes(), what)
-        total = np.zeros(a.shape, dtype=a.dtype)
-        for r, rec in enumerate(records):
-            if len(rec) != a.nbytes:
-                raise DistributedError(
-                    f"[distributed] {what}: rank {r} summed {len(rec)} bytes, rank {self.rank} {a.nbytes}"
-                )
-            total += np.frombuffer(rec, dtype=a.dtype).reshape(a.shape)
-        return total
+        return sum_over_ranks(array, lambda data: self.all_gather_bytes(data, what), self.rank, what)
 
     def barrier(self, what: str) -> None:
         self.all_gather_bytes(b"", what)

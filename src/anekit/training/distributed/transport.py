@@ -12,7 +12,7 @@ own order cannot change (integers, flags); gradients never go through it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn, Protocol
 
 import numpy as np
@@ -69,6 +69,27 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def sum_over_ranks(
+    array: np.ndarray, gather: Callable[[bytes], list[bytes]], rank: int, what: str
+) -> np.ndarray:
+    """``all_sum`` over a transport that gathers bytes: every rank's integers or flags, added in rank order
+    (a gradient is refused: gradients are summed in the run's fixed order, through send / recv)."""
+    a = np.ascontiguousarray(array)
+    if a.dtype.kind not in "biu":
+        raise DistributedError(
+            f"[distributed] {what}: all_sum takes integers or flags, not {a.dtype} (gradients are summed "
+            "in the run's fixed order, through send / recv)"
+        )
+    total = np.zeros(a.shape, dtype=a.dtype)
+    for r, rec in enumerate(gather(a.tobytes())):
+        if len(rec) != a.nbytes:
+            raise DistributedError(
+                f"[distributed] {what}: rank {r} summed {len(rec)} bytes, rank {rank} {a.nbytes}"
+            )
+        total += np.frombuffer(rec, dtype=a.dtype).reshape(a.shape)
+    return total
 
 
 class LocalTransport:
