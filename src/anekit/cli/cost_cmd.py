@@ -86,14 +86,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --distributed: one link (default: every link, with its source)",
     )
     p.add_argument("--lora", type=flags.int_range(1, 4096), metavar="RANK", help="with --distributed: LoRA's "
-                   "gradients (rank RANK on q and v) instead of every weight's")  # fmt: skip
+                   "gradients (rank RANK on q and v, 1 .. 4096) instead of every weight's (default: every "
+                   "weight's)")  # fmt: skip
     p.add_argument("--accum", type=flags.int_range(1, 1 << 20), metavar="K",
-                   help="with --distributed: also the speed-up at K sequences per rank")  # fmt: skip
+                   help="with --distributed: also the speed-up at K sequences per rank, 1 .. 1048576 "
+                   "(default: only at the accumulation that hides the exchange)")  # fmt: skip
     p.add_argument(
         "--bucket-mb",
         type=flags.float_range(0.0, 1e6, lo_open=True),
         metavar="MB",
-        help="with --distributed: buckets of about MB megabytes (large tensors cut, small ones grouped; "
+        help="with --distributed: buckets of about MB megabytes, > 0 (large tensors cut, small ones grouped; "
         "default: one bucket per gradient tensor, as the chain sends them)",
     )
     p.add_argument(
@@ -106,8 +108,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--sequence-ms",
         type=flags.float_range(0.0, 1e9, lo_open=True),
         metavar="MS",
-        help="with --distributed: a measured time of one sequence's forward and backward (default: the "
-        "predicted engine time on --chip, which leaves out the CPU's share)",
+        help="with --distributed: a measured time of one sequence's forward and backward, > 0 ms (default: "
+        "the predicted engine time on --chip, which leaves out the CPU's share)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--calibration", action="store_true", help="print the fit and the error table")
