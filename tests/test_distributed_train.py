@@ -11,6 +11,7 @@ and the comparison is of one sequence's arithmetic on a rank against the same se
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -354,7 +355,9 @@ def test_a_hung_rank_ends_the_run_on_every_rank_naming_it_and_the_intact_checkpo
     lines = _anekit_lines(done.stderr)
     assert len(lines) == 1, done.stderr
     saved = _blzt(out)["state"]["step"]
-    assert lines[0].startswith("anekit: [train] rank 1 did not answer within 3 s ("), lines[0]
+    # S = 3 s point to point; a gather waits S + 1 (rank 0) or S + 2 (the others) so a point-to-point waiter
+    # speaks first (anekit.training.distributed.mpi)
+    assert re.match(r"anekit: \[train\] rank 1 did not answer within [345] s \(", lines[0]), lines[0]
     assert lines[0].endswith(f"; ending the run on every rank; the checkpoint of step {saved} is intact")
     _ok(_ranks(2, _default(out, inputs, "--resume", "--distributed", "mpi"), cache))
     _assert_same(_blzt(tmp_path / "one"), _blzt(out))
