@@ -23,6 +23,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from anekit.training.run import AUTO_CHECKPOINT_SECONDS, AUTO_CHECKPOINT_STEPS, 
 from anekit.words import plural
 
 SEED_MAX = 2**32 - 1  # numpy's SeedSequence takes non-negative entries; the corpus generator 32-bit ones
+REFUSAL_GRACE = 2.0  # seconds a following rank waits before exiting on another rank's refusal
 EXIT_PIPE = 128 + 13  # as a shell reports a process killed by SIGPIPE
 EXIT_RESTART = 75  # EX_TEMPFAIL: a run over several ranks whose compile budget ran out (launch resumes it)
 EXIT_PEER_LOST = 3  # a rank died, hung or lost its link: the run ended on every rank
@@ -394,7 +396,10 @@ def _distributed(args: argparse.Namespace) -> int:
             try:
                 return _run(args, exits, transport, held)
             except StartRefused:
-                return 1  # the rank that refused said why
+                # The rank that refused says why; the launcher ends every rank as soon as one exits
+                # non-zero, so a rank that only follows the refusal waits a moment: rank 0's line first.
+                time.sleep(REFUSAL_GRACE)
+                return 1
             except AnekitError as e:
                 started = bool(held) and held[0]._opened
                 if not started and rank == 0:
