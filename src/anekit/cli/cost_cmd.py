@@ -359,6 +359,34 @@ def run_distributed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_step(doc: dict, any_chip: bool) -> None:
+    """The host's part of the step, by part, and the whole step: engine, host, overlapped, step."""
+    st = doc["step"]
+    fig = st["host_figures"]
+    mm, stream = fig["matmul"], fig["stream"]
+    on = f"{st['chip']}, the device whose step is slowest" if any_chip else st["chip"]
+    parts = sorted(st["host_parts"].items(), key=lambda kv: -kv[1]["ms"])
+    print(
+        f"host part ({on}): {st['host_ms']:.2f} ms: {st['host_gflop']:.1f} GFLOP at {mm['value']:g} fp32 "
+        f"TFLOP/s ({mm['status']}) + {st['host_mb'] / 1e3:.2f} GB at {stream['value']:.0f} GB/s "
+        f"({stream['status']}): " + ", ".join(f"{name} {p['ms']:.2f}" for name, p in parts)
+    )
+    print(
+        f"step: {st['step_ms']:.2f} ms = engine {st['engine_ms']:.2f} + host {st['host_ms']:.2f} - "
+        f"overlapped {st['overlapped_ms']:.2f} (the weight gradients, the classifier's too, "
+        f"{st['host_beside_engine_ms']:.2f} ms, "
+        "queued beside the engine's backward; the head, the norms, the conversions and the optimizer on "
+        "the step's path)"
+    )
+    if st["weights"] == "baked":
+        per = st["compile_ms_per_kernel"]
+        print(
+            f"compile: {st['compile_ms_per_update'] / 1e3:.2f} s after each optimizer update (every "
+            f"weight-bearing kernel, {per['value']:.0f} ms each, {per['status']}), once per accumulation "
+            "batch: not in the step; --weights dynamic compiles once"
+        )
+
+
 def run_cost(args: argparse.Namespace) -> int:
     perf = chips(args.chip)[0]
     params = fitted()
@@ -383,11 +411,14 @@ def run_cost(args: argparse.Namespace) -> int:
     if (args.target is None) == (args.config is None):
         raise AnekitError("[cost] name one of --config NAME or FILE.mil / DUMP_DIR (or --calibration)")
     cfg = None if args.config is None else model_config(args.config)
+    tied = True
     if cfg is not None:
         kernels, what = step(cfg, args.weights)
+        tied = True if is_preset(args.config) else read_config(args.config).tied
     else:
         kernels, what = program_works(args.target), str(args.target)
-    doc = report(kernels, what, args.chip, args.route, params, cfg)
+    weights = args.weights if cfg is not None else None
+    doc = report(kernels, what, args.chip, args.route, params, cfg, weights, tied)
     rows = doc["kernels"]
     total = doc["engine_ms"]
     if args.calibration:
@@ -418,10 +449,7 @@ def run_cost(args: argparse.Namespace) -> int:
         + ", ".join(f"{k} {v:.0%}" for k, v in doc["share_by_part"].items())
     )
     if args.config is not None:
-        print(
-            f"not timed: the CPU's {doc['host_gflop']:.1f} GFLOP per step (classifier, weight gradients) "
-            "and the fp16 conversions"
-        )
+        _print_step(doc, args.chip == ANY)
     if args.chip == ANY:
         slowest = sorted({r["chip"] for r in rows})
         compute, dram = params.compute_efficiency, params.dram_efficiency

@@ -41,10 +41,10 @@ from anekit.cost.gen_work import FP16, FP32
 from anekit.cost.model import Params, predict
 from anekit.cost.work import Work, count
 from anekit.engine.chips import DEVICES
-from anekit.engine.evidence import Evidence
 from anekit.engine.generation import DECODE_WIDTH
 from anekit.engine.generation_routes import GenerationRoute, NoGenerationRoute, generation_route
-from anekit.engine.performance import Figure, Performance, performance
+from anekit.engine.host import GPT2_PARAMS, HostFigures, host_figures
+from anekit.engine.performance import Performance, performance
 from anekit.errors import AnekitError
 from anekit.generate.plan import GenerationPlan, generation_plan
 from anekit.kernels.conv_only import qkv_fwd, wo_fwd
@@ -61,45 +61,7 @@ class GenerationCostError(AnekitError, ValueError):
     """A generation cost that cannot be predicted; the message names the field and the limit."""
 
 
-# -- the host's figures -------------------------------------------------------------------------------------
-
-ORION_CPU = "mechramc/Orion RESULTS.md, 'Inference (GPT-2 124M, M4 Max)'"
-GUIDE_CPU = "sbryngelson/ane-guide part-3-performance/11-ane-vs-gpu-vs-cpu.md, 'Where the CPU leads'"
-GPT2_PARAMS = 124_439_808  # GPT-2 124M's parameters (wte 50257 x 768 tied, wpe 1024 x 768, 12 layers)
-ORION_CPU_MS = 3.5  # its CPU decode, ms per token (p50)
-HOST_STREAM_M4_MAX = GPT2_PARAMS * FP32 / (ORION_CPU_MS * 1e-3) / 1e9  # GB/s: every fp32 weight once a token
-
-
-@dataclass(frozen=True)
-class HostFigures:
-    """The host CPU's rates: fp32 operands streamed from memory, and a saturated fp32 matmul."""
-
-    stream: Figure  # GB/s
-    gemm: Figure  # TFLOP/s
-
-
-def host_figures(perf: Performance) -> HostFigures:
-    """The host's figures on ``perf``'s device. Measured: the M4 Max's stream (Orion's CPU decode of GPT-2
-    124M reads its fp32 weights once per token in 3.5 ms) and the M1's matmul (1.9 fp32 TFLOP/s); every
-    other device takes these as stand-ins, the stream capped at the device's DRAM bandwidth."""
-    gen = perf.device.generation
-    stream_ev = Evidence(
-        ORION_CPU,
-        "derived" if perf.name == "m4-max" else "assumed",
-        f"'CPU decode latency (p50) | 3.5 ms/token' for GPT-2 124M: {GPT2_PARAMS} fp32 weights read once a "
-        f"token, {HOST_STREAM_M4_MAX:.0f} GB/s"
-        + ("" if perf.name == "m4-max" else f" (M4 Max), standing in for the {perf.label}, at most its DRAM"),
-        chips=(gen,),
-    )
-    gemm_ev = Evidence(
-        GUIDE_CPU,
-        "measured" if gen == "m1" else "assumed",
-        "'reaching about 1.9 fp32 TFLOP/s on a saturated matrix multiply' (M1)"
-        + ("" if gen == "m1" else f", standing in for the {perf.label}"),
-        chips=(gen,),
-    )
-    stream = min(HOST_STREAM_M4_MAX, perf.dram.value)
-    return HostFigures(Figure(stream, "GB/s", stream_ev), Figure(1.9, "TFLOP/s", gemm_ev))
+# -- the host's figures: anekit.engine.host --------------------------------------------------------------
 
 
 # -- what runs --------------------------------------------------------------------------------------------
@@ -401,6 +363,7 @@ def generation_doc(cost: GenerationCost) -> dict[str, Any]:
 
 __all__ = [
     "DECODE_WIDTH",
+    "GPT2_PARAMS",
     "Dispatch",
     "GenerationCost",
     "GenerationCostError",

@@ -14,17 +14,19 @@ program (the banded mask, the local RoPE tables): the step prices it as a kernel
 layers.
 
 The head (final RMSNorm, tied classifier, cross-entropy), every RMSNorm backward and every weight
-gradient run on the CPU: the step time predicted here is the engine part only. ``host_flops`` states
-the CPU's share of the arithmetic, which this model does not time.
+gradient run on the CPU: the kernels here are the engine part only. ``host_flops`` states the CPU's
+share of the arithmetic; ``anekit.cost.host_step`` times the host's part and the whole step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from anekit.cost.work import Work, count
 from anekit.kernels import catalog
 from anekit.kernels.config import ModelConfig
+from anekit.kernels.spec import KernelSpec
 
 WEIGHT_MODES = ("baked", "dynamic")
 
@@ -44,6 +46,10 @@ class StepKernel:
         return self.per_layer * self.layers
 
 
+# (name in the step table, the layer kind it serves, the kernel, its generated spec)
+StepProgram = tuple[str, str, StepKernel, KernelSpec]
+
+
 def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
     """Every kernel a training step of ``cfg`` evaluates, in step order (generated from shapes only).
 
@@ -51,6 +57,16 @@ def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
     tables) is priced per kind, over the layers of that kind: "sdpa_fwd" for the full layers,
     "sdpa_fwd_sliding" for Gemma 3's sliding ones (``catalog.with_kinds``'s names); a kind no layer has
     is left out (Llama: every kernel once, over every layer)."""
+    return [k for _, _, k, _ in step_programs(cfg, weights)]
+
+
+@cache
+def step_programs(
+    cfg: ModelConfig, weights: str = "baked"
+) -> tuple[tuple[str, str, StepKernel, KernelSpec], ...]:
+    """``step_kernels`` with each kernel's name in the step tables below, the layer kind it serves
+    ("full" for a kernel every layer shares) and its generated spec (its surfaces' layouts), in step
+    order."""
     if weights not in WEIGHT_MODES:
         raise ValueError(f"weights must be one of {WEIGHT_MODES}, not {weights!r}")
     kinds = {k: sum(cfg.layer_type(i) == k for i in range(cfg.n_layers)) for k in cfg.layer_kinds}
@@ -61,8 +77,8 @@ def step_kernels(cfg: ModelConfig, weights: str = "baked") -> list[StepKernel]:
             label = name if kind == "full" else f"{name}_{kind}"
             generated = f"{catalog_name}_{kind}" if kind != "full" else catalog_name
             spec = catalog.build(generated, cfg, None)
-            out.append(StepKernel(count(spec.program, label), 1, layers, part, direction))
-    return out
+            out.append((name, kind, StepKernel(count(spec.program, label), 1, layers, part, direction), spec))
+    return tuple(out)
 
 
 # (name in the step, the catalog's kernel, part of the layer, direction), in step order.

@@ -20,6 +20,7 @@ from anekit.cost import (
     summary,
 )
 from anekit.cost.calibration import FIGURE, FIT, HELD_OUT
+from anekit.cost.host_step import step_doc, whole_step
 from anekit.cost.step import StepKernel, host_flops, step_kernels
 from anekit.cost.work import count
 from anekit.errors import AnekitError
@@ -170,11 +171,15 @@ def report(
     route: str = "direct",
     params: Params | None = None,
     cfg: ModelConfig | None = None,
+    weights: str | None = None,
+    tied: bool = True,
 ) -> dict[str, Any]:
     """The predicted engine time of ``kernels`` (named ``what``) on ``chip_name`` (``any``: per kernel,
     the slowest device) and ``route``: one row per kernel, the total, the shares by kind and by part,
     the fitted efficiencies and the chip figures used; ``cfg``: the model of a training step (its host
-    work is reported too). A JSON-ready dict."""
+    FLOPs are reported too) and, with ``weights`` (its weight mode; ``tied``: whether its classifier is
+    the embedding), the whole step: engine, host, their overlap and the step time
+    (``anekit.cost.host_step``; for ``any`` on the device whose step is slowest). A JSON-ready dict."""
     params = fitted() if params is None else params
     perfs = chips(chip_name)
     perf = perfs[0]
@@ -206,4 +211,10 @@ def report(
     }
     if cfg is not None:
         doc["host_gflop"] = host_flops(cfg) / 1e9
+    if cfg is not None and weights is not None:
+        on, st = whole_step(cfg, weights, perfs, params, tied)
+        doc["host_ms"] = st.host_ms
+        doc["overlapped_ms"] = st.overlapped_ms
+        doc["step_ms"] = st.step_ms
+        doc["step"] = step_doc(st, on, cfg, weights)
     return doc
