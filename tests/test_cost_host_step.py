@@ -26,6 +26,7 @@ from anekit.engine.chips import DEVICES
 from anekit.engine.evidence import STATUSES
 from anekit.engine.host import compile_figure, host_figures
 from anekit.engine.performance import PERFORMANCE, performance
+from anekit.errors import AnekitError
 from anekit.kernels.config import PRESETS, ModelConfig, preset
 from anekit.llama.params import Params
 
@@ -132,6 +133,18 @@ def test_each_host_part_is_flops_at_the_rate_plus_bytes_at_the_stream() -> None:
             assert t.ms == pytest.approx((t.flops / rate + t.bytes / stream) * 1e3), t.name
 
 
+def test_accumulation_shares_the_update_and_defers_the_wait() -> None:
+    one = step_tasks(SMALL, "dynamic", 1000)
+    ten = step_tasks(SMALL, "dynamic", 1000, accum=10)
+    shared = {t.group: t.bytes for t in ten if t.group in ("optimizer", "weight writes")}
+    assert shared["optimizer"] == 1000 * 32 / 10
+    assert shared["weight writes"] == 2 * 2 * 90_112 / 10
+    assert [t.where for t in one].count(WAIT) == 1 and WAIT not in [t.where for t in ten]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(AnekitError, match=r"\[cost\] accum must be an integer >= 1"):
+            step_tasks(SMALL, "dynamic", 1000, accum=bad)  # type: ignore[arg-type]
+
+
 # -- the schedule ---------------------------------------------------------------------------------------
 
 
@@ -211,6 +224,19 @@ def test_cli_chip_any_takes_the_slowest_step(capsys: pytest.CaptureFixture[str])
     assert doc["step"]["chip"] == slowest and doc["step_ms"] == steps[slowest]
     assert main(["cost", "--config", "stories15M"]) == 0
     assert f"host part ({slowest}, the device whose step is slowest)" in capsys.readouterr().out
+
+
+def test_calibration_prints_the_whole_step_beside_each_published_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["cost", "--calibration", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["context_whole_step"]
+    assert rows and all(r["accumulated"] == 10 and r["predicted_step_ms"] > 0 for r in rows)
+    assert main(["cost", "--calibration"]) == 0
+    out = capsys.readouterr().out
+    for r in rows:
+        assert f"{r['published_ms_per_step']:.1f} ms published" in out
+        assert f"whole step {r['predicted_step_ms']:.1f} ms" in out
 
 
 def test_cli_program_has_no_step_and_bad_weights_is_one_line(

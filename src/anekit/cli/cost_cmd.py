@@ -16,6 +16,7 @@ from anekit.cost import CONTEXT, DEVICES, NOT_USED, Params, chip, error_table, f
 from anekit.cost import distributed as dist
 from anekit.cost.calibration import GEN_NOT_USED, HELD_OUT, TOLERANCE, generation_rows, generation_summary
 from anekit.cost.generation import generation_doc, predict_generation, slowest
+from anekit.cost.host_step import MADERIX_ACCUM, whole_step
 from anekit.cost.links import LINKS
 from anekit.cost.model import MODELLED_ROUTES
 from anekit.cost.step import WEIGHT_MODES, step_kernels
@@ -174,13 +175,19 @@ def _print_calibration(params: Params) -> None:
     print("sources:")
     for r in rows:
         print(f"  {r.measurement.id}: {r.measurement.source}: {r.measurement.quote}")
-    print("whole-step figures (engine + CPU; context, not errors of this engine-only model):")
+    print(
+        f"whole-step figures (engine + CPU; context, not errors: the host's part is not fitted; both "
+        f"pipelines accumulate {MADERIX_ACCUM} sequences an update, priced so):"
+    )
     for what, dev, mode, ms, src in CONTEXT:
         perf = chip(dev)
-        engine = sum(
-            k.calls * predict(k.work, perf, params).ms for k in step_kernels(preset("stories110M"), mode)
+        cfg = preset("stories110M")
+        engine = sum(k.calls * predict(k.work, perf, params).ms for k in step_kernels(cfg, mode))
+        _, st = whole_step(cfg, mode, [perf], params, accum=MADERIX_ACCUM)
+        print(
+            f"  {what} on {dev}: {ms:.1f} ms published, engine part predicted {engine:.1f} ms, whole step "
+            f"{st.step_ms:.1f} ms  [{src}]"
         )
-        print(f"  {what} on {dev}: {ms:.1f} ms published, engine part predicted {engine:.1f} ms  [{src}]")
     print("not used:")
     for line in NOT_USED:
         print(f"  {line}")

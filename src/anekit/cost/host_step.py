@@ -53,6 +53,7 @@ from anekit.cost.model import Params, predict
 from anekit.cost.step import step_programs
 from anekit.engine.host import compile_figure, host_figures
 from anekit.engine.performance import Performance
+from anekit.errors import AnekitError
 from anekit.kernels.composable import DynamicKernelSpec
 from anekit.kernels.config import ModelConfig
 from anekit.kernels.spec import KernelSpec
@@ -66,6 +67,10 @@ NORM_BWD_PASSES = 3  # an RMSNorm backward reads dy and x and writes dx (its dw 
 NORM_FWD_PASSES = 2  # the final RMSNorm reads x and writes xf
 ADD_PASSES = 3  # a residual add reads two arrays and writes one
 ADAMW_BYTES = 32  # per parameter: the norm's read of g (4); AdamW's reads of w, g, m, v (16), writes (12)
+
+# Sequences an update of maderix/ANE's pipelines accumulates (training/stories_config.h ACCUM_STEPS,
+# training/training_dynamic/train.m accum_steps): the published ms/step figures are steps of such runs.
+MADERIX_ACCUM = 10
 
 ENGINE, HOST, BESIDE, WAIT = "engine", "host", "beside", "wait"
 _T = TypeVar("_T")
@@ -212,9 +217,17 @@ def _of_kind(table: dict[tuple[str, str], _T], name: str, kind: str) -> _T:
     return table[(name, kind)] if (name, kind) in table else table[(name, "full")]
 
 
-def step_tasks(cfg: ModelConfig, weights: str, n_params: int) -> list[Task]:
+def step_tasks(cfg: ModelConfig, weights: str, n_params: int, accum: int = 1) -> list[Task]:
     """Every task of one training step of ``cfg`` (``n_params``: the trained parameters), in order,
-    without times. Engine tasks carry their kernel's name in the step ("sdpa_fwd", "wo_t" ...)."""
+    without times. Engine tasks carry their kernel's name in the step ("sdpa_fwd", "wo_t" ...).
+
+    ``accum`` > 1: one sequence of an update that accumulates ``accum`` sequences, in the steady state:
+    the optimizer and the weight writes are shared by the ``accum`` sequences (a 1 / accum share each),
+    and the weight gradients' queue is waited for only before the update, so it runs on under the next
+    sequence's forward (maderix/ANE training_dynamic/train.m waits for its dW group only before Adam,
+    every accum_steps)."""
+    if not (isinstance(accum, int) and accum >= 1):
+        raise AnekitError(f"[cost] accum must be an integer >= 1, not {accum!r}")
     programs = step_programs(cfg, weights)
     by_name = {(name, kind): spec for name, kind, _, spec in programs}
     order = list(dict.fromkeys(name for name, _, _, _ in programs))
@@ -238,15 +251,16 @@ def step_tasks(cfg: ModelConfig, weights: str, n_params: int) -> list[Task]:
         for name in order:
             if direction[name] == "backward":
                 kernel(name, i)
-    tasks.append(Task("the weight gradients' queue", WAIT, "wait"))
-    tasks.append(Task("AdamW", HOST, "optimizer", bytes=float(ADAMW_BYTES * n_params)))
+    if accum == 1:
+        tasks.append(Task("the weight gradients' queue", WAIT, "wait"))
+    tasks.append(Task("AdamW", HOST, "optimizer", bytes=ADAMW_BYTES * n_params / accum))
     if weights == "dynamic":
         written = 0
         for i in range(cfg.n_layers):
             kind = cfg.layer_type(i)
             for name in order:
                 written += weight_elements(_of_kind(by_name, name, kind))
-        tasks.append(Task("weight writes", HOST, "weight writes", bytes=float(FP16 * written)))
+        tasks.append(Task("weight writes", HOST, "weight writes", bytes=FP16 * written / accum))
     return tasks
 
 
@@ -301,10 +315,16 @@ def trained_parameters(cfg: ModelConfig, tied: bool = True) -> int:
 
 
 def whole_step(
-    cfg: ModelConfig, weights: str, perfs: Sequence[Performance], params: Params, tied: bool = True
+    cfg: ModelConfig,
+    weights: str,
+    perfs: Sequence[Performance],
+    params: Params,
+    tied: bool = True,
+    accum: int = 1,
 ) -> tuple[Performance, StepTime]:
-    """The step on each of ``perfs``' devices, and the device whose step is slowest (one device: its)."""
-    tasks = step_tasks(cfg, weights, trained_parameters(cfg, tied))
+    """The step on each of ``perfs``' devices, and the device whose step is slowest (one device: its);
+    ``accum``: as ``step_tasks``."""
+    tasks = step_tasks(cfg, weights, trained_parameters(cfg, tied), accum)
     steps = [(p, price(tasks, cfg, weights, p, params)) for p in perfs]
     return max(steps, key=lambda ps: ps[1].step_ms)
 
@@ -339,6 +359,7 @@ def step_doc(st: StepTime, perf: Performance, cfg: ModelConfig, weights: str) ->
 
 __all__ = [
     "ADAMW_BYTES",
+    "MADERIX_ACCUM",
     "compile_ms",
     "StepTime",
     "Task",

@@ -20,12 +20,12 @@ from anekit.cost import (
     summary,
 )
 from anekit.cost.calibration import FIGURE, FIT, HELD_OUT
-from anekit.cost.host_step import step_doc, whole_step
+from anekit.cost.host_step import MADERIX_ACCUM, step_doc, whole_step
 from anekit.cost.step import StepKernel, host_flops, step_kernels
 from anekit.cost.work import count
 from anekit.errors import AnekitError
 from anekit.inputs import InputError
-from anekit.kernels.config import ModelConfig
+from anekit.kernels.config import ModelConfig, preset
 from anekit.tools.loader import locate, read_mil, read_package
 
 SPLIT = (
@@ -139,7 +139,17 @@ def calibration_doc(params: Params) -> dict[str, Any]:
             for r in rows
         ],
         "context_whole_step": [
-            {"what": what, "chip": dev, "weights": mode, "published_ms_per_step": ms, "source": src}
+            {
+                "what": what,
+                "chip": dev,
+                "weights": mode,
+                "published_ms_per_step": ms,
+                "source": src,
+                "accumulated": MADERIX_ACCUM,
+                "predicted_step_ms": whole_step(
+                    preset("stories110M"), mode, [chip(dev)], params, accum=MADERIX_ACCUM
+                )[1].step_ms,
+            }
             for what, dev, mode, ms, src in CONTEXT
         ],
         "not_used": list(NOT_USED),
