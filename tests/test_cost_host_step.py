@@ -207,6 +207,21 @@ def test_cli_every_preset_and_device_prints_the_step(capsys: pytest.CaptureFixtu
                     doc["engine_ms"] + doc["host_ms"] - doc["step_ms"]
                 )
                 assert (step["compile_ms_per_update"] > 0) == (weights == "baked")
+            argv = [
+                "cost",
+                "--config",
+                model,
+                "--chip",
+                "m5",
+                "--weights",
+                weights,
+                "--route",
+                "e5rt",
+                "--json",
+            ]
+            assert main(argv) == 0
+            doc = json.loads(capsys.readouterr().out)
+            assert doc["engine_ms"] == pytest.approx(doc["step"]["engine_ms"])  # the step's kernels on e5rt
             assert main(["cost", "--config", model, "--chip", "m4", "--weights", weights]) == 0
             out = capsys.readouterr().out
             assert "host part (m4)" in out and "step: " in out and "overlapped" in out

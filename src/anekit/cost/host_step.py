@@ -265,13 +265,17 @@ def step_tasks(cfg: ModelConfig, weights: str, n_params: int, accum: int = 1) ->
 
 
 def price(
-    tasks: Sequence[Task], cfg: ModelConfig, weights: str, perf: Performance, params: Params
+    tasks: Sequence[Task],
+    cfg: ModelConfig,
+    weights: str,
+    perf: Performance,
+    params: Params,
+    route: str = "direct",
 ) -> StepTime:
-    """The tasks with their times on ``perf``'s device, and their schedule."""
+    """The tasks with their times on ``perf``'s device (the kernels on ``route``), and their schedule."""
     figures = host_figures(perf)
-    engine = {
-        (name, kind): predict(k.work, perf, params).ms for name, kind, k, _ in step_programs(cfg, weights)
-    }
+    programs = step_programs(cfg, weights)
+    engine = {(name, kind): predict(k.work, perf, params, route).ms for name, kind, k, _ in programs}
     timed = []
     for t in tasks:
         if t.where == ENGINE:
@@ -321,11 +325,12 @@ def whole_step(
     params: Params,
     tied: bool = True,
     accum: int = 1,
+    route: str = "direct",
 ) -> tuple[Performance, StepTime]:
-    """The step on each of ``perfs``' devices, and the device whose step is slowest (one device: its);
-    ``accum``: as ``step_tasks``."""
+    """The step on each of ``perfs``' devices (the kernels on ``route``), and the device whose step is
+    slowest (one device: its); ``accum``: as ``step_tasks``."""
     tasks = step_tasks(cfg, weights, trained_parameters(cfg, tied), accum)
-    steps = [(p, price(tasks, cfg, weights, p, params)) for p in perfs]
+    steps = [(p, price(tasks, cfg, weights, p, params, route)) for p in perfs]
     return max(steps, key=lambda ps: ps[1].step_ms)
 
 

@@ -222,7 +222,7 @@ def report(
     if cfg is not None:
         doc["host_gflop"] = host_flops(cfg) / 1e9
     if cfg is not None and weights is not None:
-        on, st = whole_step(cfg, weights, perfs, params, tied)
+        on, st = whole_step(cfg, weights, perfs, params, tied, route=route)
         doc["host_ms"] = st.host_ms
         doc["overlapped_ms"] = st.overlapped_ms
         doc["step_ms"] = st.step_ms
