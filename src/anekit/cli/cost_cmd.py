@@ -1,7 +1,8 @@
 """``anekit cost [--chip CHIP] [--route ROUTE] [--config NAME | FILE.mil | DUMP_DIR] [--weights W] [--json]
-[--calibration]``: predicted Neural Engine time per kernel and per training step (a model, not a
-measurement); ``--generate [--prompt N]``: the prefill time of a prompt and the decode rate of text
-generation (``anekit.cost.generation``); ``--distributed N[,N...] [--link L] [--lora R] [--accum K]
+[--calibration]``: predicted Neural Engine time per kernel and per training step, and with --config the
+host's part of the step and the whole step (``anekit.cost.host_step``) (a model, not a measurement);
+``--generate [--prompt N]``: the prefill time of a prompt and the decode rate of text generation
+(``anekit.cost.generation``); ``--distributed N[,N...] [--link L] [--lora R] [--accum K]
 [--sequence-ms T]``: what more Macs buy a training run (``anekit.cost.distributed``)."""
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="predicted Neural Engine time per kernel and per training step",
         description="Predict the engine time of every kernel of a training step (--config), of a .mil file "
         "or of a kernels dump directory, from each kernel's work and sourced per-device figures, with three "
-        "efficiencies fitted to published timings. A model, not a measurement: --calibration prints its "
-        "error against every published timing, fitted and held out.",
+        "efficiencies fitted to published timings; with --config also the host's part of the step (its "
+        "FLOPs at the CPU's sgemm rate, its bytes at its stream rate) and the whole step, engine and host "
+        "overlapped. A model, not a measurement: --calibration prints its error against every published "
+        "timing, fitted and held out.",
     )
     p.add_argument("target", nargs="?", type=Path, metavar="FILE.mil|DUMP_DIR", help="a program or a dump")
     p.add_argument(
