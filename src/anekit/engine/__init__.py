@@ -5,6 +5,7 @@
 - ``anekit.engine.book`` (with ``ops``, ``op_matrix`` and ``extents``): the rule book — what it accepts;
 - ``anekit.engine.numerics``: the numeric profiles — what it computes;
 - ``anekit.engine.performance``: the per-device performance figures — how fast (read by ``anekit.cost``);
+  ``anekit.engine.host``: the host CPU's figures beside it (fp32 matmul rate, stream rate, compile time);
 - ``anekit.engine.trials``: the questions the macOS backend settles by trying;
 - ``anekit.engine.constructs``: the constructs of the training kernels with their hardware runs, and the
   precedent policy; ``anekit.engine.training_routes``: the training route each chip and macOS get;
