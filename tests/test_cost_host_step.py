@@ -59,6 +59,8 @@ def test_host_figures_are_the_published_values() -> None:
     orion = 124439808 * 4 / 3.5e-3 / 1e9
     assert host_figures(performance("m4-max")).stream.value == pytest.approx(orion)
     assert host_figures(performance("m4")).stream.value == 120.0  # the M4's DRAM, below Orion's rate
+    (torch,) = host_figures(performance("m1")).gemm.also  # another M1 figure, near the guide's
+    assert "1.7 TFLOPS" in torch.observed and torch.status == "reported"
     assert compile_figure(performance("m4")).value == pytest.approx(7600 / 72)
     assert compile_figure(performance("m4-pro")).value == pytest.approx(3500 / 72)
 
