@@ -239,8 +239,12 @@ def test_cli_chip_any_takes_the_slowest_step(capsys: pytest.CaptureFixture[str])
     doc = json.loads(capsys.readouterr().out)
     slowest = max(steps, key=lambda n: steps[n])
     assert doc["step"]["chip"] == slowest and doc["step_ms"] == steps[slowest]
+    assert {n: d["step_ms"] for n, d in doc["step_by_device"].items()} == steps
     assert main(["cost", "--config", "stories15M"]) == 0
-    assert f"host part ({slowest}, the device whose step is slowest)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"host part ({slowest}, the device whose step is slowest)" in out
+    for name in DEVICES:
+        assert any(line.split()[:1] == [name] and f"{steps[name]:.2f}" in line for line in out.splitlines())
 
 
 def test_calibration_prints_the_whole_step_beside_each_published_one(

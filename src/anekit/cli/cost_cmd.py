@@ -388,6 +388,13 @@ def _print_step(doc: dict, any_chip: bool) -> None:
         "queued beside the engine's backward; the head, the norms, the conversions and the optimizer on "
         "the step's path)"
     )
+    if any_chip:
+        print(f"{'device':<9} {'engine ms':>9} {'host ms':>8} {'overlapped':>10} {'step ms':>8}")
+        for name, d in doc["step_by_device"].items():
+            print(
+                f"{name:<9} {d['engine_ms']:>9.2f} {d['host_ms']:>8.2f} {d['overlapped_ms']:>10.2f} "
+                f"{d['step_ms']:>8.2f}"
+            )
     if st["weights"] == "baked":
         per = st["compile_ms_per_kernel"]
         print(

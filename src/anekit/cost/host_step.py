@@ -318,6 +318,20 @@ def trained_parameters(cfg: ModelConfig, tied: bool = True) -> int:
     return cfg.vocab_size * cfg.dim * (1 if tied else 2) + cfg.n_layers * per_layer + cfg.dim
 
 
+def steps(
+    cfg: ModelConfig,
+    weights: str,
+    perfs: Sequence[Performance],
+    params: Params,
+    tied: bool = True,
+    accum: int = 1,
+    route: str = "direct",
+) -> list[tuple[Performance, StepTime]]:
+    """The step on each of ``perfs``' devices (the kernels on ``route``); ``accum``: as ``step_tasks``."""
+    tasks = step_tasks(cfg, weights, trained_parameters(cfg, tied), accum)
+    return [(p, price(tasks, cfg, weights, p, params, route)) for p in perfs]
+
+
 def whole_step(
     cfg: ModelConfig,
     weights: str,
@@ -327,11 +341,8 @@ def whole_step(
     accum: int = 1,
     route: str = "direct",
 ) -> tuple[Performance, StepTime]:
-    """The step on each of ``perfs``' devices (the kernels on ``route``), and the device whose step is
-    slowest (one device: its); ``accum``: as ``step_tasks``."""
-    tasks = step_tasks(cfg, weights, trained_parameters(cfg, tied), accum)
-    steps = [(p, price(tasks, cfg, weights, p, params, route)) for p in perfs]
-    return max(steps, key=lambda ps: ps[1].step_ms)
+    """Of ``steps``, the device whose step is slowest, and its step (one device: its)."""
+    return max(steps(cfg, weights, perfs, params, tied, accum, route), key=lambda ps: ps[1].step_ms)
 
 
 def step_doc(st: StepTime, perf: Performance, cfg: ModelConfig, weights: str) -> dict[str, Any]:
@@ -374,6 +385,7 @@ __all__ = [
     "schedule",
     "step_doc",
     "step_tasks",
+    "steps",
     "trained_parameters",
     "weight_elements",
     "whole_step",

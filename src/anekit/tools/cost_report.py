@@ -20,7 +20,7 @@ from anekit.cost import (
     summary,
 )
 from anekit.cost.calibration import FIGURE, FIT, HELD_OUT
-from anekit.cost.host_step import MADERIX_ACCUM, step_doc, whole_step
+from anekit.cost.host_step import MADERIX_ACCUM, step_doc, steps, whole_step
 from anekit.cost.step import StepKernel, host_flops, step_kernels
 from anekit.cost.work import count
 from anekit.errors import AnekitError
@@ -222,9 +222,20 @@ def report(
     if cfg is not None:
         doc["host_gflop"] = host_flops(cfg) / 1e9
     if cfg is not None and weights is not None:
-        on, st = whole_step(cfg, weights, perfs, params, tied, route=route)
+        every = steps(cfg, weights, perfs, params, tied, route=route)
+        on, st = max(every, key=lambda ps: ps[1].step_ms)
         doc["host_ms"] = st.host_ms
         doc["overlapped_ms"] = st.overlapped_ms
         doc["step_ms"] = st.step_ms
         doc["step"] = step_doc(st, on, cfg, weights)
+        if chip_name == ANY:
+            doc["step_by_device"] = {
+                p.name: {
+                    "engine_ms": s.engine_ms,
+                    "host_ms": s.host_ms,
+                    "overlapped_ms": s.overlapped_ms,
+                    "step_ms": s.step_ms,
+                }
+                for p, s in every
+            }
     return doc
