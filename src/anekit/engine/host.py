@@ -11,8 +11,8 @@ What was measured, and where the figures stand in:
   amx-benchmarks, Accelerate's SGEMM); the M4's 1.76 (Remke and Breuer's LIBXSMM SME kernel on a
   512-cube GEMM: not Accelerate's, which their kernels outperform on almost every small-matrix shape
   they tried). M2 and M3 take the
-  M1's, M5 the M4's, as stand-ins (status ``assumed``). A Pro or Max has two performance clusters,
-  each with its own matrix unit (Catalán et al. 2026: "the M4 Pro, which integrates two matrix
+  M1's, M5 the M4's, as stand-ins (status ``assumed``). A Pro or Max may hold more matrix units than
+  its base chip (Catalán et al. 2026 count two on "the M4 Pro, which integrates two matrix
   accelerators"), but only the M1 Max's rate is published: the others take their base chip's, which
   prices their host no faster than it is.
 * stream rate: the M4 Max's CPU read its 124M fp32 GPT-2 weights once per token in 3.5 ms (Orion's CPU
@@ -87,7 +87,7 @@ def _gemm(perf: Performance) -> Figure:
         value, source, observed = _M1_MAX
         if d.name == "m1-max":
             return Figure(value, "TFLOP/s", _ev(source, "measured", observed, "m1"))
-        why = f"{observed}, standing in for the M1 Pro (the same two four-core performance clusters)"
+        why = f"{observed}, standing in for the M1 Pro (the M1 Max's CPU: eight performance cores)"
         return Figure(value, "TFLOP/s", _ev(source, "assumed", why, "m1"))
     (value, source, observed), measured_on = _GEMM[d.generation]
     if d.name == measured_on:
