@@ -22,11 +22,11 @@ from anekit.llama import Params
 from anekit.llama.kernel_sets import make_kernels
 from anekit.llama.step import DynamicKernels, Timer, train_step
 from anekit.mil import tensor
+from anekit.runtime.ane import AneBackend
 from anekit.runtime.base import Surface
 from anekit.runtime.sim.held import HeldSurface
 from anekit.training import loop
 from anekit.training.state import TrainConfig, TrainState
-from anekit.runtime.ane import AneBackend
 from tests import test_llama_step as llama_step
 from tests.fake_objc import FakeObjC
 
