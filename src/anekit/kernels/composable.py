@@ -32,7 +32,7 @@ from anekit.kernels.config import MAX_CHANNELS, MAX_SPATIAL, ConfigError, ModelC
 from anekit.kernels.spec import WEIGHT_FILE, KernelSpec, Layout, LayoutError, WeightPack
 from anekit.mil import Builder, Var, tensor
 from anekit.mil.ir import Program
-from anekit.runtime.base import Backend, Kernel
+from anekit.runtime.base import Backend, Kernel, Surface
 
 # -- column segments ---------------------------------------------------------------------------------
 
@@ -194,13 +194,19 @@ class SpatialLayout:
             parts.setdefault(s.name, []).append(block)
         return {n: np.concatenate(p, axis=0) if len(p) > 1 else p[0] for n, p in parts.items()}
 
-    def weight_sources(self, weights: Mapping[str, Any]) -> Iterator[tuple[Segment, int, int, np.ndarray]]:
+    def weight_sources(
+        self, weights: Mapping[str, Any], keys: Iterable[str] | None = None
+    ) -> Iterator[tuple[Segment, int, int, np.ndarray]]:
         """``(segment, its column offset, first row, block)`` of every source of every weight segment, in
         order: the (rows, columns) piece of the segment's block that the source fills (checked: LayoutError
-        for a weight that is missing or of the wrong shape)."""
+        for a weight that is missing or of the wrong shape). ``keys``: only the sources of those weights."""
+        only = None if keys is None else set(keys)
         for s, offset in zip(self.segments, self.offsets):
             row = 0
             for key, rows, transposed in s.sources:
+                if only is not None and key not in only:
+                    row += rows
+                    continue
                 if key not in weights:
                     raise LayoutError(f"[layout] weight '{key}' was not given (given: {', '.join(weights)})")
                 a = np.asarray(weights[key])
@@ -307,6 +313,42 @@ class DynamicKernelSpec(KernelSpec):
         for s, start, row, block in columns.weight_sources(self.offset(weights)):
             out[row : row + block.shape[0], start : start + s.columns] = block
         return out.reshape(1, columns.channels, 1, columns.columns)
+
+    def weight_keys(self) -> set[str]:
+        """The weights this kernel's input holds (its weight segments' sources)."""
+        assert self.columns is not None
+        return {key for s in self.columns.segments for key, _, _ in s.sources}
+
+    def stage(
+        self, surfaces: list[Surface], weights: Mapping[str, Any], keys: Iterable[str] | None = None
+    ) -> int:
+        """Write the weight segments (``keys``: only those weights' sources) into an input set of the
+        kernel (``Kernel.input_set``), where they stay for ``run_staged``; the padding stays zero. Returns
+        how many elements were written."""
+        assert self.columns is not None
+        (surface,) = surfaces
+        written = 0
+        for _, start, row, block in self.columns.weight_sources(self.offset(weights), keys):
+            surface.write_block(block, row, start)
+            written += block.size
+        return written
+
+    def run_staged(self, kernel: Kernel, surfaces: list[Surface], **parts: Any) -> dict[str, np.ndarray]:
+        """Run on an input set whose weights ``stage`` wrote: only the activation parts are written (the
+        same input, value for value, as ``run`` packs), then the output split into its taps."""
+        assert self.activations is not None and self.columns is not None
+        (surface,) = surfaces
+        columns = self.columns
+        acts = columns.activation_segments
+        if len(acts) == 1:  # the parts stacked along channels in the one activation segment
+            start = columns.offsets[columns.segments.index(acts[0])]
+            for _, row, _, rows in self.activations.part_rows(parts):
+                surface.write_block(rows, row, start)
+        else:  # each part in the segment named after it
+            starts = {s.name: o for s, o in zip(columns.segments, columns.offsets)}
+            for name, _, _, rows in self.activations.part_rows(parts):
+                surface.write_block(rows, 0, starts[name])
+        return self.outputs.split(kernel.evaluate(surfaces)["out"])
 
     def run(
         self, kernel_or_backend: Kernel | Backend, weights: Mapping[str, Any] | None = None, **parts: Any

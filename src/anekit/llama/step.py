@@ -38,9 +38,10 @@ which route runs.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -54,7 +55,7 @@ from anekit.kernels.route import LEGACY, BadKernelRoute, KernelRoute
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
 from anekit.llama.params import Params
-from anekit.runtime.base import Backend, Kernel
+from anekit.runtime.base import Backend, Kernel, Surface
 
 # Kernels whose weights change with every optimizer step (compiled once per accumulation batch).
 KERNELS_PER_LAYER = ("sdpa_fwd", "ffn_fwd", "ffn_bwd", "sdpa_bwd1", "qkv_bwd")
@@ -212,6 +213,15 @@ class DynamicKernels(Kernels):
     the dynamic-weight matmul kernel, so it too never needs recompiling. The FFN backward is two
     kernels (dgate = W2^T dffn, then the SwiGLU backward and dx), as maderix/ANE's dynamic pipeline
     splits it (training/training_dynamic/train.m: ffnBwdW2t, ffnBwdW13t), so each input is dense.
+
+    Weights that live in the surfaces: every layer has its own input set of each weight-bearing kernel
+    (``Kernel.input_set``), as maderix's train.m gives each layer its own IOSurfaces and requests. A
+    layer's weights are written there (rounded to fp16 by the surface) when ``compile`` is given weights
+    the surfaces do not hold, and after an optimizer step by the optimizer itself, tensor by tensor
+    (``write_weight``): a run writes only its activation columns. ``compile`` therefore stages every
+    weight again unless every change since it last did was written through (``weights_written``): the
+    safe default for any code that changes weights in place. Weights that are not a plain ``Params`` (LoRA's
+    merged view, ``anekit.training.lora``) are packed into the kernel's own input on every run, as before.
     """
 
     WEIGHTS = "dynamic"
@@ -220,6 +230,11 @@ class DynamicKernels(Kernels):
         super().__init__(backend, cfg, route)
         self.params: Params | None = None
         self.dynamic: dict[str, tuple[KernelSpec, Kernel]] = {}
+        self._sets: list[dict[str, list[Surface]]] = []  # per layer: kernel name -> its input set
+        self._staged: Params | None = None  # whose weights the sets hold
+        self._written_through = False  # every change since the last staging was written to the sets
+        self.staged_bytes = 0  # weight bytes written into the sets so far (staging and write-through)
+        self._count = threading.Lock()  # the optimizer writes tensors from several threads
 
     @staticmethod
     def compiles_for(cfg: ModelConfig) -> int:
@@ -230,10 +245,20 @@ class DynamicKernels(Kernels):
         return 0 if self.dynamic else self.compiles_for(self.cfg)
 
     def compile(self, params: Params, timer: Timer) -> None:
-        """Remember the current weights; compile the kernels the first time only."""
+        """Compile the kernels the first time only; make the surfaces hold ``params``' weights (staged
+        unless they were written through since the last staging)."""
         self.params = params
-        if self.dynamic:
-            return
+        if not self.dynamic:
+            self._compile_kernels(timer)
+        resident = type(params) is Params
+        if resident and (params is not self._staged or not self._written_through):
+            with timer.phase("io"):
+                self.stage(params)
+        self._written_through = False
+        if not resident:
+            self._staged = None
+
+    def _compile_kernels(self, timer: Timer) -> None:
         cfg, route = self.cfg, self.route
         specs: dict[str, KernelSpec] = {
             "ffn_fwd": dynamic.ffn_fwd_dynamic(cfg, norm=route.norm),
@@ -252,6 +277,69 @@ class DynamicKernels(Kernels):
         with timer.phase("compile"):
             self.dynamic = {name: (spec, spec.compile(self.backend).load()) for name, spec in specs.items()}
 
+    # -- the weights in the surfaces -------------------------------------------------------------------
+
+    def _layer_kernels(self, layer: int) -> list[str]:
+        """The weight-bearing kernels layer ``layer`` runs (its kind's SDPA forward)."""
+        kind = self.cfg.layer_type(layer)
+        tail = "" if kind == "full" else f":{kind}"
+        return [f"sdpa_fwd{tail}", "ffn_fwd", "ffn_bwd_w2t", "ffn_bwd_w13t", "qkv_bwd", "wo_t"]
+
+    @staticmethod
+    def _spec_weights(name: str, w: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """A layer's weights as kernel ``name`` names them: the Wo^T matmul's one weight is "w" = Wo^T."""
+        return {"w": w["wo"].T} if name == "wo_t" else w
+
+    def _spec_keys(self, name: str, key: str) -> list[str]:
+        """The weights of kernel ``name`` that layer weight ``key`` is (none: the kernel does not read it)."""
+        if name == "wo_t":
+            return ["w"] if key == "wo" else []
+        spec = self.dynamic[name][0]
+        return [key] if key in spec.weight_keys() else []  # type: ignore[attr-defined]
+
+    def _layer_sets(self, layer: int) -> dict[str, list[Surface]]:
+        while len(self._sets) <= layer:
+            self._sets.append({})
+        sets = self._sets[layer]
+        for name in self._layer_kernels(layer):
+            if name not in sets:
+                sets[name] = self.dynamic[name][1].input_set()
+        return sets
+
+    def stage(self, params: Params) -> None:
+        """Write every layer's weights into its input sets (what ``compile`` does for new weights)."""
+        for i in range(self.cfg.n_layers):
+            w = params.kernel_weights(i)
+            for name, surfaces in self._layer_sets(i).items():
+                spec = self.dynamic[name][0]
+                weights = self._spec_weights(name, w)
+                self.staged_bytes += 2 * spec.stage(surfaces, weights)  # type: ignore[attr-defined]
+        self._staged = params
+        self._written_through = False
+
+    def write_weight(self, name: str, value: np.ndarray) -> None:
+        """Tensor ``name`` of ``Params.tensors`` ("layers.3.wq") changed to ``value``: write it into every
+        input set that holds it (rounded to fp16 there). The optimizer calls this after updating each
+        tensor; tensors no kernel holds (the embedding, the final norm) are ignored."""
+        if self._staged is None or not name.startswith("layers."):
+            return
+        _, index, key = name.split(".")
+        layer = int(index)
+        w = {key: value}
+        for kernel, surfaces in self._layer_sets(layer).items():
+            keys = self._spec_keys(kernel, key)
+            if keys:
+                spec = self.dynamic[kernel][0]
+                written = spec.stage(surfaces, self._spec_weights(kernel, w), keys)  # type: ignore[attr-defined]
+                with self._count:
+                    self.staged_bytes += 2 * written
+
+    def weights_written(self, params: Params) -> None:
+        """Every tensor ``params`` changed since ``compile`` was written through (``write_weight``): the
+        next ``compile`` with them stages nothing."""
+        if params is self._staged:
+            self._written_through = True
+
     def norm_weight(self, layer: int, key: str) -> np.ndarray:
         """The norm weight ``key`` of ``layer`` as it is now (the kernels read the weights at every run)."""
         assert self.params is not None, "compile() first"
@@ -261,26 +349,32 @@ class DynamicKernels(Kernels):
         if name == "sdpa_bwd2":
             return super().run_kernel(layer, name, **parts)
         assert self.params is not None, "compile() first"
-        w = self.params.kernel_weights(layer)
         kind = self.cfg.layer_type(layer)
         tail = "" if kind == "full" else f":{kind}"
+        sets = self._layer_sets(layer) if self._staged is not None else None
+        w = None if sets is not None else self.params.kernel_weights(layer)
+
+        def run(kernel_name: str, **acts: np.ndarray) -> dict[str, np.ndarray]:
+            spec, kernel = self.dynamic[kernel_name]
+            if sets is not None:
+                return spec.run_staged(kernel, sets[kernel_name], **acts)  # type: ignore[attr-defined]
+            assert w is not None
+            return spec.run(kernel, self._spec_weights(kernel_name, w), **acts)  # type: ignore[call-arg]
+
         if name == "sdpa_bwd1":
-            spec, kernel = self.dynamic["wo_t"]
-            da = spec.run(kernel, {"w": w["wo"].T}, x=parts["do"])["y"]  # type: ignore[call-arg]  # Wo^T @ do
+            da = run("wo_t", x=parts["do"])["y"]  # Wo^T @ do
             spec, kernel = self.dynamic[f"sdpa_bwd1{tail}"]
             last = spec.inputs.names[-1]  # "do" (Wo = I baked) or "da"
             return spec.run(kernel, q=parts["q"], k=parts["k"], v=parts["v"], **{last: da})
         if name == "ffn_bwd":
-            spec, kernel = self.dynamic["ffn_bwd_w2t"]
-            dgate = spec.run(kernel, w, dffn=parts["dffn"])["dgate"]  # type: ignore[call-arg]  # (hidden, T)
-            spec, kernel = self.dynamic["ffn_bwd_w13t"]
-            return spec.run(kernel, w, dgate=dgate, h1=parts["h1"], h3=parts["h3"])  # type: ignore[call-arg]
-        spec, kernel = self.dynamic[f"sdpa_fwd{tail}" if name == "sdpa_fwd" else name]
-        return spec.run(kernel, w, **parts)  # type: ignore[call-arg]
+            dgate = run("ffn_bwd_w2t", dffn=parts["dffn"])["dgate"]  # (hidden, T)
+            return run("ffn_bwd_w13t", dgate=dgate, h1=parts["h1"], h3=parts["h3"])
+        return run(f"sdpa_fwd{tail}" if name == "sdpa_fwd" else name, **parts)
 
     def close(self) -> None:
         for _, kernel in self.dynamic.values():
-            kernel.close()
+            kernel.close()  # its input sets with it
+        self._sets, self._staged = [], None
         super().close()
 
 

@@ -7,6 +7,7 @@ Every backend implements the same small protocol (DESIGN.md "Backends")::
     kernel.inputs / kernel.outputs -> [Surface]         # write, run, read: surfaces are reused
     kernel(x=array, ...) -> {output name: array}         # the same with numpy arrays
     kernel.states -> {state name: array}                 # buffers of state<...> inputs, kept across runs
+    kernel.input_set() -> [Surface]; kernel.run(inputs=set)  # more input surfaces, bound per run
     backend.compile_count, backend.compile_budget
 
 Compiles are a per-process budget on the engine: mechramc/Orion docs/ane_constraints.md §5 (first
@@ -24,7 +25,15 @@ surface: it is a buffer the kernel holds across runs, zero when the kernel is ma
 place. Two kernels share states by sharing the dict: ``decode.states = prefill.states``.
 
 A Surface is a tensor buffer, usually [1, C, 1, S] fp16 (channels = model dim, spatial = sequence).
-``read`` / ``write`` take a channel offset so several results can share one surface ("taps").
+``read`` / ``write`` take a channel offset so several results can share one surface ("taps");
+``write_block`` stores a (rows, columns) block at a channel and a column, so one surface can keep
+contents that change at different rates (a dynamic kernel's weights beside its activations).
+
+Input sets: one compiled kernel can run on several sets of input surfaces (``input_set``), each made by
+the backend as the kernel's own inputs are; ``run(inputs=s)`` evaluates on set ``s``, the outputs being
+the kernel's. maderix/ANE's dynamic pipeline (training/training_dynamic/train.m, "per-layer IOSurfaces +
+requests") compiles each kernel once and gives every layer its own input surface and request, its
+weights staged there once per optimizer step: only the activations are written per evaluation.
 """
 
 from __future__ import annotations
@@ -150,6 +159,34 @@ class Surface:
             else:
                 self._data.reshape(-1)[:] = rows.reshape(-1).astype(self.dtype.np, copy=False)
 
+    def write_block(self, block: Any, row: int = 0, column: int = 0) -> None:
+        """Store the (rows, columns) float ``block`` at channel ``row`` and spatial column ``column`` of a
+        [1, C, 1, W] surface (rounded to the surface dtype, fp16 to nearest even); the rest is left as it
+        is. SurfaceCreationFailed when the block does not fit."""
+        a = np.asarray(block)
+        self._check_block(a, row, column)
+        with self.view() as buf, np.errstate(over="ignore"):  # values past the fp16 range become inf
+            grid = buf.reshape(self.channels, self.spatial)
+            grid[row : row + a.shape[0], column : column + a.shape[1]] = a.astype(self.dtype.np, copy=False)
+
+    def _check_block(self, a: np.ndarray, row: int, column: int) -> None:
+        """SurfaceCreationFailed unless ``a`` is a (rows, columns) block that fits at (``row``, ``column``)
+        of a batch-1 surface."""
+        if len(self.shape) >= 2 and self.shape[0] != 1:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: block access needs batch 1, shape is {list(self.shape)}"
+            )
+        if a.ndim != 2:
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: a block is (rows, columns), got shape {list(a.shape)}"
+            )
+        rows_fit = row >= 0 and row + a.shape[0] <= self.channels
+        if not (rows_fit and column >= 0 and column + a.shape[1] <= self.spatial):
+            raise SurfaceCreationFailed(
+                f"[surface] {self.name}: a {a.shape[0]} x {a.shape[1]} block at channel {row}, column "
+                f"{column} does not fit {self.channels} x {self.spatial}"
+            )
+
     def view(self) -> _LockedView:
         """The raw buffer (storage dtype, full shape), zero-copy, while holding the surface's lock:
         ``with surface.view() as buf: ...``."""
@@ -191,6 +228,8 @@ class Kernel:
             v.name: _state_buffer(v.type, v.name) for v in fn.inputs if isinstance(v.type, T.StateType)
         }
         self.outputs = [_surface_for(v.type, v.name, self.surface_dtype) for v in fn.outputs]
+        self.input_sets: list[list[Surface]] = []  # further input surfaces (``input_set``)
+        self._run_inputs: list[Surface] | None = None  # the set of the run in progress (None: ``inputs``)
         self._loaded = False
         self._closed = False
         # Objects with a close() method that the kernel owns; released on close and at garbage collection.
@@ -229,11 +268,51 @@ class Kernel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self) -> None:
-        """Run on the current contents of the input surfaces; results land in the output surfaces."""
+    def run(self, inputs: list[Surface] | None = None) -> None:
+        """Run on the current contents of the input surfaces (``inputs``: a set from ``input_set``, else the
+        kernel's own); results land in the output surfaces."""
         if not self._loaded:
             raise LoadFailed(f"[{self.name}] kernel is not loaded: call load() (or use it in a with block)")
-        self._run()
+        if inputs is not None and self.input_set_index(inputs) is None:
+            raise SurfaceCreationFailed(
+                f"[{self.name}] run(inputs=...) takes a set made by this kernel's input_set()"
+            )
+        self._run_inputs = inputs
+        try:
+            self._run()
+        finally:
+            self._run_inputs = None
+
+    def evaluate(self, inputs: list[Surface] | None = None) -> dict[str, np.ndarray]:
+        """``run(inputs)`` on the surfaces as they are, then every output as ``kernel(**arrays)`` returns
+        it: for an input set whose contents the caller wrote itself (``Surface.write_block``)."""
+        if not self._loaded:
+            self.load()
+        self.run(inputs)
+        return {name: self._read_output(surface) for surface, name in zip(self.outputs, self.output_names)}
+
+    def input_set_index(self, inputs: list[Surface]) -> int | None:
+        """Which of ``input_sets`` holds exactly these surfaces, in this order (None: none)."""
+        for i, have in enumerate(self.input_sets):
+            if len(have) == len(inputs) and all(a is b for a, b in zip(have, inputs)):
+                return i
+        return None
+
+    @property
+    def run_inputs(self) -> list[Surface]:
+        """The input surfaces the run in progress reads (a backend's ``_run`` takes them from here)."""
+        return self.inputs if self._run_inputs is None else self._run_inputs
+
+    def input_set(self) -> list[Surface]:
+        """A further set of input surfaces (the shapes and dtypes of ``inputs``), zeroed, owned by the kernel
+        and released with it: write it, then ``run(inputs=the set)``. What a set holds stays between runs,
+        so contents that change rarely (a layer's weights) are written once, not before every run."""
+        if self._closed:
+            raise LoadFailed(f"[{self.name}] kernel is closed; compile it again")
+        surfaces = [self._new_input(s) for s in self.inputs]
+        self.input_sets.append(surfaces)
+        self._added_input_set(surfaces)
+        return surfaces
 
     def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
         """Write the named inputs, run, and return every output as a numpy array of its full shape.
@@ -273,6 +352,13 @@ class Kernel:
     def surface_dtype(self, dtype: T.DType) -> str:
         """The dtype a surface holding a tensor of ``dtype`` stores (the tensor's own, by default)."""
         return dtype.name
+
+    def _new_input(self, like: Surface) -> Surface:
+        """A surface for an input set, of ``like``'s shape and dtype (the backend's kind of surface)."""
+        return Surface(like.shape, like.dtype.name, like.name)
+
+    def _added_input_set(self, surfaces: list[Surface]) -> None:
+        """Backend work for a new input set (the engine binds it in a request of its own)."""
 
     def _load(self) -> None:
         """Backend work to load; the default has nothing to do."""

@@ -113,6 +113,19 @@ class Accumulator:
         """BLAS's threads while ``workers`` threads run sequences: the run's fixed count, else a share."""
         return blas_threads(blas_share(self.cfg, workers)) if self.blas is None else fixed_blas(self.blas)
 
+    def write_weight(self, name: str, value: np.ndarray) -> None:
+        """An optimizer step updated tensor ``name``: every worker's dynamic kernels write it into their
+        surfaces (``DynamicKernels.write_weight``; baked kernels are compiled again instead)."""
+        for k in self.kernels:
+            if k is not None and hasattr(k, "write_weight"):
+                k.write_weight(name, value)
+
+    def weights_written(self, params: Any) -> None:
+        """Every tensor the step changed went through ``write_weight``: the next compile stages nothing."""
+        for k in self.kernels:
+            if k is not None and hasattr(k, "weights_written"):
+                k.weights_written(params)
+
     def compiles_needed(self) -> int:
         """Programs the next batch compiles: the made kernels' next ones, a fresh set per worker to come."""
         made = [k for k in self.kernels if k is not None]

@@ -171,6 +171,9 @@ def train(
                 skipped = not finite or not headroom_left
                 if skipped:
                     state.loss_scale /= 2  # overflow, or about to: the next batch with a smaller scale
+                elif hasattr(trainable, "apply_writing"):  # straight into the kernels' surfaces
+                    trainable.apply_writing(state, tc, workers.threads, workers.write_weight)
+                    workers.weights_written(params)
                 else:
                     trainable.apply(state, tc, workers.threads)
             lr = tc.lr_at(state.step)

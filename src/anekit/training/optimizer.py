@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from anekit.llama import cpu_ops
@@ -11,8 +13,18 @@ from anekit.training.state import TrainConfig, TrainState
 ADAM_CHUNK = 1 << 20  # elements an optimizer worker updates at a time
 
 
-def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int = 1) -> None:
+# Called with each tensor's name and new value once the step has updated it (``Params.tensors`` names).
+WeightWriter = Callable[[str, np.ndarray], None]
+
+
+def apply_adamw(
+    state: TrainState, grads: Params, tc: TrainConfig, threads: int = 1, write: WeightWriter | None = None
+) -> None:
     """Clip the global gradient norm and take one AdamW step on every tensor.
+
+    ``write(name, value)`` is called for each tensor as soon as it is updated (while it is still in the
+    cache): the dynamic kernels write it into the surfaces that hold it (``DynamicKernels.write_weight``),
+    so no pass over the weights is needed before the next step.
 
     The clip's scale is applied by the AdamW pass itself (``grad_scale``: the same float32 product, one
     pass over the gradients less); the gradients are left clipped, as ``clip_grad_norm`` leaves them.
@@ -26,17 +38,20 @@ def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int 
     assert state.adam_m is not None and state.adam_v is not None
     weights = dict(state.params.tensors())
     ms, vs = dict(state.adam_m.tensors()), dict(state.adam_v.tensors())
-    work = []
+    work: list[tuple[list[np.ndarray], bool]] = []
+    whole: list[tuple[str, np.ndarray, range]] = []  # (name, the tensor's work items) for ``write``
     for name, g in tensors:
         w = weights[name]
         decay = cpu_ops.takes_weight_decay(w)  # matrices only: never the RMSNorm scales (llama2.c's rule)
         parts = (w, g, ms[name], vs[name])
+        first = len(work)
         if threads > 1 and w.size > ADAM_CHUNK and all(a.flags.c_contiguous for a in parts):
             flats = [a.reshape(-1) for a in parts]
             for i in range(0, w.size, ADAM_CHUNK):
                 work.append(([f[i : i + ADAM_CHUNK] for f in flats], decay))
         else:
             work.append((list(parts), decay))
+        whole.append((name, w, range(first, len(work))))
 
     def update(item: tuple[list[np.ndarray], bool]) -> None:
         (w, g, m, v), decay = item
@@ -49,7 +64,20 @@ def apply_adamw(state: TrainState, grads: Params, tc: TrainConfig, threads: int 
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(update, work))
+            if write is None:
+                list(pool.map(update, work))
+                return
+
+            def tensor(entry: tuple[str, np.ndarray, range]) -> None:  # its chunks, then its write
+                name, w, items = entry
+                for i in items:
+                    update(work[i])
+                write(name, w)
+
+            list(pool.map(tensor, whole))
     else:
-        for item in work:
-            update(item)
+        for name, w, items in whole:
+            for i in items:
+                update(work[i])
+            if write is not None:
+                write(name, w)

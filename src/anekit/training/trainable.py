@@ -1,4 +1,8 @@
-"""What an optimizer step trains: the protocol the loop asks of it, and full training (every weight)."""
+"""What an optimizer step trains: the protocol the loop asks of it, and full training (every weight).
+
+A trainable may also have ``apply_writing(state, tc, threads, write)``: the update, each changed tensor of
+``params`` handed to ``write`` once updated, so the dynamic kernels keep the weights in their surfaces
+without a pass of their own (``FullTrainable``)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import numpy as np
 
 from anekit.llama.params import Params
 from anekit.llama.step import Gradients, unscale
-from anekit.training.optimizer import apply_adamw
+from anekit.training.optimizer import WeightWriter, apply_adamw
 from anekit.training.state import TrainConfig, TrainState
 
 
@@ -70,3 +74,9 @@ class FullTrainable:
 
     def apply(self, state: TrainState, tc: TrainConfig, threads: int = 1) -> None:
         apply_adamw(state, self.grads, tc, threads)
+
+    def apply_writing(self, state: TrainState, tc: TrainConfig, threads: int, write: WeightWriter) -> None:
+        """``apply``, each updated tensor handed to ``write`` as soon as it is updated (the dynamic kernels
+        write it into their surfaces). A trainable without this method is applied with ``apply``, and
+        the kernels stage its weights again before the next step."""
+        apply_adamw(state, self.grads, tc, threads, write)

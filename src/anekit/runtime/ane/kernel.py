@@ -90,10 +90,6 @@ class AneKernel(Kernel):
         with self.lock:
             super().close()
 
-    def run(self) -> None:
-        with self.lock:
-            super().run()
-
     def __call__(self, **arrays: Any) -> dict[str, np.ndarray]:
         with self.lock:
             return super().__call__(**arrays)
@@ -106,11 +102,32 @@ class AneKernel(Kernel):
     def _unload(self) -> None:
         self._engine.unload()
 
+    def _new_input(self, like: Any) -> AneSurface:
+        """An input set's surface: IOSurface-backed, of the kernel's input allocation size (one size for
+        every input of an evaluation, rule surface.uniform-allocation)."""
+        return self._own(AneSurface(self._engine.rt, like.shape, like.dtype.name, like.name,
+                                    self.layout.input_alloc))  # fmt: skip
+
+    def _added_input_set(self, surfaces: list[Any]) -> None:
+        with self.lock:  # the engine model's sets are the kernel's, in the same order
+            self._engine.bind_set([surfaces[i] for i in self.layout.inputs])
+
     def _run(self) -> None:
-        self._engine.evaluate()  # reloads first if the residency unloaded it, or a refresh is due
+        # the model's own inputs, or an input set's (reloads first if the residency unloaded it, or a
+        # refresh is due; each load builds every set's request)
+        which = None if self._run_inputs is None else self.input_set_index(self._run_inputs)
+        self._engine.evaluate(which)
         self.host_copies()
+
+    def run(self, inputs: list[Any] | None = None) -> None:
+        with self.lock:
+            super().run(inputs)
+
+    def evaluate(self, inputs: list[Any] | None = None) -> dict[str, np.ndarray]:
+        with self.lock:
+            return super().evaluate(inputs)
 
     def host_copies(self) -> None:
         """Fill the outputs that repeat an input or another output (never sent to the engine)."""
         for kind, src, dst in self.layout.host_copies:
-            copy_surface(self.inputs[src] if kind == "input" else self.outputs[src], self.outputs[dst])
+            copy_surface(self.run_inputs[src] if kind == "input" else self.outputs[src], self.outputs[dst])

@@ -167,6 +167,11 @@ class EngineModel:
         self.tmpdir: str | None = None
         self.inputs: list[AneSurface] = []  # in binding order
         self.outputs: list[AneSurface] = []
+        # Further input sets (``Kernel.input_set``), each in binding order, with the request each load builds
+        # for it beside the model's own (maderix/ANE training_dynamic/train.m: one request per layer).
+        self.input_sets: list[list[AneSurface]] = []
+        self.set_requests: list[Id | None] = []
+        self._evaluating: int | None = None  # the input set of the evaluation in progress (None: inputs)
         self.loaded = False
         self.loaded_epoch = 0
         self.realtime = False
@@ -221,6 +226,32 @@ class EngineModel:
         """The surfaces every request of this model binds, in binding order."""
         self.inputs, self.outputs = list(inputs), list(outputs)
 
+    def bind_set(self, inputs: Sequence[AneSurface]) -> int:
+        """A further input set (binding order) evaluated with the model's outputs: its index for
+        ``evaluate``. Its request is built by every load, as the model's own is (rule
+        process.request-per-load); now too, if the model is loaded."""
+        with self.lock:
+            self.input_sets.append(list(inputs))
+            self.set_requests.append(None)
+            index = len(self.input_sets) - 1
+            if self.loaded:
+                self.set_requests[index] = self._build_set_request(index)
+            return index
+
+    def _build_set_request(self, index: int) -> Id:
+        what = self._what(f"request of input set {index}")
+        return build_request(self.rt, self.input_sets[index], self.outputs, what)
+
+    def _release_set_requests(self) -> None:
+        for i, request in enumerate(self.set_requests):
+            self.set_requests[i] = None
+            self.rt.release(request)
+
+    @property
+    def active_request(self) -> Id | None:
+        """The request of the evaluation in progress: the model's, or its input set's."""
+        return self.request if self._evaluating is None else self.set_requests[self._evaluating]
+
     # -- load / unload -----------------------------------------------------------------------------
 
     def load(self) -> None:
@@ -248,6 +279,8 @@ class EngineModel:
             self.loaded_epoch = residency.RESIDENCY.epoch
             try:
                 self.request = build_request(self.rt, self.inputs, self.outputs, self._what("request"))
+                for index in range(len(self.input_sets)):
+                    self.set_requests[index] = self._build_set_request(index)
             except BaseException:
                 self.unload()
                 raise
@@ -263,6 +296,7 @@ class EngineModel:
             finally:
                 request, self.request = self.request, None
                 self.rt.release(request)
+                self._release_set_requests()
                 residency.RESIDENCY.left(self)
                 with self.rt.autorelease_pool():
                     self.rt.send_checked(
@@ -290,11 +324,13 @@ class EngineModel:
 
     # -- evaluate ----------------------------------------------------------------------------------
 
-    def evaluate(self) -> None:
-        """One evaluation: the real-time variant of the backend when one works, else the standard call."""
+    def evaluate(self, input_set: int | None = None) -> None:
+        """One evaluation (on input set ``input_set``, from ``bind_set``; None: the model's own inputs): the
+        real-time variant of the backend when one works, else the standard call."""
         with self.lock:
             self.ready()
             failed: list[str] = []
+            self._evaluating = input_set
             try:
                 if not self._evaluate_realtime(failed):
                     self._evaluate_standard()
@@ -305,6 +341,7 @@ class EngineModel:
                     self.paths.forgive(failed)
                 raise
             finally:
+                self._evaluating = None
                 residency.RESIDENCY.evaluated(self)
 
     def _evaluate_standard(self) -> None:
@@ -313,7 +350,7 @@ class EngineModel:
                 MODEL_EVALUATE,
                 self.qos,
                 self.options,
-                self.request,
+                self.active_request,
                 to=self.model,
                 fails=EvalFailed,
                 what=self._what(MODEL_EVALUATE),
@@ -353,7 +390,7 @@ class EngineModel:
                 CLIENT_EVALUATE_REALTIME,
                 model,
                 self.options,
-                self.request,
+                self.active_request,
                 to=self.client,
                 fails=EvalFailed,
                 what=self._what(CLIENT_EVALUATE_REALTIME),
@@ -415,10 +452,11 @@ class EngineModel:
                 except AneRuntimeError:
                     self.loaded = False  # released below either way; nothing else can be done
         finally:
+            self._release_set_requests()
             for obj in (self.request, self.ane_model, self.options, self.model):
                 self.rt.release(obj)
             self.request = self.ane_model = self.options = self.model = None
-            self.inputs, self.outputs = [], []
+            self.inputs, self.outputs, self.input_sets, self.set_requests = [], [], [], []
             if self.tmpdir is not None:
                 TEMP_DIRS.release(self.tmpdir)
                 self.tmpdir = None
