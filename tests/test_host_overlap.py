@@ -6,6 +6,7 @@ BLAS on the thread count the caller fixed."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -52,15 +53,28 @@ def _windows(cfg: ModelConfig, n: int, seed: int) -> list[tuple[np.ndarray, np.n
     return out
 
 
+class Lagging(Gradients):
+    """``Gradients`` whose products start late: on the host thread, the jobs fall behind the step, so an
+    operand the step changed (or a kernel run overwrote) before a job read it would change the bits."""
+
+    def matrix(self, layer, key, dy, x):
+        time.sleep(0.001)
+        super().matrix(layer, key, dy, x)
+
+    def classifier(self, params, dlogits, xf):
+        time.sleep(0.005)
+        super().classifier(params, dlogits, xf)
+
+
 def _steps(kernels, params: Params, overlap: bool, fresh: bool) -> tuple[list[float], Params]:
     """Three sequences into one total (the first written when ``fresh``, as a batch's first is), each step
-    reusing the kernels' buffers of the one before."""
+    reusing the kernels' buffers of the one before; overlapped, the jobs lag (``Lagging``)."""
     grads = params.zeros_like()
     for _, g in grads.tensors():
         g.fill(np.nan if fresh else 0.5)  # a fresh total's stale contents must never be read
     losses = []
     for j, (tokens, targets) in enumerate(_windows(kernels.cfg, 3, seed=7)):
-        sink = Gradients(grads, kernels, fresh=fresh and j == 0)
+        sink = (Lagging if overlap else Gradients)(grads, kernels, fresh=fresh and j == 0)
         result = train_step(kernels, params, sink, tokens, targets, Timer(), loss_scale=64.0, overlap=overlap)
         losses.append(result.loss)
     return losses, grads

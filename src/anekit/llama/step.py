@@ -488,6 +488,7 @@ def train_step(
     timer: Timer,
     loss_scale: float = 1.0,
     weights: np.ndarray | None = None,  # (T,) which positions the loss counts (None: all, equally)
+    *,
     overlap: bool | None = None,
 ) -> StepResult:
     """Forward, loss and backward for one sequence; adds this sequence's gradients into ``grads`` (a
