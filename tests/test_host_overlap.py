@@ -121,22 +121,25 @@ def test_a_route_with_the_norm_on_the_host_gives_the_sequential_bits():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_the_overlapped_step_gives_the_sequential_bits_on_the_engine_fake(tmp_path, tied):
-    """On the fake each evaluation also takes 2 ms of real time, the host free meanwhile: the jobs run
+    """On the fake each evaluation also takes 5 ms of real time, the host free meanwhile: the jobs run
     while later kernels run, as on the engine; the step on the fake is the simulator's, bit for bit."""
     params = _params(BASE, tied, seed=5)
-    fake, backend = _fake_backend(tmp_path, latency=0.002)
+    fake, backend = _fake_backend(tmp_path, latency=0.005)
     kernels = make_kernels(backend, BASE, "dynamic")
     kernels.compile(params, Timer())
     sim = make_kernels(runtime.open("sim", chip="m4"), BASE, "dynamic")
     sim.compile(params, Timer())
     try:
+        before, t0 = fake.evaluations, time.perf_counter()
         inline = _steps(kernels, params, False, True)
+        assert time.perf_counter() - t0 >= 0.005 * (fake.evaluations - before) > 0  # each took its latency
         _assert_same(inline, _steps(kernels, params, True, True))
         _assert_same(inline, _steps(sim, params, False, True))
     finally:
         kernels.close()
         sim.close()
     assert fake.errors == [] and fake.refusals == []
+    assert not [t for t in threading.enumerate() if t.name == "anekit-host"]
 
 
 def test_the_engine_backend_overlaps_by_default_and_the_simulator_does_not(tmp_path):
