@@ -290,3 +290,30 @@ def test_the_jobs_run_in_the_order_they_were_submitted_on_one_thread():
     jobs.close()
     assert order == [(i, "anekit-host") for i in range(200)]
     assert not jobs.alive()
+
+
+def test_lora_trains_the_same_adapters_with_its_products_on_the_host_thread(monkeypatch):
+    from anekit.hf.adapters import Adapters, LoraSpec
+    from anekit.training.loop import TrainConfig, TrainState, train
+    from anekit.training.lora import LoraTrainable, frozen_base
+
+    cfg = ModelConfig(64, 176, 2, 4, 2, 512, 64, name="tiny")
+
+    class Windows:
+        def batch(self, rng, seq_len):
+            w = rng.integers(0, 40, seq_len + 1)
+            return w[:-1], w[1:]
+
+    results = []
+    for overlap in (False, True):
+        monkeypatch.setattr(step, "overlap_pays", lambda name, overlap=overlap: overlap)
+        base = frozen_base(Params.init(cfg, seed=1))
+        adapters = Adapters.init(LoraSpec(4, 8.0, ("q", "v", "down")), cfg, np.random.default_rng(2))
+        tc = TrainConfig(steps=2, accum=2, lr=1e-2, weights="dynamic", weight_decay=0.0)
+        state = TrainState(base, None, None)
+        train(runtime.open("sim"), state, Windows(), tc, trainable=LoraTrainable(base, adapters))
+        results.append((state.losses, adapters))
+    (l1, a1), (l2, a2) = results
+    assert l1 == l2
+    assert all(np.array_equal(a1.a[k], a2.a[k]) and np.array_equal(a1.b[k], a2.b[k]) for k in a1.a)
+    assert any(np.abs(b).max() > 0 for b in a1.b.values())
