@@ -108,10 +108,11 @@ def test_the_overlapped_step_gives_the_sequential_bits_on_the_simulator(name, we
         kernels.close()
 
 
-def test_a_route_with_the_norm_on_the_host_gives_the_sequential_bits():
+@pytest.mark.parametrize("route", ["dynamic-engine-attention", "conv-host-attention"])
+def test_a_route_with_the_norm_or_attention_on_the_host_gives_the_sequential_bits(route):
     cfg, tied = CONFIGS["tied"]
     params = _params(cfg, tied, seed=4)
-    kernels = make_kernels(runtime.open("sim"), cfg, None, kernel_route("dynamic-engine-attention"))
+    kernels = make_kernels(runtime.open("sim"), cfg, None, kernel_route(route))
     kernels.compile(params, Timer())
     try:
         _assert_same(_steps(kernels, params, False, True), _steps(kernels, params, True, True))
