@@ -69,6 +69,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,8 +227,13 @@ class FakeObjC:
         macos: str | None = None,
         max_loaded: int = 128,
         degrade_after: int = 100_000,
+        eval_latency: float = 0.0,
     ) -> None:
         self.tmpdir = str(tmpdir)
+        # Seconds every evaluation takes beyond computing its plan, slept for real with the GIL released:
+        # the engine computing while the host is free (the host's work beside the engine's is measured on
+        # it, benchmarks/bench_host_overlap.py). 0: evaluations take only their plan's time.
+        self.eval_latency = eval_latency
         # Loaded programs the process may hold: sbryngelson/ane-guide part-4-workloads/14-llm-case-study.md,
         # "near 128 programs per process: the next load fails with `GetANEFModel: must re-compile`".
         self.max_loaded = max_loaded
@@ -1078,6 +1084,8 @@ class FakeObjC:
             var = params[k]
             by_name[var.name] = self._surface(ref).array(var.type.dtype.np, tuple(var.type.shape)).copy()
         results = v["plan"].run([by_name[var.name] for var in fn.inputs])
+        if self.eval_latency > 0:
+            time.sleep(self.eval_latency)
         if self.evaluations - v.get("evaluations_at_load", 0) >= self.degrade_after:
             self.degraded += 1
         self.evaluations += 1

@@ -54,6 +54,7 @@ from anekit.kernels import ModelConfig, attention_bwd, backward, dynamic, forwar
 from anekit.kernels.route import LEGACY, BadKernelRoute, KernelRoute
 from anekit.kernels.spec import KernelSpec
 from anekit.llama import cpu_ops
+from anekit.llama.host_queue import HostJobs, host_jobs, overlap_pays
 from anekit.llama.params import Params
 from anekit.runtime.base import Backend, Kernel, Surface
 
@@ -415,7 +416,11 @@ class Gradients:
     (about 15 ms of stories15M's step). The bits are the sum's but for the sign of a zero (0 + -0 is +0),
     which no update can see: Adam's moments take the gradient in products, sums with +0 and squares. A
     worker's buffer added first (``add_to(total, overwrite=True)``) is copied the same way, so any number
-    of threads still gives the same bits."""
+    of threads still gives the same bits.
+
+    ``matrix`` and ``classifier`` may run on the step's host thread (``train_step``'s ``overlap``), one
+    call at a time in the step's order, while the step's own thread calls ``vector``: they touch
+    different tensors. ``embedding`` and everything after it run once that thread has drained."""
 
     def __init__(
         self, grads: Params, kernels: Kernels | None = None, accumulate: bool = True, fresh: bool = False
@@ -577,9 +582,33 @@ def train_step(
     timer: Timer,
     loss_scale: float = 1.0,
     weights: np.ndarray | None = None,  # (T,) which positions the loss counts (None: all, equally)
+    *,
+    overlap: bool | None = None,
 ) -> StepResult:
     """Forward, loss and backward for one sequence; adds this sequence's gradients into ``grads`` (a
-    ``Params``, or a ``Gradients`` that decides what it keeps)."""
+    ``Params``, or a ``Gradients`` that decides what it keeps).
+
+    ``overlap``: the weight gradients and the classifier's gradient run on a host thread of the step's
+    own while this thread runs the next kernels (``anekit.llama.host_queue``: the same bits, the thread
+    gone when the step returns); None: where it pays, on the engine but not on the simulator
+    (``overlap_pays``)."""
+    if overlap is None:
+        overlap = overlap_pays(kernels.backend.name)
+    with host_jobs(overlap) as host:
+        return _train_step(kernels, params, grads, tokens, targets, timer, loss_scale, weights, host)
+
+
+def _train_step(
+    kernels: Kernels,
+    params: Params,
+    grads: Params | Gradients,
+    tokens: np.ndarray,
+    targets: np.ndarray,
+    timer: Timer,
+    loss_scale: float,
+    weights: np.ndarray | None,
+    host: HostJobs,  # where the gradients' products go: run inline, or queued beside the kernels
+) -> StepResult:
     cfg = kernels.cfg
     eps = cfg.norm_eps
     sink = grads if isinstance(grads, Gradients) else Gradients(grads, kernels)
@@ -595,7 +624,7 @@ def train_step(
         logits = np.matmul(classifier, xf, out=kernels.buffer("logits", (classifier.shape[0], xf.shape[1])))
         loss, dlogits = _loss(kernels, logits, targets, weights)  # dlogits (vocab, T)
         dlogits *= np.float32(loss_scale)  # in place: no second (vocab, T) array
-        sink.classifier(params, dlogits, xf)
+        host.submit("the classifier's gradient", sink.classifier, params, dlogits, xf)  # dlogits: read only
         # The classifier's input gradient contracts over the vocabulary: a float32 sgemm here, as
         # maderix/ANE training/train_large.m does it (no hardware-run kernel reads vocab channels).
         dxf = classifier.T @ dlogits  # (dim, T), float32
@@ -616,9 +645,9 @@ def train_step(
         with timer.phase("kernels"):
             fb = kernels.run(i, "ffn_bwd", dffn=dffn, h1=ffn["h1"], h3=ffn["h3"])  # dx (wrt x2norm), dh1, dh3
         with timer.phase("cpu"):
-            sink.matrix(i, "w2", dffn, ffn["silu_out"])  # (dim, hidden)
-            sink.matrix(i, "w1", fb["dh1"], ffn["x2norm"])  # (hidden, dim)
-            sink.matrix(i, "w3", fb["dh3"], ffn["x2norm"])
+            host.submit(f"layer {i} w2", sink.matrix, i, "w2", dffn, ffn["silu_out"])  # (dim, hidden)
+            host.submit(f"layer {i} w1", sink.matrix, i, "w1", fb["dh1"], ffn["x2norm"])  # (hidden, dim)
+            host.submit(f"layer {i} w3", sink.matrix, i, "w3", fb["dh3"], ffn["x2norm"])
             dnorm, drms = cpu_ops.rmsnorm_bwd(fb["dx"], x2, norm_scale(cfg, w.rms_ffn), eps)
             sink.vector(i, "rms_ffn", drms)
             dx2 = dx + dnorm  # (dim, T): the residual and the FFN branch
@@ -627,7 +656,7 @@ def train_step(
                 scale = norm_scale(cfg, w.post_att_norm)  # type: ignore[arg-type]
                 do, drms = cpu_ops.rmsnorm_bwd(dx2, att["o_pre"], scale, eps)
                 sink.vector(i, "post_att_norm", drms)
-            sink.matrix(i, "wo", do, att["attn_out"])  # (dim, q_dim)
+            host.submit(f"layer {i} wo", sink.matrix, i, "wo", do, att["attn_out"])  # (dim, q_dim)
         with timer.phase("kernels"):
             b1 = kernels.run(i, "sdpa_bwd1", q=att["q"], k=att["k"], v=att["v"], do=do)  # dv, probs, dp
             b2 = kernels.run(i, "sdpa_bwd2", probs=b1["probs"], dp=b1["dp"], q=att["q"], k=att["k"])  # dq, dk
@@ -647,9 +676,9 @@ def train_step(
             dxn = kernels.run(i, "qkv_bwd", dq=dq, dk=dk, dv=dv)["dx"]  # (dim, T)
         with timer.phase("cpu"):
             xn = att["xnorm"]
-            sink.matrix(i, "wq", dq, xn)  # (q_dim, dim)
-            sink.matrix(i, "wk", dk, xn)  # (kv_dim, dim)
-            sink.matrix(i, "wv", dv, xn)
+            host.submit(f"layer {i} wq", sink.matrix, i, "wq", dq, xn)  # (q_dim, dim)
+            host.submit(f"layer {i} wk", sink.matrix, i, "wk", dk, xn)  # (kv_dim, dim)
+            host.submit(f"layer {i} wv", sink.matrix, i, "wv", dv, xn)
             dnorm, drms = cpu_ops.rmsnorm_bwd(dxn, x, norm_scale(cfg, w.rms_att), eps)
             sink.vector(i, "rms_att", drms)
             dx = dx2 + dnorm  # (dim, T)
@@ -664,6 +693,7 @@ def train_step(
     with timer.phase("cpu"):
         if cfg.embed_scale != 1.0:  # the lookup was scaled: so is its gradient
             dx = dx * np.float32(cfg.embed_scale)
+        host.drain()  # every product is in: the embedding's rows go onto the classifier's (tied)
         sink.embedding(dx, tokens)
         finite = bool(np.isfinite(dx).all() and np.isfinite(loss))
     return StepResult(float(loss), finite, peak)
