@@ -181,3 +181,49 @@ def test_rounding_and_encoding_in_one_pass_equal_the_two_passes() -> None:
     over = np.array([1.0, 65519.0, 65520.0, 2.0], np.float32)  # 65520 rounds to inf: not a finite half
     assert jit.round_encode_into(over, np.empty(4, np.float32), np.empty(4, U16)) is False
     assert jit.round_encode_into(x, x, halves) is None  # overlap: declined, nothing written
+
+
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [
+        ((768, 2048), (1, 0)),  # a weight matrix, row stride 8 KiB
+        ((1, 1, 256, 2048), (0, 1, 3, 2)),  # a product's (T, hidden) rows turned to channels
+        ((1, 1, 13, 1024), (0, 1, 3, 2)),  # row stride 4 KiB, sizes no multiple of the 8 x 8 tile
+        ((3, 1, 2048), (2, 1, 0)),
+    ],
+)
+def test_transposed_copy_holds_numpys_copy(shape: tuple[int, ...], perm: tuple[int, ...]) -> None:
+    """The tiled loop fills the array numpy's transposed copy makes: same elements (bit patterns, NaN
+    payloads and negative zeros included), same shape and strides."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 1 << 32, size=shape, dtype=np.uint64).astype(U32).view(np.float32)
+    view = x.transpose(perm)
+    out = np.empty(view.shape, np.float32)
+    assert jit.copy_transposed(view, out)
+    expected = np.array(view, order="C")
+    assert out.strides == expected.strides
+    assert out.view(U32).tobytes() == expected.view(U32).tobytes()
+
+
+def test_transposed_copies_numpy_does_well_are_left_to_it() -> None:
+    """Row strides that are no multiple of 4 KiB, three non-unit axes, a C-contiguous view, a non-float32
+    source or a C-discontiguous target: declined, nothing written."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 1, 2048, 256)).astype(np.float32)
+    cases = [
+        (x.transpose(0, 1, 3, 2), np.empty((1, 1, 256, 2048), np.float32)),  # row stride 1 KiB
+        (
+            rng.standard_normal((2, 8, 1024)).astype(np.float32).transpose(0, 2, 1),
+            np.empty((2, 1024, 8), np.float32),
+        ),
+        (x, np.empty(x.shape, np.float32)),
+        (x.astype(np.float64).transpose(0, 1, 3, 2)[..., :1024], np.empty((1, 1, 256, 1024), np.float32)),
+        (
+            np.zeros((8, 1024), np.float32).T,
+            np.empty((1024, 16), np.float32)[:, :8],
+        ),
+    ]
+    for view, out in cases:
+        out[...] = 7.0
+        assert not jit.copy_transposed(view, out)
+        assert (out == 7.0).all()

@@ -456,3 +456,22 @@ def refresh_fp16_mirror(
         nans += np.int64(a > np.uint16(0x7C00))
         peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
     return changed, nans, int(peak)
+
+
+# -- transposed copies (``runtime.sim.fast``) -------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:  # pragma: no cover - compiled
+    """dst[j, i] = src[i, j] for a 2-d ``src`` (R, C) of any strides and a C-contiguous ``dst`` (C, R), in
+    8 x 8 tiles, a block of 8 output rows at a time: each tile reads 8 source rows and writes 8 output
+    rows, so a source whose row stride is a multiple of 4 KiB (every source row on the same cache sets)
+    holds only 8 of them in cache at once."""
+    rows, cols = src.shape
+    for j0 in range(0, cols, 8):
+        j1 = min(j0 + 8, cols)
+        for i0 in range(0, rows, 8):
+            i1 = min(i0 + 8, rows)
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    dst[j, i] = src[i, j]

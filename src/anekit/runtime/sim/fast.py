@@ -9,7 +9,9 @@ in the reference's order, on the same arrays:
 
 * reshape, transpose, slice_by_size, concat (``tensor_ops``) — the same view, then the same
   ``np.array(.., copy=True)`` or ``np.concatenate``, so results have the same values AND the same memory
-  layout (which decides how later matmuls and reductions accumulate);
+  layout (which decides how later matmuls and reductions accumulate); a transposed view whose source rows
+  lie a multiple of 4 KiB apart is copied by ``jit.copy_transposed``'s tiled loop (the same elements
+  into the same fresh C-ordered array: a copy, so the same bits);
 * matmul (``linear``) — the same ``np.swapaxes`` and ``np.matmul``;
 * the elementwise binary ops and the ``reduce_*`` ops — the op's own ``compute`` method, then the
   reference's dtype handling (``like(r, np.result_type(x, y))``; ``np.asarray``);
@@ -39,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import jit
 from anekit.mil import types as T
 from anekit.mil.ops.elementwise import _Binary, like
 from anekit.mil.ops.linear import conv, conv_nd, matmul, window_slices
@@ -51,6 +54,7 @@ Runner = Callable[[list[Any]], None]
 # Stores one output as ``run_step`` would: (the reference's result, the op's input values) -> stored value.
 Finish = Callable[[Any, tuple[Any, ...]], np.ndarray]
 _F32 = np.dtype(np.float32)
+copy_transposed = jit.copy_transposed  # a transposed view's copy by the tiled loop where numpy's is slow
 
 
 class Binding:
@@ -222,7 +226,10 @@ def _transpose(b: Binding) -> Runner | None:
             and x.flags.c_contiguous
             and not view.flags.c_contiguous
         ):
-            env[out] = np.array(view, order="C")
+            value = np.empty(view.shape, _F32)  # np.array(view, order="C")'s array, filled by the tiled loop
+            if not copy_transposed(view, value):
+                value[...] = view
+            env[out] = value
         else:
             env[out] = finish(np.array(view, copy=True), (x, *rest))
 
@@ -454,7 +461,9 @@ def fused_reshape(
         ):
             return run_both(env)
         value = np.empty(out_shape, _F32)
-        value.reshape(view.shape)[...] = view
+        target = value.reshape(view.shape)
+        if not copy_transposed(view, target):
+            target[...] = view
         env[out] = value
 
     return run
