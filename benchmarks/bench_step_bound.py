@@ -7,7 +7,7 @@ The bound of one training step (forward + backward + AdamW, one sequence of seq_
 
     step FLOPs / sgemm rate  +  optimizer bytes / memory bandwidth
 
-with both rates measured here, in this process, just before the steps:
+with both rates measured here, in this process, in every round just before that round's steps:
 
 * sgemm rate: the best float32 ``a @ b`` rate over the step's own product shapes (weight x activations,
   a weight gradient), best of several tries each;
@@ -23,10 +23,11 @@ with both rates measured here, in this process, just before the steps:
 It then times, interleaved (machine load hits every variant alike), the simulated step with dynamic
 weights as ``anekit train`` takes one (``anekit.llama.step.train_step`` into fresh ``Gradients``, the
 loss scale taken off, ``apply_adamw`` on ``--adam-threads`` threads) and the plain
-numpy float32 step (``bench_step_vs_numpy.NumpyLlama``), median of ``--repeat``, and prints each as a
-ratio of the bound and of each other. ``--kernels`` adds, for the simulated step, the time of each
-kernel of the dynamic set (all its runs in one step) beside the time its matmul FLOPs take at the
-measured sgemm rate.
+numpy float32 step (``bench_step_vs_numpy.NumpyLlama``), ``--repeat`` rounds after a warm-up, and prints
+each step's median and its ratio to the bound and to the numpy step (medians of the rounds' own
+ratios). ``--kernels`` adds, for the simulated step, the time of each
+kernel of the dynamic set (all its runs in one step, the whole call and its plan's run; median over
+``--repeat`` more steps) beside the time its matmul FLOPs take at the measured sgemm rate.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def sgemm_rate(cfg: ModelConfig, tries: int = 7) -> tuple[float, str]:
     return best, where
 
 
-def bandwidth(mib: int = 256, tries: int = 5) -> tuple[float, float]:
+def bandwidth(mib: int = 128, tries: int = 4) -> tuple[float, float]:
     """(copy bandwidth, read-read-write bandwidth) in bytes/s over float32 arrays of ``mib`` MiB each."""
     n = mib * (1 << 20) // 4
     a = np.ones(n, F32)
@@ -204,32 +205,54 @@ def main() -> None:
         ref = NumpyLlama(cfg, params)
         variants["numpy"] = lambda window: ref.step(window[:-1], window[1:])
 
-    rng = np.random.default_rng(0)
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for i in range(args.repeat + 1):  # the first round warms up (compiled loops, caches, allocator)
-        window = rng.integers(0, cfg.vocab_size, cfg.seq_len + 1)
-        for key, fn in variants.items():
-            t0 = time.perf_counter()
-            fn(window)
-            if i:
-                times[key].append(time.perf_counter() - t0)
-
-    per_kernel: dict[str, list[float]] = {}
-    if args.kernels:
-        window = rng.integers(0, cfg.vocab_size, cfg.seq_len + 1)
-        with kernel_clock(kernels) as seen:
-            anekit_step(window)
-        per_kernel = dict(seen)
-
-    rate, where = sgemm_rate(cfg)
-    copy_bw, triad_bw = bandwidth()
-    bw = max(copy_bw, triad_bw)
     flops = step_flops(cfg)
     n_params = sum(a.size for _, a in params.tensors())
     surface = surface_weight_elements(kernels)
     opt_bytes = ADAMW_BYTES * n_params + FP16_BYTES * surface
-    t_flops, t_bytes = flops / rate, opt_bytes / bw
-    bound = t_flops + t_bytes
+
+    # Each round measures the machine (sgemm rate, bandwidth: the bound) and then takes every variant's
+    # step, so a change of load between rounds moves the bound and the steps alike; every ratio below
+    # is the median over rounds of that round's ratio.
+    rng = np.random.default_rng(0)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    ratios: dict[str, list[float]] = {k: [] for k in variants}
+    rounds: dict[str, list[float]] = defaultdict(list)
+    where = ""
+    for i in range(args.repeat + 1):  # the first round warms up (compiled loops, caches, allocator)
+        rate, where = sgemm_rate(cfg)
+        copy_bw, triad_bw = bandwidth()
+        bound = flops / rate + opt_bytes / max(copy_bw, triad_bw)
+        window = rng.integers(0, cfg.vocab_size, cfg.seq_len + 1)
+        step: dict[str, float] = {}
+        for key, fn in variants.items():
+            t0 = time.perf_counter()
+            fn(window)
+            step[key] = time.perf_counter() - t0
+        if not i:
+            continue
+        for name, value in (("rate", rate), ("copy", copy_bw), ("triad", triad_bw), ("bound", bound)):
+            rounds[name].append(value)
+        for key, t in step.items():
+            times[key].append(t)
+            ratios[key].append(t / bound)
+        if "numpy" in step:
+            for key, t in step.items():
+                rounds[f"{key} / numpy"].append(t / step["numpy"])
+
+    per_kernel: dict[str, list[float]] = {}
+    if args.kernels:  # ``--repeat`` more steps, each kernel's time the median of its per-step totals
+        clocked: list[dict[str, list[float]]] = []
+        for _ in range(args.repeat):
+            window = rng.integers(0, cfg.vocab_size, cfg.seq_len + 1)
+            with kernel_clock(kernels) as seen:
+                anekit_step(window)
+            clocked.append(dict(seen))
+        for name in clocked[0]:
+            per_kernel[name] = [statistics.median(r[name][i] for r in clocked) for i in range(4)]
+
+    mid = {k: statistics.median(v) for k, v in rounds.items()}
+    rate, copy_bw, triad_bw, bound = mid["rate"], mid["copy"], mid["triad"], mid["bound"]
+    t_flops, t_bytes = flops / rate, opt_bytes / max(copy_bw, triad_bw)
     med = {k: statistics.median(v) for k, v in times.items()}
 
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
@@ -237,19 +260,20 @@ def main() -> None:
         f"{args.config}: seq {cfg.seq_len}, {n_params / 1e6:.1f} M parameters, median of {args.repeat}, "
         f"OPENBLAS_NUM_THREADS={blas}, AdamW threads {args.adam_threads}, load {os.getloadavg()[0]:.2f}"
     )
-    print(f"  sgemm rate     {rate / 1e9:7.1f} GFLOP/s (best shape {where})")
+    print(f"  sgemm rate     {rate / 1e9:7.1f} GFLOP/s (best shape of the last round {where})")
     print(f"  bandwidth      {copy_bw / 1e9:7.1f} GB/s copy, {triad_bw / 1e9:.1f} GB/s read-read-write")
     print(f"  step FLOPs     {flops / 1e9:7.1f} GFLOP  -> {1e3 * t_flops:7.1f} ms at the sgemm rate")
     print(
         f"  optimizer      {opt_bytes / 1e9:7.2f} GB ({ADAMW_BYTES} B x {n_params / 1e6:.1f} M params + "
         f"{FP16_BYTES} B x {surface / 1e6:.1f} M surface elements) -> {1e3 * t_bytes:7.1f} ms"
     )
-    print(f"  bound          {1e3 * bound:7.1f} ms/step")
+    print(f"  bound          {1e3 * bound:7.1f} ms/step (median over rounds)")
     for key, t in med.items():
-        extra = f"  {t / med['numpy']:5.2f}x numpy" if "numpy" in med and key != "numpy" else ""
-        print(f"  {key:22s} {1e3 * t:8.1f} ms/step  {t / bound:5.2f}x bound{extra}")
+        ratio = statistics.median(ratios[key])
+        extra = f"  {mid[f'{key} / numpy']:5.2f}x numpy" if key != "numpy" and f"{key} / numpy" in mid else ""
+        print(f"  {key:22s} {1e3 * t:8.1f} ms/step  {ratio:5.2f}x bound{extra}")
     if per_kernel:
-        print("  per kernel of the dynamic set (one step, all layers):")
+        print(f"  per kernel of the dynamic set (one step, all layers; median of {args.repeat} steps):")
         print(
             f"    {'kernel':16s} {'runs':>4s} {'call ms':>8s} {'plan ms':>8s} {'GFLOP':>7s} "
             f"{'sgemm ms':>8s} {'ratio':>6s}"
