@@ -252,12 +252,12 @@ def main() -> None:
     ap.add_argument("--config", default="stories15M")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument(
-        "--tokenizer", type=Path, default=CORPUS_TOKENIZER if CORPUS_TOKENIZER.is_file() else None
-    )
+    ap.add_argument("--tokenizer", type=Path, default=None)
     ap.add_argument("--cores", default="0,1", help="taskset's core list for the whole commands")
     ap.add_argument("--sections", default="123", help="which sections to run (default 123)")
     args = ap.parse_args()
+    if args.tokenizer is None and CORPUS_TOKENIZER.is_file() and args.config in ("stories15M", "stories110M"):
+        args.tokenizer = CORPUS_TOKENIZER  # llama2.c's 32000 tokens, which those presets need
     tok = ["--tokenizer", str(args.tokenizer)] if args.tokenizer is not None else []
     if "1" in args.sections:
         whole_commands(tok, args.config, args.steps, args.repeat, args.cores)
