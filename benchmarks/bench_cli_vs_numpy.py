@@ -5,12 +5,24 @@ next to the baked one; and the scaling of a batch's sequences over threads.
 Run: env -u PYTHONDONTWRITEBYTECODE python benchmarks/bench_cli_vs_numpy.py [--config stories15M]
      [--steps 10] [--repeat 3] [--tokenizer TOK]
 
-1. ``anekit train --config C --steps N --accum 1`` as a subprocess, as a user types it (its closing sample
-   of 120 tokens included) and with ``--sample-steps 0``: wall time from launch to exit, and start-up =
-   launch to the start of the first step (the time of the "step 1" line less that step's own time:
-   imports, the tokenizer, the data, the weights, the kernels' compile). The numpy loop is
-   ``bench_step_vs_numpy.NumpyLlama`` (the model written directly in numpy) doing the same N steps of one
-   sequence, also a subprocess, its import included. Interleaved, ``--repeat`` times; medians and ratios.
+1. What a user types, each a whole process (import, start-up, exit included), timed from launch to exit,
+   into a fresh --out directory each time, interleaved ``--repeat`` times after one warm-up round (which
+   also fills numba's cache) so that load on the machine hits every command alike; medians and ratios:
+
+   a. ``anekit train --config C --steps N --accum 1 --sample-steps 0 --tokenizer TOK --out DIR`` (as
+      ``python -m anekit.cli.main``, the ``anekit`` script's code), BLAS threads chosen by anekit; its
+      start-up is launch to the start of the first step (the "step 1" line's time less that step's own);
+   b. the careful numpy loop: ``bench_step_vs_numpy.NumpyLlama`` (the model written directly in numpy:
+      fused q|k|v and w1|w3 sgemms, batched heads, preallocated buffers, one fused AdamW pass) doing the
+      same N steps of one sequence from the same initial weights, ``python -c`` with its imports and
+      ``Params.init`` included, OPENBLAS_NUM_THREADS = the cores;
+   c. two cores against one for the whole command: the same ``anekit train`` with 2 sequences a step
+      (``--accum 2``) as in a., against it under ``taskset -c 0`` with OPENBLAS_NUM_THREADS=1 (one core,
+      one BLAS thread; anekit then runs its sequences one after the other). The figure is
+      wall(one core) / wall(two cores), each the median of its runs (``--cores`` names the two cores'
+      list for taskset, default "0,1").
+
+   Goals (issue 33): a. within 1.25x of b.; c. >= 1.7.
 2. One training step (one sequence) with dynamic weights and with baked weights, alternately, in this
    process (2 x ``--repeat`` + 1 pairs): medians and the ratio.
 3. ``trainer.train`` with 4 sequences a step, in this process, alternately ``--repeat`` times: tokens/s
@@ -19,7 +31,7 @@ Run: env -u PYTHONDONTWRITEBYTECODE python benchmarks/bench_cli_vs_numpy.py [--c
    BLAS thread each, and of two workers with BLAS's threads left to anekit; whether the runs end with the
    same weights and Adam moments.
 
-BLAS's threads are left to anekit in 1 and 2 (OPENBLAS_NUM_THREADS must not be set).
+BLAS's threads are left to anekit in 1a, 1c (two cores) and 2.
 Python's bytecode cache matters to the start-up: with PYTHONDONTWRITEBYTECODE set, every ``anekit`` process
 compiles anekit's modules from source again (about 0.3 s); an installed anekit has them compiled. Run it
 without that variable (``env -u PYTHONDONTWRITEBYTECODE python benchmarks/bench_cli_vs_numpy.py``) to
@@ -35,6 +47,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,14 +76,15 @@ for _ in range({steps}):
 
 
 def anekit_train(
-    args: list[str], out: Path, env: dict[str, str] | None = None
+    args: list[str], out: Path, env: dict[str, str | None] | None = None, cpus: str | None = None
 ) -> tuple[float, float, list[float]]:
-    """(wall s, start-up s, the steps' ms) of one ``anekit train`` process (``env``: variables to add)."""
-    cmd = [sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), "--force", *args]
+    """(wall s, start-up s, the steps' ms) of one ``anekit train`` process into ``out`` (a fresh
+    directory); ``env``: variables to add (a None value removes one), ``cpus``: taskset's core list."""
+    cmd = [sys.executable, "-m", "anekit.cli.main", "train", "--out", str(out), *args]
+    if cpus is not None:
+        cmd = ["taskset", "-c", cpus, *cmd]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env))
     assert proc.stdout is not None
     startup = None
     steps = []
@@ -87,11 +101,67 @@ def anekit_train(
     return wall, startup or float("nan"), steps
 
 
-def numpy_loop(config: str, steps: int) -> float:
+def _env(changes: dict[str, str | None] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in (changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def numpy_loop(config: str, steps: int, threads: int) -> float:
+    """Wall s of the careful numpy loop's N steps as one ``python -c`` process (imports included)."""
     code = NUMPY_LOOP.format(bench=str(ROOT / "benchmarks"), config=config, steps=steps)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True)
+    blas = str(threads)
+    env = {"OPENBLAS_NUM_THREADS": blas, "OMP_NUM_THREADS": blas, "NUMBA_NUM_THREADS": blas}
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env(env))
     return time.perf_counter() - t0
+
+
+def whole_commands(tok: list[str], config: str, steps: int, repeat: int, cores: str) -> None:
+    """Section 1: the commands interleaved, one warm-up round, then ``repeat`` rounds; prints the ratios."""
+    n_cores = len(cores.split(","))
+    cli = [*tok, "--config", config, "--steps", str(steps), "--sample-steps", "0"]
+    two = {"OPENBLAS_NUM_THREADS": None}  # anekit chooses
+    one = {"OPENBLAS_NUM_THREADS": "1"}
+    walls: dict[str, list[float]] = {"a": [], "b": [], "c2": [], "c1": []}
+    startups: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeat + 1):  # round 0 warms the caches (bytecode, numba's) and is left out
+            runs = {
+                "a": lambda d: anekit_train([*cli, "--accum", "1"], d, two, cores),
+                "b": lambda d: (numpy_loop(config, steps, n_cores), 0.0, []),
+                "c2": lambda d: anekit_train([*cli, "--accum", "2"], d, two, cores),
+                "c1": lambda d: anekit_train([*cli, "--accum", "2"], d, one, cores.split(",")[0]),
+            }
+            for key, fn in runs.items():
+                out = Path(tmp) / f"run{i}{key}"  # fresh: never there before
+                wall, startup, _ = fn(out)
+                if i:
+                    walls[key].append(wall)
+                    if key == "a":
+                        startups.append(startup)
+                shutil.rmtree(out, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    load = os.getloadavg()[0]
+
+    def runs(key: str) -> str:
+        return str([round(x, 2) for x in walls[key]])
+
+    tokflag = " ".join(tok)
+    print(f"1. whole processes, medians of {repeat} interleaved rounds (load {load:.1f} at the end):")
+    command = f"anekit train --config {config} --steps {steps} --accum 1 --sample-steps 0 {tokflag} --out DIR"
+    start = statistics.median(startups)
+    print(f"   a. {command}: {med['a']:.2f} s (start-up {start:.2f} s) {runs('a')}")
+    blas = f"OPENBLAS_NUM_THREADS={n_cores}"
+    print(f"   b. careful numpy loop, {steps} steps, {blas}: {med['b']:.2f} s {runs('b')}")
+    print(f"      ratio a / b = {med['a'] / med['b']:.2f} (goal <= 1.25)")
+    print(f"   c. the same with --accum 2: taskset -c {cores}: {med['c2']:.2f} s {runs('c2')}; taskset -c "
+          f"{cores.split(',')[0]} OPENBLAS_NUM_THREADS=1: {med['c1']:.2f} s {runs('c1')}")  # fmt: skip
+    print(f"      {n_cores} cores / 1 core = {med['c1'] / med['c2']:.2f}x (goal >= 1.7)")
 
 
 def step_times(config: str, repeat: int) -> dict[str, list[float]]:
@@ -182,30 +252,16 @@ def main() -> None:
     ap.add_argument("--config", default="stories15M")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument(
-        "--tokenizer", type=Path, default=CORPUS_TOKENIZER if CORPUS_TOKENIZER.is_file() else None
-    )
+    ap.add_argument("--tokenizer", type=Path, default=None)
+    ap.add_argument("--cores", default="0,1", help="taskset's core list for the whole commands")
+    ap.add_argument("--sections", default="123", help="which sections to run (default 123)")
     args = ap.parse_args()
+    if args.tokenizer is None and CORPUS_TOKENIZER.is_file() and args.config in ("stories15M", "stories110M"):
+        args.tokenizer = CORPUS_TOKENIZER  # llama2.c's 32000 tokens, which those presets need
     tok = ["--tokenizer", str(args.tokenizer)] if args.tokenizer is not None else []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
-        cli = [*tok, "--config", args.config, "--steps", str(args.steps), "--accum", "1"]
-        quiet = [*cli, "--sample-steps", "0"]
-        walls, startups, quiets, numpys = [], [], [], []
-        for _ in range(args.repeat):  # interleaved: load on the machine hits all three alike
-            wall, startup, _ = anekit_train(cli, out)
-            walls.append(wall)
-            startups.append(startup)
-            quiets.append(anekit_train(quiet, out)[0])
-            numpys.append(numpy_loop(args.config, args.steps))
-        a, q, n = statistics.median(walls), statistics.median(quiets), statistics.median(numpys)
-        print(
-            f"1. anekit train --config {args.config} --steps {args.steps} --accum 1: {a:.2f} s (start-up "
-            f"{statistics.median(startups):.2f} s), ratio {a / n:.2f}; without its closing sample "
-            f"(--sample-steps 0) {q:.2f} s, ratio {q / n:.2f}; plain numpy loop {n:.2f} s (medians of "
-            f"{args.repeat}: anekit {[round(x, 2) for x in walls]}, without the sample "
-            f"{[round(x, 2) for x in quiets]}, numpy {[round(x, 2) for x in numpys]})"
-        )
+    if "1" in args.sections:
+        whole_commands(tok, args.config, args.steps, args.repeat, args.cores)
+    if "2" in args.sections:
         times = step_times(args.config, 2 * args.repeat + 1)
         dyn, baked = statistics.median(times["dynamic"]), statistics.median(times["baked"])
         pairs = statistics.median(d / b for d, b in zip(times["dynamic"], times["baked"]))
@@ -214,6 +270,7 @@ def main() -> None:
             f"{baked:.0f} ms, ratio {dyn / baked:.2f} (median of the {len(times['baked'])} pairs' ratios "
             f"{pairs:.2f})"
         )
+    if "3" in args.sections:
         rates = thread_rates(args.config, args.repeat)
         r1, r2, ra = (statistics.median(rates[k]) for k in ("1", "2", "auto"))
         same2, same_auto = ("the same" if x else "DIFFERENT" for x in rates["same"])

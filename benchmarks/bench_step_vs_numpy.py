@@ -8,8 +8,11 @@ sequence of seq_len tokens, median of ``--repeat`` steps, each step being forwar
 * anekit ane  — the kernels in the simulator with ANE numerics (fp16 storage after every op), weight
   gradients and the head on the CPU (``anekit.llama.step.train_step``) and anekit's AdamW;
 * anekit fp32 — the same with ``precision="fp32"`` (no fp16 rounding anywhere);
-* numpy       — ``NumpyLlama`` below: the model written directly in numpy float32, independent of
-  anekit (only the initial weights are copied from anekit's ``Params``; llama2.c's math otherwise).
+* numpy       — ``NumpyLlama`` below: the model written directly in numpy float32 as one would to compare
+  against (fused q|k|v and w1|w3 matmuls, heads batched, preallocated buffers, in-place elementwise work,
+  one flat fused AdamW pass with the global-norm clip), independent of anekit (only the initial weights
+  are copied from anekit's ``Params``; llama2.c's math otherwise). tests/test_bench_numpy_loop.py checks
+  its gradients against finite differences and a float64 oracle.
 
 It prints the ratios (goal: ane <= 1.0x numpy, fp32 <= 0.8x), this machine's sgemm rate (best of
 typical step shapes) and the fraction of it the anekit ane step achieves on the step's matmul FLOPs
@@ -35,128 +38,346 @@ from anekit.training.loop import TrainConfig, TrainState, apply_adamw
 
 F32 = np.float32
 
+try:  # a fused AdamW pass when numba is installed (anekit's ``fast`` extra); numpy with out= otherwise
+    import numba
+except ImportError:  # pragma: no cover - numba is in the fast extra
+    numba = None
+
+
+def _adamw_numpy(w, g, m, v, n_decay, lr, b1, b2, c1, c2, eps, wd, scale, tmp):  # type: ignore[no-untyped-def]
+    """One AdamW step over flat float arrays in place (numpy, every pass with ``out=``; ``tmp`` is a
+    scratch array of w's size): the first ``n_decay`` values (the matrices) take weight decay."""
+    dt = w.dtype.type
+    np.multiply(g, dt(scale * (1 - b1)), out=tmp)
+    m *= dt(b1)
+    m += tmp
+    np.multiply(g, g, out=tmp)
+    tmp *= dt(scale * scale * (1 - b2))
+    v *= dt(b2)
+    v += tmp
+    np.multiply(v, dt(1 / c2), out=tmp)  # the update: lr * (m / c1) / (sqrt(v / c2) + eps)
+    np.sqrt(tmp, out=tmp)
+    tmp += dt(eps)
+    np.divide(m, tmp, out=tmp)
+    tmp *= dt(lr / c1)
+    w[:n_decay] *= dt(1 - lr * wd)  # decoupled decay, before the step (as torch's AdamW)
+    w -= tmp
+
+
+if numba is not None:
+
+    @numba.njit(cache=True, parallel=True, fastmath=False)
+    def _adamw_numba(w, g, m, v, n_decay, lr, b1, b2, c1, c2, eps, wd, scale, tmp):  # type: ignore[no-untyped-def]
+        """The same step in one pass over the four arrays, on numba's threads (``tmp`` unused)."""
+        decay = 1 - lr * wd
+        for i in numba.prange(w.size):
+            gi = g[i] * scale
+            mi = b1 * m[i] + (1 - b1) * gi
+            vi = b2 * v[i] + (1 - b2) * gi * gi
+            m[i] = mi
+            v[i] = vi
+            wi = w[i] * decay if i < n_decay else w[i]
+            w[i] = wi - (lr / c1) * mi / (np.sqrt(vi / c2) + eps)
+
+    ADAMW = _adamw_numba
+else:  # pragma: no cover
+    ADAMW = _adamw_numpy
+
 
 class NumpyLlama:
-    """A llama2.c transformer (RMSNorm, RoPE, causal MHA, SwiGLU, tied classifier) in numpy float32,
-    with its backward pass and AdamW; activations are (seq, channels) rows."""
+    """A llama2.c transformer (RMSNorm, RoPE, causal MHA with grouped kv heads, SwiGLU, tied classifier)
+    in plain numpy, forward, backward and AdamW, written as one would to compare against:
 
-    def __init__(self, cfg: ModelConfig, params: Params) -> None:
-        self.cfg = cfg
-        self.w: dict[str, np.ndarray] = {name: a.copy() for name, a in params.tensors()}
-        self.m = {k: np.zeros_like(v) for k, v in self.w.items()}
-        self.v = {k: np.zeros_like(v) for k, v in self.w.items()}
+    * activations are (seq, channels) rows, so every projection is one sgemm on contiguous rows: x @ W.T
+      with W kept (out, in) as llama2.c stores it (BLAS reads it transposed, no copy);
+    * q, k and v are one matmul (their weights are rows of one (dim + 2 kv_dim, dim) array), w1 and w3
+      one (a (2 hidden, dim) array), and so are their weight gradients and the input gradients they give;
+    * attention is batched over heads (strided views of the q / k / v rows, no transposed copies), RoPE
+      rotates q and k together in place;
+    * every buffer (activations kept for the backward, gradients, scratch) is allocated once; the
+      elementwise work runs with ``out=``;
+    * the weights, gradients and both Adam moments are each one flat array (matrices first), so the
+      global gradient norm is one dot product and AdamW one fused pass (numba when installed);
+    * BLAS runs on every core it is given (OPENBLAS_NUM_THREADS).
+
+    ``dtype`` float64 gives the same model in double precision (the gradient test's reference for finite
+    differences). ``w`` / ``g``: name -> view of the weights / gradients, with ``Params.tensors``' names.
+    """
+
+    def __init__(self, cfg: ModelConfig, params: Params, dtype: type = np.float32) -> None:
+        if params.wcls is not None:
+            raise ValueError("NumpyLlama trains a tied classifier (params.wcls must be None)")
+        self.cfg, self.dtype = cfg, np.dtype(dtype)
+        D, KV, Hd, L, V = cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.n_layers, cfg.vocab_size
+        mats = [("embed", (V, D))]
+        for i in range(L):
+            p = f"layers.{i}."
+            mats += [
+                (p + "wqkv", (D + 2 * KV, D)),
+                (p + "wo", (D, D)),
+                (p + "w13", (2 * Hd, D)),
+                (p + "w2", (D, Hd)),
+            ]
+        vecs = [(f"layers.{i}.{k}", (D,)) for i in range(L) for k in ("rms_att", "rms_ffn")] + [
+            ("rms_final", (D,))
+        ]
+        self.n_decay = sum(math.prod(s) for _, s in mats)
+        size = self.n_decay + sum(math.prod(s) for _, s in vecs)
+        self.flat, self.gflat = np.empty(size, self.dtype), np.zeros(size, self.dtype)
+        self.m, self.v = np.zeros(size, self.dtype), np.zeros(size, self.dtype)
+        self._tmp = np.empty(size, self.dtype) if ADAMW is _adamw_numpy else np.empty(1, self.dtype)
+        self.W: dict[str, np.ndarray] = {}  # the fused arrays and the vectors, views of flat
+        self.G: dict[str, np.ndarray] = {}
+        at = 0
+        for name, shape in mats + vecs:
+            n = math.prod(shape)
+            self.W[name] = self.flat[at : at + n].reshape(shape)
+            self.G[name] = self.gflat[at : at + n].reshape(shape)
+            at += n
+        self.w: dict[str, np.ndarray] = {}
+        self.g: dict[str, np.ndarray] = {}
+        for big, parts in (("wqkv", (("wq", D), ("wk", KV), ("wv", KV))), ("w13", (("w1", Hd), ("w3", Hd)))):
+            for i in range(L):
+                row = 0
+                for name, n in parts:
+                    self.w[f"layers.{i}.{name}"] = self.W[f"layers.{i}.{big}"][row : row + n]
+                    self.g[f"layers.{i}.{name}"] = self.G[f"layers.{i}.{big}"][row : row + n]
+                    row += n
+        for name in self.W:
+            if not name.endswith(("wqkv", "w13")):
+                self.w[name], self.g[name] = self.W[name], self.G[name]
+        for name, a in params.tensors():
+            self.w[name][...] = a
         self.t = 0
-        hd = cfg.head_dim
+        T, H, hd, nkv = cfg.seq_len, cfg.n_heads, cfg.head_dim, cfg.n_kv_heads
         freqs = cfg.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # (hd/2,)
-        ang = np.arange(cfg.seq_len)[:, None] * freqs[None, :]  # (T, hd/2)
-        self.cos, self.sin = np.cos(ang).astype(F32), np.sin(ang).astype(F32)
+        ang = np.arange(T)[:, None, None] * freqs[None, None, :]  # (T, 1, hd/2): one row per position
+        self.cos, self.sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
+        self.mask = np.triu(np.full((T, T), -np.inf, self.dtype), 1)
+        z = lambda *s: np.zeros(s, self.dtype)  # noqa: E731
+        # kept for the backward, one per layer: its input, both norms' outputs and scales, q/k/v, the
+        # attention probabilities, the heads' output, the FFN's input, h1|h3, sigmoid(h1), silu(h1)
+        self.xs = [z(T, D) for _ in range(L + 1)]
+        self.xn1, self.xn2 = [z(T, D) for _ in range(L)], [z(T, D) for _ in range(L)]
+        self.r1, self.r2 = [z(T, 1) for _ in range(L)], [z(T, 1) for _ in range(L)]
+        self.qkv = [z(T, D + 2 * KV) for _ in range(L)]
+        self.prob = [z(H, T, T) for _ in range(L)]
+        self.o = [z(T, D) for _ in range(L)]
+        self.x2 = [z(T, D) for _ in range(L)]
+        self.h13 = [z(T, 2 * Hd) for _ in range(L)]
+        self.sig, self.silu = [z(T, Hd) for _ in range(L)], [z(T, Hd) for _ in range(L)]
+        self.gate = [z(T, Hd) for _ in range(L)]
+        self.xf, self.rf = z(T, D), z(T, 1)
+        self.logits = z(T, V)
+        # scratch
+        self.td, self.td2, self.dx = z(T, D), z(T, D), z(T, D)
+        self.th, self.dg = z(T, Hd), z(T, Hd)
+        self.dh13 = z(T, 2 * Hd)
+        self.dqkv = z(T, D + 2 * KV)
+        self.dprob = z(H, T, T)
+        self.rot = z(3, T, H + nkv, hd // 2)
+        self.t1 = z(T, 1)
+        self.kv_sum = z(nkv, cfg.kv_group, T, hd) if cfg.kv_group > 1 else None
 
     # -- pieces -------------------------------------------------------------------------------------
 
-    def _rms(self, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r = 1.0 / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + F32(self.cfg.norm_eps))  # (T, 1)
-        return x * r * w, r
+    def _rms(self, x: np.ndarray, w: np.ndarray, out: np.ndarray, r: np.ndarray) -> None:
+        """out = x / rms(x) * w, r = 1 / rms(x) (T, 1)."""
+        np.einsum("tc,tc->t", x, x, out=r[:, 0])
+        r *= self.dtype.type(1 / x.shape[1])
+        r += self.dtype.type(self.cfg.norm_eps)
+        np.sqrt(r, out=r)
+        np.reciprocal(r, out=r)
+        np.multiply(x, r, out=out)
+        out *= w
 
-    @staticmethod
-    def _rms_bwd(
-        dy: np.ndarray, x: np.ndarray, w: np.ndarray, r: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        g = dy * w  # (T, C)
-        dx = r * g - x * (r**3 * np.mean(g * x, axis=1, keepdims=True))
-        return dx, np.sum(dy * x * r, axis=0)
+    def _rms_bwd(self, dy: np.ndarray, x: np.ndarray, w: np.ndarray, r: np.ndarray, dw: np.ndarray,
+                 dx: np.ndarray) -> None:  # fmt: skip
+        """dx += the gradient through out = x * r * w; dw = sum over rows of dy * x * r."""
+        td, s = self.td2, self.t1
+        np.multiply(dy, x, out=td)
+        np.matmul(r[:, 0], td, out=dw)
+        np.multiply(dy, w, out=td)  # g = dy * w
+        np.einsum("tc,tc->t", td, x, out=s[:, 0])
+        s *= r**3
+        s *= self.dtype.type(1 / x.shape[1])
+        td *= r
+        dx += td
+        np.multiply(x, s, out=td)
+        dx -= td
 
-    def _rope(self, x: np.ndarray, sign: float) -> np.ndarray:
-        """Rotate channel pairs (2i, 2i+1) of every head by +-position angle; x (H, T, hd)."""
-        a, b = x[..., 0::2], x[..., 1::2]
-        c, s = self.cos, self.sin * F32(sign)
-        out = np.empty_like(x)
-        out[..., 0::2] = a * c - b * s
-        out[..., 1::2] = a * s + b * c
-        return out
+    def _rope(self, qk: np.ndarray, sign: float) -> None:
+        """Rotate the channel pairs (2j, 2j + 1) of every q and k head by +-its position's angle, in
+        place; qk (T, H + n_kv, hd), a strided view of the q|k columns."""
+        a, b = qk[..., 0::2], qk[..., 1::2]
+        t1, t2, t3 = self.rot
+        c, s = self.cos, self.sin
+        np.multiply(a, c, out=t1)
+        np.multiply(b, s, out=t2)
+        if sign < 0:
+            t1 += t2
+        else:
+            t1 -= t2
+        np.multiply(a, s, out=t3)
+        np.multiply(b, c, out=t2)
+        if sign < 0:
+            t2 -= t3
+        else:
+            t2 += t3
+        a[...] = t1
+        b[...] = t2
 
-    def _heads(self, x: np.ndarray, n: int) -> np.ndarray:
-        return x.reshape(x.shape[0], n, -1).transpose(1, 0, 2)  # (T, n*hd) -> (n, T, hd)
+    def _heads(self, rows: np.ndarray, n: int) -> np.ndarray:
+        """(T, n * hd) rows -> (n_kv, n / n_kv, T, hd), a view (the query heads grouped by kv head)."""
+        T, hd, nkv = rows.shape[0], self.cfg.head_dim, self.cfg.n_kv_heads
+        return rows.reshape(T, nkv, n // nkv, hd).transpose(1, 2, 0, 3)
 
     # -- the step -----------------------------------------------------------------------------------
 
-    def step(self, tokens: np.ndarray, targets: np.ndarray, lr: float = 1e-4) -> float:
-        cfg, w = self.cfg, self.w
-        T, H, hd = len(tokens), cfg.n_heads, cfg.head_dim
-        rep = cfg.kv_group
-        mask = np.triu(np.full((T, T), -np.inf, F32), 1)
-        x = w["embed"][tokens]  # (T, dim)
-        cache = []
+    def grads(self, tokens: np.ndarray, targets: np.ndarray) -> float:
+        """The loss of one sequence (mean cross-entropy) and its gradients into ``self.gflat``."""
+        cfg, W, G = self.cfg, self.W, self.G
+        T, D, KV, Hd, H, nkv = len(tokens), cfg.dim, cfg.kv_dim, cfg.hidden_dim, cfg.n_heads, cfg.n_kv_heads
+        if len(tokens) != cfg.seq_len:
+            raise ValueError(f"tokens: expected {cfg.seq_len} tokens, got {T}")
+        dt = self.dtype.type
+        scale = dt(1 / math.sqrt(cfg.head_dim))
+        np.take(W["embed"], tokens, axis=0, out=self.xs[0])
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
-            xn, r1 = self._rms(x, w[p + "rms_att"])
-            q = self._rope(self._heads(xn @ w[p + "wq"].T, H), 1.0)  # (H, T, hd)
-            k = self._rope(self._heads(xn @ w[p + "wk"].T, cfg.n_kv_heads), 1.0).repeat(rep, axis=0)
-            v = self._heads(xn @ w[p + "wv"].T, cfg.n_kv_heads).repeat(rep, axis=0)
-            s = q @ k.transpose(0, 2, 1) * F32(1 / math.sqrt(hd)) + mask  # (H, T, T)
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            prob = s / s.sum(axis=-1, keepdims=True)
-            o = (prob @ v).transpose(1, 0, 2).reshape(T, -1)  # (T, dim)
-            x2 = x + o @ w[p + "wo"].T
-            x2n, r2 = self._rms(x2, w[p + "rms_ffn"])
-            h1, h3 = x2n @ w[p + "w1"].T, x2n @ w[p + "w3"].T  # (T, hidden)
-            sig = 1.0 / (1.0 + np.exp(-h1))
-            g = h1 * sig * h3
-            cache.append((x, xn, r1, q, k, v, prob, o, x2, x2n, r2, h1, h3, sig, g))
-            x = x2 + g @ w[p + "w2"].T
-        xf, rf = self._rms(x, w["rms_final"])
-        logits = xf @ w["embed"].T  # (T, vocab)
-        logits -= logits.max(axis=1, keepdims=True)
-        e = np.exp(logits)
-        probs = e / e.sum(axis=1, keepdims=True)
-        loss = float(-np.mean(np.log(probs[np.arange(T), targets])))
-        dlog = probs
-        dlog[np.arange(T), targets] -= 1.0
-        dlog /= F32(T)
-        grad = {k: np.zeros_like(a) for k, a in w.items()}
-        grad["embed"] += dlog.T @ xf
-        dx, grad["rms_final"] = self._rms_bwd(dlog @ w["embed"], x, w["rms_final"], rf)
+            x, xn, qkv, prob, o, x2 = (
+                self.xs[i],
+                self.xn1[i],
+                self.qkv[i],
+                self.prob[i],
+                self.o[i],
+                self.x2[i],
+            )
+            self._rms(x, W[p + "rms_att"], xn, self.r1[i])
+            np.matmul(xn, W[p + "wqkv"].T, out=qkv)
+            self._rope(qkv[:, : D + KV].reshape(T, H + nkv, -1), 1.0)
+            q, k, v = (
+                self._heads(qkv[:, :D], H),
+                self._heads(qkv[:, D : D + KV], nkv),
+                self._heads(qkv[:, D + KV :], nkv),
+            )
+            s = prob.reshape(nkv, H // nkv, T, T)
+            np.matmul(q, k.swapaxes(-1, -2), out=s)
+            s *= scale
+            s += self.mask
+            s -= s.max(axis=-1, keepdims=True)
+            np.exp(s, out=s)
+            s /= s.sum(axis=-1, keepdims=True)
+            np.matmul(s, v, out=self._heads(o, H))
+            np.matmul(o, W[p + "wo"].T, out=x2)
+            x2 += x
+            xn2, h13, sig, silu, gate = self.xn2[i], self.h13[i], self.sig[i], self.silu[i], self.gate[i]
+            self._rms(x2, W[p + "rms_ffn"], xn2, self.r2[i])
+            np.matmul(xn2, W[p + "w13"].T, out=h13)
+            h1, h3 = h13[:, :Hd], h13[:, Hd:]
+            np.negative(h1, out=sig)
+            np.exp(sig, out=sig)
+            sig += dt(1)
+            np.reciprocal(sig, out=sig)
+            np.multiply(h1, sig, out=silu)
+            np.multiply(silu, h3, out=gate)
+            nxt = self.xs[i + 1]
+            np.matmul(gate, W[p + "w2"].T, out=nxt)
+            nxt += x2
+        x, xf = self.xs[-1], self.xf
+        self._rms(x, W["rms_final"], xf, self.rf)
+        logits = self.logits
+        np.matmul(xf, W["embed"].T, out=logits)
+        rows = np.arange(T)
+        mx = logits.max(axis=1, keepdims=True)
+        logits -= mx
+        picked = logits[rows, targets]
+        np.exp(logits, out=logits)
+        total = logits.sum(axis=1, keepdims=True)
+        loss = float(np.mean(np.log(total[:, 0]) - picked))
+        dlog = logits  # softmax - onehot, over T
+        dlog *= 1 / (total * T)
+        dlog[rows, targets] -= dt(1 / T)
+        # backward
+        np.matmul(dlog.T, xf, out=G["embed"])
+        dx = self.dx
+        np.matmul(dlog, W["embed"], out=self.td)
+        dx.fill(0)
+        self._rms_bwd(self.td, x, W["rms_final"], self.rf, G["rms_final"], dx)
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
-            x, xn, r1, q, k, v, prob, o, x2, x2n, r2, h1, h3, sig, g = cache[i]
-            grad[p + "w2"] = dx.T @ g
-            dg = dx @ w[p + "w2"]  # (T, hidden)
-            dh3 = dg * h1 * sig
-            dh1 = dg * h3 * sig * (1.0 + h1 * (1.0 - sig))
-            grad[p + "w1"], grad[p + "w3"] = dh1.T @ x2n, dh3.T @ x2n
-            dx2n = dh1 @ w[p + "w1"] + dh3 @ w[p + "w3"]
-            dnorm, grad[p + "rms_ffn"] = self._rms_bwd(dx2n, x2, w[p + "rms_ffn"], r2)
-            dx2 = dx + dnorm
-            grad[p + "wo"] = dx2.T @ o
-            do = self._heads(dx2 @ w[p + "wo"], H)  # (H, T, hd)
-            dprob = do @ v.transpose(0, 2, 1)
-            dv = prob.transpose(0, 2, 1) @ do
-            ds = prob * (dprob - np.sum(dprob * prob, axis=-1, keepdims=True)) * F32(1 / math.sqrt(hd))
-            dq = self._rope(ds @ k, -1.0)
-            dk = self._rope(ds.transpose(0, 2, 1) @ q, -1.0)
-            kv = cfg.n_kv_heads
-            dk = dk.reshape(kv, rep, T, hd).sum(axis=1).transpose(1, 0, 2).reshape(T, -1)
-            dv = dv.reshape(kv, rep, T, hd).sum(axis=1).transpose(1, 0, 2).reshape(T, -1)
-            dq = dq.transpose(1, 0, 2).reshape(T, -1)
-            grad[p + "wq"], grad[p + "wk"], grad[p + "wv"] = dq.T @ xn, dk.T @ xn, dv.T @ xn
-            dxn = dq @ w[p + "wq"] + dk @ w[p + "wk"] + dv @ w[p + "wv"]
-            dnorm, grad[p + "rms_att"] = self._rms_bwd(dxn, x, w[p + "rms_att"], r1)
-            dx = dx2 + dnorm
-        np.add.at(grad["embed"], tokens, dx)
-        self._adamw(grad, lr)
+            h13, sig, silu, gate = self.h13[i], self.sig[i], self.silu[i], self.gate[i]
+            h1, h3 = h13[:, :Hd], h13[:, Hd:]
+            np.matmul(dx.T, gate, out=G[p + "w2"])
+            dg, dh13, th = self.dg, self.dh13, self.th
+            np.matmul(dx, W[p + "w2"], out=dg)
+            np.multiply(dg, silu, out=dh13[:, Hd:])
+            np.subtract(dt(1), sig, out=th)  # dsilu = sig * (1 + h1 * (1 - sig))
+            th *= h1
+            th += dt(1)
+            th *= sig
+            th *= h3
+            np.multiply(th, dg, out=dh13[:, :Hd])
+            np.matmul(dh13.T, self.xn2[i], out=G[p + "w13"])
+            np.matmul(dh13, W[p + "w13"], out=self.td)
+            self._rms_bwd(self.td, self.x2[i], W[p + "rms_ffn"], self.r2[i], G[p + "rms_ffn"], dx)  # dx2
+            np.matmul(dx.T, self.o[i], out=G[p + "wo"])
+            do = self.td
+            np.matmul(dx, W[p + "wo"], out=do)
+            qkv, prob, dqkv = self.qkv[i], self.prob[i], self.dqkv
+            q, k, v = (
+                self._heads(qkv[:, :D], H),
+                self._heads(qkv[:, D : D + KV], nkv),
+                self._heads(qkv[:, D + KV :], nkv),
+            )
+            dq, dk, dv = (
+                self._heads(dqkv[:, :D], H),
+                self._heads(dqkv[:, D : D + KV], nkv),
+                self._heads(dqkv[:, D + KV :], nkv),
+            )
+            P = prob.reshape(nkv, H // nkv, T, T)
+            dP = self.dprob.reshape(nkv, H // nkv, T, T)
+            doh = self._heads(do, H)
+            np.matmul(doh, v.swapaxes(-1, -2), out=dP)
+            self._kv_grad(P.swapaxes(-1, -2), doh, dv)
+            dP -= np.einsum("...ij,...ij->...i", dP, P)[..., None]
+            dP *= P
+            dP *= scale
+            np.matmul(dP, k, out=dq)
+            self._kv_grad(dP.swapaxes(-1, -2), q, dk)
+            self._rope(dqkv[:, : D + KV].reshape(T, H + nkv, -1), -1.0)
+            np.matmul(dqkv.T, self.xn1[i], out=G[p + "wqkv"])
+            np.matmul(dqkv, W[p + "wqkv"], out=self.td)
+            self._rms_bwd(self.td, self.xs[i], W[p + "rms_att"], self.r1[i], G[p + "rms_att"], dx)
+        np.add.at(G["embed"], tokens, dx)
         return loss
 
-    def _adamw(self, grad: dict[str, np.ndarray], lr: float, b1: float = 0.9, b2: float = 0.95) -> None:
+    def _kv_grad(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        """out (n_kv, 1, T, hd) = a @ b summed over the query heads sharing each kv head."""
+        if self.kv_sum is None:
+            np.matmul(a, b, out=out)
+        else:
+            np.matmul(a, b, out=self.kv_sum)
+            np.sum(self.kv_sum, axis=1, keepdims=True, out=out)
+
+    def step(self, tokens: np.ndarray, targets: np.ndarray, lr: float = 1e-4, b1: float = 0.9,
+             b2: float = 0.95, weight_decay: float = 0.1, clip: float = 1.0) -> float:  # fmt: skip
+        """One training step on one sequence: forward, backward, the global gradient-norm clip and AdamW
+        (decay on the matrices only, as llama2.c); returns the loss."""
+        loss = self.grads(tokens, targets)
+        self.adamw(lr, b1, b2, weight_decay, clip)
+        return loss
+
+    def adamw(self, lr: float, b1: float = 0.9, b2: float = 0.95, weight_decay: float = 0.1,
+              clip: float = 1.0) -> None:  # fmt: skip
+        """Clip the gradients' global norm to ``clip`` and take one AdamW step on the flat arrays."""
         self.t += 1
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for k, g in grad.items():
-            w, m, v = self.w[k], self.m[k], self.v[k]
-            m *= F32(b1)
-            m += F32(1 - b1) * g
-            v *= F32(b2)
-            v += F32(1 - b2) * g * g
-            if w.ndim == 2:
-                w *= F32(1 - lr * 0.1)
-            w -= F32(lr / c1) * m / (np.sqrt(v / F32(c2)) + F32(1e-8))
+        norm = math.sqrt(float(np.dot(self.gflat, self.gflat)))
+        scale = min(1.0, clip / (norm + 1e-6))
+        dt = self.dtype.type
+        bias = (dt(1 - b1**self.t), dt(1 - b2**self.t))
+        ADAMW(self.flat, self.gflat, self.m, self.v, self.n_decay, dt(lr), dt(b1), dt(b2), *bias,
+              dt(1e-8), dt(weight_decay), dt(scale), self._tmp)  # fmt: skip
 
 
 def sgemm_rate(cfg: ModelConfig, repeat: int = 5) -> float:

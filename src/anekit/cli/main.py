@@ -54,9 +54,24 @@ class _Parser(argparse.ArgumentParser):
         self.register("action", "parsers", _Subcommands)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands whose parser is built alone when the command line names them (``build_parser(only=...)``):
+# ``anekit train`` then imports its own module, not every command's (cost_cmd and the tables it loads).
+ALONE = ("train",)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``anekit`` parser; with ``only`` one of ``ALONE``, holding that subcommand alone (what its
+    command line parses to, its errors and its --help are the same: argparse's subparsers are separate)."""
     # The commands (numpy and the rest) load here, not at import, so that a Ctrl-C while they load is
     # inside main's handler: one line and exit 130, never a traceback.
+    if only in ALONE:
+        from anekit.cli import train_cmd
+
+        parser = _top_parser()
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        sub.required = True
+        train_cmd.add_parser(sub)
+        return parser
     from anekit.cli import (
         cost_cmd,
         demo,
@@ -73,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         train_cmd,
     )
 
-    parser = _Parser(prog="anekit", description="Program the Apple Neural Engine directly.")
-    parser.add_argument("--version", action="version", version=f"anekit {__version__}")
+    parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     train_cmd.add_parser(sub)
@@ -90,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     cost_cmd.add_parser(sub)
     doctor_cmd.add_parser(sub)
     demo.add_parser(sub)
+    return parser
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="anekit", description="Program the Apple Neural Engine directly.")
+    parser.add_argument("--version", action="version", version=f"anekit {__version__}")
     return parser
 
 
@@ -112,8 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     an anekit error 1, Ctrl-C 130 (``anekit: interrupted``), a closed stdout 141, a stdout that cannot be
     written (a full disk) 1. stdout is flushed here, inside the handlers, not at interpreter exit."""
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(only=words[0] if words else None)
+        args = parser.parse_args(words)
         status = int(_run(args) or 0)
         sys.stdout.flush()
         return status

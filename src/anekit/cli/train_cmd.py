@@ -513,8 +513,21 @@ def _route_line(session: Any, resumed: bool) -> str:
     return f"{line} (--weights {tc.weights}; {where} takes {chosen.id}: {chosen.why})"
 
 
+def _preload_loops() -> None:
+    """Import the compiled loops (numba, ``anekit.jit``) on a thread while the run reads its inputs and
+    makes its weights: every run needs them (the simulator's numerics, the optimizer), and the import,
+    about half a second of one core, would otherwise start only when the kernels compile. The thread
+    only imports (``jit.loops`` takes its own lock); it computes nothing and decides nothing."""
+    import threading
+
+    from anekit import jit
+
+    threading.Thread(target=jit.loops, name="anekit-preload", daemon=True).start()
+
+
 def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Transport, held: list[Run]) -> int:
     out: Path = args.out
+    _preload_loops()
     session = _session(args, transport)  # everything read and checked; nothing written yet
     held.append(session)
     exits.callback(session.close)  # the lock released whatever happens
