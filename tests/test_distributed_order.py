@@ -326,13 +326,35 @@ def test_the_fake_transport_copies_what_it_sends():
     assert np.array_equal(x, np.full(4, -1.0, np.float32))
 
 
-def test_a_fixed_blas_count_trains_the_same_bits_whatever_blas_started_with():
-    """A product's bits depend on BLAS's thread count; a run that fixes it gets its bits in any process."""
+def _blas_seen(monkeypatch) -> list[int]:
+    """The BLAS thread counts the weight-gradient products run on, one per product, from now on."""
+    from threadpoolctl import threadpool_info
+
+    from anekit.llama.step import Gradients
+
+    seen: list[int] = []
+    matrix = Gradients.matrix
+
+    def counted(self, *args):
+        seen.append(next(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"))
+        return matrix(self, *args)
+
+    monkeypatch.setattr(Gradients, "matrix", counted)
+    return seen
+
+
+def test_a_fixed_blas_count_trains_the_same_bits_whatever_blas_started_with(monkeypatch):
+    """A product's bits may depend on BLAS's thread count (OpenBLAS's split of a sum, by version and CPU);
+    a run that fixes the count runs every product on it, whatever BLAS started with, so its bits are the
+    same in any process."""
+    seen = _blas_seen(monkeypatch)
     fixed = _full(4, blas_threads=2)  # this test's BLAS: one thread
     with threadpool_limits(limits=3, user_api="blas"):
         _same_state(fixed, _full(4, blas_threads=2))
-    other = _full(4, blas_threads=1)
-    assert other.losses != fixed.losses  # the count shows in the bits (so the line above can fail)
+    assert seen and set(seen) == {2}  # every product ran on the run's count, not the process's 1 or 3
+    seen.clear()
+    _full(4, blas_threads=1)
+    assert seen and set(seen) == {1}
 
 
 def test_a_sequence_runs_on_the_users_blas_count_when_set_else_on_its_share(monkeypatch):

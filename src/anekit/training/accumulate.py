@@ -82,9 +82,10 @@ def sequence_blas(cfg: Any, workers: int) -> int:
 
 def fixed_blas(n: int) -> AbstractContextManager[Any]:
     """BLAS on exactly ``n`` threads meanwhile, whatever the cores or the user's variables: a float32
-    product's bits depend on BLAS's thread count (OpenBLAS splits a product differently on 1, 2 and 8
-    threads), so a run that fixes the count gets the same bits on every rank and every machine of the same
-    BLAS build and CPU kind. (A limit above the count BLAS started with is honoured too.)"""
+    product's bits may depend on BLAS's thread count (some OpenBLAS builds split a product's sum differently
+    on 1, 2 and 8 threads; others split only its rows and columns), so a run that fixes the count gets the
+    same bits on every rank and every machine of the same BLAS build and CPU kind. (A limit above the
+    count BLAS started with is honoured too.)"""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=n, user_api="blas")

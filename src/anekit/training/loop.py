@@ -96,7 +96,7 @@ def train(
     rank that is given them (only rank 0 should write or print); ``validate`` runs on every rank given it
     (each computes the same loss: the ranks stay in step). The exchanges' time is the timer's "comm".
 
-    ``blas_threads`` fixes the BLAS threads every sequence runs on (a product's bits depend on them: a run
+    ``blas_threads`` fixes the BLAS threads every sequence runs on (a product's bits may depend on them: a run
     stores the count, ``accumulate.sequence_blas``, so its ranks and resumes use it whatever their cores);
     None: each process's own share (``accumulate.blas_share``)."""
     if validate is not None and tc.weights != "dynamic":
