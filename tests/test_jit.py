@@ -227,3 +227,63 @@ def test_transposed_copies_numpy_does_well_are_left_to_it() -> None:
         out[...] = 7.0
         assert not jit.copy_transposed(view, out)
         assert (out == 7.0).all()
+
+
+_STEP_SIGNATURES = """
+import json, sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from anekit import jit, runtime
+from anekit import _jit_loops as loops
+from anekit.kernels.config import ModelConfig
+from anekit.llama.params import Params
+from anekit.training.loop import TrainConfig, TrainState, train
+
+def seen():
+    # the loops anekit calls; a helper (_half, _round) is compiled on its own only on a cache miss
+    return {n: sorted(map(str, f.signatures)) for n in dir(loops) if not n.startswith("_")
+            and isinstance(f := getattr(loops, n), CPUDispatcher) and f.signatures}
+
+if sys.argv[1] == "preload":
+    jit.preload()
+    print(json.dumps(seen()))
+    raise SystemExit(0)
+
+class Windows:
+    def batch(self, rng, seq_len):
+        t = rng.integers(0, 16, seq_len + 1)
+        return t[:-1], t[1:]
+
+cfg = ModelConfig(64, 176, 2, 4, 2, 512, 64, name="tiny")
+state = TrainState.fresh(Params.init(cfg, seed=3), TrainConfig())
+train(runtime.open("sim"), state, Windows(), TrainConfig(steps=2, accum=1, weights="dynamic"))
+print(json.dumps(seen()))
+"""
+
+
+def _signatures_in_a_fresh_process(what: str) -> dict[str, list[str]]:
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ANEKIT_JIT"}
+    done = subprocess.run(
+        [sys.executable, "-c", _STEP_SIGNATURES, what], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_preload_loads_every_loop_signature_that_a_training_step_calls():
+    """What a fresh process's training steps call is loaded by ``jit.preload`` (else the first step waits
+    for it), and the preload loads nothing a step does not call beside stories15M's (the list is
+    ``_jit_loops.step_signatures``: a new loop or a new signature in the step must be added there)."""
+    # A loop compiled afresh compiles the loops it calls as loops of their own (round_port_inplace's
+    # mac_port); loaded from the cache it does not. The first preload fills the cache for the list.
+    _signatures_in_a_fresh_process("preload")
+    stepped = _signatures_in_a_fresh_process("train")
+    preloaded = _signatures_in_a_fresh_process("preload")
+    assert stepped, "a simulated training step calls compiled loops"
+    for name, signatures in stepped.items():
+        assert set(signatures) <= set(preloaded.get(name, [])), (name, signatures)
+    assert set(preloaded) == set(jit.loops().step_signatures())  # every listed loop was loaded

@@ -475,3 +475,33 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:  # pragma: no cove
             for j in range(j0, j1):
                 for i in range(i0, i1):
                     dst[j, i] = src[i, j]
+
+
+# -- what a training step calls, loaded ahead (``anekit.jit.preload``) ------------------------------------
+
+
+def step_signatures() -> dict[str, list[tuple[object, ...]]]:
+    """Each loop's signatures that a training step of the simulator calls (every array 1-d, C-contiguous,
+    float32 unless named): ``jit.preload`` loads them from numba's cache before the first step needs
+    them (tests/test_jit.py checks a step calls no other)."""
+    from numba import types
+
+    f32 = types.Array(types.float32, 1, "C")
+    u16 = types.Array(types.uint16, 1, "C")
+    s32, flag = types.float32, types.boolean
+    one = [(f32,)]
+    return {
+        "adamw_update": [(f32, f32, f32, f32, *(s32,) * 7)],
+        "count_nan": one,
+        "encode_fp16_values": [(f32, u16)],
+        "flush_into": [(f32, f32)],
+        "nan_peak": one,
+        "nan_to_zero": one,
+        "round_encode_into": [(f32, f32, u16)],
+        "round_fp16_inplace": one,
+        "round_fp16_into": [(f32, f32)],
+        "round_fp16_nan0_inplace": [(f32, flag)],
+        "round_port_inplace": [(f32, s32, flag)],
+        "scan_flush_inplace": one,
+        "scan_operand": one,
+    }
