@@ -489,7 +489,7 @@ def step_signatures() -> dict[str, list[tuple[object, ...]]]:
     f32 = types.Array(types.float32, 1, "C")
     u16 = types.Array(types.uint16, 1, "C")
     s32, flag = types.float32, types.boolean
-    one = [(f32,)]
+    one: list[tuple[object, ...]] = [(f32,)]
     return {
         "adamw_update": [(f32, f32, f32, f32, *(s32,) * 7)],
         "count_nan": one,
