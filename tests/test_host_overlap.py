@@ -22,6 +22,7 @@ from anekit.llama.step import Gradients, Timer, train_step
 from anekit.runtime.ane import AneBackend
 from anekit.training.accumulate import fixed_blas
 from tests.fake_objc import FakeObjC
+from tests.test_llama_step import _params  # weights well above fp16 noise, rounded to fp16 values
 
 BASE = ModelConfig(64, 128, 2, 4, 2, 64, 32)  # rows of 64 bytes and more: shapes the fake's rules accept
 CONFIGS = {
@@ -29,19 +30,6 @@ CONFIGS = {
     "untied": (BASE, False),
     "qwen3-like": (BASE.with_(attn_head_dim=32, qkv_bias=True, qk_norm=True), False),
 }
-
-
-def _params(cfg: ModelConfig, tied: bool, seed: int) -> Params:
-    """Weights large enough that every gradient is well above fp16 noise, rounded to fp16 values."""
-    p = Params.init(cfg, seed=seed, tied=tied)
-    rng = np.random.default_rng(seed + 1)
-    for _, a in p.tensors():
-        if a.ndim == 2:
-            a[...] = rng.standard_normal(a.shape) / np.sqrt(a.shape[1])
-        else:
-            a[...] = 1 + 0.1 * rng.standard_normal(a.shape)
-        a[...] = a.astype(np.float16).astype(np.float32)
-    return p
 
 
 def _windows(cfg: ModelConfig, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
