@@ -174,18 +174,22 @@ def test_the_columns_asked_for_hold_the_full_runs_bits_and_the_others_nan(chip: 
 
 
 def test_a_width_whose_products_sum_in_another_order_is_not_chosen() -> None:
-    """Where the BLAS computes a 1-column product in another order than the 32-column one (a GEMV on numpy's
+    """Where the BLAS computes a 1-column product in another order than the 64-column one (a GEMV on numpy's
     OpenBLAS), the float32 sums differ in their last bits and mostly round to the same fp16 values: the
-    order probe must see the difference that the fp16 outputs hide."""
+    order probe must see the difference that the fp16 outputs hide. (A program wider than the decode
+    width keeps the BLAS product; a narrower one sums in order: tests/test_sim_ordered.py.)"""
     rng = np.random.default_rng(3)
+    wide = 2 * WIDTH
     w = _weight(rng, 512, 64).astype(np.float32).reshape(1, 512, 64)
-    x = rng.standard_normal((1, 1, 64, WIDTH)).astype(np.float16).astype(np.float32)
+    x = rng.standard_normal((1, 1, 64, wide)).astype(np.float16).astype(np.float32)
     one = np.matmul(w, np.ascontiguousarray(x[..., :1]))
     if one.tobytes() == np.matmul(w, x)[..., :1].tobytes():
-        pytest.skip("this BLAS computes one column as it computes 32: nothing to tell apart")
+        pytest.skip("this BLAS computes one column as it computes 64: nothing to tell apart")
     kernel = _kernel(
-        SimBackend(chip="m4"), _program(lambda f, v: f.conv1x1(x=v, weight=f.const(_weight(rng, 512, 64))))
+        SimBackend(chip="m4"),
+        _program(lambda f, v: f.conv1x1(x=v, weight=f.const(_weight(rng, 512, 64))), width=wide),
     )
+    assert not kernel.plan.ordered
     kernel.compute_columns(1)
     assert kernel._narrowed() is None or kernel._narrowed()[0] != 1  # type: ignore[index]
 
@@ -289,3 +293,48 @@ def test_the_decoder_factory_passes_the_switch_to_the_simulator() -> None:
     for lazy in (True, False):
         with make_engine_decoder(params, "sim", chip="m4", lazy_columns=lazy) as dec:
             assert isinstance(dec.backend, SimBackend) and dec.backend.lazy_columns is lazy
+
+
+def _engine_attention_logits(params: Params, full_mlp: bool, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
+    """A prompt, then decode steps, on M4's route (attention in the engine, the MLP a kernel of its own);
+    ``full_mlp``: every column of the MLP run and added, padding columns included (before the MLP's columns
+    were narrowed)."""
+    from anekit.generate import block_route
+
+    if full_mlp:
+
+        def every_column(self: Any, kernel: Any, x: np.ndarray, n: int, post_norm: Any) -> np.ndarray:
+            m = kernel.run({"x": x})["x"]
+            return m if not self.cfg.post_norms else self._norm(m, post_norm)
+
+        monkeypatch.setattr(block_route.BlockRunner, "_mlp", every_column)
+    backend = SimBackend(chip="m4", compile_budget=1000)
+    with EngineDecoder(params, backend, generation_route("m4")) as dec:
+        logits = [dec.forward(np.arange(9) % 200 + 3, 0)]
+        for i in range(4):
+            logits.append(dec.forward([int(np.argmax(logits[-1]))], 9 + i))
+    monkeypatch.undo()
+    return np.stack(logits)
+
+
+@pytest.mark.parametrize("model", ["stories260K", "gemma3"])
+def test_the_mlps_padding_columns_change_no_real_tokens_bit(
+    model: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """On the engine-attention routes only the real tokens' columns of the MLP kernel are read (a simulated
+    kernel computes only those) and its padding columns add zeros to the residual: the next attention
+    kernel masks padding keys from every real query, so every logit is the bits of the run that adds the
+    MLP's own padding columns. Gemma 3: its post-norms and its sliding layers' banded masks."""
+    if model == "gemma3":
+        from anekit.hf.model import load_model
+        from tests.test_models_gemma3 import CONFIG, make_gemma3
+
+        make_gemma3(tmp_path, CONFIG)
+        params = load_model(tmp_path, seq_len=32).params
+        assert params.cfg.post_norms
+    else:
+        params = Params.init(preset(model), seed=2)
+    narrowed_mlp = _engine_attention_logits(params, False, monkeypatch)
+    every = _engine_attention_logits(params, True, monkeypatch)
+    assert np.isfinite(every).all()
+    assert narrowed_mlp.tobytes() == every.tobytes()

@@ -477,6 +477,37 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:  # pragma: no cove
                     dst[j, i] = src[i, j]
 
 
+# -- products summed in a fixed order (``runtime.sim.ordered``) -----------------------------------------
+
+ORDERED_BLOCK = 1024  # output rows per block: a block of every column's sums stays in the L1 / L2 cache
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _add_scaled(acc: np.ndarray, row: np.ndarray, scale: np.float32) -> None:  # pragma: no cover - compiled
+    """acc[i] = acc[i] + row[i] * scale, the product rounded to float32, then the sum (no fused
+    multiply-add: the compiler is not allowed to contract them)."""
+    for i in range(acc.size):
+        acc[i] = acc[i] + row[i] * scale
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """out[n, i] = the float32 sum over k = 0, 1, ... K-1, in that order, of wt[k, i] * x[k, n], from +0:
+    each product rounded to float32, then each sum. ``wt`` (K, M) and ``out`` (N, M) are C-contiguous
+    float32, ``x`` (K, N) float32. Every output is its own chain of sums, so column n's values do not depend
+    on how many columns ``x`` has; the chains of a block of rows run side by side (vectorised across rows)."""
+    kk, m = wt.shape
+    nn = x.shape[1]
+    for i0 in range(0, m, ORDERED_BLOCK):
+        i1 = min(m, i0 + ORDERED_BLOCK)
+        for n in range(nn):
+            out[n, i0:i1] = np.float32(0.0)
+        for k in range(kk):
+            row = wt[k, i0:i1]
+            for n in range(nn):
+                _add_scaled(out[n, i0:i1], row, x[k, n])
+
+
 # -- what a training step calls, loaded ahead (``anekit.jit.preload``) ------------------------------------
 
 

@@ -313,3 +313,23 @@ def tiled_matmul(
         _GRID_MODES[ties],
     )
     return out.astype(np.float64), over
+
+
+def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> bool:
+    """``runtime.sim.ordered``'s product compiled: fill ``out`` (N, M) with the float32 sums over k, in
+    ascending order, of ``wt[k, i] * x[k, n]`` for float32 ``wt`` (K, M) and ``out`` C-contiguous and
+    ``x`` (K, N); False (nothing written) without the loops or for other arrays. The same bits as the
+    numpy path there (``runtime.sim.ordered.ordered_matmul``)."""
+    loops = _load()
+    if loops is None or wt.ndim != 2 or x.ndim != 2 or out.ndim != 2:
+        return False
+    if wt.dtype != np.float32 or x.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if not (wt.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+        return False
+    if out.shape != (x.shape[1], wt.shape[1]) or x.shape[0] != wt.shape[0]:
+        return False
+    if np.may_share_memory(out, wt) or np.may_share_memory(out, x):
+        return False
+    loops.ordered_product(wt, x, out)
+    return True

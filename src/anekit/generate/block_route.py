@@ -85,6 +85,19 @@ class BlockRunner:
             x, (np.float32(self.cfg.norm_offset) + w).astype(np.float32), self.cfg.norm_eps
         )
 
+    def _mlp(self, kernel: Compiled, x: np.ndarray, n: int, post_norm: np.ndarray | None) -> np.ndarray:
+        """The MLP block of the first ``n`` columns of ``x`` (dim, W), zeros in the others (dim, W).
+
+        The MLP kernel keeps its columns apart, so only the real tokens' columns are read
+        (``read_columns``: a simulated kernel computes only those). Its padding columns would only feed the
+        padding columns of the next attention kernel, which the real tokens never see: a real query's
+        score against a padding key is masked (``gen_blocks.MASK_VALUE``), its exp is an exact 0 for any
+        finite key, and a 0 weight adds 0 to the sums. The post-norm (Gemma 3) runs on the full width, as
+        every other norm does, so a column's norm is summed as before."""
+        m = np.zeros_like(x)
+        m[:, :n] = kernel.run({"x": x}, columns=n)["x"]
+        return m if not self.cfg.post_norms else self._norm(m, post_norm)
+
     def run(self, tokens: np.ndarray, pos: int, width: int) -> np.ndarray:
         """Tokens (n,), n <= width, at positions pos .. pos+n-1: the last token's logits (vocab,)."""
         s, n, cfg = self.sets[width], tokens.shape[0], self.cfg
@@ -97,12 +110,11 @@ class BlockRunner:
             att.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
             a = out["x"] if not cfg.post_norms else self._norm(out["x"], layer.post_att_norm)  # (dim, W)
             x = x + a
-            m = s.mlp[i].run({"x": self._norm(x, layer.rms_ffn)})["x"]  # (dim, W)
-            x = x + (m if not cfg.post_norms else self._norm(m, layer.post_ffn_norm))
+            x = x + self._mlp(s.mlp[i], self._norm(x, layer.rms_ffn), n, layer.post_ffn_norm)
         ran(self.sets.values(), s, pos, n)
         check_norm_input(x[:, :n], f"layer {cfg.n_layers - 1}'s output", pos)
         xn = self._norm(x, self.params.rms_final)  # (dim, W)
-        # the head reads column n-1 alone (the MLP's padding columns feed the next attention kernel: all run)
+        # the head reads column n-1 alone
         return np.concatenate([t.run({"x": xn}, columns=n)["logits"][:, n - 1] for t in s.tiles])  # (vocab,)
 
     def reset(self) -> None:

@@ -549,7 +549,21 @@ class conv(OpDef):
         k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
         pads = resolve_pads(a.str("pad_type").lower(), x.shape[2:], k_eff, strides, a.get("pad"))
         outs = [window_count(d, k, s, b, e) for d, k, s, (b, e) in zip(x.shape[2:], k_eff, strides, pads)]
-        return _add_bias(conv_nd(x, w, strides, dil, pads, outs, groups), a.get("bias"))
+        return _add_bias(self.convolve(x, w, strides, dil, pads, outs, groups), a.get("bias"))
+
+    def convolve(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[tuple[int, int]],
+        outs: Sequence[int],
+        groups: int,
+    ) -> np.ndarray:
+        """The convolution itself, its parameters resolved (``conv_nd``; a subclass may sum its products
+        in another order: the simulator's ``runtime.sim.ordered``)."""
+        return conv_nd(x, w, strides, dilations, pads, outs, groups)
 
 
 def conv_nd(

@@ -90,8 +90,11 @@ class SimBackend(Backend):
         if self.strict:
             route = self.route or check_route(getattr(prog, "route", "direct"), "sim")  # a package's: coreml
             enforce(prog, fn, self.chip, weights, "strict simulator", route)
+        # Where a narrowed run may use the float32 product, a narrow column-separable program's convs sum in
+        # order (``runtime.sim.ordered``), whether or not this backend narrows: the bits are the same.
+        ordered = None if self._wide_from() is not None else False
         try:
-            plan = Plan(fn, weights, self.precision, self._engine())
+            plan = Plan(fn, weights, self.precision, self._engine(), ordered=ordered)
         except EvalFailed as e:
             raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
         if not self.lazy_columns:
@@ -99,8 +102,10 @@ class SimBackend(Backend):
 
         def rebuild(narrow: Function, precision: str | None) -> Plan:
             if precision is None:
-                return Plan(narrow, weights, self.precision, self._engine(), constants_of=plan)
-            return Plan(narrow, weights, precision, None, constants_of=plan)
+                return Plan(
+                    narrow, weights, self.precision, self._engine(), constants_of=plan, ordered=plan.ordered
+                )
+            return Plan(narrow, weights, precision, None, constants_of=plan, ordered=plan.ordered)
 
         return SimKernel(self, fn, plan, rebuild, self._wide_from())
 

@@ -153,6 +153,17 @@ def narrowed(fn: Function, width: int, columns: int) -> Function | None:
     return Function(fn.name, inputs, Block(ops, outputs), fn.opset, dict(fn.attributes), fn.line)
 
 
+def separable_width(fn: Function) -> int | None:
+    """The width of a column-separable ``fn`` (the last axis every runtime tensor shares), else None."""
+    if not fn.inputs:
+        return None
+    t = fn.inputs[0].type
+    if not isinstance(t, T.TensorType) or t.rank != 4 or not isinstance(t.shape[-1], int):
+        return None
+    width = int(t.shape[-1])
+    return width if narrowed(fn, width, width) is not None else None
+
+
 def candidates(columns: int, width: int) -> list[int]:
     """The narrow widths tried for ``columns`` of ``width``, narrowest first: ``columns``, then each power
     of two above it, all below ``width``."""

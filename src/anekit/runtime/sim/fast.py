@@ -48,6 +48,7 @@ from anekit.mil.ops.linear import conv, conv_nd, matmul, window_slices
 from anekit.mil.ops.reduction import _ReduceAxes
 from anekit.mil.ops.tensor_ops import concat, reshape, slice_by_size, transpose
 from anekit.mil.registry import OpDef
+from anekit.runtime.sim.ordered import OrderedConv, ordered_into, pointwise_matrix_t
 
 # Runs one step on the slot list: reads its input slots, writes its output slot.
 Runner = Callable[[list[Any]], None]
@@ -319,16 +320,9 @@ def _signed_permutation(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return rows, np.ascontiguousarray(signs.reshape(1, -1, 1, 1))
 
 
-def _conv(b: Binding) -> Runner | None:
-    """``conv.reference`` for a pointwise conv with constant parameters: ``conv_nd`` with them bound.
-
-    When the weight is a signed permutation (each output channel is +-1 times one input channel, as the
-    RoPE pair swap of the kernels: ``kernels.blocks.pair_swap_matrix``), the output channel is that input
-    channel times its sign, plus 0.0. That is the product's exact value: with a finite float32 x every
-    other term of the dot product is a zero, which leaves a non-zero sum unchanged, and a sum of zeros
-    starting from the +0 every matmul accumulates from is +0 (the ``+ 0.0`` turns the -0 of a negated
-    zero into that +0). A non-finite x (where 0 * inf is NaN) takes ``conv_nd``.
-    """
+def _pointwise(b: Binding) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(x's shape, the weight's shape) of a 2-d conv with a constant 1 x 1 weight, stride and dilation 1, no
+    padding, one group and no bias, all known when the plan is built; else None."""
     shape, wshape = b.shape("x"), b.shape("weight")
     keys = ("weight", "strides", "dilations", "groups", "pad", "pad_type")
     if shape is None or wshape is None or len(shape) != 4 or b.has("bias") or not b.is_const(*keys):
@@ -343,6 +337,40 @@ def _conv(b: Binding) -> Runner | None:
     pad_type = str(np.asarray(b.value("pad_type")).item()).lower() if b.has("pad_type") else "valid"
     if pad_type not in ("valid", "custom"):
         return None
+    return shape, wshape
+
+
+def _swapped(
+    x: np.ndarray, perm: tuple[np.ndarray, np.ndarray] | None, rounds: bool, shape: tuple[int, ...]
+) -> np.ndarray | None:
+    """The product of a signed-permutation weight (``_conv``) as a gather, for a finite float32 x; None
+    when it must be computed as a product."""
+    if perm is None or x.dtype != _F32 or not np.isfinite(x).all():
+        return None
+    n, _, h, wd = shape
+    y = np.take(x, perm[0], axis=1)
+    np.multiply(y, perm[1], out=y)
+    np.add(y, np.float32(0.0), out=y)
+    if not rounds:  # stored as it is: a view, as conv_nd's reshaped matmul result is
+        y = y.reshape(n, 1, -1, h * wd).reshape(y.shape)
+    return y
+
+
+def _conv(b: Binding) -> Runner | None:
+    """``conv.reference`` for a pointwise conv with constant parameters: ``conv_nd`` with them bound.
+
+    When the weight is a signed permutation (each output channel is +-1 times one input channel, as the
+    RoPE pair swap of the kernels: ``kernels.blocks.pair_swap_matrix``), the output channel is that input
+    channel times its sign, plus 0.0. That is the product's exact value: with a finite float32 x every
+    other term of the dot product is a zero, which leaves a non-zero sum unchanged, and a sum of zeros
+    starting from the +0 every matmul accumulates from is +0 (the ``+ 0.0`` turns the -0 of a negated
+    zero into that +0). A non-finite x (where 0 * inf is NaN) takes ``conv_nd``. (The same holds for the
+    ordered sum of ``_ordered_conv``, whatever the order of the zeros.)
+    """
+    shapes = _pointwise(b)
+    if shapes is None:
+        return None
+    shape, wshape = shapes
     w = b.value("weight")
     n, c_in, h, wd = shape
     c_out = wshape[0]
@@ -362,12 +390,9 @@ def _conv(b: Binding) -> Runner | None:
         x = env[xs]
         if x.shape != shape:
             return b.plain(env)
-        if perm is not None and x.dtype == _F32 and np.isfinite(x).all():
-            y = np.take(x, perm[0], axis=1)
-            np.multiply(y, perm[1], out=y)
-            np.add(y, np.float32(0.0), out=y)
-            if not rounds:  # stored as it is: a view, as conv_nd's reshaped matmul result is
-                y = y.reshape(n, 1, -1, h * wd).reshape(y.shape)
+        y = _swapped(x, perm, rounds, shape)
+        if y is not None:
+            pass
         elif rounds and x.dtype == _F32:
             # conv_nd's one matmul, written into a fresh array of the conv's shape (the layout of its
             # reshaped result): the store rounds it where it lies instead of copying it
@@ -375,6 +400,45 @@ def _conv(b: Binding) -> Runner | None:
             np.matmul(w_view, x[window].reshape(n, 1, c_in, h * wd), out=y.reshape(n, 1, c_out, h * wd))
         else:
             y = conv_nd(x, w, (1, 1), (1, 1), pads, outs, 1)
+        env[out] = finish(y, (x, *rest))
+
+    return run
+
+
+def _ordered_conv(b: Binding) -> Runner | None:
+    """``OrderedConv.reference`` for a pointwise conv with constant parameters (``runtime.sim.ordered``):
+    the ordered sums of each batch item's (C_in, H * W) matrix, the weight's transpose read where the plan
+    stores it (``transposed_layout``), written into a fresh C-ordered array of the conv's shape, as the
+    reference makes; a signed-permutation weight as a gather (``_conv``: the same bits)."""
+    shapes = _pointwise(b)
+    if shapes is None:
+        return None
+    shape, wshape = shapes
+    w = np.asarray(b.value("weight"))
+    if w.dtype != _F32:
+        return None
+    n, c_in, h, wd = shape
+    c_out, columns = wshape[0], h * wd
+    wt = pointwise_matrix_t(w)  # (C_in, C_out) C-contiguous
+    xs, out, finish = b.slots["x"], b.out, b.finish
+    rest = b.others("x")
+    perm = _signed_permutation(w.reshape(wshape[:2]))
+
+    def run(env: list[Any]) -> None:
+        x = env[xs]
+        if x.shape != shape or x.dtype != _F32:
+            return b.plain(env)
+        y = _swapped(x, perm, True, shape)  # an array of its own, as the reference's
+        if y is None:
+            y = np.empty((n, c_out, h, wd), _F32)
+            for i in range(n):
+                xi = x[i].reshape(c_in, columns)
+                if columns == 1:  # (1, C_out) is the output's own layout
+                    ordered_into(wt, xi, y[i].reshape(1, c_out))
+                else:
+                    sums = np.empty((columns, c_out), _F32)
+                    ordered_into(wt, xi, sums)
+                    y[i].reshape(c_out, columns)[...] = sums.T
         env[out] = finish(y, (x, *rest))
 
     return run
@@ -394,6 +458,10 @@ _NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]]
 def fast_runner(opdef: OpDef, b: Binding) -> Runner | None:
     """A pre-bound runner for the step, or None when it must run the plain way."""
     reference = type(opdef).reference
+    if type(opdef) is OrderedConv:
+        return _ordered_conv(b) if reference is conv.reference else None
+    if isinstance(opdef, conv) and type(opdef).convolve is not conv.convolve:
+        return None  # a conv that sums its products otherwise
     named = _NAMED.get(opdef.name)
     if named is not None:
         return named[1](b) if reference is named[0] else None

@@ -23,6 +23,7 @@ from anekit.runtime.sim.engine_steps import engine_fast_step, engine_runner, eng
 from anekit.runtime.sim.fast import Runner, fused_reshape
 from anekit.runtime.sim.mac import MAC_OPS
 from anekit.runtime.sim.numerics import SLICE_OPS, EngineNumerics
+from anekit.runtime.sim.ordered import ORDERED_CONV, ordered_program, transposed_layout
 from anekit.runtime.sim.steps import (
     Step,
     bind_step,
@@ -47,8 +48,12 @@ class Plan:
         precision: str,
         numerics: EngineNumerics | None = None,
         constants_of: Plan | None = None,
+        ordered: bool | None = None,
     ) -> None:
         self.precision = precision
+        # Whether its convs sum every output in order (``runtime.sim.ordered``): None, when ``fn`` is a narrow
+        # column-separable program; a narrowed copy of a program takes the full plan's choice.
+        self.ordered = ordered_program(fn) if ordered is None else ordered
         # Constants by the name of the value they hold, taken as they are from ``constants_of`` (a plan of
         # the same program's constants: ``runtime.sim.columns``) instead of being read and folded again.
         self._shared: dict[str, np.ndarray] = {}
@@ -197,6 +202,8 @@ class Plan:
         args: list[tuple[str, Any]] = []
         all_const = True
         opdef = get_op(op.op_type)
+        if self.ordered and op.op_type == "conv":
+            opdef = ORDERED_CONV
         for key, arg in op_arguments(opdef, op).items():  # inputs, or the attributes of an iOS16 form
             items = arg if isinstance(arg, tuple) else (arg,)
             slots = []
@@ -210,6 +217,10 @@ class Plan:
                 slots.append(slot)
                 all_const = all_const and slot in self.constants
             args.append((key, tuple(slots) if isinstance(arg, tuple) else slots[0]))
+        if opdef is ORDERED_CONV:
+            weight = dict(args).get("weight")
+            if isinstance(weight, int) and weight in self.constants:  # stored as the ordered loop reads it
+                self.constants[weight] = transposed_layout(self.constants[weight])
         out_types = tuple(v.type for v in op.outputs)
         stores = tuple(store_for(t, self.precision) for t in out_types)
         step = Step(

@@ -1,0 +1,145 @@
+"""Ordered products: the convs of a narrow column-separable program sum every output in one fixed order.
+
+The engine accumulates a MAC op's products in float32 (fp16 storage, fp32 accumulation), in an order no
+public measurement gives; the simulator's ideal machine leaves the order open, and its convs take numpy's
+BLAS product, whose order of summation depends on the shape of the call (``runtime.sim.columns``): with
+the OpenBLAS of numpy's wheels on x86-64, column 0 of a 1-column product (a GEMV) differs from column 0 of
+the 32-column one. A decode kernel is 32 columns wide and its caller reads one; the simulator runs a
+column-separable program narrowed to the columns read only where that gives the full run's bits, which
+with BLAS sums is 16 columns, not 1.
+
+So in a column-separable program at most ``ORDERED_WIDTH`` columns wide (the decode width, the engine's
+narrowest fp16 surface: every decode kernel of a column-separable route and the classifier's tiles), every
+conv sums each output over its input channels in ascending order, starting from +0, each product rounded
+to float32 and then each sum (``ordered_matmul``). A column's sums are then the same whatever the number
+of columns, so a run narrowed to one column gives the full run's bits by construction (``NarrowRuns``
+still measures it before it trusts a narrowing). The products of two fp16 values are exact in float32, so
+a fused multiply-add would give the same bits; the loops do not fuse them, so that float32 operands that
+are not fp16 values (the fp32 precision of the order probe) get the numpy path's bits too. A program that
+mixes columns, or is wider (training kernels, prefill), keeps the BLAS product, whose speed matters there
+and whose bits it has always had.
+
+The compiled loop (``anekit.jit.ordered_product``) reads the weight transposed, (K, M) C-contiguous: the
+plan stores the constant weight of such a conv in that layout (its Fortran order: ``transposed_layout``),
+so neither the runner nor the weight's memory is doubled. A 1-column product streams the weight once, as a
+GEMV does; 32 columns cost several times the BLAS product, which only a caller reading every column pays
+(benchmarks/bench_generate.py prints both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anekit import jit
+from anekit.engine.generation import DECODE_WIDTH
+from anekit.mil.ir import Function
+from anekit.mil.ops.linear import conv, conv_nd, kernel_offsets, window_slices
+from anekit.runtime.sim.columns import separable_width
+
+ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest column-separable program whose convs sum in order
+_F32 = np.dtype(np.float32)
+
+
+def ordered_program(fn: Function) -> bool:
+    """Whether ``fn``'s convs sum in order: it is column-separable and at most ``ORDERED_WIDTH`` wide."""
+    width = separable_width(fn)
+    return width is not None and width <= ORDERED_WIDTH
+
+
+def ordered_into(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` (N, M) with the ordered sums of float32 ``wt`` (K, M, C-contiguous) times ``x`` (K, N):
+    ``out[n, i]`` = (((+0 + wt[0, i] x[0, n]) + wt[1, i] x[1, n]) + ...), each step rounded to float32."""
+    if jit.ordered_product(wt, x, out):
+        return
+    out[...] = 0.0
+    for k in range(wt.shape[0]):  # the product of each k rounded (a float32 multiply), then the sum
+        out += x[k][:, None] * wt[k][None, :]
+
+
+def ordered_matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The float32 product of ``w`` (M, K) and ``x`` (K, N), each output summed over k in ascending order:
+    a fresh C-contiguous (M, N) array."""
+    wt = w.T if w.T.flags.c_contiguous else np.ascontiguousarray(w.T)
+    out = np.empty((x.shape[1], w.shape[0]), _F32)
+    ordered_into(wt, x, out)
+    return np.ascontiguousarray(out.T)
+
+
+def ordered_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    outs: Sequence[int],
+    groups: int,
+) -> np.ndarray:
+    """``conv_nd`` with every product of a kernel offset summed in order (``ordered_matmul``), the offsets
+    then added in ``conv_nd``'s order; float32 operands only (any other dtype takes ``conv_nd``)."""
+    if x.dtype != _F32 or w.dtype != _F32:
+        return conv_nd(x, w, strides, dilations, pads, outs, groups)
+    n, c_in = x.shape[:2]
+    c_out = w.shape[0]
+    kernel = w.shape[2:]
+    cig, cog = c_in // groups, c_out // groups
+    if any(b or e for b, e in pads):
+        x = np.pad(x, [(0, 0), (0, 0), *pads])
+    npos = int(np.prod(outs))
+    wg = w.reshape(groups, cog, cig, *kernel)
+    y = np.empty((n, c_out, *outs), _F32)  # an array of its own, C-ordered, as the fast runner makes
+    acc = y.reshape(n, groups, cog, npos)
+    for i, off in enumerate(kernel_offsets(kernel)):
+        xs = x[window_slices(off, dilations, outs, strides)].reshape(n, groups, cig, npos)
+        part = acc if i == 0 else np.empty_like(acc)
+        for b in range(n):
+            for g in range(groups):
+                index: tuple[Any, ...] = (g, slice(None), slice(None), *off)
+                part[b, g] = ordered_matmul(wg[index], xs[b, g])
+        if i:
+            np.add(acc, part, out=acc)  # conv_nd's ``acc + part``: the same sums
+    return y
+
+
+class OrderedConv(conv):
+    """``conv`` whose products are summed in order (``ordered_conv``): the op a plan of an ordered program
+    (``ordered_program``) binds to its conv steps. Not registered: the MIL op is still ``conv``."""
+
+    def convolve(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[tuple[int, int]],
+        outs: Sequence[int],
+        groups: int,
+    ) -> np.ndarray:
+        return ordered_conv(x, w, strides, dilations, pads, outs, groups)
+
+
+ORDERED_CONV = OrderedConv()
+
+
+def transposed_layout(weight: Any) -> Any:
+    """A pointwise conv's constant float32 weight (C_out, C_in, 1 ...) in Fortran order along its first two
+    axes (the same values: its (C_in, C_out) transpose C-contiguous underneath), which the ordered loop
+    reads without a copy; any other value as it is."""
+    if not isinstance(weight, np.ndarray) or weight.dtype != _F32 or weight.ndim < 3:
+        return weight
+    if any(k != 1 for k in weight.shape[2:]) or not weight.flags.c_contiguous:
+        return weight
+    c_out, c_in = weight.shape[:2]
+    if c_out == 1 or c_in == 1:
+        return weight  # a vector: the same memory either way
+    wt = np.ascontiguousarray(weight.reshape(c_out, c_in).T)
+    return wt.T.reshape(weight.shape)
+
+
+def pointwise_matrix_t(weight: np.ndarray) -> np.ndarray:
+    """The (C_in, C_out) C-contiguous transpose of a pointwise weight: a view when it is stored as
+    ``transposed_layout`` makes it, else a copy."""
+    matrix = weight.reshape(weight.shape[0], weight.shape[1]).T
+    return matrix if matrix.flags.c_contiguous else np.ascontiguousarray(matrix)
