@@ -19,10 +19,12 @@ Per shape it prints:
   plan's prefill width; a model whose float32 weights pass 1 GB prefills at the decode width, so the
   simulator holds one kernel set). Kernels whose caller reads only some of their columns compute only
   those, where that gives the same bits (``anekit.runtime.sim.columns``: the head reads one column of a
-  decode step, the conv-host-attention kernels the real tokens' columns); the first run that asks measures
-  which narrow widths do, once per kernel, so the prefill timed is the second of two and the decode steps
-  timed follow one untimed step. ``--full-columns`` also times every chip with every column computed (the
-  simulator as it ran before column-lazy runs), for the ratio of the two in one run.
+  decode step, the conv-host-attention kernels and the engine-attention routes' MLP kernels the real
+  tokens' columns; ``anekit.runtime.sim.ordered``: their convs sum in an order that keeps a column's bits
+  at any width); the first run that asks measures which narrow widths do, once per kernel, so the prefill
+  timed is the second of two and the decode steps timed follow one untimed step. ``--full-columns`` also
+  times every chip with every column computed (the simulator as it ran before column-lazy runs), for the
+  ratio of the two in one run.
 
 ``--clock cpu`` times with the process's CPU time instead of the wall clock: on a machine shared with
 other work it measures what the run itself costs (every thread count above is 1 by default, so the two

@@ -4,7 +4,8 @@ Each layer runs as two kernels of ``anekit.kernels.generation`` — ``attention_
 block with the KV cache read from its own "cache" surface) and ``mlp_kernel`` — whose weights travel in
 their "x" surface after the activation columns, written once when the kernel is loaded
 (``layers.Compiled``); each call writes only the activation columns. The head tiles take their rows the
-same way.
+same way. Only the real tokens' columns of the MLP kernel and the head tiles are read (a simulated kernel
+computes only those: ``layers.read_columns``); the attention kernels mix a chunk's columns and run whole.
 
 The blocks' insides are the family's (lowered into the kernels); the host keeps the residual stream in
 float32 and applies what a norm-on-host route leaves to it around each block, the family's names and

@@ -27,7 +27,9 @@ Column-lazy runs: a kernel told that its caller reads only its first output colu
 columns when every op keeps each column apart and the narrowed run gives those columns the same bits — which
 ``runtime.sim.columns`` measures once per kernel, on float32 products, because the BLAS sums a product of
 fewer columns in another order; the columns not computed hold NaN. ``SimBackend(lazy_columns=False)``
-computes every column.
+computes every column. In such a program at most 32 columns wide (a decode kernel) every conv sums each
+output in ascending order of its input channels (``runtime.sim.ordered``), with or without lazy runs, so
+that a column's sums do not depend on how many columns run and the kernel narrows to the column read.
 
 Strictness: by default compiling refuses, with ``CompilationFailed`` naming the rule, a program that
 breaks an ``error`` rule of the rule book (``anekit.rules``) for the target ``chip`` ("any": every
@@ -44,12 +46,13 @@ One module per job, each importing only those listed above it:
     tables        the ops a chip's profile computes itself (activation tables, reciprocals, round, ...)
     numerics      ``EngineNumerics``: a chip's numerics bound to the steps of one plan
     store         how a value is held between ops (its declared dtype, the engine's rounding)
+    columns       column-lazy runs: a column-separable function narrowed to the columns its caller reads
+    ordered       the convs of a narrow column-separable program, each output summed in one fixed order
     fast          pre-bound runners for the frequent ops (the references' own numpy calls)
     steps         ``Step``, ``run_step`` and the runner each step is bound to
     engine_steps  steps under a chip's profile
     weights       the weight files a program refers to, opened once
     plan          ``Plan``: a compiled function, its steps over numbered value slots
-    columns       column-lazy runs: a column-separable function narrowed to the columns its caller reads
     mirror        a large fp16 input surface kept decoded between runs
     kernel        ``SimKernel``: a plan behind surfaces
     backend       ``SimBackend``: the options, then compile -> kernel

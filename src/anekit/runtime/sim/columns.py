@@ -12,7 +12,11 @@ Those columns are the full run's bits only if every op computes a column the sam
 of columns. The elementwise ops do; a matrix product need not: the BLAS the simulator's convs call picks
 its kernels and their summation orders by the call's shape, so column 0 of a 16-column product may differ
 from column 0 of the 32-column one (with the OpenBLAS of numpy's wheels on x86-64 a 1-column product is a
-GEMV, and 1 to 15 columns all give other float32 sums than 32; 16 to 31 give the same first 8). Which
+GEMV, and 1 to 15 columns all give other float32 sums than 32; 16 to 31 give the same first 8). So a
+column-separable program at most 32 columns wide (``separable_width``: a decode kernel) sums its convs in
+ascending order instead (``runtime.sim.ordered``), the same sums at every width; a wider one keeps the
+BLAS product. Numpy's own sums can still differ: a mean over the channels of a 1-column tensor is a
+contiguous reduction, summed pairwise, where two or more columns are summed channel after channel. Which
 narrow widths keep the bits is therefore measured, not assumed: ``NarrowRuns`` runs the full program and
 each candidate narrowing on the same random inputs once, first in float32 from op to op (the order probe:
 a sum taken in another order shows in its last bits there, where an fp16 rounding would mostly hide it),

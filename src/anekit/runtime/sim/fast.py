@@ -18,7 +18,9 @@ in the reference's order, on the same arrays:
 * conv with a constant pointwise weight (1x1 kernel, stride 1, no padding, one group, no bias) — the
   reference's own ``conv_nd`` call with its parameters bound (where the store rounds the result into an
   array of its own, conv_nd's one matmul written into that array); where the weight is a signed
-  permutation (RoPE's pair swap), a gather that gives the product's bits (``_conv``).
+  permutation (RoPE's pair swap), a gather that gives the product's bits (``_conv``);
+* the same conv in a plan whose convs sum in order (``runtime.sim.ordered.OrderedConv``) — the ordered
+  loop on the weight's transpose where the plan stores it, into a fresh C-ordered array (``_ordered_conv``).
 
 The result goes through ``finish``: the store ``run_step`` applies to it, made by the plan. The
 reference's ``np.errstate(all="ignore")`` is the plan's own while it runs (it changes warnings, never

@@ -3,7 +3,9 @@
 Compiling reads the BLOBFILE consts (``runtime.sim.weights``), folds every op whose inputs are all
 constant, binds each remaining step to its runner (``runtime.sim.steps``; under a chip's profile,
 ``runtime.sim.engine_steps``), gives a value-moving step read only by a reshape one runner with it, and
-works out when each value can be let go. Running fills the input slots and runs the steps in order.
+works out when each value can be let go. Running fills the input slots and runs the steps in order. A
+narrow column-separable program's convs are bound as ``runtime.sim.ordered.OrderedConv`` (each output
+summed in order), their constant weights stored in the layout its loop reads.
 """
 
 from __future__ import annotations
