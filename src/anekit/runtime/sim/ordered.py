@@ -35,6 +35,7 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
+from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.mil.ops.linear import conv, conv_nd, kernel_offsets, window_slices
 from anekit.runtime.sim.columns import separable_width
@@ -45,6 +46,11 @@ _F32 = np.dtype(np.float32)
 
 def ordered_program(fn: Function) -> bool:
     """Whether ``fn``'s convs sum in order: it is column-separable and at most ``ORDERED_WIDTH`` wide."""
+    first = fn.inputs[0].type if fn.inputs else None
+    if not isinstance(first, T.TensorType) or not first.shape or not isinstance(first.shape[-1], int):
+        return False
+    if first.shape[-1] > ORDERED_WIDTH:
+        return False  # wider: not looked at further (a training kernel's hundreds of ops)
     width = separable_width(fn)
     return width is not None and width <= ORDERED_WIDTH
 
