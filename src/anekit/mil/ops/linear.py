@@ -502,6 +502,37 @@ def _conv_params(
     return x, w, nsp, strides, dil, groups, pad_type, custom_pads(a, pad_type, nsp)
 
 
+def conv_operands(
+    x: np.ndarray, w: np.ndarray, pads: Sequence[tuple[int, int]], outs: Sequence[int], groups: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(x zero-padded, the weight by group (groups, C_out/groups, C_in/groups, *K), the output positions)."""
+    c_in, c_out = x.shape[1], w.shape[0]
+    if any(b or e for b, e in pads):
+        x = np.pad(x, [(0, 0), (0, 0), *pads])
+    return x, w.reshape(groups, c_out // groups, c_in // groups, *w.shape[2:]), int(np.prod(outs))
+
+
+def conv_nd(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    outs: Sequence[int],
+    groups: int,
+) -> np.ndarray:
+    """Grouped N-d cross-correlation as one batched matmul per kernel offset."""
+    n = x.shape[0]
+    x, wg, npos = conv_operands(x, w, pads, outs, groups)
+    acc: np.ndarray | None = None
+    for off in kernel_offsets(w.shape[2:]):
+        xs = x[window_slices(off, dilations, outs, strides)].reshape(n, groups, wg.shape[2], npos)
+        part = np.matmul(wg[(slice(None),) * 3 + off], xs)
+        acc = part if acc is None else acc + part
+    assert acc is not None
+    return acc.reshape(n, w.shape[0], *outs)
+
+
 @register_op
 class conv(OpDef):
     """conv(x, weight, bias?, strides?, pad_type="valid", pad?, dilations?, groups=1): N-d convolution.
@@ -551,46 +582,9 @@ class conv(OpDef):
         outs = [window_count(d, k, s, b, e) for d, k, s, (b, e) in zip(x.shape[2:], k_eff, strides, pads)]
         return _add_bias(self.convolve(x, w, strides, dil, pads, outs, groups), a.get("bias"))
 
-    def convolve(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        strides: Sequence[int],
-        dilations: Sequence[int],
-        pads: Sequence[tuple[int, int]],
-        outs: Sequence[int],
-        groups: int,
-    ) -> np.ndarray:
-        """The convolution itself, its parameters resolved (``conv_nd``; a subclass may sum its products
-        in another order: the simulator's ``runtime.sim.ordered``)."""
-        return conv_nd(x, w, strides, dilations, pads, outs, groups)
-
-
-def conv_nd(
-    x: np.ndarray,
-    w: np.ndarray,
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[tuple[int, int]],
-    outs: Sequence[int],
-    groups: int,
-) -> np.ndarray:
-    """Grouped N-d cross-correlation as one batched matmul per kernel offset."""
-    n, c_in = x.shape[:2]
-    c_out = w.shape[0]
-    kernel = w.shape[2:]
-    cig, cog = c_in // groups, c_out // groups
-    if any(b or e for b, e in pads):
-        x = np.pad(x, [(0, 0), (0, 0), *pads])
-    npos = int(np.prod(outs))
-    wg = w.reshape(groups, cog, cig, *kernel)
-    acc: np.ndarray | None = None
-    for off in kernel_offsets(kernel):
-        xs = x[window_slices(off, dilations, outs, strides)].reshape(n, groups, cig, npos)
-        part = np.matmul(wg[(slice(None),) * 3 + off], xs)
-        acc = part if acc is None else acc + part
-    assert acc is not None
-    return acc.reshape(n, c_out, *outs)
+    # The convolution itself, its parameters resolved; a subclass may sum its products in another order
+    # (the simulator's ``runtime.sim.ordered``).
+    convolve = staticmethod(conv_nd)
 
 
 @register_op

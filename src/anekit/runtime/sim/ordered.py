@@ -37,7 +37,7 @@ from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
 from anekit.mil import types as T
 from anekit.mil.ir import Function
-from anekit.mil.ops.linear import conv, conv_nd, kernel_offsets, window_slices
+from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, window_slices
 from anekit.runtime.sim.columns import separable_width
 
 ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest column-separable program whose convs sum in order
@@ -87,18 +87,12 @@ def ordered_conv(
     then added in ``conv_nd``'s order; float32 operands only (any other dtype takes ``conv_nd``)."""
     if x.dtype != _F32 or w.dtype != _F32:
         return conv_nd(x, w, strides, dilations, pads, outs, groups)
-    n, c_in = x.shape[:2]
-    c_out = w.shape[0]
-    kernel = w.shape[2:]
-    cig, cog = c_in // groups, c_out // groups
-    if any(b or e for b, e in pads):
-        x = np.pad(x, [(0, 0), (0, 0), *pads])
-    npos = int(np.prod(outs))
-    wg = w.reshape(groups, cog, cig, *kernel)
-    y = np.empty((n, c_out, *outs), _F32)  # an array of its own, C-ordered, as the fast runner makes
-    acc = y.reshape(n, groups, cog, npos)
-    for i, off in enumerate(kernel_offsets(kernel)):
-        xs = x[window_slices(off, dilations, outs, strides)].reshape(n, groups, cig, npos)
+    n = x.shape[0]
+    x, wg, npos = conv_operands(x, w, pads, outs, groups)
+    y = np.empty((n, w.shape[0], *outs), _F32)  # an array of its own, C-ordered, as the fast runner makes
+    acc = y.reshape(n, groups, wg.shape[1], npos)
+    for i, off in enumerate(kernel_offsets(w.shape[2:])):
+        xs = x[window_slices(off, dilations, outs, strides)].reshape(n, groups, wg.shape[2], npos)
         part = acc if i == 0 else np.empty_like(acc)
         for b in range(n):
             for g in range(groups):
@@ -113,17 +107,7 @@ class OrderedConv(conv):
     """``conv`` whose products are summed in order (``ordered_conv``): the op a plan of an ordered program
     (``ordered_program``) binds to its conv steps. Not registered: the MIL op is still ``conv``."""
 
-    def convolve(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        strides: Sequence[int],
-        dilations: Sequence[int],
-        pads: Sequence[tuple[int, int]],
-        outs: Sequence[int],
-        groups: int,
-    ) -> np.ndarray:
-        return ordered_conv(x, w, strides, dilations, pads, outs, groups)
+    convolve = staticmethod(ordered_conv)
 
 
 ORDERED_CONV = OrderedConv()
