@@ -393,14 +393,12 @@ def _conv(b: Binding) -> Runner | None:
         if x.shape != shape:
             return b.plain(env)
         y = _swapped(x, perm, rounds, shape)
-        if y is not None:
-            pass
-        elif rounds and x.dtype == _F32:
+        if y is None and rounds and x.dtype == _F32:
             # conv_nd's one matmul, written into a fresh array of the conv's shape (the layout of its
             # reshaped result): the store rounds it where it lies instead of copying it
             y = np.empty((n, c_out, h, wd), _F32)
             np.matmul(w_view, x[window].reshape(n, 1, c_in, h * wd), out=y.reshape(n, 1, c_out, h * wd))
-        else:
+        elif y is None:
             y = conv_nd(x, w, (1, 1), (1, 1), pads, outs, 1)
         env[out] = finish(y, (x, *rest))
 
