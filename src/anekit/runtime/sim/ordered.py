@@ -12,8 +12,12 @@ So in a column-separable program at most ``ORDERED_WIDTH`` columns wide (the dec
 narrowest fp16 surface: every decode kernel of a column-separable route and the classifier's tiles), every
 conv sums each output over its input channels in ascending order, starting from +0, each product rounded
 to float32 and then each sum (``ordered_matmul``). A column's sums are then the same whatever the number
-of columns, so a run narrowed to one column gives the full run's bits by construction (``NarrowRuns``
-still measures it before it trusts a narrowing). The products of two fp16 values are exact in float32, so
+of columns, so a run narrowed to one column gives the full run's products by construction (``NarrowRuns``
+still measures the whole run before it trusts a narrowing: numpy sums a mean over the channels of a
+1-column tensor pairwise, of wider ones channel after channel, so a kernel with a norm inside keeps 2
+columns). Only a backend whose MAC ops take the float32 product orders them (``SimBackend`` passes
+``ordered=False`` to the plans of a chip whose ties round away from zero: those products are modelled
+and never narrowed). The products of two fp16 values are exact in float32, so
 a fused multiply-add would give the same bits; the loops do not fuse them, so that float32 operands that
 are not fp16 values (the fp32 precision of the order probe) get the numpy path's bits too. A program that
 mixes columns, or is wider (training kernels, prefill), keeps the BLAS product, whose speed matters there
