@@ -157,14 +157,17 @@ def narrowed(fn: Function, width: int, columns: int) -> Function | None:
     return Function(fn.name, inputs, Block(ops, outputs), fn.opset, dict(fn.attributes), fn.line)
 
 
-def separable_width(fn: Function) -> int | None:
-    """The width of a column-separable ``fn`` (the last axis every runtime tensor shares), else None."""
+def separable_width(fn: Function, widest: int | None = None) -> int | None:
+    """The width of a column-separable ``fn`` (the last axis every runtime tensor shares), else None; a
+    program wider than ``widest`` is not looked at further (a training kernel's hundreds of ops)."""
     if not fn.inputs:
         return None
     t = fn.inputs[0].type
     if not isinstance(t, T.TensorType) or t.rank != 4 or not isinstance(t.shape[-1], int):
         return None
     width = int(t.shape[-1])
+    if widest is not None and width > widest:
+        return None
     return width if narrowed(fn, width, width) is not None else None
 
 

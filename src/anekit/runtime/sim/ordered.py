@@ -39,7 +39,6 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
-from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, window_slices
 from anekit.runtime.sim.columns import separable_width
@@ -50,13 +49,7 @@ _F32 = np.dtype(np.float32)
 
 def ordered_program(fn: Function) -> bool:
     """Whether ``fn``'s convs sum in order: it is column-separable and at most ``ORDERED_WIDTH`` wide."""
-    first = fn.inputs[0].type if fn.inputs else None
-    if not isinstance(first, T.TensorType) or not first.shape or not isinstance(first.shape[-1], int):
-        return False
-    if first.shape[-1] > ORDERED_WIDTH:
-        return False  # wider: not looked at further (a training kernel's hundreds of ops)
-    width = separable_width(fn)
-    return width is not None and width <= ORDERED_WIDTH
+    return separable_width(fn, ORDERED_WIDTH) is not None
 
 
 def ordered_into(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
@@ -72,9 +65,8 @@ def ordered_into(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
 def ordered_matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The float32 product of ``w`` (M, K) and ``x`` (K, N), each output summed over k in ascending order:
     a fresh C-contiguous (M, N) array."""
-    wt = w.T if w.T.flags.c_contiguous else np.ascontiguousarray(w.T)
     out = np.empty((x.shape[1], w.shape[0]), _F32)
-    ordered_into(wt, x, out)
+    ordered_into(_c_transpose(w), x, out)
     return np.ascontiguousarray(out.T)
 
 
@@ -135,5 +127,10 @@ def transposed_layout(weight: Any) -> Any:
 def pointwise_matrix_t(weight: np.ndarray) -> np.ndarray:
     """The (C_in, C_out) C-contiguous transpose of a pointwise weight: a view when it is stored as
     ``transposed_layout`` makes it, else a copy."""
-    matrix = weight.reshape(weight.shape[0], weight.shape[1]).T
-    return matrix if matrix.flags.c_contiguous else np.ascontiguousarray(matrix)
+    return _c_transpose(weight.reshape(weight.shape[0], weight.shape[1]))
+
+
+def _c_transpose(matrix: np.ndarray) -> np.ndarray:
+    """A 2-d array's transpose, C-contiguous: a view where it already is, else a copy."""
+    t = matrix.T
+    return t if t.flags.c_contiguous else np.ascontiguousarray(t)
