@@ -18,7 +18,8 @@ columns from pos on stale. The embedding (Gemma's scale included) runs on the ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,28 @@ from anekit.kernels.generation import (
 from anekit.kernels.route import KernelRoute
 from anekit.llama.cpu_forward import CpuBlocks, KVCache
 from anekit.llama.params import Params
+from anekit.mil.ir import Program
 from anekit.models import Blocks, model_for
 from anekit.runtime.base import Backend, Kernel, Surface
 from anekit.runtime.sim import SimKernel
+
+
+def causal_copies(kernel: Kernel, copy: Callable[[int], GenKernel]) -> None:
+    """Hand a simulated kernel its causal copies: ``copy(n)``, the same kernel built for a chunk of n
+    tokens (``SimKernel.causal``: a decode kernel told how many of its columns are read then runs the
+    narrowest copy that gives those columns' bits); an engine kernel computes every column, so it is told
+    nothing."""
+    if isinstance(kernel, SimKernel):
+        kernel.causal(lambda n: _program_of(copy(n)))
+
+
+def _program_of(gen: GenKernel) -> tuple[Program, dict[str, bytes]]:
+    return gen.program, gen.weight_files()
+
+
+def _copy_at(build: Callable[..., GenKernel], n: int, **kw: Any) -> GenKernel:
+    """``build(columns=n, **kw)``: a kernel builder's causal copy for a chunk of n tokens."""
+    return build(columns=n, **kw)
 
 
 def read_columns(kernel: Kernel, n: int | None) -> None:
@@ -186,6 +206,9 @@ class LayersSet:
                     cfg, first, last, width=width, capacity=self.capacity, route=route, weights=weights
                 )
                 self.groups.append(Compiled(gen, backend, weights))
+                # the kernel attends over its own chunk after the cache, the padding masked: causal
+                copy = partial(layers_kernel, cfg, first, last, width=width, capacity=self.capacity)
+                causal_copies(self.groups[-1].kernel, partial(_copy_at, copy, route=route, weights=weights))
             for start, stop in plan.tiles:
                 head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
                 self.tiles.append(Compiled(head, backend))
@@ -228,8 +251,10 @@ class LayersRunner:
         x = embed(self.params, tokens, width)  # (dim, W): the padding columns are zeros
         shared = host_parts(self.cfg, s.capacity, width, pos, n, s.groups[0].gen.act.names)
         for group in s.groups:
-            out = group.run({"x": x, **shared})
-            x = out["x"]  # (dim, W)
+            # only the real tokens' columns are read: a simulated kernel may run its causal copy
+            out = group.run({"x": x, **shared}, columns=n)
+            x = np.zeros((self.cfg.dim, width), np.float32)  # the next group's padding: zeros again
+            x[:, :n] = out["x"]
             group.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
         ran(self.sets.values(), s, pos, n)
         # the head reads column n-1 alone: a simulated tile computes no more columns than it must

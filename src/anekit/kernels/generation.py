@@ -220,13 +220,20 @@ def gen_weights(params: Any) -> dict[Any, Any]:
 # -- the kernels -------------------------------------------------------------------------------------
 
 
-def _check(cfg: ModelConfig, first: int, last: int, width: int, capacity: int | None) -> ModelConfig:
+def _check(
+    cfg: ModelConfig, first: int, last: int, width: int, capacity: int | None, columns: int | None = None
+) -> ModelConfig:
     """``cfg`` at the chunk width (its ``seq_len`` the kernels' spatial size), the arguments checked
-    (``capacity`` None: a kernel without a cache)."""
+    (``capacity`` None: a kernel without a cache); ``columns``: a causal copy's chunk (``causal_copy``),
+    whose kernel is built at that width."""
     if not 0 <= first < last <= cfg.n_layers:
         raise GenerationError(f"[generation] layers [{first}, {last}) of a {cfg.n_layers}-layer model")
     if width <= 0 or width % 16:
         raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    if columns is not None:
+        if not 0 < columns < width:
+            raise GenerationError(f"[generation] a causal copy of {columns} columns of width {width}")
+        return cfg.with_(seq_len=columns)
     if capacity is not None and (capacity <= 0 or (capacity + width) & (capacity + width - 1)):
         raise GenerationError(
             f"[generation] capacity {capacity}: capacity + width must be a power of two (capacity_for)"
@@ -243,11 +250,21 @@ def layers_kernel(
     capacity: int,
     route: KernelRoute,
     weights: Weights = None,
+    columns: int | None = None,
 ) -> GenKernel:
     """Layers [first, last) of ``cfg`` fused in one kernel "gen_layers_{first}_{last}_w{width}" (baked
     weights, norm on the engine); with the norm on the host, the one-block kernels ``attention_kernel``
-    / ``mlp_kernel`` instead (GenerationError here)."""
-    kcfg = _check(cfg, first, last, width, capacity)
+    / ``mlp_kernel`` instead (GenerationError here).
+
+    ``columns`` (< width): the kernel's causal copy for the simulator, "gen_layers_{first}_{last}_w{width}
+    _c{columns}": the same layers built for a chunk of ``columns`` tokens (the cache as it is, the softmax
+    over the cache and ``columns`` keys), whose outputs are the first ``columns`` columns of the kernel's
+    wherever the padding columns it drops are masked (``runtime.sim.kernel.SimKernel.causal``). Not an
+    engine program: it is narrower than the engine's narrowest surface and its softmax axis is no power
+    of two."""
+    kcfg = _check(cfg, first, last, width, capacity, columns)
+    name = f"gen_layers_{first}_{last}_w{width}" + ("" if columns is None else f"_c{columns}")
+    width = kcfg.seq_len  # the chunk the program is built for: ``columns`` in a causal copy
     if route.attention != "engine" or route.norm != "engine" or route.weights != "baked":
         raise GenerationError(
             f"[generation] a fused layers kernel takes baked weights, attention and norm on the engine; "
@@ -260,7 +277,6 @@ def layers_kernel(
             f"CHANNELS); at most {max_fused_layers(cfg)} layers per kernel (max_fused_layers)"
         )
     layers = range(first, last)
-    name = f"gen_layers_{first}_{last}_w{width}"
     act = act_layout(cfg, width, capacity)
     cache = cache_layout(cfg, layers, capacity)
     kb = KernelBuilder(name, kcfg, act, layer_values(weights, layers), norm="engine", rope=route.rope)

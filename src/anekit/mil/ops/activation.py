@@ -366,9 +366,16 @@ class softmax(OpDef):
 
     x: tensor<T> of rank >= 1, T in {fp16, fp32}. axis: optional const int32 in [-rank, rank),
     default -1. Output has x's type. A slice containing +inf gives NaN (as exp(inf - inf) does).
+    The sum along the axis is numpy's (``axis_sum``: a simulator may sum in another order).
     """
 
     inputs = {"x": Input(FLOAT_T), "axis": Input("int32", const=True, default=-1)}
+
+    @staticmethod
+    def axis_sum(e: np.ndarray, axis: int) -> np.ndarray:
+        """The sum of the exponentials along ``axis``, the axis kept: numpy's (pairwise along a
+        contiguous axis)."""
+        return np.asarray(np.sum(e, axis=axis, keepdims=True))
 
     def infer(self, a: InferArgs) -> T.Type:
         x = a.tensor("x")
@@ -384,9 +391,9 @@ class softmax(OpDef):
             e = np.subtract(x, np.max(x, axis=axis, keepdims=True))
             if isinstance(e, np.ndarray) and np.issubdtype(e.dtype, np.floating):  # in place: one array
                 np.exp(e, out=e)
-                np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+                np.divide(e, self.axis_sum(e, axis), out=e)
                 r = e
             else:
                 e = np.exp(e)
-                r = e / np.sum(e, axis=axis, keepdims=True)
+                r = e / self.axis_sum(e, axis)
         return like(r, x.dtype)

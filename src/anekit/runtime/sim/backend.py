@@ -97,17 +97,24 @@ class SimBackend(Backend):
             plan = Plan(fn, weights, self.precision, self._engine(), ordered=ordered)
         except EvalFailed as e:
             raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
-        if not self.lazy_columns:
-            return SimKernel(self, fn, plan)
 
-        def rebuild(narrow: Function, precision: str | None) -> Plan:
+        def rebuild(
+            copy: Function,
+            precision: str | None,
+            files: dict[str, WeightSource] | None,
+            like: Plan,
+            ordered: bool | None = None,
+        ) -> Plan:
+            """A plan of ``copy`` (this program, or a narrowed copy with its weight ``files``; None: this
+            program's) compiled as this one was (``precision`` None) or in another precision, sharing the
+            constants of ``like`` (the kernel's plan) and its ordering unless ``ordered`` says."""
+            order = like.ordered if ordered is None else ordered
+            source = weights if files is None else files
             if precision is None:
-                return Plan(
-                    narrow, weights, self.precision, self._engine(), constants_of=plan, ordered=plan.ordered
-                )
-            return Plan(narrow, weights, precision, None, constants_of=plan, ordered=plan.ordered)
+                return Plan(copy, source, self.precision, self._engine(), constants_of=like, ordered=order)
+            return Plan(copy, source, precision, None, constants_of=like, ordered=order)
 
-        return SimKernel(self, fn, plan, rebuild, self._wide_from())
+        return SimKernel(self, fn, plan, rebuild, self._wide_from(), lazy=self.lazy_columns, weights=weights)
 
     def _wide_from(self) -> int | None:
         """The fewest products from which this backend's numerics compute a MAC op as the BLAS product

@@ -34,6 +34,7 @@ had been.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -192,46 +193,54 @@ def same_columns(full: list[np.ndarray], narrow: list[np.ndarray], columns: int)
     return True
 
 
-class NarrowRuns:
-    """The narrowed plans of one column-separable function, built when first asked for, and which of them
-    gives the full run's bits in the first c columns (measured once per c: the module docstring).
+# A narrowed copy of a program: its function, and its weight files where they are not the full program's
+# (None: the same files).
+Copy = tuple[Function, Any]
+Build = Callable[[Function, "str | None", Any], Any]
 
-    ``build(fn, precision)`` compiles a function as the full plan ``full`` was compiled (``precision``
-    None: the same precision and numerics; "fp32": no rounding between ops, the order probe's), reusing
-    ``full``'s constants. ``wide_from``: the fewest products a MAC op must have for the chip's numerics to
-    compute it with the BLAS product the order probe measures (the smaller ones run the exact tile model);
-    None where the numerics compute every MAC op otherwise (no narrowing)."""
+
+class NarrowRuns:
+    """The narrowed plans of one function, built when first asked for, and which of them gives the full
+    run's bits in the first c columns (measured once per c: the module docstring).
+
+    ``copy(n)`` gives the function narrowed to n columns and its weight files (None: ``fn`` has no such
+    copy at n): ``narrowed``'s for a column-separable program, a causal program's own (``causal``).
+    ``build(fn, precision, weights)`` compiles a function as the full plan ``full`` was compiled
+    (``precision`` None: the same precision and numerics; "fp32": no rounding between ops, the order
+    probe's; ``weights`` None: the full program's files), reusing ``full``'s constants. ``wide_from``: the
+    fewest products a MAC op must have for the chip's numerics to compute it with the float32 product the
+    order probe measures (the smaller ones run the exact tile model); None where the numerics compute
+    every MAC op otherwise (no narrowing)."""
 
     def __init__(
         self,
         fn: Function,
         width: int,
-        build: Callable[[Function, str | None], Any],
+        build: Build,
         full: Any,
         wide_from: int | None,
         seed: int = 0,
+        copy: Callable[[int], Copy | None] | None = None,
     ) -> None:
         self.fn, self.width, self.build, self.full = fn, width, build, full
         self.wide_from, self.seed = wide_from, seed
+        self.copy = copy if copy is not None else self._separable
         self._chosen: dict[int, tuple[int, Any] | None] = {}  # columns asked -> (narrow width, plan)
 
+    def _separable(self, n: int) -> Copy | None:
+        narrow = narrowed(self.fn, self.width, n)
+        return None if narrow is None else (narrow, None)
+
     def _wide(self, fn: Function) -> bool:
-        """Every MAC op of ``fn`` large enough for the numerics' BLAS path (that of the full plan's, whose
+        """Every MAC op of ``fn`` large enough for the numerics' float32 path (that of the full plan's, whose
         MAC ops are at least as large)."""
         if self.wide_from is None:
             return False
         for op in fn.ops:
-            if op.op_type != "conv" or all(v.const is not None for v in op.input_vars()):
+            if op.op_type not in ("conv", "matmul") or all(v.const is not None for v in op.input_vars()):
                 continue
-            (out,) = op.outputs
-            weight = _literal(op_arguments(get_op("conv"), op).get("weight"))
-            w_shape = (
-                weight.type.shape if weight is not None and isinstance(weight.type, T.TensorType) else ()
-            )
-            if not isinstance(out.type, T.TensorType) or not out.type.is_static or len(w_shape) != 4:
-                return False
-            _, c_out, h, n = (int(d) for d in out.type.shape)
-            if c_out * int(w_shape[1]) * h * n < self.wide_from:
+            count = mac_products(op)
+            if count is None or count < self.wide_from:
                 return False
         return True
 
@@ -243,11 +252,11 @@ class NarrowRuns:
         return self._chosen[columns]
 
     def _measure(self, columns: int) -> tuple[int, Any] | None:
-        tries = []  # (n, the function narrowed to n columns), for the widths its MAC ops allow
+        tries = []  # (n, the function narrowed to n columns, its files), at the widths its MAC ops allow
         for n in candidates(columns, self.width):
-            fn = narrowed(self.fn, self.width, n)
-            if fn is not None and self._wide(fn):
-                tries.append((n, fn))
+            found = self.copy(n)
+            if found is not None and self._wide(found[0]):
+                tries.append((n, *found))
         if not tries:
             return None
         rng = np.random.default_rng(self.seed)
@@ -255,17 +264,57 @@ class NarrowRuns:
         raw = [rng.standard_normal(shape).astype(np.float16).astype(np.float32) for shape in shapes]
         # The order probe: float32 from op to op, so a product or sum taken in another order shows in
         # its last bits instead of vanishing in an fp16 rounding.
-        exact = self.build(self.fn, "fp32")
+        exact = self.build(self.fn, "fp32", None)
         exact_out = [np.array(v, copy=True) for v in exact.run(raw)]
         inputs = [store(a) for store, a in zip(self.full.input_stores, raw)]
         full_out = [np.array(v, copy=True) for v in self.full.run(inputs)]
-        for n, fn in tries:
-            if not same_columns(exact_out, self.build(fn, "fp32").run([cut(a, n) for a in raw]), columns):
+        for n, fn, weights in tries:
+            probe = self.build(fn, "fp32", weights).run(fit(raw, input_widths(fn)))
+            if not same_columns(exact_out, probe, columns):
                 continue
-            plan = self.build(fn, None)  # then the run itself, with the chip's numerics
-            if same_columns(full_out, plan.run([cut(a, n) for a in inputs]), columns):
+            plan = self.build(fn, None, weights)  # then the run itself, with the chip's numerics
+            if same_columns(full_out, plan.run(fit(inputs, input_widths(fn))), columns):
                 return n, plan
         return None
+
+
+def mac_products(op: Op) -> int | None:
+    """The products a conv or matmul op of static types takes (output elements times the terms of each),
+    else None."""
+    (out,) = op.outputs
+    if not isinstance(out.type, T.TensorType) or not out.type.is_static:
+        return None
+    size = math.prod(int(d) for d in out.type.shape)
+    args = op_arguments(get_op(op.op_type), op)
+    if op.op_type == "conv":
+        weight = args.get("weight")
+        w_type = weight.type if isinstance(weight, (Var, Literal)) else None
+        if not isinstance(w_type, T.TensorType) or w_type.rank < 3 or not w_type.is_static:
+            return None
+        return size * int(w_type.shape[1])  # the numerics' count: each output's input channels
+    x = args.get("x")
+    x_type = x.type if isinstance(x, (Var, Literal)) else None
+    if not isinstance(x_type, T.TensorType) or not x_type.is_static or x_type.rank < 1:
+        return None
+    flag = _literal(args.get("transpose_x"))
+    swapped = flag is not None and bool(np.asarray(flag.value)) and x_type.rank >= 2
+    return size * int(x_type.shape[-2] if swapped else x_type.shape[-1])
+
+
+def input_widths(fn: Function) -> tuple[int | None, ...]:
+    """The last axis of each of ``fn``'s inputs (None where it is not a static tensor's)."""
+    out: list[int | None] = []
+    for v in fn.inputs:
+        t = v.type
+        static = isinstance(t, T.TensorType) and t.rank >= 1 and isinstance(t.shape[-1], int)
+        out.append(int(cast(T.TensorType, t).shape[-1]) if static else None)
+    return tuple(out)
+
+
+def fit(inputs: list[np.ndarray], widths: tuple[int | None, ...]) -> list[np.ndarray]:
+    """The inputs of a narrowed copy whose inputs end in ``widths`` (``input_widths``): each cut to its
+    first columns (``cut``) where the copy's is narrower, as it is where not (a causal program's cache)."""
+    return [a if w is None or a.shape[-1] == w else cut(a, w) for a, w in zip(inputs, widths)]
 
 
 def cut(a: np.ndarray, columns: int) -> np.ndarray:

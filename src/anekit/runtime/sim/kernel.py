@@ -1,9 +1,11 @@
 """The simulator's kernel: its plan runs on the host, fp16 values crossing its surfaces without a second
-conversion; a caller that reads only the first columns of its outputs may say so (``compute_columns``)."""
+conversion; a caller that reads only the first columns of its outputs may say so (``compute_columns``),
+and the caller of a causal program may hand the kernel its narrowed copies (``causal``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,11 +14,12 @@ from anekit import jit
 from anekit.errors import EvalFailed
 from anekit.fp16 import _round_fp16_fast, encode_fp16_values
 from anekit.mil import types as T
-from anekit.mil.ir import Function
-from anekit.runtime.base import Backend, Kernel, Surface
-from anekit.runtime.sim.columns import NarrowRuns, cut
+from anekit.mil.ir import Function, Program
+from anekit.runtime.base import Backend, Kernel, Surface, Weights, WeightSource, prepare_program
+from anekit.runtime.sim.columns import Copy, NarrowRuns, fit
 from anekit.runtime.sim.held import HeldSurface
 from anekit.runtime.sim.mirror import Mirror, mirror_for
+from anekit.runtime.sim.ordered import ORDERED_WIDTH
 from anekit.runtime.sim.plan import Plan
 
 _FP16_NAN = np.uint16(0x7E00)
@@ -30,18 +33,24 @@ class SimKernel(Kernel):
         backend: Backend,
         fn: Function,
         plan: Plan,
-        rebuild: Callable[[Function, str | None], Plan] | None = None,
+        rebuild: Callable[..., Plan] | None = None,
         wide_from: int | None = None,
+        lazy: bool = True,
+        weights: dict[str, WeightSource] | None = None,
     ) -> None:
         self.precision = plan.precision  # the backend's, which it compiled the plan with
         super().__init__(backend, fn)
         self.plan = plan
         self.fn = fn
-        # compiles a narrowed copy of ``fn`` as ``plan`` was compiled (None: every run computes every column)
+        # compiles ``fn`` or a narrowed copy of it as ``plan`` was compiled: (function, precision, weight
+        # files or None, the plan whose constants it shares, ordered or None) -> Plan
         self._rebuild = rebuild
+        self._lazy = lazy and rebuild is not None  # False: every run computes every column
+        self._weights = weights or {}  # the program's weight files, as compiled
         self._wide_from = wide_from  # the MAC size from which the numerics take the BLAS product
         self._columns: int | None = None  # the output columns the caller reads (None: all)
         self._narrow: NarrowRuns | None = None
+        self._copies: Callable[[int], tuple[Program | Function, Weights] | None] | None = None
         # Where each function input comes from: a state buffer (by name) or the next input surface.
         self._state_inputs = [v.name if isinstance(v.type, T.StateType) else None for v in fn.inputs]
         self._state_shapes = {name: buf.shape for name, buf in self.states.items()}
@@ -66,16 +75,83 @@ class SimKernel(Kernel):
             raise EvalFailed(f"[{self.name}] compute_columns needs a column count >= 1, got {columns}")
         self._columns = columns
 
+    def causal(self, copies: Callable[[int], tuple[Program | Function, Weights] | None]) -> None:
+        """The caller's word that this program is causal along its width and is run on chunks padded to it:
+        output column j depends on input columns 0 .. j alone (and on inputs that do not end in the width,
+        such as a cache), and the columns past a chunk's real ones are padding the program masks from them
+        (a generation kernel's attention over its own chunk: ``anekit.generate.layers``). ``copies(n)``: the
+        same program built for a chunk of n columns (its inputs and outputs that end in the width end in
+        n; a cache input as it is; the softmax over the cache and the chunk n keys shorter) and its weight
+        files, or None where there is none.
+
+        A kernel told ``compute_columns(c)`` then runs the narrowest copy, of the widths
+        ``columns.candidates`` tries, whose first c columns ``NarrowRuns`` measures to be the full run's
+        bits (the padding it drops adds only exact zeros where it is masked: its convs, matmuls and
+        softmax sums are taken in order, ``runtime.sim.ordered``), and fills the other columns with NaN.
+        The measurement checks the orders of summation; that the padding is masked is the caller's word.
+        So that a run's bits do not depend on whether it is narrowed, a program at most
+        ``ORDERED_WIDTH`` wide gets an ordered plan here (where the backend orders products: not on a chip
+        whose MAC ties round away, whose products are modelled), whether or not this backend narrows; a
+        wider one is left as it is (prefill keeps the BLAS product) and never narrowed this way. A copy
+        whose weight file of a path holds other bytes than this kernel's is refused (EvalFailed)."""
+        width = self._width()
+        if self._rebuild is None or width is None or width > ORDERED_WIDTH:
+            return
+        if self._wide_from is not None and not self.plan.ordered:
+            self.plan = self._rebuild(self.fn, None, None, self.plan, True)
+        self._copies = copies
+        self._narrow = None
+
+    def _width(self) -> int | None:
+        shape = self.outputs[0].shape if self.outputs else ()
+        return int(shape[-1]) if shape else None
+
+    def _copy(self, n: int) -> Copy | None:
+        """The causal copy at n columns, checked against this program: its function and weight files."""
+        assert self._copies is not None
+        found = self._copies(n)
+        if found is None:
+            return None
+        program, files = found
+        fn = program if isinstance(program, Function) else prepare_program(program).main
+        width = self._width()
+        pairs = [("input", a, b) for a, b in zip(self.fn.inputs, fn.inputs)]
+        pairs += [("output", a, b) for a, b in zip(self.fn.outputs, fn.outputs)]
+        for what, mine, theirs in pairs:
+            a, b = getattr(mine.type, "shape", None), getattr(theirs.type, "shape", None)
+            ok = a is not None and b is not None and mine.name == theirs.name and a[:-1] == b[:-1]
+            cut_to_n = b is not None and a is not None and b[-1] == n and a[-1] == width
+            ok = ok and (cut_to_n or (what == "input" and b is not None and a is not None and b[-1] == a[-1]))
+            if not ok:
+                raise EvalFailed(
+                    f"[{self.name}] causal copy at {n} columns: {what} '{theirs.name}' {list(b or ())} does "
+                    f"not match '{mine.name}' {list(a or ())} (the width cut to {n}, every other axis kept)"
+                )
+        if len(fn.inputs) != len(self.fn.inputs) or len(fn.outputs) != len(self.fn.outputs):
+            raise EvalFailed(f"[{self.name}] causal copy at {n} columns: other inputs or outputs")
+        files = dict(files)
+        for path in files.keys() & self._weights.keys():
+            if _file_bytes(files[path]) != _file_bytes(self._weights[path]):
+                raise EvalFailed(
+                    f"[{self.name}] causal copy at {n} columns: weight file '{path}' holds other bytes "
+                    "than the kernel's"
+                )
+        return fn, files
+
     def _narrowed(self) -> tuple[int, Plan] | None:
         """The narrowed plan for the columns asked for, if one gives their bits."""
-        columns = self._columns
-        if columns is None or self._rebuild is None or not self.outputs:
-            return None
-        width = self.outputs[0].shape[-1] if self.outputs[0].shape else 0
-        if columns >= width:
+        columns, width = self._columns, self._width()
+        if columns is None or not self._lazy or width is None or columns >= width:
             return None
         if self._narrow is None:
-            self._narrow = NarrowRuns(self.fn, width, self._rebuild, self.plan, self._wide_from)
+            rebuild = self._rebuild
+            assert rebuild is not None
+
+            def build(fn: Function, precision: str | None, files: Any) -> Plan:
+                return rebuild(fn, precision, files, self.plan)
+
+            copy = None if self._copies is None else self._copy
+            self._narrow = NarrowRuns(self.fn, width, build, self.plan, self._wide_from, copy=copy)
         return self._narrow.choose(columns)
 
     def surface_dtype(self, dtype: T.DType) -> str:
@@ -200,9 +276,9 @@ class SimKernel(Kernel):
                 ins.append(buf)
         narrow = self._narrowed()
         if narrow is not None:
-            n, plan = narrow
+            _, plan = narrow
             self._results.clear()
-            self._store_columns(plan.run([cut(a, n) for a in ins], frozenset(stored)))
+            self._store_columns(plan.run(fit(ins, plan.input_widths), frozenset(stored)))
             return
         outs = self.plan.run(ins, frozenset(stored), peaks)
         self._results.clear()
@@ -249,3 +325,10 @@ class SimKernel(Kernel):
                     handed = np.full(buf.shape, np.nan, np.float32)
                     handed[..., :c] = v[..., :c]
                     self._results[surface.id] = (handed, True)
+
+
+def _file_bytes(source: WeightSource) -> bytes:
+    """A weight file's bytes: the buffer given, or the file at the path."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    return Path(source).read_bytes()

@@ -40,7 +40,9 @@ import numpy as np
 from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
 from anekit.mil.ir import Function
-from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, window_slices
+from anekit.mil.ops.activation import softmax
+from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, matmul, window_slices
+from anekit.mil.registry import OpDef, RefArgs
 from anekit.runtime.sim.columns import separable_width
 
 ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest column-separable program whose convs sum in order
@@ -99,6 +101,35 @@ def ordered_conv(
     return y
 
 
+def ordered_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``np.matmul(x, y)`` of float32 ``x`` (..., M, K) and ``y`` (..., K, N), batch axes broadcast, each
+    output summed over k in ascending order from +0 (``ordered_into``, with ``y``'s rows as the loop's
+    weight rows: vectorised along N): a fresh C-contiguous array. A rank-1 operand is a row (x) or a column
+    (y), its added axis dropped from the result, as numpy does."""
+    vx, vy = x.ndim == 1, y.ndim == 1
+    x2 = x[None, :] if vx else x
+    y2 = y[:, None] if vy else y
+    batch = np.broadcast_shapes(x2.shape[:-2], y2.shape[:-2])
+    (m, k), n = x2.shape[-2:], y2.shape[-1]
+    out = np.empty((*batch, m, n), _F32)
+    xs = np.broadcast_to(x2, (*batch, m, k)).reshape(-1, m, k)
+    ys = np.broadcast_to(y2, (*batch, k, n)).reshape(-1, k, n)
+    flat = out.reshape(-1, m, n)
+    for b in range(flat.shape[0]):
+        ordered_into(np.ascontiguousarray(ys[b]), xs[b].T, flat[b])
+    if vx:
+        out = out[..., 0, :]
+    if vy:
+        out = out[..., 0]
+    return np.ascontiguousarray(out)
+
+
+def sequential_sum(e: np.ndarray, axis: int) -> np.ndarray:
+    """The sum along ``axis`` (kept) taken term after term from the first, in ascending order: the running
+    sum's last value (numpy's accumulate is sequential), whatever the axis' length or layout."""
+    return np.take(np.cumsum(e, axis=axis), [-1], axis=axis)
+
+
 class OrderedConv(conv):
     """``conv`` whose products are summed in order (``ordered_conv``): the op a plan of an ordered program
     (``ordered_program``) binds to its conv steps. Not registered: the MIL op is still ``conv``."""
@@ -106,7 +137,32 @@ class OrderedConv(conv):
     convolve = staticmethod(ordered_conv)
 
 
+class OrderedMatmul(matmul):
+    """``matmul`` whose float32 products are summed in order (``ordered_batched``); other dtypes take
+    numpy's product. Not registered."""
+
+    def reference(self, a: RefArgs) -> np.ndarray:
+        x, y = np.asarray(a["x"]), np.asarray(a["y"])
+        if x.dtype != _F32 or y.dtype != _F32:
+            return super().reference(a)
+        if a.bool("transpose_x") and x.ndim >= 2:
+            x = np.swapaxes(x, -1, -2)
+        if a.bool("transpose_y") and y.ndim >= 2:
+            y = np.swapaxes(y, -1, -2)
+        return ordered_batched(x, y)
+
+
+class OrderedSoftmax(softmax):
+    """``softmax`` whose sum along the axis is taken in order (``sequential_sum``), so that terms of exactly
+    0 appended to a row (keys a causal copy drops, ``runtime.sim.columns``) leave its bits as they are.
+    Not registered."""
+
+    axis_sum = staticmethod(sequential_sum)
+
+
 ORDERED_CONV = OrderedConv()
+# the op each MIL op of an ordered plan is bound to (``Plan``)
+ORDERED_OPS: dict[str, OpDef] = {"conv": ORDERED_CONV, "matmul": OrderedMatmul(), "softmax": OrderedSoftmax()}
 
 
 def transposed_layout(weight: Any) -> Any:

@@ -10,7 +10,7 @@ summed in order), their constant weights stored in the layout its loop reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 import numpy as np
@@ -21,11 +21,12 @@ from anekit.mil.ir import Function, Op, Var
 from anekit.mil.registry import get_op, op_arguments
 from anekit.mil.values import BlobRef, Literal
 from anekit.runtime.base import WeightSource
+from anekit.runtime.sim.columns import input_widths
 from anekit.runtime.sim.engine_steps import engine_fast_step, engine_runner, engine_step
 from anekit.runtime.sim.fast import Runner, fused_reshape
 from anekit.runtime.sim.mac import MAC_OPS
 from anekit.runtime.sim.numerics import SLICE_OPS, EngineNumerics
-from anekit.runtime.sim.ordered import ORDERED_CONV, ordered_program, transposed_layout
+from anekit.runtime.sim.ordered import ORDERED_CONV, ORDERED_OPS, ordered_program, transposed_layout
 from anekit.runtime.sim.steps import (
     Step,
     bind_step,
@@ -38,6 +39,17 @@ from anekit.runtime.sim.steps import (
 )
 from anekit.runtime.sim.store import moves_values_only, store_for, store_fp16
 from anekit.runtime.sim.weights import WeightFiles
+
+
+def literal_key(lit: Literal) -> Hashable:
+    """A key equal for two literals that hold the same value: a weight file's path, offset and type, or the
+    type and bytes of an inline value (the weight files' bytes are the caller's: ``SimKernel.causal``
+    checks that a copy's files of one path hold the same bytes)."""
+    if isinstance(lit.value, BlobRef):
+        return ("blob", lit.value.path, lit.value.offset, str(lit.type))
+    value = lit.value
+    raw = value.tobytes() if isinstance(value, np.ndarray) else repr(value)
+    return ("inline", str(lit.type), getattr(value, "dtype", None) and str(value.dtype), raw)
 
 
 class Plan:
@@ -56,12 +68,17 @@ class Plan:
         # Whether its convs sum every output in order (``runtime.sim.ordered``): None, when ``fn`` is a narrow
         # column-separable program; a narrowed copy of a program takes the full plan's choice.
         self.ordered = ordered_program(fn) if ordered is None else ordered
-        # Constants by the name of the value they hold, taken as they are from ``constants_of`` (a plan of
-        # the same program's constants: ``runtime.sim.columns``) instead of being read and folded again.
-        self._shared: dict[str, np.ndarray] = {}
+        # What each constant slot holds, as a key equal for equal values: its literal's source (a weight
+        # file's path and offset, or the inline value), or for a folded value the op and its operands' keys.
+        self.signatures: dict[int, Hashable] = {}
+        # Constants by the name of the value they hold, with their keys, taken as they are from
+        # ``constants_of`` (a plan of the same program, or of a narrowed copy of it: ``runtime.sim.columns``)
+        # instead of being read and folded again, where this program's constant of that name has the same
+        # key (a copy's own constants, of another shape, are read and folded here).
+        self._shared: dict[str, tuple[np.ndarray, Hashable]] = {}
         if constants_of is not None:
             self._shared = {
-                name: constants_of.constants[slot]
+                name: (constants_of.constants[slot], constants_of.signatures.get(slot))
                 for name, slot in constants_of.slot_of.items()
                 if slot in constants_of.constants and not name.startswith("\0lit")
             }
@@ -76,6 +93,7 @@ class Plan:
         self.runners: list[Runner] = []  # one per step: what running it does (``bind_step``)
         self.input_slots = [self._slot(v) for v in fn.inputs]
         self.input_names = [v.name for v in fn.inputs]
+        self.input_widths = input_widths(fn)  # each input's last axis (a copy's inputs: ``columns.fit``)
         self.input_stores = [store_for(v.type, precision) for v in fn.inputs]
         files = WeightFiles(weights)
         try:
@@ -192,20 +210,23 @@ class Plan:
     def _add(self, op: Op, files: WeightFiles) -> None:
         if op.op_type == "const":
             (out,) = op.outputs
+            key = literal_key(op.attributes["val"])
             shared = self._shared.get(out.name)
-            if shared is not None:
-                self.constants[self._slot(out)] = shared
+            slot = self._slot(out)
+            self.signatures[slot] = key
+            if shared is not None and shared[1] == key:
+                self.constants[slot] = shared[0]
                 return
             value = self._literal_value(op.attributes["val"], out.name, files)
             if self.numerics is not None:
                 value = self.numerics.coerce_input(value, out.name)
-            self.constants[self._slot(out)] = value
+            self.constants[slot] = value
             return
         args: list[tuple[str, Any]] = []
         all_const = True
         opdef = get_op(op.op_type)
-        if self.ordered and op.op_type == "conv":
-            opdef = ORDERED_CONV
+        if self.ordered:
+            opdef = ORDERED_OPS.get(op.op_type, opdef)
         for key, arg in op_arguments(opdef, op).items():  # inputs, or the attributes of an iOS16 form
             items = arg if isinstance(arg, tuple) else (arg,)
             slots = []
@@ -214,6 +235,7 @@ class Plan:
                     slot = len(self.slot_of)
                     self.slot_of[f"\0lit{slot}"] = slot
                     self.constants[slot] = self._literal_value(item, f"{op.name}.{key}", files)
+                    self.signatures[slot] = literal_key(item)
                 else:
                     slot = self.slot_of[item.name]
                 slots.append(slot)
@@ -235,9 +257,17 @@ class Plan:
             moves_only=moves_values_only(op, out_types),
             fp16_out=all(st is store_fp16 for st in stores),
         )
-        if all_const and all(v.name in self._shared for v in op.outputs):  # folded in ``constants_of``
+        if all_const:
+            sig = self.signatures.get
+            operands = tuple((k, tuple(map(sig, v)) if isinstance(v, tuple) else sig(v)) for k, v in args)
+            for i, slot in enumerate(step.out_slots):
+                self.signatures[slot] = (op.op_type, type(opdef).__name__, operands, i)
+        if all_const and all(
+            v.name in self._shared and self._shared[v.name][1] == self.signatures[slot]
+            for slot, v in zip(step.out_slots, op.outputs)
+        ):  # folded in ``constants_of``, from the same constants
             for slot, v in zip(step.out_slots, op.outputs):
-                self.constants[slot] = self._shared[v.name]
+                self.constants[slot] = self._shared[v.name][0]
         elif all_const:  # fold: computed once here, exactly as a run would compute it
             numerics = self.numerics
             outs = (

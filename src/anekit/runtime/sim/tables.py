@@ -188,7 +188,7 @@ def _softmax(num: Numerics, step: Any, values: Values, reference: Reference) -> 
         d = x - np.max(x, axis=axis, keepdims=True)
         d = np.where(np.isnan(d), 0.0, d)  # inf - inf = +0 on the engine: an inf lane takes the mass
         e = np.exp(d)
-        return [e / np.sum(e, axis=axis, keepdims=True)]
+        return [e / step.opdef.axis_sum(e, axis)]  # the op's own sum: in order in an ordered plan
 
 
 def _reduce(num: Numerics, step: Any, values: Values, reference: Reference) -> list[np.ndarray]:
