@@ -26,7 +26,13 @@ from anekit.llama.params import Params
 from anekit.mil import tensor
 from anekit.models.config import preset
 from anekit.runtime.sim import SimBackend, SimKernel
-from anekit.runtime.sim.ordered import OrderedSoftmax, ordered_batched, sequential_sum
+from anekit.runtime.sim.ordered import (
+    OrderedReduceMean,
+    OrderedReduceSum,
+    OrderedSoftmax,
+    ordered_batched,
+    sequential_sum,
+)
 from tests.test_sim_ordered import SPECIALS, same_bits, scalar_sums
 
 CHANNELS, CAPACITY, WIDTH = 256, 96, 32  # every MAC op past the exact tile model's 2^14 products at 1 column
@@ -91,6 +97,30 @@ def test_the_sequential_sum_is_the_running_sum_along_any_axis(axis: int) -> None
     e[0, :12, 0] = SPECIALS
     with np.errstate(all="ignore"):
         assert same_bits(sequential_sum(e, axis), _running_sums(e, axis))
+
+
+@pytest.mark.parametrize("op", [OrderedReduceSum(), OrderedReduceMean()])
+def test_an_ordered_channel_sum_of_one_column_is_its_sum_in_a_wider_tensor(op: Any) -> None:
+    """numpy sums the channels of a 1-column tensor pairwise and those of a wider one channel after channel:
+    the ordered reduction sums every width channel after channel (the scalar loop), so its bits at two or
+    more columns are numpy's, unchanged, and one column gets them too."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((1, 288, 1, 32)) * 10.0 ** rng.integers(-3, 3, (1, 288, 1, 32))).astype(
+        np.float32
+    )
+    running = _running_sums(x, 1)
+    want = running if isinstance(op, OrderedReduceSum) else running / np.float32(288)
+    for n in (1, 2, 32):
+        got = op.compute(np.ascontiguousarray(x[..., :n]), (1,), True)
+        assert got.tobytes() == np.ascontiguousarray(want[..., :n]).tobytes()
+    wide = op.compute(x, (1,), True)
+    plain = (
+        np.sum(x, axis=1, keepdims=True)
+        if isinstance(op, OrderedReduceSum)
+        else np.mean(x, axis=1, keepdims=True)
+    )
+    assert wide.tobytes() == plain.tobytes()  # numpy's bits where it sums in order already
+    assert op.compute(x, (1,), False).shape == (1, 1, 32)
 
 
 def test_an_ordered_softmax_keeps_a_rows_bits_when_masked_keys_are_dropped() -> None:
@@ -285,15 +315,15 @@ def _layers_narrowed(kernels: list[SimKernel]) -> list[int]:
 
 
 def test_the_legacy_decode_step_runs_the_layers_kernel_for_its_token_with_the_full_runs_bits() -> None:
-    """stories15M's shapes in two layers: the decode step's layers kernel runs its causal copy of at most 2
-    columns (the norms' channel sums of one column are numpy's pairwise ones) and every logit of a prompt
-    and the decode steps after it is the bits of the run that computes every column."""
+    """stories15M's shapes in two layers: the decode step's layers kernel runs its causal copy of one column
+    and every logit of a prompt and the decode steps after it is the bits of the run that computes every
+    column."""
     params = Params.init(preset("stories15M").with_(n_layers=2, seq_len=64), seed=3)
     want, _ = _decode(params, SimBackend(lazy_columns=False, compile_budget=100), 4)
     got, kernels = _decode(params, SimBackend(compile_budget=100), 4)
     assert got.tobytes() == want.tobytes()
     widths = _layers_narrowed(kernels)
-    assert widths and all(w <= 2 for w in widths)
+    assert widths and all(w == 1 for w in widths)
 
 
 @pytest.mark.parametrize("model", ["qwen3", "gemma3"])

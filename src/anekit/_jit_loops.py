@@ -436,26 +436,74 @@ def tiled_matmul(
 
 
 @njit(nogil=True, cache=True)
+def block_stats(
+    bits: np.ndarray, nans: np.ndarray, peaks: np.ndarray, block: int
+) -> None:  # pragma: no cover
+    """Per block of ``block`` half patterns of ``bits``: its NaN count into ``nans`` and its largest non-NaN
+    magnitude pattern into ``peaks``."""
+    size = bits.size
+    for b in range(nans.size):
+        count = 0
+        peak = np.uint16(0)
+        for i in range(b * block, min(size, (b + 1) * block)):
+            a = np.uint16(bits[i] & np.uint16(0x7FFF))
+            count += np.int64(a > np.uint16(0x7C00))
+            peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
+        nans[b] = count
+        peaks[b] = peak
+
+
+@njit(nogil=True, cache=True)
 def refresh_fp16_mirror(
-    now: np.ndarray, seen: np.ndarray, values: np.ndarray, table: np.ndarray
+    now: np.ndarray,
+    seen: np.ndarray,
+    values: np.ndarray,
+    table: np.ndarray,
+    nans: np.ndarray,
+    peaks: np.ndarray,
+    block: int,
 ) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Bring ``values`` (float32) up to the half patterns ``now`` (uint16) where they differ from ``seen``
     (the patterns last decoded, updated too): each changed element decoded by ``table`` (the float32 of
-    every half pattern). Returns (elements changed, NaNs in ``now``, the largest non-NaN magnitude
-    pattern), read in the same pass."""
+    every half pattern). ``nans`` / ``peaks``: per block of ``block`` patterns of ``seen`` (a multiple of
+    4: whole 64-bit words), its NaN count and largest non-NaN magnitude pattern (``block_stats``), brought
+    up to date for the blocks that changed. Returns (elements changed, NaNs in ``now``, the largest non-NaN
+    magnitude pattern). A block is compared four patterns at a time; only a block that differs is walked
+    element by element."""
     changed = 0
-    nans = 0
-    peak = np.uint16(0)
-    for i in range(now.size):
-        b = now[i]
-        if b != seen[i]:
-            seen[i] = b
-            values[i] = table[b]
-            changed += 1
-        a = np.uint16(b & np.uint16(0x7FFF))
-        nans += np.int64(a > np.uint16(0x7C00))
-        peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
-    return changed, nans, int(peak)
+    size = now.size
+    words = size // 4  # the patterns compared four at a time, as 64-bit words
+    now_w = now[: 4 * words].view(np.uint64)
+    seen_w = seen[: 4 * words].view(np.uint64)
+    per = block // 4
+    for b in range(nans.size):
+        i0, i1 = b * block, min(size, (b + 1) * block)
+        differ = np.uint64(0)
+        w1 = min(words, (b + 1) * per)
+        for w in range(b * per, w1):
+            differ |= now_w[w] ^ seen_w[w]
+        for i in range(max(i0, 4 * w1), i1):  # the patterns past the last whole word
+            differ |= np.uint64(now[i] ^ seen[i])
+        if differ:
+            count = 0
+            peak = np.uint16(0)
+            for i in range(i0, i1):
+                h = now[i]
+                if h != seen[i]:
+                    seen[i] = h
+                    values[i] = table[h]
+                    changed += 1
+                a = np.uint16(h & np.uint16(0x7FFF))
+                count += np.int64(a > np.uint16(0x7C00))
+                peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
+            nans[b] = count
+            peaks[b] = peak
+    total = 0
+    top = np.uint16(0)
+    for b in range(nans.size):
+        total += nans[b]
+        top = max(top, peaks[b])
+    return changed, total, int(top)
 
 
 # -- transposed copies (``runtime.sim.fast``) -------------------------------------------------------------

@@ -4,9 +4,11 @@ A generation kernel's "cache" input is large (every layer's keys and values over
 the host changes a few of its columns between runs (``Surface.view``, in place). Decoding the whole
 surface to float32 on every run, and scanning it for the engine's input NaN coercion, cost more than the
 kernel's work at decode sizes; ``Mirror.refresh`` compares the surface's half patterns with those it last
-decoded and decodes only the ones that differ, reading the NaN count and the largest magnitude in the
-same pass (``_jit_loops.refresh_fp16_mirror``). Its values are the surface's decoded exactly as the
-plan's fp16 input store decodes them (``astype(np.float32)``, the table is that cast of every pattern).
+decoded, block by block of ``BLOCK`` patterns, and decodes only the ones that differ
+(``_jit_loops.refresh_fp16_mirror``). The NaN count and the largest magnitude the engine's input coercion
+needs are kept per block and read again only in a block that changed (a decode step changes one column of
+the cache: one element in each row). Its values are the surface's decoded exactly as the plan's fp16 input
+store decodes them (``astype(np.float32)``, the table is that cast of every pattern).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from anekit import jit
 
 # Below this many elements a plain decode costs less than keeping a second copy.
 MIRROR_FROM = 1 << 16
+# Half patterns compared as one block: a row of a decode cache (hundreds of slots) spans several, so the
+# column a step writes marks a few blocks of each row changed, not every one.
+BLOCK = 16
 _F16 = np.dtype(np.float16)
 _TABLE: np.ndarray | None = None
 
@@ -40,15 +45,13 @@ class Mirror:
         self._flat = buf.astype(np.float32, order="C").reshape(-1)  # the store's values and layout
         self.values = self._flat.reshape(buf.shape).view()
         self.values.flags.writeable = False  # the plan's input: no step writes into it
-        self.nans, self.peak = self._scan()
+        blocks = -(-self.seen.size // BLOCK)
+        self._nans = np.zeros(blocks, np.int64)  # per block of ``seen``: its NaNs and largest magnitude
+        self._peaks = np.zeros(blocks, np.uint16)
+        loops.block_stats(self.seen, self._nans, self._peaks, BLOCK)
+        self.nans = int(self._nans.sum())
+        self.peak = float(decode_table()[int(self._peaks.max(initial=0))])
         self.worth = True  # whether keeping it pays (``refresh``)
-
-    def _scan(self) -> tuple[int, float]:
-        bits = self.seen
-        a = bits & np.uint16(0x7FFF)
-        nan = a > np.uint16(0x7C00)
-        peak = int(np.max(np.where(nan, np.uint16(0), a), initial=0))
-        return int(np.count_nonzero(nan)), float(decode_table()[peak])
 
     def refresh(self, buf: np.ndarray) -> bool:
         """Bring the values up to ``buf`` (the surface's buffer, of the mirrored shape); False when it holds
@@ -56,7 +59,13 @@ class Mirror:
         more than half of the surface changed: a surface rewritten whole between runs (a training step's
         packed weights) gains nothing from a second copy."""
         changed, nans, peak = self.loops.refresh_fp16_mirror(
-            buf.reshape(-1).view(np.uint16), self.seen, self._flat, decode_table()
+            buf.reshape(-1).view(np.uint16),
+            self.seen,
+            self._flat,
+            decode_table(),
+            self._nans,
+            self._peaks,
+            BLOCK,
         )
         self.worth = 2 * int(changed) <= self.seen.size
         self.nans, self.peak = int(nans), float(decode_table()[peak])

@@ -42,6 +42,7 @@ from anekit.engine.generation import DECODE_WIDTH
 from anekit.mil.ir import Function
 from anekit.mil.ops.activation import softmax
 from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, matmul, window_slices
+from anekit.mil.ops.reduction import reduce_mean, reduce_sum
 from anekit.mil.registry import OpDef, RefArgs
 from anekit.runtime.sim.columns import separable_width
 
@@ -160,9 +161,43 @@ class OrderedSoftmax(softmax):
     axis_sum = staticmethod(sequential_sum)
 
 
+def _one_axis_sum(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray | None:
+    """The sequential sum of float ``x`` over its one reduced axis (``keep``: the axis kept), else None."""
+    if len(axes) != 1 or x.dtype.kind != "f":
+        return None
+    total = sequential_sum(x, axes[0])
+    return total if keep else np.squeeze(total, axis=axes[0])
+
+
+class OrderedReduceSum(reduce_sum):
+    """``reduce_sum`` over one axis taken in order (``sequential_sum``): numpy sums the channels of a
+    tensor of two or more columns channel after channel, which is these bits, and those of a 1-column one
+    pairwise, which is not; so a norm's sum of one column is its sum in a wider run. Several axes, or an
+    integer tensor: numpy's. Not registered."""
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        total = _one_axis_sum(x, axes, keep)
+        return super().compute(x, axes, keep) if total is None else total
+
+
+class OrderedReduceMean(reduce_mean):
+    """``reduce_mean`` as ``OrderedReduceSum``'s sum divided by the count, as numpy's mean divides its sum.
+    Not registered."""
+
+    def compute(self, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        total = _one_axis_sum(x, axes, keep)
+        return super().compute(x, axes, keep) if total is None else total / x.shape[axes[0]]
+
+
 ORDERED_CONV = OrderedConv()
 # the op each MIL op of an ordered plan is bound to (``Plan``)
-ORDERED_OPS: dict[str, OpDef] = {"conv": ORDERED_CONV, "matmul": OrderedMatmul(), "softmax": OrderedSoftmax()}
+ORDERED_OPS: dict[str, OpDef] = {
+    "conv": ORDERED_CONV,
+    "matmul": OrderedMatmul(),
+    "softmax": OrderedSoftmax(),
+    "reduce_sum": OrderedReduceSum(),
+    "reduce_mean": OrderedReduceMean(),
+}
 
 
 def transposed_layout(weight: Any) -> Any:
