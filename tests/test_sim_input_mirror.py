@@ -131,3 +131,25 @@ def test_a_surface_rewritten_whole_is_no_longer_mirrored(monkeypatch: pytest.Mon
         assert mirrored.outputs[0].read().tobytes() == plain.outputs[0].read().tobytes()
         assert (surface.id in mirrored._mirrors) == (step == 0)
     assert surface.id in mirrored._unmirrored
+
+
+def test_the_nan_count_and_peak_follow_every_change_block_by_block() -> None:
+    """Columns rewritten one after another, NaNs and infinities written into some and overwritten later,
+    a size that is no multiple of a block: after each refresh the count and the peak are those of the whole
+    buffer read again, and the values its cast."""
+    rng = np.random.default_rng(11)
+    buf = rng.standard_normal((1, 37, 1, 61)).astype(np.float16)
+    m = mirror.Mirror(buf, jit.loops())
+    for step in range(40):
+        col = int(rng.integers(0, 61))
+        buf[0, :, 0, col] = rng.standard_normal(37).astype(np.float16)
+        if step % 3 == 0:
+            buf[0, int(rng.integers(0, 37)), 0, col] = np.nan
+        if step % 7 == 0:
+            buf[0, int(rng.integers(0, 37)), 0, int(rng.integers(0, 61))] = -np.inf
+        m.refresh(buf)
+        bits = buf.view(np.uint16) & np.uint16(0x7FFF)
+        nan = bits > np.uint16(0x7C00)
+        assert m.nans == int(np.count_nonzero(nan))
+        assert m.peak == float(np.max(np.abs(buf[~nan]).astype(np.float32)))
+        assert m.values.tobytes() == buf.astype(np.float32).tobytes()
