@@ -288,7 +288,9 @@ def test_a_layers_copy_holding_other_weights_is_refused_naming_the_file() -> Non
         kernel.run()
 
 
-def _decode(params: Params, backend: SimBackend, steps: int) -> tuple[np.ndarray, list[SimKernel]]:
+def _decode(
+    params: Params, backend: SimBackend, steps: int, chip: str = "any"
+) -> tuple[np.ndarray, list[SimKernel]]:
     kernels: list[SimKernel] = []
     compile_ = backend._compile
 
@@ -298,7 +300,7 @@ def _decode(params: Params, backend: SimBackend, steps: int) -> tuple[np.ndarray
         return k
 
     backend._compile = keep  # type: ignore[method-assign]
-    with EngineDecoder(params, backend, generation_route("any")) as dec:
+    with EngineDecoder(params, backend, generation_route(chip)) as dec:
         logits = [dec.forward(np.arange(9) % 200 + 3, 0)]
         for i in range(steps):
             logits.append(dec.forward([int(np.argmax(logits[-1]))], 9 + i))
@@ -341,3 +343,20 @@ def test_every_family_decodes_narrowed_with_the_full_runs_bits(
     assert np.isfinite(want).all()
     assert got.tobytes() == want.tobytes()
     assert _layers_narrowed(kernels)
+
+
+@pytest.mark.parametrize("chip", ["m4", "m5"])
+def test_the_engine_attention_routes_run_their_attention_kernels_for_the_token(chip: str) -> None:
+    """M4's route (baked weights, the norms on the host, one attention kernel a layer): each attention
+    kernel runs its causal copy of one column, the logits the full run's bits. M5's MAC ties are modelled:
+    its kernels keep their products and run every column, the same logits either way."""
+    params = Params.init(preset("stories15M").with_(n_layers=2, seq_len=64), seed=4)
+    backend = SimBackend(chip=chip, lazy_columns=False, compile_budget=100)
+    want, _ = _decode(params, backend, 3, chip)
+    got, kernels = _decode(params, SimBackend(chip=chip, compile_budget=100), 3, chip)
+    assert got.tobytes() == want.tobytes()
+    widths = _layers_narrowed(kernels)
+    if chip == "m5":
+        assert not widths
+    else:
+        assert len(widths) == 2 and all(w == 1 for w in widths)  # both layers' attention kernels

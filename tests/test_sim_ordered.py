@@ -181,12 +181,24 @@ def test_a_narrow_column_separable_program_orders_its_convs_and_a_wider_one_does
     assert not any(isinstance(op, OrderedConv) for op in _convs(wide))
 
 
-def test_a_program_that_mixes_columns_keeps_the_blas_product() -> None:
+def test_a_decode_shaped_program_sums_in_order_whether_or_not_it_mixes_its_columns() -> None:
+    """The decision is the program's shapes alone (its outputs and an input end in one width of at most 32):
+    an attention over its own chunk mixes columns and still sums in order (its causal copies need it:
+    tests/test_sim_causal.py). A program whose outputs end in no input's width (a dynamic kernel, its
+    weights in the input's columns after the activations) keeps the BLAS product."""
+
     def mixed(f: FunctionBuilder, x: Var) -> Var:
         return _norm_conv()(f, f.softmax(x=x, axis=3))
 
     kernel = _kernel(SimBackend(chip="m4"), _program(mixed, 64, ORDERED_WIDTH))
-    assert not kernel.plan.ordered and not any(isinstance(op, OrderedConv) for op in _convs(kernel))
+    assert kernel.plan.ordered and _convs(kernel) == [ORDERED_CONV]
+
+    def columns_after(f: FunctionBuilder, x: Var) -> Var:
+        act = f.slice_by_size(x=x, begin=[0, 0, 0, 0], size=[1, 64, 1, ORDERED_WIDTH])
+        return _norm_conv()(f, act)
+
+    dynamic = _kernel(SimBackend(chip="m4"), _program(columns_after, 64, ORDERED_WIDTH + 64))
+    assert not ordered_program(dynamic.fn) and not dynamic.plan.ordered
 
 
 def test_a_chip_whose_mac_rounds_ties_away_keeps_its_modelled_product() -> None:

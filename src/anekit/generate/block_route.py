@@ -4,8 +4,10 @@ Each layer runs as two kernels of ``anekit.kernels.generation`` — ``attention_
 block with the KV cache read from its own "cache" surface) and ``mlp_kernel`` — whose weights travel in
 their "x" surface after the activation columns, written once when the kernel is loaded
 (``layers.Compiled``); each call writes only the activation columns. The head tiles take their rows the
-same way. Only the real tokens' columns of the MLP kernel and the head tiles are read (a simulated kernel
-computes only those: ``layers.read_columns``); the attention kernels mix a chunk's columns and run whole.
+same way. Only the real tokens' columns of every kernel are read (a simulated kernel computes only those
+where that keeps their bits: ``layers.read_columns``); an attention kernel mixes a chunk's columns, so with
+baked weights (the baked-engine-attention routes, which run this class too) it is handed its causal copies
+(``layers.causal_copies``), and the padding columns of its result are zeros on the host.
 
 The blocks' insides are the family's (lowered into the kernels); the host keeps the residual stream in
 float32 and applies what a norm-on-host route leaves to it around each block, the family's names and
@@ -17,9 +19,20 @@ place, copied once between the two widths' kernels (``layers.catch_up``).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from anekit.generate.layers import Compiled, catch_up, copy_cache, embed, host_parts, ran
+from anekit.generate.layers import (
+    Compiled,
+    catch_up,
+    causal_copies,
+    copy_at,
+    copy_cache,
+    embed,
+    host_parts,
+    ran,
+)
 from anekit.generate.plan import GenerationPlan
 from anekit.kernels.generation import attention_kernel, gen_weights, head_kernel, mlp_kernel
 from anekit.kernels.route import KernelRoute
@@ -47,6 +60,11 @@ class BlockSet:
                     cfg, i, width=width, capacity=self.capacity, route=route, weights=weights
                 )
                 self.attention.append(Compiled(att, backend, weights))
+                if route.weights == "baked":  # it attends over its own chunk after the cache: causal
+                    copy = partial(attention_kernel, cfg, i, width=width, capacity=self.capacity)
+                    causal_copies(
+                        self.attention[-1].kernel, partial(copy_at, copy, route=route, weights=weights)
+                    )
                 self.mlp.append(
                     Compiled(mlp_kernel(cfg, i, width=width, route=route, weights=weights), backend, weights)
                 )
@@ -107,9 +125,14 @@ class BlockRunner:
         shared = host_parts(cfg, s.capacity, width, pos, n, s.attention[0].gen.act.names)
         for i, layer in enumerate(self.params.layers):
             att = s.attention[i]
-            out = att.run({"x": self._norm(x, layer.rms_att), **shared})
+            # only the real tokens' columns are read (a simulated baked kernel may run its causal copy);
+            # the padding columns of its result are zeros, which only padding queries would see
+            out = att.run({"x": self._norm(x, layer.rms_att), **shared}, columns=n)
             att.write_cache(out, pos, n)  # the chunk's k / v into this kernel's own cache, in place
-            a = out["x"] if not cfg.post_norms else self._norm(out["x"], layer.post_att_norm)  # (dim, W)
+            a = np.zeros_like(x)
+            a[:, :n] = out["x"]
+            if cfg.post_norms:  # on the full width, as every norm here
+                a = self._norm(a, layer.post_att_norm)  # (dim, W)
             x = x + a
             x = x + self._mlp(s.mlp[i], self._norm(x, layer.rms_ffn), n, layer.post_ffn_norm)
         ran(self.sets.values(), s, pos, n)

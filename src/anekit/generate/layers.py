@@ -58,7 +58,7 @@ def _program_of(gen: GenKernel) -> tuple[Program, dict[str, bytes]]:
     return gen.program, gen.weight_files()
 
 
-def _copy_at(build: Callable[..., GenKernel], n: int, **kw: Any) -> GenKernel:
+def copy_at(build: Callable[..., GenKernel], n: int, **kw: Any) -> GenKernel:
     """``build(columns=n, **kw)``: a kernel builder's causal copy for a chunk of n tokens."""
     return build(columns=n, **kw)
 
@@ -208,7 +208,7 @@ class LayersSet:
                 self.groups.append(Compiled(gen, backend, weights))
                 # the kernel attends over its own chunk after the cache, the padding masked: causal
                 copy = partial(layers_kernel, cfg, first, last, width=width, capacity=self.capacity)
-                causal_copies(self.groups[-1].kernel, partial(_copy_at, copy, route=route, weights=weights))
+                causal_copies(self.groups[-1].kernel, partial(copy_at, copy, route=route, weights=weights))
             for start, stop in plan.tiles:
                 head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
                 self.tiles.append(Compiled(head, backend))
@@ -270,4 +270,15 @@ class LayersRunner:
         self.sets = {}
 
 
-__all__ = ["Compiled", "LayersRunner", "LayersSet", "catch_up", "embed", "host_parts", "ran", "read_columns"]
+__all__ = [
+    "Compiled",
+    "LayersRunner",
+    "LayersSet",
+    "catch_up",
+    "causal_copies",
+    "copy_at",
+    "embed",
+    "host_parts",
+    "ran",
+    "read_columns",
+]

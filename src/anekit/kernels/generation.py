@@ -307,17 +307,26 @@ def attention_kernel(
     capacity: int,
     route: KernelRoute,
     weights: Weights = None,
+    columns: int | None = None,
 ) -> GenKernel:
     """The attention block of layer ``layer`` alone, "gen_attn_{layer}_w{width}", for a route with the
     norm on the host: its "x" part is the host's normalised input (rms_att applied) and its output x
     the block's result before the residual add (Gemma 3: before post_att_norm, which the host applies),
     then k{layer}, v{layer}. Weights "dynamic": packed into "x" after the W activation columns
     (``kernels.dynamic``'s sdpa_fwd_dynamic columns, the activation segment widened to every part:
-    ``attention_columns``), written once by the host (``pack_weights``); "baked": BLOBFILE consts."""
-    kcfg = _check(cfg, layer, layer + 1, width, capacity)
+    ``attention_columns``), written once by the host (``pack_weights``); "baked": BLOBFILE consts.
+    ``columns``: with baked weights, the simulator's causal copy for a chunk of that many tokens, as
+    ``layers_kernel``'s (a dynamic kernel's weights share its input's columns: it has none)."""
+    kcfg = _check(cfg, layer, layer + 1, width, capacity, columns)
     _check_block_route(route)
+    if columns is not None and route.weights != "baked":
+        raise GenerationError(
+            "[generation] a causal copy of an attention kernel takes baked weights: dynamic ones travel in "
+            "the input's columns"
+        )
     layers = range(layer, layer + 1)
-    name = f"gen_attn_{layer}_w{width}"
+    name = f"gen_attn_{layer}_w{width}" + ("" if columns is None else f"_c{columns}")
+    width = kcfg.seq_len  # the chunk the program is built for: ``columns`` in a causal copy
     act = act_layout(cfg, width, capacity)
     cache = cache_layout(cfg, layers, capacity)
     columns = attention_columns(cfg, width, capacity)

@@ -19,6 +19,16 @@ PRECISIONS = ("ane", "fp32")
 NUMERICS = ("engine", "exact", "ieee")
 
 
+def plan_ordering(numerics: EngineNumerics | None) -> bool | None:
+    """The ``ordered`` a plan computed with ``numerics`` takes: None (decided by its program,
+    ``runtime.sim.ordered.ordered_program``) where a MAC op's product is the float32 one, False on a chip
+    whose MAC ties round away from zero (its products are modelled, never narrowed; its sums stay
+    numpy's). The fake engine of the tests compiles its plans with it too."""
+    if numerics is not None and numerics.chip.mac_ties != "even":
+        return False
+    return None
+
+
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
@@ -90,9 +100,9 @@ class SimBackend(Backend):
         if self.strict:
             route = self.route or check_route(getattr(prog, "route", "direct"), "sim")  # a package's: coreml
             enforce(prog, fn, self.chip, weights, "strict simulator", route)
-        # Where a narrowed run may use the float32 product, a narrow column-separable program's convs sum in
+        # Where a narrowed run may use the float32 product, a decode-shaped program's sums are taken in
         # order (``runtime.sim.ordered``), whether or not this backend narrows: the bits are the same.
-        ordered = None if self._wide_from() is not None else False
+        ordered = plan_ordering(self._engine())
         try:
             plan = Plan(fn, weights, self.precision, self._engine(), ordered=ordered)
         except EvalFailed as e:

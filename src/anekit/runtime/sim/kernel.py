@@ -19,7 +19,6 @@ from anekit.runtime.base import Backend, Kernel, Surface, Weights, WeightSource,
 from anekit.runtime.sim.columns import Copy, NarrowRuns, fit
 from anekit.runtime.sim.held import HeldSurface
 from anekit.runtime.sim.mirror import Mirror, mirror_for
-from anekit.runtime.sim.ordered import ORDERED_WIDTH
 from anekit.runtime.sim.plan import Plan
 
 _FP16_NAN = np.uint16(0x7E00)
@@ -86,19 +85,15 @@ class SimKernel(Kernel):
 
         A kernel told ``compute_columns(c)`` then runs the narrowest copy, of the widths
         ``columns.candidates`` tries, whose first c columns ``NarrowRuns`` measures to be the full run's
-        bits (the padding it drops adds only exact zeros where it is masked: its convs, matmuls and
-        softmax sums are taken in order, ``runtime.sim.ordered``), and fills the other columns with NaN.
-        The measurement checks the orders of summation; that the padding is masked is the caller's word.
-        So that a run's bits do not depend on whether it is narrowed, a program at most
-        ``ORDERED_WIDTH`` wide gets an ordered plan here (where the backend orders products: not on a chip
-        whose MAC ties round away, whose products are modelled), whether or not this backend narrows; a
-        wider one is left as it is (prefill keeps the BLAS product) and never narrowed this way. A copy
-        whose weight file of a path holds other bytes than this kernel's is refused (EvalFailed)."""
-        width = self._width()
-        if self._rebuild is None or width is None or width > ORDERED_WIDTH:
+        bits (the padding it drops adds only exact zeros where it is masked: a decode-shaped program's
+        convs, matmuls, softmax sums and one-axis reductions are taken in order, ``runtime.sim.ordered``),
+        and fills the other columns with NaN. The measurement checks the orders of summation; that the
+        padding is masked is the caller's word. A kernel whose plan does not sum in order (wider than
+        ``ORDERED_WIDTH``: prefill keeps the BLAS product; a chip whose MAC ties round away, whose
+        products are modelled) ignores its copies and computes every column. A copy whose weight file of
+        a path holds other bytes than this kernel's is refused (EvalFailed)."""
+        if self._rebuild is None or not self.plan.ordered:
             return
-        if self._wide_from is not None and not self.plan.ordered:
-            self.plan = self._rebuild(self.fn, None, None, self.plan, True)
         self._copies = copies
         self._narrow = None
 

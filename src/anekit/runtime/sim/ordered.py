@@ -39,20 +39,41 @@ import numpy as np
 
 from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
+from anekit.mil import types as T
 from anekit.mil.ir import Function
 from anekit.mil.ops.activation import softmax
 from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, matmul, window_slices
 from anekit.mil.ops.reduction import reduce_mean, reduce_sum
 from anekit.mil.registry import OpDef, RefArgs
-from anekit.runtime.sim.columns import separable_width
+from anekit.runtime.sim.columns import input_widths
 
 ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest column-separable program whose convs sum in order
 _F32 = np.dtype(np.float32)
 
 
+def decode_width(fn: Function) -> int | None:
+    """The width of a program shaped as a decode kernel: every output a tensor ending in one axis W, and
+    some input ending in W too (the others, a cache, end as they may); None for any other program (a
+    kernel whose weights travel in its input's columns has no input of its outputs' width)."""
+    ends = set()
+    for v in fn.outputs:
+        shape = getattr(v.type, "shape", None)
+        if not isinstance(v.type, T.TensorType) or not shape or not isinstance(shape[-1], int):
+            return None
+        ends.add(int(shape[-1]))
+    if len(ends) != 1:
+        return None
+    (width,) = ends
+    return width if width in input_widths(fn) else None
+
+
 def ordered_program(fn: Function) -> bool:
-    """Whether ``fn``'s convs sum in order: it is column-separable and at most ``ORDERED_WIDTH`` wide."""
-    return separable_width(fn, ORDERED_WIDTH) is not None
+    """Whether ``fn``'s MAC ops, softmax sums and one-axis reductions sum in order: it is shaped as a decode
+    kernel (``decode_width``) at most ``ORDERED_WIDTH`` wide, whether it keeps its columns apart (a head
+    tile, a projection) or attends over its own chunk (``SimKernel.causal``). Decided by the program's
+    shapes alone, so a program's bits on a chip never depend on who runs it or whether a run is narrowed."""
+    width = decode_width(fn)
+    return width is not None and width <= ORDERED_WIDTH
 
 
 def ordered_into(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
