@@ -5,10 +5,16 @@ Routes ``baked-fused``, ``baked-fused-rope-matmul`` and the simulator's ``legacy
 per vocabulary tile, at each width of the plan (decode 32, prefill). Per call of a chunk of n <= W tokens at
 positions pos .. pos+n-1 the host writes the kernel's "x" input — the residual stream, RoPE's cos / sin at
 the chunk's positions, the cache mask (slot j visible to query i iff j < pos, banded for sliding layers) —
-runs the kernel, reads its one output (x after the group, then each layer's new k and v) and writes the
-chunk's k / v columns pos .. pos+n-1 into the kernel's own "cache" input surface in place
+runs the kernel, reads its one output's first n columns (x after the group, then each layer's new k and
+v) and writes the chunk's k / v columns pos .. pos+n-1 into the kernel's own "cache" input surface in place
 (``Surface.view``): the cache is never copied per token, and no surface is bound to two kernels (rule
-surface.shared-between-kernels). The next group reads the host's copy of x.
+surface.shared-between-kernels). The next group reads the host's copy of x, its padding columns zeros.
+
+A layers kernel attends over the cache and its own chunk, query i seeing the chunk's keys 0 .. i, so the
+padding columns feed no real one: each simulated layers kernel is handed its causal copies
+(``causal_copies``: the same kernel built for a chunk of n tokens) and a decode step runs the copy of the
+real tokens' columns with the full run's bits (``runtime.sim.kernel.SimKernel.causal``). An engine
+kernel computes every column and is told nothing.
 
 The two widths' kernels own separate cache surfaces. Each set knows how many positions its surfaces hold
 (``filled``); a set asked to run at pos that holds fewer copies the missing columns, once, from the set

@@ -24,12 +24,14 @@ references; nothing here redefines an op.
 
 Column-lazy runs: a kernel told that its caller reads only its first output columns
 (``SimKernel.compute_columns``; the generation runners do) runs a copy of its program narrowed to fewer
-columns when every op keeps each column apart and the narrowed run gives those columns the same bits — which
-``runtime.sim.columns`` measures once per kernel, on float32 products, because the BLAS sums a product of
-fewer columns in another order; the columns not computed hold NaN. ``SimBackend(lazy_columns=False)``
-computes every column. In such a program at most 32 columns wide (a decode kernel) every conv sums each
-output in ascending order of its input channels (``runtime.sim.ordered``), with or without lazy runs, so
-that a column's sums do not depend on how many columns run and the kernel narrows to the column read.
+columns where the narrowed run gives those columns the same bits — which ``runtime.sim.columns`` measures
+once per kernel, on float32 products; the columns not computed hold NaN. The copy is the program's own
+when every op keeps each column apart; a program that attends over its own chunk after a cache (a fused
+layers kernel, an attention kernel) gets its copies from its caller, who vouches that the padding columns
+are masked (``SimKernel.causal``). ``SimBackend(lazy_columns=False)`` computes every column. A program
+shaped as a decode kernel at most 32 columns wide sums in one fixed order (``runtime.sim.ordered``: its
+convs, matmuls, softmax sums and one-axis reductions, ascending), with or without lazy runs, so that a
+column's sums depend neither on how many columns run nor on the masked keys a copy drops.
 
 Strictness: by default compiling refuses, with ``CompilationFailed`` naming the rule, a program that
 breaks an ``error`` rule of the rule book (``anekit.rules``) for the target ``chip`` ("any": every
@@ -46,8 +48,8 @@ One module per job, each importing only those listed above it:
     tables        the ops a chip's profile computes itself (activation tables, reciprocals, round, ...)
     numerics      ``EngineNumerics``: a chip's numerics bound to the steps of one plan
     store         how a value is held between ops (its declared dtype, the engine's rounding)
-    columns       column-lazy runs: a column-separable function narrowed to the columns its caller reads
-    ordered       the convs of a narrow column-separable program, each output summed in one fixed order
+    columns       column-lazy runs: a function narrowed to the columns its caller reads, measured
+    ordered       the sums of a decode-shaped program, each taken in one fixed order
     fast          pre-bound runners for the frequent ops (the references' own numpy calls)
     steps         ``Step``, ``run_step`` and the runner each step is bound to
     engine_steps  steps under a chip's profile

@@ -1,31 +1,35 @@
-"""Column-lazy runs: a plan whose every op keeps output column j a function of input column j alone, run on
-its first columns only.
+"""Column-lazy runs: a plan run on the first columns of its width only, where that gives their bits.
 
-A decode kernel is 32 columns wide (the narrowest fp16 surface the engine runs) and its caller reads one.
-When a program is *column-separable* — every runtime tensor is rank 4 with the kernel's width as its last
-axis, and every op computes each column from the same column of its operands (pointwise convs, elementwise
-ops and activations with constants that do not vary along the width, reductions and concatenations over
-other axes) — the simulator may run a copy of the program narrowed to n columns (``narrowed``) and hand
-out the first c <= n of them.
+A decode kernel is 32 columns wide (the narrowest fp16 surface the engine runs) and its caller reads the
+real tokens' columns, usually one. Two kinds of program have a narrower copy:
 
-Those columns are the full run's bits only if every op computes a column the same way whatever the number
-of columns. The elementwise ops do; a matrix product need not: the BLAS the simulator's convs call picks
-its kernels and their summation orders by the call's shape, so column 0 of a 16-column product may differ
-from column 0 of the 32-column one (with the OpenBLAS of numpy's wheels on x86-64 a 1-column product is a
-GEMV, and 1 to 15 columns all give other float32 sums than 32; 16 to 31 give the same first 8). So a
-column-separable program at most 32 columns wide (``separable_width``: a decode kernel) sums its convs in
-ascending order instead (``runtime.sim.ordered``), the same sums at every width; a wider one keeps the
-BLAS product. Numpy's own sums can still differ: a mean over the channels of a 1-column tensor is a
-contiguous reduction, summed pairwise, where two or more columns are summed channel after channel. Which
-narrow widths keep the bits is therefore measured, not assumed: ``NarrowRuns`` runs the full program and
-each candidate narrowing on the same random inputs once, first in float32 from op to op (the order probe:
-a sum taken in another order shows in its last bits there, where an fp16 rounding would mostly hide it),
-then with the chip's numerics, and keeps the narrowest whose first c columns agree with the full run bit
-for bit in every output of both; when none does, the full plan runs. A width at which a MAC op would fall
-to the engine numerics' exact tile model (``runtime.sim.mac``) while the full run takes the BLAS product is
-not tried, nor is any on a chip whose MAC rounds ties away (its products are modelled, not BLAS's). A
-BLAS's choice of kernel depends on the shapes of the call (and its thread count), not on the values, so
-one agreement on random values of the real shapes, with the real weights, stands for every input.
+- a *column-separable* one — every runtime tensor is rank 4 with the kernel's width as its last axis, and
+  every op computes each column from the same column of its operands (pointwise convs, elementwise ops and
+  activations with constants that do not vary along the width, reductions and concatenations over other
+  axes): its copy at n columns is itself with the width cut (``narrowed``);
+- a *causal* one, whose caller vouches for it (``kernel.SimKernel.causal``): an attention over a cache and
+  the chunk's own keys, where column j sees the chunk's columns 0 .. j only and the padding columns are
+  masked from the real ones. Its copy is the same program built by its caller for a chunk of n columns
+  (the cache as it is, the softmax n keys shorter).
+
+Either copy's first c <= n columns are the full run's bits only if every sum they take is taken the same
+way whatever the number of columns (and of masked keys). The elementwise ops do; a matrix product need
+not: the BLAS the simulator's convs call picks its kernels and their summation orders by the call's shape,
+so column 0 of a 16-column product may differ from column 0 of the 32-column one (with the OpenBLAS of
+numpy's wheels on x86-64 a 1-column product is a GEMV, and 1 to 15 columns all give other float32 sums
+than 32; 16 to 31 give the same first 8). So a decode-shaped program at most 32 columns wide sums its
+convs, matmuls, softmax rows and one-axis reductions in ascending order instead (``runtime.sim.ordered``),
+the same sums at every width; a wider one keeps the BLAS product. Which narrow widths keep the bits is
+still measured, not assumed: ``NarrowRuns`` runs the full program and each candidate copy on the same
+random inputs once, first in float32 from op to op (the order probe: a sum taken in another order shows in
+its last bits there, where an fp16 rounding would mostly hide it), then with the chip's numerics, and
+keeps the narrowest whose first c columns agree with the full run bit for bit in every output of both;
+when none does, the full plan runs. A width at which a MAC op would fall to the engine numerics' exact
+tile model (``runtime.sim.mac``) while the full run takes the float32 product is not tried, nor is any on a
+chip whose MAC rounds ties away (its products are modelled). The orders of summation depend on the shapes
+of a call, not on the values, so one agreement on random values of the real shapes, with the real
+weights, stands for every input — for a causal copy, every input whose padding the program masks, which
+is its caller's word, not measured.
 
 Only the columns asked for are handed out: a narrowed run leaves NaN in every other column of its output
 surfaces (``kernel.SimKernel.compute_columns``), so a column that was not computed cannot be read as if it

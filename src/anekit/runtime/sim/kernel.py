@@ -67,9 +67,10 @@ class SimKernel(Kernel):
     def compute_columns(self, columns: int | None) -> None:
         """The caller reads only output columns 0 .. ``columns``-1 of the next runs (None: every column).
 
-        A column-separable program (``runtime.sim.columns``) then runs narrowed to the fewest columns that
-        give those columns the full run's bits, and every other column of its output surfaces holds NaN;
-        any other program computes every column as before."""
+        A column-separable program (``runtime.sim.columns``), or a causal one whose copies the caller
+        handed over (``causal``), then runs narrowed to the fewest columns that give those columns the full
+        run's bits, and every other column of its output surfaces holds NaN; any other program computes
+        every column as before."""
         if columns is not None and columns < 1:
             raise EvalFailed(f"[{self.name}] compute_columns needs a column count >= 1, got {columns}")
         self._columns = columns

@@ -13,7 +13,8 @@ its profile in ``anekit.engine.numerics``, resolved once) change about it, on to
   2^14, every published probe; "exact": ``EXACT_MAC_PRODUCTS``, 2^26, every stories15M training kernel)
   runs the 4-lane first-stage model exactly (``mac.first-stage``; compiled by ``anekit.jit``
   where numba is installed, the same bits), a larger one accumulates in float32 (numpy's BLAS product;
-  in the convs of a narrow column-separable program, each output in ascending order: ``runtime.sim.ordered``);
+  in the convs and matmuls of a narrow decode-shaped program, each output in ascending order:
+  ``runtime.sim.ordered``);
 * slices with a nonzero width begin: elements over 4094 saturate on chips with the x16 crop gain;
 * reductions (reduce_sum / reduce_mean): one wide sum, ties rounded away from zero;
 * tables: sigmoid's domain clamp, gelu's and silu's origin bias, softplus / softsign / log collapses,

@@ -1,26 +1,36 @@
-"""Ordered products: the convs of a narrow column-separable program sum every output in one fixed order.
+"""Ordered sums: a program shaped as a decode kernel sums every output of its MAC ops, softmax and
+one-axis reductions in one fixed order.
 
 The engine accumulates a MAC op's products in float32 (fp16 storage, fp32 accumulation), in an order no
-public measurement gives; the simulator's ideal machine leaves the order open, and its convs take numpy's
-BLAS product, whose order of summation depends on the shape of the call (``runtime.sim.columns``): with
-the OpenBLAS of numpy's wheels on x86-64, column 0 of a 1-column product (a GEMV) differs from column 0 of
-the 32-column one. A decode kernel is 32 columns wide and its caller reads one; the simulator runs a
-column-separable program narrowed to the columns read only where that gives the full run's bits, which
-with BLAS sums is 16 columns, not 1.
+public measurement gives; the simulator's ideal machine leaves the order open, and its convs and matmuls
+take numpy's BLAS product, whose order of summation depends on the shape of the call
+(``runtime.sim.columns``): with the OpenBLAS of numpy's wheels on x86-64, column 0 of a 1-column product (a
+GEMV) differs from column 0 of the 32-column one. Numpy's own sums too: a softmax row is summed pairwise,
+so 481 keys and 512 keys that end in 31 exact zeros give other bits, and the channels of a 1-column tensor
+are summed pairwise where those of a wider one are summed channel after channel. A decode kernel is 32
+columns wide and its caller reads one; the simulator runs it narrowed to the columns read only where that
+gives the full run's bits.
 
-So in a column-separable program at most ``ORDERED_WIDTH`` columns wide (the decode width, the engine's
-narrowest fp16 surface: every decode kernel of a column-separable route and the classifier's tiles), every
-conv sums each output over its input channels in ascending order, starting from +0, each product rounded
-to float32 and then each sum (``ordered_matmul``). A column's sums are then the same whatever the number
-of columns, so a run narrowed to one column gives the full run's products by construction (``NarrowRuns``
-still measures the whole run before it trusts a narrowing: numpy sums a mean over the channels of a
-1-column tensor pairwise, of wider ones channel after channel, so a kernel with a norm inside keeps 2
-columns). Only a backend whose MAC ops take the float32 product orders them (``SimBackend`` passes
-``ordered=False`` to the plans of a chip whose ties round away from zero: those products are modelled
-and never narrowed). The products of two fp16 values are exact in float32, so
-a fused multiply-add would give the same bits; the loops do not fuse them, so that float32 operands that
-are not fp16 values (the fp32 precision of the order probe) get the numpy path's bits too. A program that
-mixes columns, or is wider (training kernels, prefill), keeps the BLAS product, whose speed matters there
+So in a program shaped as a decode kernel at most ``ORDERED_WIDTH`` columns wide (``decode_width``: its
+outputs end in one width W, and so does an input; the decode width is the engine's narrowest fp16
+surface), decided by its shapes alone:
+
+- every conv and matmul sums each output over its terms in ascending order, starting from +0, each product
+  rounded to float32 and then each sum (``ordered_matmul``, ``ordered_batched``);
+- softmax sums its exponentials term after term (``OrderedSoftmax``);
+- reduce_sum / reduce_mean over one axis sum term after term (``OrderedReduceSum``): numpy's own bits for
+  a tensor of two or more columns, now a 1-column one's too.
+
+A column's sums are then the same whatever the number of columns, and a key a causal copy drops (masked:
+an exponential of exactly 0, its product 0, added after the kept ones) changes no sum: a run narrowed to
+one column gives the full run's bits (``NarrowRuns`` still measures the whole run before it trusts a
+narrowing). Only a backend whose MAC ops take the float32 product orders (``SimBackend`` and the fake
+engine of the tests pass ``ordered=False``, ``backend.plan_ordering``, to the plans of a chip whose ties
+round away from zero: those products are modelled and never narrowed). The products of two fp16 values are
+exact in float32, so a fused multiply-add would give the same bits; the loops do not fuse them, so that
+float32 operands that are not fp16 values (the fp32 precision of the order probe) get the numpy path's
+bits too. A wider program (training kernels, prefill) or one whose outputs end in no input's width (a
+dynamic kernel: its weights travel in its input's columns) keeps numpy's sums, whose speed matters there
 and whose bits it has always had.
 
 The compiled loop (``anekit.jit.ordered_product``) reads the weight transposed, (K, M) C-contiguous: the
@@ -47,7 +57,7 @@ from anekit.mil.ops.reduction import reduce_mean, reduce_sum
 from anekit.mil.registry import OpDef, RefArgs
 from anekit.runtime.sim.columns import input_widths
 
-ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest column-separable program whose convs sum in order
+ORDERED_WIDTH = DECODE_WIDTH  # 32: the widest decode-shaped program whose sums are taken in order
 _F32 = np.dtype(np.float32)
 
 

@@ -4,8 +4,10 @@ Compiling reads the BLOBFILE consts (``runtime.sim.weights``), folds every op wh
 constant, binds each remaining step to its runner (``runtime.sim.steps``; under a chip's profile,
 ``runtime.sim.engine_steps``), gives a value-moving step read only by a reshape one runner with it, and
 works out when each value can be let go. Running fills the input slots and runs the steps in order. A
-narrow column-separable program's convs are bound as ``runtime.sim.ordered.OrderedConv`` (each output
-summed in order), their constant weights stored in the layout its loop reads.
+narrow decode-shaped program's convs, matmuls, softmax and reductions are bound to the ops of
+``runtime.sim.ordered.ORDERED_OPS`` (each output summed in order), the convs' constant weights stored in
+the layout their loop reads. A plan may take the constants of another (``constants_of``: a narrowed copy's
+plan those of the full one), each only where its source is the same (``literal_key``).
 """
 
 from __future__ import annotations
