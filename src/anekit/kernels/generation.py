@@ -329,8 +329,8 @@ def attention_kernel(
     width = kcfg.seq_len  # the chunk the program is built for: ``columns`` in a causal copy
     act = act_layout(cfg, width, capacity)
     cache = cache_layout(cfg, layers, capacity)
-    columns = attention_columns(cfg, width, capacity)
-    kb, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
+    spatial = attention_columns(cfg, width, capacity)
+    kb, src, packed = _block_source(name, kcfg, act, route, weights, layers, spatial)
     cache_var = kb.f.input("cache", tensor("fp16", [1, cache.channels, 1, capacity]))
     blocks = GenBlocks(src, capacity=capacity, cache=cache_var, cache_layout=cache).at(layer)
     model = model_for(kcfg)

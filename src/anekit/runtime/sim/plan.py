@@ -50,8 +50,9 @@ def literal_key(lit: Literal) -> Hashable:
     if isinstance(lit.value, BlobRef):
         return ("blob", lit.value.path, lit.value.offset, str(lit.type))
     value = lit.value
-    raw = value.tobytes() if isinstance(value, np.ndarray) else repr(value)
-    return ("inline", str(lit.type), getattr(value, "dtype", None) and str(value.dtype), raw)
+    if isinstance(value, np.ndarray):
+        return ("inline", str(lit.type), str(value.dtype), value.shape, value.tobytes())
+    return ("inline", str(lit.type), repr(value))
 
 
 class Plan:
