@@ -18,10 +18,11 @@ Per shape it prints:
   ratio of the step to the CPU's time per token, and prefill tokens/s (the prompt in chunks of the
   plan's prefill width; a model whose float32 weights pass 1 GB prefills at the decode width, so the
   simulator holds one kernel set). Kernels whose caller reads only some of their columns compute only
-  those, where that gives the same bits (``anekit.runtime.sim.columns``: the head reads one column of a
-  decode step, the conv-host-attention kernels and the engine-attention routes' MLP kernels the real
-  tokens' columns; ``anekit.runtime.sim.ordered``: their convs sum in an order that keeps a column's bits
-  at any width); the first run that asks measures which narrow widths do, once per kernel, so the prefill
+  those, where that gives the same bits (``anekit.runtime.sim.columns``: every decode kernel is read for
+  the real tokens' columns; the attention kernels and the legacy route's fused layers run their causal
+  copies, ``anekit.runtime.sim.kernel.SimKernel.causal``; ``anekit.runtime.sim.ordered``: a decode
+  kernel's sums are taken in an order that keeps a column's bits at any width and any number of masked
+  keys); the first run that asks measures which narrow widths do, once per kernel, so the prefill
   timed is the second of two and the decode steps timed follow one untimed step. ``--full-columns`` also
   times every chip with every column computed (the simulator as it ran before column-lazy runs), for the
   ratio of the two in one run.
