@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 from anekit import mil
-from anekit.engine.generation_routes import generation_route
 from anekit.errors import EvalFailed
-from anekit.generate.engine import EngineDecoder
 from anekit.generate.layers import causal_copies
 from anekit.kernels.gen_blocks import MASK_VALUE
 from anekit.kernels.generation import gen_weights, layers_kernel
@@ -33,6 +31,7 @@ from anekit.runtime.sim.ordered import (
     ordered_batched,
     sequential_sum,
 )
+from tests.test_sim_decode_speedpath import decode_logits
 from tests.test_sim_ordered import SPECIALS, same_bits, scalar_sums
 
 CHANNELS, CAPACITY, WIDTH = 256, 96, 32  # every MAC op past the exact tile model's 2^14 products at 1 column
@@ -288,25 +287,6 @@ def test_a_layers_copy_holding_other_weights_is_refused_naming_the_file() -> Non
         kernel.run()
 
 
-def _decode(
-    params: Params, backend: SimBackend, steps: int, chip: str = "any"
-) -> tuple[np.ndarray, list[SimKernel]]:
-    kernels: list[SimKernel] = []
-    compile_ = backend._compile
-
-    def keep(*a: Any) -> Any:
-        k = compile_(*a)
-        kernels.append(k)
-        return k
-
-    backend._compile = keep  # type: ignore[method-assign]
-    with EngineDecoder(params, backend, generation_route(chip)) as dec:
-        logits = [dec.forward(np.arange(9) % 200 + 3, 0)]
-        for i in range(steps):
-            logits.append(dec.forward([int(np.argmax(logits[-1]))], 9 + i))
-    return np.stack(logits), kernels
-
-
 def _layers_narrowed(kernels: list[SimKernel]) -> list[int]:
     """The widths the decode layers kernels ran at, for one real token."""
     return [
@@ -321,8 +301,8 @@ def test_the_legacy_decode_step_runs_the_layers_kernel_for_its_token_with_the_fu
     and every logit of a prompt and the decode steps after it is the bits of the run that computes every
     column."""
     params = Params.init(preset("stories15M").with_(n_layers=2, seq_len=64), seed=3)
-    want, _ = _decode(params, SimBackend(lazy_columns=False, compile_budget=100), 4)
-    got, kernels = _decode(params, SimBackend(compile_budget=100), 4)
+    want, _ = decode_logits(params, SimBackend(lazy_columns=False, compile_budget=100), 4)
+    got, kernels = decode_logits(params, SimBackend(compile_budget=100), 4)
     assert got.tobytes() == want.tobytes()
     widths = _layers_narrowed(kernels)
     assert widths and all(w == 1 for w in widths)
@@ -338,8 +318,8 @@ def test_every_family_decodes_narrowed_with_the_full_runs_bits(
     from tests.test_generate_engine import _hf
 
     params = _hf(tmp_path_factory, model)
-    want, _ = _decode(params, SimBackend(numerics="ieee", lazy_columns=False, compile_budget=100), 5)
-    got, kernels = _decode(params, SimBackend(numerics="ieee", compile_budget=100), 5)
+    want, _ = decode_logits(params, SimBackend(numerics="ieee", lazy_columns=False, compile_budget=100), 5)
+    got, kernels = decode_logits(params, SimBackend(numerics="ieee", compile_budget=100), 5)
     assert np.isfinite(want).all()
     assert got.tobytes() == want.tobytes()
     assert _layers_narrowed(kernels)
@@ -352,8 +332,8 @@ def test_the_engine_attention_routes_run_their_attention_kernels_for_the_token(c
     its kernels keep their products and run every column, the same logits either way."""
     params = Params.init(preset("stories15M").with_(n_layers=2, seq_len=64), seed=4)
     backend = SimBackend(chip=chip, lazy_columns=False, compile_budget=100)
-    want, _ = _decode(params, backend, 3, chip)
-    got, kernels = _decode(params, SimBackend(chip=chip, compile_budget=100), 3, chip)
+    want, _ = decode_logits(params, backend, 3, chip)
+    got, kernels = decode_logits(params, SimBackend(chip=chip, compile_budget=100), 3, chip)
     assert got.tobytes() == want.tobytes()
     widths = _layers_narrowed(kernels)
     if chip == "m5":

@@ -221,8 +221,11 @@ def test_a_column_count_below_one_is_refused_in_one_line() -> None:
 # -- generation: the logits of every route, bit for bit -----------------------------------------------
 
 
-def _logits(params: Params, chip: str, lazy: bool, steps: int) -> tuple[np.ndarray, list[SimKernel]]:
-    backend = SimBackend(chip=chip, lazy_columns=lazy, compile_budget=1000)
+def decode_logits(
+    params: Params, backend: SimBackend, steps: int, chip: str = "any"
+) -> tuple[np.ndarray, list[SimKernel]]:
+    """A 9-token prompt, then ``steps`` greedy decode steps on ``chip``'s route: every logit, and the
+    kernels ``backend`` compiled."""
     kernels: list[SimKernel] = []
     compile_ = backend._compile
 
@@ -237,6 +240,10 @@ def _logits(params: Params, chip: str, lazy: bool, steps: int) -> tuple[np.ndarr
         for i in range(steps):
             logits.append(dec.forward([int(np.argmax(logits[-1]))], 9 + i))
     return np.stack(logits), kernels
+
+
+def _logits(params: Params, chip: str, lazy: bool, steps: int) -> tuple[np.ndarray, list[SimKernel]]:
+    return decode_logits(params, SimBackend(chip=chip, lazy_columns=lazy, compile_budget=1000), steps, chip)
 
 
 @pytest.mark.parametrize("model", ["stories260K", "stories15M"])
