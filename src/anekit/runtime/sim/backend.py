@@ -113,12 +113,11 @@ class SimBackend(Backend):
             precision: str | None,
             files: dict[str, WeightSource] | None,
             like: Plan,
-            ordered: bool | None = None,
         ) -> Plan:
             """A plan of ``copy`` (this program, or a narrowed copy with its weight ``files``; None: this
             program's) compiled as this one was (``precision`` None) or in another precision, sharing the
-            constants of ``like`` (the kernel's plan) and its ordering unless ``ordered`` says."""
-            order = like.ordered if ordered is None else ordered
+            constants of ``like`` (the kernel's plan) and its ordering."""
+            order = like.ordered
             source = weights if files is None else files
             if precision is None:
                 return Plan(copy, source, self.precision, self._engine(), constants_of=like, ordered=order)

@@ -42,7 +42,7 @@ class SimKernel(Kernel):
         self.plan = plan
         self.fn = fn
         # compiles ``fn`` or a narrowed copy of it as ``plan`` was compiled: (function, precision, weight
-        # files or None, the plan whose constants it shares, ordered or None) -> Plan
+        # files or None, the plan whose constants and ordering it takes) -> Plan
         self._rebuild = rebuild
         self._lazy = lazy and rebuild is not None  # False: every run computes every column
         self._weights = weights or {}  # the program's weight files, as compiled
