@@ -183,6 +183,33 @@ def test_rounding_and_encoding_in_one_pass_equal_the_two_passes() -> None:
     assert jit.round_encode_into(x, x, halves) is None  # overlap: declined, nothing written
 
 
+def test_a_block_rounded_into_a_grid_in_one_pass_equals_the_bit_path_and_its_counts() -> None:
+    x = spread_patterns().view(np.float32)
+    rows = 97
+    cols = x.size // rows
+    block = x[: rows * cols].reshape(rows, cols)
+    grid = np.full((rows + 5, cols + 9), 7.0, np.float32)
+    found = jit.round_block_into(block, grid, 3, 4)
+    want = bit_path(block).view(np.float32)
+    np.testing.assert_array_equal(grid[3 : 3 + rows, 4 : 4 + cols].view(U32), want.view(U32))
+    outside = np.ones(grid.shape, bool)
+    outside[3 : 3 + rows, 4 : 4 + cols] = False
+    assert (grid[outside] == 7.0).all()  # nothing written beside the block
+    nan = np.isnan(want)
+    assert found == (int(nan.sum()), float(np.abs(want[~nan]).max()))  # inf counts in the peak
+
+
+def test_blocks_the_block_loop_cannot_walk_are_declined_and_nothing_is_written() -> None:
+    grid = np.zeros((8, 8), np.float32)
+    column = np.broadcast_to(np.ones((4, 1), np.float32), (4, 8))  # a norm scale repeated along columns
+    assert jit.round_block_into(column, grid, 0, 0) is None
+    assert jit.round_block_into(np.ones((4, 2), np.float32).T, grid, 0, 0) is None  # transposed: numpy's
+    assert jit.round_block_into(np.ones((4, 4), np.float32), grid, 6, 0) is None  # past the grid
+    assert jit.round_block_into(grid[:2, :2], grid, 0, 0) is None  # overlap
+    assert jit.round_block_into(np.ones((2, 2), np.float64), grid, 0, 0) is None
+    assert not grid.any()
+
+
 @pytest.mark.parametrize(
     ("shape", "perm"),
     [
@@ -287,3 +314,13 @@ def test_preload_loads_every_loop_signature_that_a_training_step_calls():
     for name, signatures in stepped.items():
         assert set(signatures) <= set(preloaded.get(name, [])), (name, signatures)
     assert set(preloaded) == set(jit.loops().step_signatures())  # every listed loop was loaded
+
+
+def test_the_background_preload_starts_one_thread_however_often_it_is_asked() -> None:
+    jit.preload_in_background()
+    first = jit._preloading
+    assert first is not None
+    jit.preload_in_background()
+    assert jit._preloading is first
+    first.join(120)
+    assert not first.is_alive()

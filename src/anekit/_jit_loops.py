@@ -259,6 +259,28 @@ def nan_peak(x: np.ndarray) -> tuple[int, float]:  # pragma: no cover - compiled
     return n, float(np.uint32(peak).view(np.float32))
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def round_block_into(
+    src: np.ndarray, grid: np.ndarray, row: int, column: int
+) -> tuple[int, float]:  # pragma: no cover - compiled
+    """The block ``src`` (C-ordered 2-d) rounded to binary16 values into ``grid[row:, column:]`` (C-ordered
+    2-d) in one pass, row by row: ``round_fp16_into``'s values, and (how many are NaN, the largest |value|
+    of the others, inf included) as ``nan_peak`` reads them."""
+    n = 0
+    peak = np.uint32(0)
+    for i in range(src.shape[0]):
+        s = src[i]
+        d = grid[row + i, column : column + s.shape[0]]
+        for j in range(s.shape[0]):
+            r = _round(s[j])
+            d[j] = r
+            a = np.uint32(np.float32(r).view(np.uint32) & _ABS_BITS)
+            nan = a > _INF_BITS
+            n += np.int64(nan)
+            peak = max(peak, np.uint32(0) if nan else a)
+    return n, float(np.uint32(peak).view(np.float32))
+
+
 @njit(nogil=True, cache=True)
 def count_nan(x: np.ndarray) -> int:  # pragma: no cover - compiled
     bits = x.view(np.uint32)
@@ -569,6 +591,7 @@ def step_signatures() -> dict[str, list[tuple[object, ...]]]:
     u16 = types.Array(types.uint16, 1, "C")
     s32, flag = types.float32, types.boolean
     one: list[tuple[object, ...]] = [(f32,)]
+    f32_2d = types.Array(types.float32, 2, "C")
     return {
         "adamw_update": [(f32, f32, f32, f32, *(s32,) * 7)],
         "count_nan": one,
@@ -576,6 +599,7 @@ def step_signatures() -> dict[str, list[tuple[object, ...]]]:
         "flush_into": [(f32, f32)],
         "nan_peak": one,
         "nan_to_zero": one,
+        "round_block_into": [(f32_2d, f32_2d, types.int64, types.int64)],
         "round_encode_into": [(f32, f32, u16)],
         "round_fp16_inplace": one,
         "round_fp16_into": [(f32, f32)],

@@ -64,6 +64,20 @@ def preload() -> None:
         return
 
 
+_preloading: threading.Thread | None = None
+
+
+def preload_in_background() -> None:
+    """``preload`` on a daemon thread, started once per process however often this is called (the
+    ``anekit`` command starts it as soon as it knows it trains, before its own imports)."""
+    global _preloading
+    with _lock:
+        if _preloading is not None:
+            return
+        _preloading = threading.Thread(target=preload, name="anekit-preload", daemon=True)
+    _preloading.start()
+
+
 def available() -> bool:
     """True when the compiled loops are in use (numba importable and not switched off)."""
     return _load() is not None
@@ -113,6 +127,27 @@ def round_fp16_into(x: np.ndarray, out: np.ndarray) -> bool:
     assert src is not None and dst is not None
     loops.round_fp16_into(src, dst)
     return True
+
+
+def round_block_into(block: np.ndarray, grid: np.ndarray, row: int, column: int) -> tuple[int, float] | None:
+    """Write float32 ``block`` rounded to binary16 values into ``grid[row:row + rows, column:column +
+    columns]`` (``grid`` C-ordered 2-d float32) and return (its NaNs, the largest |value| of the others),
+    in one pass; None if not done (no loops, or a block that is not C-ordered 2-d: a transposed weight,
+    a broadcast column)."""
+    loops = _load()
+    if loops is None or block.dtype != np.float32 or grid.dtype != np.float32 or block.ndim != 2:
+        return None
+    if grid.ndim != 2 or not grid.flags.c_contiguous or not grid.flags.writeable:
+        return None
+    rows, columns = block.shape
+    if row < 0 or column < 0 or row + rows > grid.shape[0] or column + columns > grid.shape[1]:
+        return None
+    if np.may_share_memory(block, grid):
+        return None
+    if not block.flags.c_contiguous:  # a transposed block walks the grid down its columns: numpy's
+        return None  # three passes in the block's own order are faster there (measured, 288 x 768: 4x)
+    nans, peak = loops.round_block_into(block, grid, row, column)
+    return int(nans), float(peak)
 
 
 def encode_fp16_values(x: np.ndarray, out: np.ndarray) -> bool | None:

@@ -518,12 +518,11 @@ def _preload_loops() -> None:
     on a thread while the run reads its inputs and makes its weights: every run needs them (the
     simulator's numerics, the optimizer), and the import and loading, about 0.7 s of one core, would
     otherwise wait for the first step. The thread only loads (``jit.preload``); it computes nothing and
-    decides nothing."""
-    import threading
-
+    decides nothing. ``anekit``'s entry point has usually started it already (``main``); this starts it
+    where it has not (``train_cmd.run`` called directly)."""
     from anekit import jit
 
-    threading.Thread(target=jit.preload, name="anekit-preload", daemon=True).start()
+    jit.preload_in_background()
 
 
 def _run(args: argparse.Namespace, exits: contextlib.ExitStack, transport: Transport, held: list[Run]) -> int:

@@ -70,13 +70,17 @@ class HeldSurface(Surface):
         when they are next looked at."""
         a = np.asarray(block, dtype=np.float32)
         self._check_block(a, row, column)
-        rounded = round_to_fp16(a)  # (rows, columns) fp16 values in float32, in a's memory order
-        found = _nan_peak(rounded)
         rows, cols = a.shape
         with self._lock:
             self._decode_if_stale()
             grid = self.values.reshape(self.channels, self.spatial)
-            grid[row : row + rows, column : column + cols] = rounded
+            # one compiled pass where it serves (rounded, stored and scanned together), else three: the
+            # same values and counts either way
+            found = jit.round_block_into(a, grid, row, column)
+            if found is None:
+                rounded = round_to_fp16(a)  # (rows, columns) fp16 values in float32, in a's memory order
+                found = _nan_peak(rounded)
+                grid[row : row + rows, column : column + cols] = rounded
             key = (row, column, rows, cols)
             covered = [k for k in self._blocks if _inside(k, key)]
             for k in covered:  # blocks written over entirely no longer count
