@@ -160,11 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _start_loading(words: list[str]) -> None:
     """A training run needs the compiled loops before its first step (``anekit.jit.preload``: numba's
     import and cache, about 0.45 s of one core): their thread starts here, before the command's own
-    imports (about 0.35 s), rather than after them. Only for ``train`` without ``--help``; the thread
-    loads code and decides nothing, so a command line that turns out wrong loses nothing by it."""
+    imports (about 0.35 s), rather than after them; and the C allocator is told to keep the memory the
+    steps free (``anekit.pages.keep_freed_memory``) before anything large is made. Only for ``train``
+    without ``--help``; neither decides anything, so a command line that turns out wrong loses nothing."""
     if words[:1] == ["train"] and not any(w in ("-h", "--help") for w in words):
-        from anekit import jit
+        from anekit import jit, pages
 
+        pages.keep_freed_memory()
         jit.preload_in_background()
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit import jit
+from anekit import jit, pages
 from anekit.fp16 import round_to_fp16
 from anekit.runtime.base import Surface, _LockedView
 
@@ -31,7 +31,9 @@ class HeldSurface(Surface):
 
     def __init__(self, shape: tuple[int, ...], dtype: str = "fp16", name: str = "") -> None:
         super().__init__(shape, dtype, name)
-        self.values = np.zeros(self.shape, np.float32)  # the decoded value of every element
+        # the decoded value of every element; its pages mapped now (``anekit.pages``): the weights and
+        # activations written next cover most of it
+        self.values = pages.zeros(self.shape, np.float32)
         self._bits_stale = False  # ``values`` holds blocks the bits do not have yet
         self._values_stale = False  # the bits were written directly: ``values`` must be decoded again
         # (row, column, rows, columns) -> (NaNs, largest |value|) of each block written; the whole surface
