@@ -199,6 +199,22 @@ def test_a_block_rounded_into_a_grid_in_one_pass_equals_the_bit_path_and_its_cou
     assert found == (int(nan.sum()), float(np.abs(want[~nan]).max()))  # inf counts in the peak
 
 
+@pytest.mark.parametrize("factor", [1 / 1024, 0.3, 3.0e38, 1.0])
+def test_scaling_in_one_pass_gives_numpys_products_and_says_whether_all_are_finite(factor: float) -> None:
+    x = spread_patterns().view(np.float32).copy()
+    want = x.copy()
+    with np.errstate(all="ignore"):
+        want *= factor  # numpy: the Python float taken as float32
+    finite = jit.scale_all_finite(x, factor)
+    np.testing.assert_array_equal(x.view(U32), want.view(U32))
+    assert finite is False  # the patterns hold inf and NaN
+    ok = np.linspace(-2, 2, 1001, dtype=np.float32).reshape(7, 143)
+    with np.errstate(over="ignore"):
+        ok_want = ok * np.float32(factor)  # 3e38: some products overflow to inf
+    assert jit.scale_all_finite(ok, factor) is bool(np.isfinite(ok_want).all())
+    np.testing.assert_array_equal(ok, ok_want)
+
+
 def test_blocks_the_block_loop_cannot_walk_are_declined_and_nothing_is_written() -> None:
     grid = np.zeros((8, 8), np.float32)
     column = np.broadcast_to(np.ones((4, 1), np.float32), (4, 8))  # a norm scale repeated along columns

@@ -282,6 +282,17 @@ def round_block_into(
 
 
 @njit(nogil=True, cache=True)
+def scale_all_finite(x: np.ndarray, factor: np.float32) -> bool:  # pragma: no cover - compiled
+    """``x *= factor`` (float32 products), then whether every product is finite, in one pass."""
+    bad = np.uint32(0)
+    for i in range(x.size):
+        v = np.float32(x[i] * factor)
+        x[i] = v
+        bad |= np.uint32(np.uint32(np.float32(v).view(np.uint32) & _ABS_BITS) >= np.uint32(0x7F800000))
+    return bad == 0
+
+
+@njit(nogil=True, cache=True)
 def count_nan(x: np.ndarray) -> int:  # pragma: no cover - compiled
     bits = x.view(np.uint32)
     n = 0
@@ -605,6 +616,7 @@ def step_signatures() -> dict[str, list[tuple[object, ...]]]:
         "round_fp16_into": [(f32, f32)],
         "round_fp16_nan0_inplace": [(f32, flag)],
         "round_port_inplace": [(f32, s32, flag)],
+        "scale_all_finite": [(f32, s32)],
         "scan_flush_inplace": one,
         "scan_operand": one,
     }

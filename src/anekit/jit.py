@@ -129,6 +129,19 @@ def round_fp16_into(x: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
+def scale_all_finite(x: np.ndarray, factor: float) -> bool | None:
+    """``x *= factor`` in place (``factor`` rounded to float32 first, as numpy takes a Python float for a
+    float32 array) and whether every element is then finite, in one pass; None if not done (no loops, or
+    an array that is not float32, writeable and one block of memory)."""
+    loops = _load()
+    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+        return None
+    v = flat(x)
+    if v is None:
+        return None
+    return bool(loops.scale_all_finite(v, np.float32(factor)))
+
+
 def round_block_into(block: np.ndarray, grid: np.ndarray, row: int, column: int) -> tuple[int, float] | None:
     """Write float32 ``block`` rounded to binary16 values into ``grid[row:row + rows, column:column +
     columns]`` (``grid`` C-ordered 2-d float32) and return (its NaNs, the largest |value| of the others),

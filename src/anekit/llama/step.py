@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anekit import jit
+from anekit import jit, pages
 from anekit.engine.numerics import behaviour
 from anekit.fp16 import round_to_fp16
 from anekit.kernels import ModelConfig, attention_bwd, backward, dynamic, forward
@@ -187,10 +187,11 @@ class Kernels:
 
     def buffer(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """A float32 host array kept for the step's use under ``name`` (contents undefined), reused from
-        step to step while its shape stays."""
+        step to step while its shape stays; its pages mapped when it is made (``anekit.pages``: the step
+        writes all of it, tens of MB for the logits)."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape != shape:
-            buf = self._buffers[name] = np.empty(shape, np.float32)
+            buf = self._buffers[name] = pages.zeros(shape, np.float32)
         return buf
 
     def close_layers(self) -> None:
@@ -722,9 +723,13 @@ def _peak(*arrays: np.ndarray) -> float:
 
 
 def unscale(grads: Params, factor: float) -> bool:
-    """Multiply every gradient by ``factor`` in place; False if any gradient is not finite."""
+    """Multiply every gradient by ``factor`` in place; False if any gradient is not finite. One compiled
+    pass a tensor where the loops serve (``jit.scale_all_finite``: the same float32 products)."""
     ok = True
     for _, g in grads.tensors():
-        g *= factor
-        ok = ok and bool(np.isfinite(g).all())
+        finite = jit.scale_all_finite(g, factor)
+        if finite is None:
+            g *= factor
+            finite = bool(np.isfinite(g).all())
+        ok = ok and finite
     return ok
