@@ -136,3 +136,21 @@ def test_writing_the_first_gradient_trains_the_bits_of_adding_it_to_zeros(tied, 
     for part in ("params", "adam_m", "adam_v"):
         for (name, a), (_, b) in zip(getattr(new, part).tensors(), getattr(old, part).tensors()):
             assert np.array_equal(a, b), (part, name)
+
+
+def test_the_optimizer_takes_every_core_for_a_model_of_several_chunks_and_one_thread_for_a_small_one(
+    monkeypatch,
+):
+    from anekit.training import optimizer as trainer
+
+    monkeypatch.setattr(trainer, "cores", lambda: 4)
+    chunk = trainer.ADAM_CHUNK
+    assert trainer.update_threads(1, 15_191_712) == 4  # stories15M: 14 chunks
+    assert trainer.update_threads(1, 5 * chunk) == 4
+    assert trainer.update_threads(1, 3 * chunk) == 1  # under 4 chunks: threads cost more than they give
+    assert trainer.update_threads(2, 3 * chunk) == 2  # never fewer than the step's workers
+    assert trainer.update_threads(8, 100 * chunk) == 8
+    monkeypatch.setattr(trainer, "cores", lambda: 16)
+    assert trainer.update_threads(1, 6 * chunk) == 6  # at most a thread a chunk
+    monkeypatch.setattr(trainer, "cores", lambda: 1)
+    assert trainer.update_threads(1, 100 * chunk) == 1  # one core (taskset): one thread

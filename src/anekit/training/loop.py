@@ -27,7 +27,7 @@ from anekit.training.accumulate import Accumulator
 from anekit.training.budget import BudgetTooSmall, check_budget, first_step_compiles
 from anekit.training.distributed.ranks import Ranks
 from anekit.training.distributed.transport import Transport
-from anekit.training.optimizer import ADAM_CHUNK, apply_adamw
+from anekit.training.optimizer import ADAM_CHUNK, apply_adamw, update_threads
 from anekit.training.state import StepReport, StopReason, TrainConfig, TrainingDiverged, TrainState
 from anekit.training.trainable import FullTrainable, Trainable
 
@@ -116,6 +116,8 @@ def train(
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     ranks = Ranks(transport, tc.accum, trainable) if transport is not None else None
+    # the parameters the optimizer may update (``update_threads``; LoRA's step ignores its threads)
+    size = sum(a.size for _, a in params.tensors()) if hasattr(params, "tensors") else 0
     last_save = time.monotonic()
     first = state.step
     try:
@@ -172,10 +174,11 @@ def train(
                 if skipped:
                     state.loss_scale /= 2  # overflow, or about to: the next batch with a smaller scale
                 elif hasattr(trainable, "apply_writing"):  # straight into the kernels' surfaces
-                    trainable.apply_writing(state, tc, workers.threads, workers.write_weight)
+                    optimizer = update_threads(workers.threads, size)
+                    trainable.apply_writing(state, tc, optimizer, workers.write_weight)
                     workers.weights_written(params)
                 else:
-                    trainable.apply(state, tc, workers.threads)
+                    trainable.apply(state, tc, update_threads(workers.threads, size))
             lr = tc.lr_at(state.step)
             state.losses.append(float(np.mean(losses)))
             state.step += 1
