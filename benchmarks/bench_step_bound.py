@@ -22,7 +22,8 @@ with both rates measured here, in this process, in every round just before that 
 
 It then times, interleaved (machine load hits every variant alike), the simulated step with dynamic
 weights as ``anekit train`` takes one (``anekit.llama.step.train_step`` into fresh ``Gradients``, the
-loss scale taken off, ``apply_adamw`` on ``--adam-threads`` threads) and the plain
+loss scale taken off, ``apply_adamw`` on ``--adam-threads`` threads, by default as many as
+``anekit train`` gives it, writing each updated weight into the kernels' surfaces) and the plain
 numpy float32 step (``bench_step_vs_numpy.NumpyLlama``), ``--repeat`` rounds after a warm-up, and prints
 each step's median and its ratio to the bound and to the numpy step (medians of the rounds' own
 ratios). ``--kernels`` adds, for the simulated step, the time of each
@@ -57,6 +58,7 @@ from anekit.llama.step import Gradients, Kernels, Timer, train_step, unscale
 from anekit.runtime.sim.kernel import SimKernel
 from anekit.runtime.sim.plan import Plan
 from anekit.training.loop import TrainConfig, TrainState, apply_adamw
+from anekit.training.optimizer import update_threads
 
 F32 = np.float32
 ADAMW_BYTES = 28  # float32 weight, grad, m, v read (16) and weight, m, v written (12), per parameter
@@ -189,11 +191,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kernels", action="store_true", help="time each kernel of the dynamic set")
     ap.add_argument("--no-numpy", action="store_true", help="skip the plain numpy step")
-    ap.add_argument("--adam-threads", type=int, default=1, help="AdamW's threads (apply_adamw)")
+    ap.add_argument(
+        "--adam-threads", type=int, default=None,
+        help="AdamW's threads (apply_adamw; default: as anekit train takes them, optimizer.update_threads)",
+    )  # fmt: skip
     args = ap.parse_args()
     cfg = preset(args.config)
     params = Params.init(cfg, seed=0)
     tc = TrainConfig(steps=10**6, lr=1e-4)
+    if args.adam_threads is None:
+        args.adam_threads = update_threads(1, sum(a.size for _, a in params.tensors()))
 
     backend = runtime.open("sim", compile_budget=10**9)
     kernels = make_kernels(backend, cfg, "dynamic")
@@ -204,10 +211,12 @@ def main() -> None:
     def anekit_step(window: np.ndarray) -> None:
         # as ``anekit train`` takes a step of one sequence: its gradients written over the last step's
         # (``Gradients`` fresh: no zeroing pass), the loss scale taken off, AdamW
+        kernels.compile(state.params, Timer())  # stages nothing: the last update wrote its weights through
         sink = Gradients(grads, kernels, fresh=True)
         train_step(kernels, state.params, sink, window[:-1], window[1:], Timer(), 1024.0)
         unscale(grads, 1024.0)
-        apply_adamw(state, grads, tc, args.adam_threads)
+        apply_adamw(state, grads, tc, args.adam_threads, kernels.write_weight)
+        kernels.weights_written(state.params)
 
     variants: dict[str, Callable[[np.ndarray], object]] = {"anekit ane (dynamic)": anekit_step}
     if not args.no_numpy:
