@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.generate.backends import package_decoder
 from anekit.inputs import check_input
 from anekit.kernels.config import preset
 
@@ -130,6 +129,9 @@ def open_model(
         hf = load_hf(path)
         return OpenedModel(path, "hf", hf.params, hf=hf, tokenizer_files=_tokenizers_found(path, "hf"))
     if exports and is_export(path):  # run the exported package(s), KV caches as states
+        from anekit.generate.backends import package_decoder  # here: commands that only read a config
+        # (``anekit train --config``) need none of the generation and CoreML code
+
         decoder = package_decoder(path, package_backend)
         return OpenedModel(path, "export", None, decoder, tokenizer_files=_tokenizers_found(path, "export"))
     check_model_dir(path, f"{where} cannot read")  # a directory whose config.json is missing or no file
