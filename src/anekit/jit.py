@@ -104,14 +104,22 @@ def _same_order(a: np.ndarray, b: np.ndarray) -> bool:
     return (a.flags.c_contiguous and b.flags.c_contiguous) or (a.flags.f_contiguous and b.flags.f_contiguous)
 
 
-def round_fp16_inplace(x: np.ndarray) -> bool:
-    """Round float32 ``x`` to binary16 values in place (``fp16.round_to_fp16`` bits); False if not done."""
+def _in_place(x: np.ndarray) -> tuple[ModuleType, np.ndarray] | None:
+    """(the loops, a 1-d view of ``x`` in memory order) for a loop that rewrites float32 ``x`` in place;
+    None without the loops, or for an ``x`` that is not float32, writeable and one block of memory."""
     loops = _load()
     if loops is None or x.dtype != np.float32 or not x.flags.writeable:
-        return False
+        return None
     v = flat(x)
-    if v is None:
+    return None if v is None else (loops, v)
+
+
+def round_fp16_inplace(x: np.ndarray) -> bool:
+    """Round float32 ``x`` to binary16 values in place (``fp16.round_to_fp16`` bits); False if not done."""
+    found = _in_place(x)
+    if found is None:
         return False
+    loops, v = found
     loops.round_fp16_inplace(v)
     return True
 
@@ -133,12 +141,10 @@ def scale_all_finite(x: np.ndarray, factor: float) -> bool | None:
     """``x *= factor`` in place (``factor`` rounded to float32 first, as numpy takes a Python float for a
     float32 array) and whether every element is then finite, in one pass; None if not done (no loops, or
     an array that is not float32, writeable and one block of memory)."""
-    loops = _load()
-    if loops is None or x.dtype != np.float32 or not x.flags.writeable:
+    found = _in_place(x)
+    if found is None:
         return None
-    v = flat(x)
-    if v is None:
-        return None
+    loops, v = found
     return bool(loops.scale_all_finite(v, np.float32(factor)))
 
 
