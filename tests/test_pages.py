@@ -6,6 +6,7 @@ grows by an array's size when its pages are mapped and not when ``np.zeros`` onl
 
 from __future__ import annotations
 
+import mmap
 import subprocess
 import sys
 from pathlib import Path
@@ -34,20 +35,36 @@ def test_zeros_are_zeros_of_the_shape_and_dtype_asked_for() -> None:
         assert not a.any()
 
 
+def fresh_memory(size: int) -> np.ndarray:
+    """``size`` bytes of anonymous memory mapped just now, none of it touched: unlike an allocation, which
+    may reuse memory the process freed before (and so is resident already)."""
+    return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+
+
 @linux_only
-def test_a_large_array_s_pages_are_mapped_when_it_is_made_and_np_zeros_alone_does_not() -> None:
+def test_populating_maps_the_pages_of_untouched_memory_and_an_untouched_mapping_has_none() -> None:
     size = 64 << 20
     before = resident_bytes()
-    lazy = np.zeros(size, np.uint8)
-    lazy_growth = resident_bytes() - before
+    untouched = fresh_memory(size)
+    lazy_growth = resident_bytes() - before  # the reference: a fresh mapping holds no pages yet
+    target = fresh_memory(size)
     before = resident_bytes()
-    mapped = pages.zeros(size, np.uint8)
+    done = pages.populate(target)
     growth = resident_bytes() - before
-    if not pages._works:
+    if not done and not pages._works:
         pytest.skip("this kernel refuses MADV_POPULATE_WRITE (Linux 5.14 and later have it)")
-    assert lazy_growth < size // 8  # the reference: np.zeros maps nothing yet
+    assert done
+    assert lazy_growth < size // 8
     assert growth > size * 7 // 8
-    assert not mapped.any() and not lazy.any()
+    assert not target.any() and not untouched.any()
+
+
+def test_zeros_populates_large_arrays_and_leaves_small_ones_to_the_heap(monkeypatch) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(pages, "populate", lambda a: asked.append(a.nbytes) or True)
+    pages.zeros((1024, 1024), np.float32)  # 4 MiB
+    pages.zeros((100, 100), np.float32)  # 40 kB: under POPULATE_MIN_BYTES
+    assert asked == [4 << 20]
 
 
 @linux_only
