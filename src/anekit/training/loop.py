@@ -116,8 +116,9 @@ def train(
     trainable = FullTrainable(state) if trainable is None else trainable
     params = trainable.params
     ranks = Ranks(transport, tc.accum, trainable) if transport is not None else None
-    # the parameters the optimizer may update (``update_threads``; LoRA's step ignores its threads)
+    # the optimizer's threads, from the parameters it may update (LoRA's step ignores its threads)
     size = sum(a.size for _, a in params.tensors()) if hasattr(params, "tensors") else 0
+    optimizer = update_threads(workers.threads, size)
     last_save = time.monotonic()
     first = state.step
     try:
@@ -174,11 +175,10 @@ def train(
                 if skipped:
                     state.loss_scale /= 2  # overflow, or about to: the next batch with a smaller scale
                 elif hasattr(trainable, "apply_writing"):  # straight into the kernels' surfaces
-                    optimizer = update_threads(workers.threads, size)
                     trainable.apply_writing(state, tc, optimizer, workers.write_weight)
                     workers.weights_written(params)
                 else:
-                    trainable.apply(state, tc, update_threads(workers.threads, size))
+                    trainable.apply(state, tc, optimizer)
             lr = tc.lr_at(state.step)
             state.losses.append(float(np.mean(losses)))
             state.step += 1
