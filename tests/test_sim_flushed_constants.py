@@ -154,7 +154,8 @@ def test_ties_away_products_agree_compiled_and_in_numpy(big: bool) -> None:
 
 
 def test_a_constant_operand_is_scanned_once_not_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On M5 every MAC is computed per run (``evaluate``); its weights' scans are made when it is bound."""
+    """On M5 (whose MAC ties round away) a MAC's weights are scanned when it is bound, never on a run; the
+    activations are scanned on every run, each array once."""
     cfg, w = _weights(False)
     backend = SimBackend(compile_budget=10**6, chip="m5", sanitize=True)
     kernel = forward.ffn_fwd(cfg, w).compile(backend)
@@ -170,5 +171,5 @@ def test_a_constant_operand_is_scanned_once_not_on_every_run(monkeypatch: pytest
         kernel.inputs[0].write(np.ones(kernel.inputs[0].shape, np.float32))
         kernel.run()
     constants = list(kernel.plan.constants.values())
-    assert len(scanned) >= 3  # each product's activation operand
+    assert len(scanned) >= 2  # the activation operands: the input, then the hidden layer
     assert not any(v is c for v in scanned for c in constants)

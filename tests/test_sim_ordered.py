@@ -201,14 +201,48 @@ def test_a_decode_shaped_program_sums_in_order_whether_or_not_it_mixes_its_colum
     assert not ordered_program(dynamic.fn) and not dynamic.plan.ordered
 
 
-def test_a_chip_whose_mac_rounds_ties_away_keeps_its_modelled_product() -> None:
-    """M5's products are modelled (its ties need the unrounded product) and never narrowed: ordering them
-    would cost time and change nothing a narrowing could use."""
-    kernel = _kernel(SimBackend(chip="m5"), _program(_norm_conv(), 64, ORDERED_WIDTH))
-    assert not kernel.plan.ordered
+def _tie_program() -> tuple[Any, np.ndarray, np.ndarray]:
+    """A decode-shaped conv whose ordered sums land on fp16 ties (w0 x0 + w1 x1 with x1 = 2^-11 x0: halfway
+    between two fp16 values for w1 = 1, and no tie for the others), its weight (512, 64) and input."""
+    rng = np.random.default_rng(9)
+    w = np.zeros((512, 64), np.float32)
+    w[:, 0] = rng.choice([1.0, -1.0, 1.0009765625, -1.5, 3.0], 512)  # 1 + 2^-10 among them: an odd last bit
+    w[:, 1] = rng.choice([1.0, 1.0, -1.0, 0.5], 512)
+    x = np.zeros((1, 64, 1, ORDERED_WIDTH), np.float32)
+    x[0, 0, 0] = rng.choice([1.0, 2.0, -4.0], ORDERED_WIDTH)
+    x[0, 1, 0] = x[0, 0, 0] * 2.0**-11
+
+    def body(f: FunctionBuilder, v: Var) -> Var:
+        return f.conv1x1(x=v, weight=f.const(w.astype(np.float16).reshape(512, 64, 1, 1)))
+
+    return _program(body, 64, ORDERED_WIDTH), w, x
 
 
-@pytest.mark.parametrize("chip", ["any", "m1", "m4"])
+def test_a_chip_whose_mac_rounds_ties_away_sums_in_order_and_rounds_each_sum_away() -> None:
+    """M5 rounds a MAC's float32 sum to fp16 with ties away from zero: its decode-shaped programs sum in order
+    as every chip's do, the store rounds each sum away (against ``mac.round16``, numpy's rounding of the
+    exact sums, here exact in float32), M4's to even at the same ties, and a run narrowed to one column
+    keeps those bits."""
+    from anekit.runtime.sim.mac import round16
+
+    prog, w, x = _tie_program()
+    exact = (w.astype(np.float64) @ x[0, :, 0].astype(np.float64)).reshape(1, 512, 1, ORDERED_WIDTH)
+    ties = round16(exact, "away") != round16(exact, "even")
+    assert ties.sum() > 500  # a quarter of the rows hit a tie in every column
+    m5, m4 = _kernel(SimBackend(chip="m5"), prog), _kernel(SimBackend(chip="m4"), prog)
+    assert m5.plan.ordered and _convs(m5) == [ORDERED_CONV]
+    (got,) = m5(x=x).values()
+    (even,) = m4(x=x).values()
+    assert same_bits(got, round16(exact, "away").astype(np.float32))
+    assert same_bits(even, round16(exact, "even").astype(np.float32))
+    m5.compute_columns(1)
+    (narrow,) = m5(x=x).values()
+    chosen = m5._narrowed()
+    assert chosen is not None and chosen[0] == 1
+    assert same_bits(narrow[..., :1], got[..., :1]) and np.isnan(narrow[..., 1:]).all()
+
+
+@pytest.mark.parametrize("chip", ["any", "m1", "m4", "m5"])
 def test_the_head_of_a_decode_step_narrows_to_the_one_column_read(chip: str) -> None:
     """A stories15M-shaped head (288 channels, 2048 of its 32000 rows): told that the caller reads column 0,
     the kernel runs that column alone (its norm's mean over the channels is summed channel after channel

@@ -359,12 +359,22 @@ def round_fp16_nan0_inplace(x: np.ndarray, away: bool) -> int:  # pragma: no cov
 
 @njit(nogil=True, cache=True)
 def round_port_inplace(
-    x: np.ndarray, ceiling: np.float32, flush: bool
+    x: np.ndarray, ceiling: np.float32, flush: bool, away: bool
 ) -> tuple[int, int, float, int]:  # pragma: no cover - compiled
-    """A MAC op's store and output port in one pass: round to binary16 values in place, then ``mac_port``'s
-    NaN -> +0, subnormals -> +0 (``flush``) and |v| >= ceiling -> +/-inf."""
+    """A MAC op's store and output port in one pass: round to binary16 values in place (ties away from zero
+    when ``away``, as ``round_fp16_away_into``), then ``mac_port``'s NaN -> +0, subnormals -> +0
+    (``flush``) and |v| >= ceiling -> +/-inf."""
     for i in range(x.size):
-        x[i] = _round(x[i])
+        v = x[i]
+        r = _round(v)
+        if away:
+            a = abs(v)
+            ra = abs(r)
+            if ra < a and a < np.float32(65520.0):
+                hc = np.float32(np.float32(a - ra) + a)
+                if _round(hc) == hc:
+                    r = hc if v > 0 else -hc
+        x[i] = r
     return mac_port(x, ceiling, flush)
 
 
@@ -615,7 +625,7 @@ def step_signatures() -> dict[str, list[tuple[object, ...]]]:
         "round_fp16_inplace": one,
         "round_fp16_into": [(f32, f32)],
         "round_fp16_nan0_inplace": [(f32, flag)],
-        "round_port_inplace": [(f32, s32, flag)],
+        "round_port_inplace": [(f32, s32, flag, flag)],
         "scale_all_finite": [(f32, s32)],
         "scan_flush_inplace": one,
         "scan_operand": one,

@@ -20,12 +20,11 @@ NUMERICS = ("engine", "exact", "ieee")
 
 
 def plan_ordering(numerics: EngineNumerics | None) -> bool | None:
-    """The ``ordered`` a plan computed with ``numerics`` takes: None (decided by its program,
-    ``runtime.sim.ordered.ordered_program``) where a MAC op's product is the float32 one, False on a chip
-    whose MAC ties round away from zero (its products are modelled, never narrowed; its sums stay
-    numpy's). The fake engine of the tests compiles its plans with it too."""
-    if numerics is not None and numerics.chip.mac_ties != "even":
-        return False
+    """The ``ordered`` a plan computed with ``numerics`` takes: None, decided by its program
+    (``runtime.sim.ordered.ordered_program``), on every chip. A chip whose MAC ties round away from zero
+    (M5) orders too: its wide MAC ops round the ordered float32 sum away from zero in their store
+    (``engine_steps.engine_mac_step``), so a narrowed run keeps their bits as it does elsewhere. The fake
+    engine of the tests compiles its plans with it too."""
     return None
 
 
@@ -127,10 +126,8 @@ class SimBackend(Backend):
 
     def _wide_from(self) -> int | None:
         """The fewest products from which this backend's numerics compute a MAC op as the BLAS product
-        (``runtime.sim.columns``); None where they compute MAC ops otherwise (ties away from zero)."""
+        (``runtime.sim.columns``), then rounded as the chip rounds (ties even or away from zero)."""
         engine = self._engine()
         if engine is None:
             return 0
-        if self.chip_numerics is None or self.chip_numerics.mac_ties != "even":
-            return None
         return engine.exact_products + 1

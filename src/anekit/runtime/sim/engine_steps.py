@@ -67,8 +67,10 @@ def engine_mac_step(
     step: Step, constants: dict[int, np.ndarray], numerics: EngineNumerics
 ) -> tuple[Runner, list[Any]] | None:
     """A MAC op's ``fast`` runner whose store also applies the output port (``_jit_loops.
-    round_port_inplace``), and the cell in which each run leaves the port's counts (None after a run that
-    took the plain way); None where there is no such runner or no compiled loop."""
+    round_port_inplace``; on a chip whose MAC ties round away from zero, the unrounded float32 product
+    rounded as that chip rounds it, as ``EngineNumerics._mac`` does), and the cell in which each run leaves
+    the port's counts (None after a run that took the plain way, which a ties-away chip never takes); None
+    where there is no such runner or no compiled loop."""
     ceiling = numerics.port_ceiling(step)
     if ceiling is None or not step.fp16_out or not jit.available():
         return None
@@ -77,16 +79,21 @@ def engine_mac_step(
         return None
     plain = finish_of(step)
     flush = numerics.chip.flush
+    away = numerics.chip.mac_ties == "away"
     cell: list[Any] = [None]
     loops = jit.loops()
     if loops is None:  # jit.available() said there are: never taken
         return None
 
     def finish(o: Any, inputs: tuple[Any, ...]) -> np.ndarray:
-        if type(o) is np.ndarray and o.dtype == np.float32 and o.flags.c_contiguous and fresh(o, inputs):
-            cell[0] = loops.round_port_inplace(o.reshape(-1), np.float32(ceiling), flush)
-            return o
-        return plain(o, inputs)
+        fresh_f32 = type(o) is np.ndarray and o.dtype == np.float32 and o.flags.c_contiguous
+        if not (fresh_f32 and fresh(o, inputs)):
+            if not away:
+                return plain(o, inputs)
+            # ties away need the unrounded product, which the plain store would round to even: a copy
+            o = np.array(o, dtype=np.float32, order="C")
+        cell[0] = loops.round_port_inplace(o.reshape(-1), np.float32(ceiling), flush, away)
+        return o
 
     binding.finish = finish
     runner = fast_runner(step.opdef, binding)

@@ -90,9 +90,9 @@ class SimKernel(Kernel):
         convs, matmuls, softmax sums and one-axis reductions are taken in order, ``runtime.sim.ordered``),
         and fills the other columns with NaN. The measurement checks the orders of summation; that the
         padding is masked is the caller's word. A kernel whose plan does not sum in order (wider than
-        ``ORDERED_WIDTH``: prefill keeps the BLAS product; a chip whose MAC ties round away, whose
-        products are modelled) ignores its copies and computes every column. A copy whose weight file of
-        a path holds other bytes than this kernel's is refused (EvalFailed)."""
+        ``ORDERED_WIDTH``: prefill keeps the BLAS product) ignores its copies and computes every
+        column. A copy whose weight file of a path holds other bytes than this kernel's is refused
+        (EvalFailed)."""
         if self._rebuild is None or not self.plan.ordered:
             return
         self._copies = copies

@@ -378,15 +378,16 @@ class EngineNumerics:
         """The wide path around the op's own runner (``ported``: the cell where a runner whose store is the
         output port leaves the port's counts): operands scanned (flushed where the chip flushes),
         then the output port in one pass. None where the op must be computed here (probe-sized ops run
-        the exact tile model; M5-style tie rounding; operands of unknown shape).
+        the exact tile model; M5-style tie rounding without a ported runner; operands of unknown shape).
 
         A constant operand holding subnormals on a chip that flushes is read flushed: ``flushed`` holds
         its flushed copy (made once, ``flushed_constants``; ``runner`` is bound to it), which stands in
         its slot while the op runs and its output port and partials are worked out, as ``evaluate``
         reads it; the sanitizer hears of its subnormals on every run as ``evaluate`` tells it."""
         op, op_type = step.op, step.op.op_type
-        if self.chip.mac_ties != "even":
-            return None  # M5-style ties need the unrounded product: computed here
+        away = self.chip.mac_ties != "even"
+        if away and ported is None:
+            return None  # M5-style ties need the unrounded product, which only a ported runner rounds
         operands = [(k, slots[k]) for k in ("x", "y", "weight") if isinstance(slots.get(k), int)]
         constant_peaks: dict[int, float] = {}  # constant operands, scanned once here
         for _, slot in operands:
@@ -485,6 +486,9 @@ class EngineNumerics:
             out = env[out_slot]
             if ported is not None and ported[0] is not None and ceiling == port:
                 nans, over, biggest, n_flushed = ported[0]  # the store was the port
+            elif away:  # the product was rounded to even by a store that was not the port: computed here
+                (env[out_slot],) = self.evaluate(step, values_of(env), reference)
+                return
             else:
                 if not (out.flags.writeable and out.flags.owndata):  # a product is a fresh array: else copy
                     out = env[out_slot] = np.array(out, dtype=np.float32)
@@ -505,10 +509,8 @@ class EngineNumerics:
     def port_ceiling(self, step: Any) -> float | None:
         """The output-port ceiling of a MAC step, known from its types: matmul and linear always have it,
         a conv with two or more taps (input channels / groups x kernel) too, a single-tap conv none
-        (inf); None when the types do not tell (a conv weight of unknown shape) or ties round away."""
+        (inf); None when the types do not tell (a conv weight of unknown shape)."""
         op_type = step.op.op_type
-        if self.chip.mac_ties != "even":
-            return None
         if op_type in ("matmul", "linear", "einsum"):
             return self.chip.mac_ceiling
         if op_type == "conv":
