@@ -27,8 +27,8 @@ keeps the narrowest whose first c columns agree with the full run bit for bit in
 when none does, the full plan runs. A width at which a MAC op would fall to the engine numerics' exact
 tile model (``runtime.sim.mac``) while the full run takes the float32 product is not tried (a chip whose
 MAC rounds ties away rounds that float32 sum away, at every width alike). The orders of summation depend
-on the shapes of a call, not on the values, so one agreement on random values of the real shapes, with the real
-weights, stands for every input — for a causal copy, every input whose padding the program masks, which
+on the shapes of a call, not on the values, so one agreement on random values of the real shapes, with the
+real weights, stands for every input — for a causal copy, every input whose padding the program masks, which
 is its caller's word, not measured.
 
 Only the columns asked for are handed out: a narrowed run leaves NaN in every other column of its output
