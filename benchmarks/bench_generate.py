@@ -136,10 +136,10 @@ class KernelClock:
     def __enter__(self) -> KernelClock:
         run, me = self._run, self
 
-        def timed(kernel: SimKernel) -> None:
+        def timed(kernel: SimKernel, inputs: Any = None) -> None:
             t0 = me.clock()
             try:
-                run(kernel)
+                run(kernel, inputs)
             finally:
                 me.total += me.clock() - t0
 

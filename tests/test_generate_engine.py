@@ -42,12 +42,13 @@ STORIES260K = CORPUS / "llama2c" / "stories260K.bin"
 RELATIVE_TOL = 0.015
 # chunked vs token by token: the host attention's float32 sums over a chunk round differently, the fused
 # kernels' softmax runs over capacity + W keys (W 32 or 64): measured 0.24% (m1) and 0.26% (m4, fused) of
-# the largest logit; the one-block kernels' projections of W token rows reduce differently, with baked
+# the largest logit, the fused one 0.53% on an AMD EPYC whose BLAS sums the prefill chunk's products in
+# another order than the decode kernels' ordered sums (``runtime.sim.ordered``); the one-block kernels' projections of W token rows reduce differently, with baked
 # weights on the M4 and dynamic ones on the M3: 0.89% both (and exactly 0 with the simulator's ieee
 # numerics, so the host side adds nothing). By the route the decoder takes.
 CHUNK_TOL = {
     "conv-host-attention": 0.005,
-    "baked-fused": 0.005,
+    "baked-fused": 0.008,
     "baked-engine-attention": 0.015,
     "dynamic-engine-attention": 0.015,
 }

@@ -105,9 +105,10 @@ def test_the_mirror_decodes_every_half_pattern_as_the_store_does() -> None:
     want = patterns.view(np.float16).astype(np.float32)
     assert mirror.decode_table().tobytes() == want.tobytes()
     m = mirror.Mirror(np.zeros((1, 1 << 16), np.float16), jit.loops())
-    changed, nans, peak = jit.loops().refresh_fp16_mirror(
-        patterns, m.seen, m._flat, mirror.decode_table(), m._nans, m._peaks, mirror.BLOCK
+    changed, nans, peak, lo, hi = jit.loops().refresh_fp16_mirror(
+        patterns, m.seen, m._flat, mirror.decode_table(), m._nans, m._peaks, mirror.BLOCK, 1 << 16
     )
+    assert (lo, hi) == (1, 1 << 16)  # every column but the first (+0) changed
     assert m.values.tobytes() == want.reshape(1, -1).tobytes()
     assert changed == (1 << 16) - 1  # every pattern but +0, which was there
     assert nans == int(np.count_nonzero(np.isnan(want)))

@@ -184,8 +184,9 @@ def test_a_narrow_column_separable_program_orders_its_convs_and_a_wider_one_does
 def test_a_decode_shaped_program_sums_in_order_whether_or_not_it_mixes_its_columns() -> None:
     """The decision is the program's shapes alone (its outputs and an input end in one width of at most 32):
     an attention over its own chunk mixes columns and still sums in order (its causal copies need it:
-    tests/test_sim_causal.py). A program whose outputs end in no input's width (a dynamic kernel, its
-    weights in the input's columns after the activations) keeps the BLAS product."""
+    tests/test_sim_causal.py), and so does a dynamic kernel, whose activations are the first W columns of
+    an input that holds its weights after them. A program whose outputs end in no input's width and that
+    reads no input's first W columns keeps the BLAS product."""
 
     def mixed(f: FunctionBuilder, x: Var) -> Var:
         return _norm_conv()(f, f.softmax(x=x, axis=3))
@@ -198,7 +199,14 @@ def test_a_decode_shaped_program_sums_in_order_whether_or_not_it_mixes_its_colum
         return _norm_conv()(f, act)
 
     dynamic = _kernel(SimBackend(chip="m4"), _program(columns_after, 64, ORDERED_WIDTH + 64))
-    assert not ordered_program(dynamic.fn) and not dynamic.plan.ordered
+    assert ordered_program(dynamic.fn) and dynamic.plan.ordered
+
+    def columns_later(f: FunctionBuilder, x: Var) -> Var:
+        act = f.slice_by_size(x=x, begin=[0, 0, 0, 64], size=[1, 64, 1, ORDERED_WIDTH])
+        return _norm_conv()(f, act)
+
+    other = _kernel(SimBackend(chip="m4"), _program(columns_later, 64, ORDERED_WIDTH + 64))
+    assert not ordered_program(other.fn) and not other.plan.ordered
 
 
 def _tie_program() -> tuple[Any, np.ndarray, np.ndarray]:

@@ -505,15 +505,18 @@ def refresh_fp16_mirror(
     nans: np.ndarray,
     peaks: np.ndarray,
     block: int,
-) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    width: int,
+) -> tuple[int, int, int, int, int]:  # pragma: no cover - compiled
     """Bring ``values`` (float32) up to the half patterns ``now`` (uint16) where they differ from ``seen``
     (the patterns last decoded, updated too): each changed element decoded by ``table`` (the float32 of
     every half pattern). ``nans`` / ``peaks``: per block of ``block`` patterns of ``seen`` (a multiple of
     4: whole 64-bit words), its NaN count and largest non-NaN magnitude pattern (``block_stats``), brought
     up to date for the blocks that changed. Returns (elements changed, NaNs in ``now``, the largest non-NaN
-    magnitude pattern). A block is compared four patterns at a time; only a block that differs is walked
-    element by element."""
+    magnitude pattern, and the columns [lo, hi) that hold every changed element, reading the patterns as rows
+    of ``width``: (width, 0) when none changed). A block is compared four patterns at a time; only a block
+    that differs is walked element by element."""
     changed = 0
+    lo, hi = width, 0
     size = now.size
     words = size // 4  # the patterns compared four at a time, as 64-bit words
     now_w = now[: 4 * words].view(np.uint64)
@@ -536,6 +539,9 @@ def refresh_fp16_mirror(
                     seen[i] = h
                     values[i] = table[h]
                     changed += 1
+                    column = i % width
+                    lo = min(lo, column)
+                    hi = max(hi, column + 1)
                 a = np.uint16(h & np.uint16(0x7FFF))
                 count += np.int64(a > np.uint16(0x7C00))
                 peak = max(peak, a if a <= np.uint16(0x7C00) else np.uint16(0))
@@ -546,7 +552,7 @@ def refresh_fp16_mirror(
     for b in range(nans.size):
         total += nans[b]
         top = max(top, peaks[b])
-    return changed, total, int(top)
+    return changed, total, int(top), lo, hi
 
 
 # -- transposed copies (``runtime.sim.fast``) -------------------------------------------------------------
@@ -597,6 +603,15 @@ def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # 
             row = wt[k, i0:i1]
             for n in range(nn):
                 _add_scaled(out[n, i0:i1], row, x[k, n])
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def ordered_batched_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    """``ordered_product`` of each batch item b in one call: out[b] from wt[b] (K, M) and x[b] (K, N), for
+    ``wt`` (B, K, M) and ``out`` (B, N, M) C-contiguous float32, ``x`` (B, K, N) float32 of any strides
+    (an attention's heads: one call, not one per head)."""
+    for b in range(wt.shape[0]):
+        ordered_product(wt[b], x[b], out[b])
 
 
 # -- what a training step calls, loaded ahead (``anekit.jit.preload``) ------------------------------------

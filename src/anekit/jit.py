@@ -369,6 +369,26 @@ def tiled_matmul(
     return out.astype(np.float64), over
 
 
+def ordered_batched_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> bool:
+    """``ordered_product`` of every batch item at once: ``wt`` (B, K, M) and ``out`` (B, N, M) C-contiguous
+    float32, ``x`` (B, K, N) float32 (any strides); False (nothing written) without the loops or for other
+    arrays. The same bits as ``ordered_product`` of each item."""
+    loops = _load()
+    if loops is None or wt.ndim != 3 or x.ndim != 3 or out.ndim != 3:
+        return False
+    if wt.dtype != np.float32 or x.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if not (wt.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+        return False
+    b, k, m = wt.shape
+    if x.shape[:2] != (b, k) or out.shape != (b, x.shape[2], m):
+        return False
+    if np.may_share_memory(out, wt) or np.may_share_memory(out, x):
+        return False
+    loops.ordered_batched_product(wt, x, out)
+    return True
+
+
 def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> bool:
     """``runtime.sim.ordered``'s product compiled: fill ``out`` (N, M) with the float32 sums over k, in
     ascending order, of ``wt[k, i] * x[k, n]`` for float32 ``wt`` (K, M) and ``out`` C-contiguous and

@@ -5,9 +5,13 @@ block with the KV cache read from its own "cache" surface) and ``mlp_kernel`` â€
 their "x" surface after the activation columns, written once when the kernel is loaded
 (``layers.Compiled``); each call writes only the activation columns. The head tiles take their rows the
 same way. Only the real tokens' columns of every kernel are read (a simulated kernel computes only those
-where that keeps their bits: ``layers.read_columns``); an attention kernel mixes a chunk's columns, so with
-baked weights (the baked-engine-attention routes, which run this class too) it is handed its causal copies
-(``layers.causal_copies``), and the padding columns of its result are zeros on the host.
+where that keeps their bits: ``layers.read_columns``); an attention kernel mixes a chunk's columns, so it
+is handed its causal copies (``layers.causal_copies``: the same kernel built for a chunk of n tokens; the
+baked-engine-attention routes run this class too), and the padding columns of its result are zeros on the
+host. A dynamic kernel's activations are transposed into the rows of its products, which the simulator
+cannot cut by itself, so its MLP kernels and head tiles get copies too: each reads the kernel's own "x",
+the weights in the same columns (``kernels.generation.same_weight_columns``), the activations in its
+first n columns.
 
 The blocks' insides are the family's (lowered into the kernels); the host keeps the residual stream in
 float32 and applies what a norm-on-host route leaves to it around each block, the family's names and
@@ -49,6 +53,7 @@ class BlockSet:
         self, params: Params, backend: Backend, plan: GenerationPlan, route: KernelRoute, width: int
     ):
         cfg, weights = params.cfg, gen_weights(params)
+        dynamic = route.weights == "dynamic"
         self.width, self.capacity = width, plan.capacity_for(width)
         self.attention: list[Compiled] = []
         self.mlp: list[Compiled] = []
@@ -60,17 +65,21 @@ class BlockSet:
                     cfg, i, width=width, capacity=self.capacity, route=route, weights=weights
                 )
                 self.attention.append(Compiled(att, backend, weights))
-                if route.weights == "baked":  # it attends over its own chunk after the cache: causal
-                    copy = partial(attention_kernel, cfg, i, width=width, capacity=self.capacity)
-                    causal_copies(
-                        self.attention[-1].kernel, partial(copy_at, copy, route=route, weights=weights)
-                    )
+                # it attends over its own chunk after the cache: causal
+                copy = partial(attention_kernel, cfg, i, width=width, capacity=self.capacity)
+                causal_copies(self.attention[-1].kernel, partial(copy_at, copy, route=route, weights=weights))
                 self.mlp.append(
                     Compiled(mlp_kernel(cfg, i, width=width, route=route, weights=weights), backend, weights)
                 )
+                if dynamic:  # its columns kept apart, but moved by transposes: its copies built here
+                    copy = partial(mlp_kernel, cfg, i, width=width)
+                    causal_copies(self.mlp[-1].kernel, partial(copy_at, copy, route=route, weights=weights))
             for start, stop in plan.tiles:
                 head = head_kernel(cfg, start, stop, width=width, route=route, weights=weights)
                 self.tiles.append(Compiled(head, backend, weights))
+                if dynamic:
+                    copy = partial(head_kernel, cfg, start, stop, width=width)
+                    causal_copies(self.tiles[-1].kernel, partial(copy_at, copy, route=route, weights=weights))
         except BaseException:
             self.close()
             raise

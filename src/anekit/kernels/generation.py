@@ -315,15 +315,14 @@ def attention_kernel(
     then k{layer}, v{layer}. Weights "dynamic": packed into "x" after the W activation columns
     (``kernels.dynamic``'s sdpa_fwd_dynamic columns, the activation segment widened to every part:
     ``attention_columns``), written once by the host (``pack_weights``); "baked": BLOBFILE consts.
-    ``columns``: with baked weights, the simulator's causal copy for a chunk of that many tokens, as
-    ``layers_kernel``'s (a dynamic kernel's weights share its input's columns: it has none)."""
+    ``columns``: the simulator's causal copy for a chunk of that many tokens, as ``layers_kernel``'s; a
+    dynamic copy's "x" is the kernel's own, its weights in the same columns (``same_weight_columns``),
+    the activations in its first ``columns`` columns."""
     kcfg = _check(cfg, layer, layer + 1, width, capacity, columns)
     _check_block_route(route)
-    if columns is not None and route.weights != "baked":
-        raise GenerationError(
-            "[generation] a causal copy of an attention kernel takes baked weights: dynamic ones travel in "
-            "the input's columns"
-        )
+    if columns is not None and route.weights == "dynamic":
+        full = attention_columns(cfg, width, capacity)
+        same_weight_columns(full, attention_columns(cfg, columns, capacity))
     layers = range(layer, layer + 1)
     name = f"gen_attn_{layer}_w{width}" + ("" if columns is None else f"_c{columns}")
     width = kcfg.seq_len  # the chunk the program is built for: ``columns`` in a causal copy
@@ -341,19 +340,30 @@ def attention_kernel(
 
 
 def mlp_kernel(
-    cfg: ModelConfig, layer: int, *, width: int, route: KernelRoute, weights: Weights = None
+    cfg: ModelConfig,
+    layer: int,
+    *,
+    width: int,
+    route: KernelRoute,
+    weights: Weights = None,
+    columns: int | None = None,
 ) -> GenKernel:
     """The MLP block of layer ``layer`` alone, "gen_mlp_{layer}_w{width}", for a route with the norm on
     the host: input x (dim) the host's normalised residual stream (rms_ffn applied), output x the block's
     result before the residual add (Gemma 3: before post_ffn_norm). No cache. Weights as
-    ``attention_kernel``'s (dynamic: ``mlp_columns``)."""
-    kcfg = _check(cfg, layer, layer + 1, width, None)
+    ``attention_kernel``'s (dynamic: ``mlp_columns``); ``columns``: the simulator's copy for a chunk of
+    that many tokens, as ``attention_kernel``'s (a baked MLP kernel needs none: the simulator cuts its
+    width itself, ``runtime.sim.columns.narrowed``)."""
+    kcfg = _check(cfg, layer, layer + 1, width, None, columns)
     _check_block_route(route)
     layers = range(layer, layer + 1)
-    name = f"gen_mlp_{layer}_w{width}"
+    name = f"gen_mlp_{layer}_w{width}" + ("" if columns is None else f"_c{columns}")
+    if columns is not None and route.weights == "dynamic":
+        same_weight_columns(mlp_columns(cfg, width), mlp_columns(cfg, columns))
+    width = kcfg.seq_len  # the chunk the program is built for: ``columns`` in a copy
     act = act_layout(cfg, width, 0, attention=False)
-    columns = mlp_columns(cfg, width)
-    _, src, packed = _block_source(name, kcfg, act, route, weights, layers, columns)
+    spatial = mlp_columns(cfg, width)
+    _, src, packed = _block_source(name, kcfg, act, route, weights, layers, spatial)
     blocks = GenBlocks(src, capacity=0).at(layer)
     model = model_for(kcfg)
     out = model.mlp(blocks, src.act("x"), model.plan(layer))  # (1, dim, 1, W)
@@ -537,14 +547,22 @@ def head_tile_limit(cfg: ModelConfig, width: int, route: KernelRoute) -> int:
 
 
 def head_kernel(
-    cfg: ModelConfig, start: int, stop: int, *, width: int, route: KernelRoute, weights: Weights = None
+    cfg: ModelConfig,
+    start: int,
+    stop: int,
+    *,
+    width: int,
+    route: KernelRoute,
+    weights: Weights = None,
+    columns: int | None = None,
 ) -> GenKernel:
     """The vocabulary tile [start, stop) "gen_head_{start}_{stop}_w{width}": the final RMSNorm (norm on
     the engine; with norm "host" the input is the normalised stream) and the classifier's rows
     start..stop. Input x (dim, W), output logits (stop - start, W). Baked: a 1x1 conv with the rows as
     its weight; dynamic: the rows packed transposed into "x" after the W columns (``pack_weights``) and
     a matmul of the token rows with them (``kernels.dynamic``'s packing rule), at most
-    ``head_tile_limit`` wide."""
+    ``head_tile_limit`` wide. ``columns``: the simulator's copy of a dynamic tile for a chunk of that many
+    tokens, as ``attention_kernel``'s."""
     limit = head_tile_limit(cfg, width, route)
     if not 0 <= start < stop <= cfg.vocab_size or stop - start > limit:
         raise GenerationError(
@@ -553,21 +571,30 @@ def head_kernel(
         )
     if width <= 0 or width % 16:
         raise GenerationError(f"[generation] width {width}: expected a positive multiple of 16")
+    name = f"gen_head_{start}_{stop}_w{width}" + ("" if columns is None else f"_c{columns}")
+    if columns is not None:
+        if not 0 < columns < width:
+            raise GenerationError(f"[generation] a copy of {columns} columns of width {width}")
+        if route.weights == "dynamic":
+            same_weight_columns(
+                head_columns(cfg, width, start, stop, route.norm),
+                head_columns(cfg, columns, start, stop, route.norm),
+            )
+        width = columns
     kcfg = cfg.with_(seq_len=width)
-    name = f"gen_head_{start}_{stop}_w{width}"
     act = Layout.of([("x", cfg.dim)], width)
     outputs = Layout.of([("logits", stop - start)], width)
     tile = (start, stop)
     if route.weights == "dynamic":
-        columns = head_columns(cfg, width, start, stop, route.norm)
-        kb = dynamic_builder(name, kcfg, columns, norm=route.norm)
-        src = PartPacked(kb, columns, act, norm_offsets(kcfg, ("rms_final",)))
+        spatial = head_columns(cfg, width, start, stop, route.norm)
+        kb = dynamic_builder(name, kcfg, spatial, norm=route.norm)
+        src = PartPacked(kb, spatial, act, norm_offsets(kcfg, ("rms_final",)))
         x = src.act("x")  # (1, dim, 1, W)
         if route.norm == "engine":
             x = kb.rmsnorm(x, src.scale("rms_final", cfg.dim), "final_norm")  # (1, dim, 1, W)
         logits = src.linear(x, "wcls", "logits")  # (1, tile, 1, W)
         spec: KernelSpec = src.finish(outputs, {"logits": logits})
-        return GenKernel(name, spec.program, act, None, outputs, spec, columns, (), tile)
+        return GenKernel(name, spec.program, act, None, outputs, spec, spatial, (), tile)
     kb = KernelBuilder(name, kcfg, act, _head_values(weights, start, stop, route.norm), norm=route.norm)
     x = kb.part("x")  # (1, dim, 1, W)
     if route.norm == "engine":
@@ -575,6 +602,31 @@ def head_kernel(
     logits = baked_product(kb, x, "wcls", "wcls", stop - start, cfg.dim, "logits")  # (1, tile, 1, W)
     spec = kb.finish(outputs, {"logits": logits})
     return GenKernel(name, spec.program, act, None, outputs, spec, None, (), tile)
+
+
+def same_weight_columns(full: SpatialLayout, copy: SpatialLayout) -> None:
+    """A dynamic kernel's copy for fewer tokens (``columns``) must read the kernel's own "x": the same
+    channels and columns, each weight segment where the kernel has it (a segment as wide as the
+    activations, a norm scale repeated over the W columns, starting where the kernel's does: the copy
+    reads its first columns, as its own columns read the kernel's), the activations first;
+    GenerationError naming the first difference otherwise."""
+    if (full.channels, full.columns) != (copy.channels, copy.columns):
+        raise GenerationError(
+            f"[generation] a dynamic copy's x is {copy.channels} x {copy.columns}, the kernel's "
+            f"{full.channels} x {full.columns}: its weights would sit in other columns"
+        )
+    width, columns = full.range("act")[1], copy.range("act")[1]
+    for seg in full.segments:
+        if not seg.is_weight:
+            continue
+        (at, n), (copy_at, copy_n) = full.range(seg.name), copy.range(seg.name)
+        if at != copy_at or (n, copy_n) not in ((n, n), (width, columns)):
+            raise GenerationError(
+                f"[generation] a dynamic copy's weight segment '{seg.name}' at columns "
+                f"{copy.range(seg.name)}, the kernel's at {full.range(seg.name)}"
+            )
+    if full.range("act")[0] != 0 or copy.range("act")[0] != 0:
+        raise GenerationError("[generation] a dynamic copy's activations must be its first columns")
 
 
 def head_columns(cfg: ModelConfig, width: int, start: int, stop: int, norm: str) -> SpatialLayout:

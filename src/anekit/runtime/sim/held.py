@@ -24,6 +24,7 @@ import numpy as np
 from anekit import jit, pages
 from anekit.fp16 import round_to_fp16
 from anekit.runtime.base import Surface, _LockedView
+from anekit.runtime.sim.kept import ColumnLog
 
 
 class HeldSurface(Surface):
@@ -39,6 +40,9 @@ class HeldSurface(Surface):
         # (row, column, rows, columns) -> (NaNs, largest |value|) of each block written; the whole surface
         # under one key after a decode. Zeros (the fresh surface) have neither.
         self._blocks: dict[tuple[int, int, int, int], tuple[int, float]] = {}
+        # the columns each write touched, for the plans that keep values moved out of columns of it
+        # (``runtime.sim.kept``): a block's own columns, every column for a write through the bits
+        self.changes = ColumnLog()
 
     # -- the held values ----------------------------------------------------------------------------
 
@@ -89,6 +93,7 @@ class HeldSurface(Surface):
                 del self._blocks[k]
             self._blocks[key] = found
             self._bits_stale = True
+            self.changes.changed(column, column + cols)
 
     def write(self, array: Any, ch_offset: int = 0) -> None:
         with self._lock:
@@ -96,6 +101,7 @@ class HeldSurface(Surface):
         super().write(array, ch_offset)
         with self._lock:
             self._values_stale = True
+            self.changes.changed(0, self.spatial)
 
     def read(self, ch_offset: int = 0, channels: int | None = None) -> np.ndarray:
         with self._lock:
@@ -119,6 +125,7 @@ class _HeldView(_LockedView):
         buf = super().__enter__()
         surface._encode_if_stale()
         surface._values_stale = True
+        surface.changes.changed(0, surface.spatial)  # the caller may write anywhere through it
         return buf
 
 

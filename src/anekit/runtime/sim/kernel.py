@@ -18,6 +18,7 @@ from anekit.mil.ir import Function, Program
 from anekit.runtime.base import Backend, Kernel, Surface, Weights, WeightSource, prepare_program
 from anekit.runtime.sim.columns import Copy, NarrowRuns, fit
 from anekit.runtime.sim.held import HeldSurface
+from anekit.runtime.sim.kept import Source
 from anekit.runtime.sim.mirror import Mirror, mirror_for
 from anekit.runtime.sim.plan import Plan
 
@@ -225,6 +226,7 @@ class SimKernel(Kernel):
         ins: list[np.ndarray] = []
         stored: set[int] = set()
         peaks: dict[int, float] = {}  # input index -> its largest |value|, where a mirror read it
+        sources: dict[int, Source] = {}  # input index -> what changed in it (``runtime.sim.kept``)
         surfaces = iter(self.run_inputs)
         for state in self._state_inputs:
             if state is not None:
@@ -243,6 +245,7 @@ class SimKernel(Kernel):
                 if nans == 0:  # with a NaN the plan's own store decodes it and coerces as the engine does
                     stored.add(len(ins))
                     peaks[len(ins)] = peak
+                    sources[len(ins)] = surface.changes
                     ins.append(values)
                     continue
                 with surface.view() as buf:
@@ -267,6 +270,7 @@ class SimKernel(Kernel):
                         del self._mirrors[surface.id]
                     stored.add(len(ins))
                     peaks[len(ins)] = mirror.peak
+                    sources[len(ins)] = mirror.changes
                     ins.append(mirror.values)
                     continue
                 ins.append(buf)
@@ -274,9 +278,14 @@ class SimKernel(Kernel):
         if narrow is not None:
             _, plan = narrow
             self._results.clear()
-            self._store_columns(plan.run(fit(ins, plan.input_widths), frozenset(stored)))
+            fitted = fit(ins, plan.input_widths)
+            kept = {
+                i: m for i, m in sources.items() if fitted[i] is ins[i]
+            }  # the inputs it reads as they are
+            # a cut input's peak is at most its whole input's: the same coercion, no scan
+            self._store_columns(plan.run(fitted, frozenset(stored), peaks, kept))
             return
-        outs = self.plan.run(ins, frozenset(stored), peaks)
+        outs = self.plan.run(ins, frozenset(stored), peaks, sources)
         self._results.clear()
         handed: list[Any] = []
         for surface, value in zip(self.outputs, outs):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from anekit import jit
+from anekit.runtime.sim.kept import ColumnLog
 
 # Below this many elements a plain decode costs less than keeping a second copy.
 MIRROR_FROM = 1 << 16
@@ -52,13 +53,17 @@ class Mirror:
         self.nans = int(self._nans.sum())
         self.peak = float(decode_table()[int(self._peaks.max(initial=0))])
         self.worth = True  # whether keeping it pays (``refresh``)
+        # the columns each refresh changed, for the plans that keep values moved out of columns of it
+        # (``runtime.sim.kept``)
+        self.changes = ColumnLog()
 
     def refresh(self, buf: np.ndarray) -> bool:
         """Bring the values up to ``buf`` (the surface's buffer, of the mirrored shape); False when it holds
         a NaN, which the engine coerces (the caller then takes the plain way). ``worth`` turns False when
         more than half of the surface changed: a surface rewritten whole between runs (a training step's
         packed weights) gains nothing from a second copy."""
-        changed, nans, peak = self.loops.refresh_fp16_mirror(
+        width = int(buf.shape[-1]) if buf.ndim else 1
+        changed, nans, peak, lo, hi = self.loops.refresh_fp16_mirror(
             buf.reshape(-1).view(np.uint16),
             self.seen,
             self._flat,
@@ -66,7 +71,10 @@ class Mirror:
             self._nans,
             self._peaks,
             BLOCK,
+            width,
         )
+        if changed:
+            self.changes.changed(int(lo), int(hi))
         self.worth = 2 * int(changed) <= self.seen.size
         self.nans, self.peak = int(nans), float(decode_table()[peak])
         return self.nans == 0

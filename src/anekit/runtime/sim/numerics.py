@@ -104,6 +104,21 @@ class EngineNumerics:
         # The MAC steps' constant operands scanned once, when they are bound: id -> (the array, its fp16
         # subnormals, its largest finite |value|); the entry holds the array, so its id stays its own.
         self._constant_scans: dict[int, tuple[np.ndarray, int, float]] = {}
+        # Read-only arrays a plan hands to several runs (``runtime.sim.kept``), scanned once: as ``_scans``.
+        self._held_scans: dict[int, tuple[np.ndarray, int, float, np.ndarray | None]] = {}
+        self._held: set[int] = set()  # the ids of the arrays held (the plan's kept steps hold them alive)
+
+    def hold(self, v: np.ndarray) -> None:
+        """``v`` (read-only, its own data) is handed to later runs as it is: its scan, made when a run
+        first asks for it (``scan``), is kept until ``release``."""
+        self._held.add(id(v))
+
+    def release(self, v: np.ndarray) -> None:
+        """Forget ``hold``'s scan of ``v``."""
+        self._held.discard(id(v))
+        found = self._held_scans.get(id(v))
+        if found is not None and found[0] is v:
+            del self._held_scans[id(v)]
 
     def begin_run(self) -> None:
         """Forget the operand scans and input peaks of the last run (a plan calls this before and after
@@ -115,12 +130,15 @@ class EngineNumerics:
         """(fp16 subnormals in MAC operand ``v``, its largest finite |value|, its flushed copy or None),
         once per array and run: an activation feeding several products is scanned and flushed once. The
         entry holds ``v`` itself, so its id cannot be reused while the run lasts."""
-        found = self._scans.get(id(v))
+        found = self._scans.get(id(v)) or self._held_scans.get(id(v))
         if found is not None and found[0] is v:
             return found[1], found[2], found[3]
         subnormals, big = _scan(v)
         flushed = _flushed(v) if subnormals and self.chip.flush else None
-        self._scans[id(v)] = (v, subnormals, big, flushed)
+        entry = (v, subnormals, big, flushed)
+        self._scans[id(v)] = entry
+        if id(v) in self._held and not v.flags.writeable:
+            self._held_scans[id(v)] = entry
         return subnormals, big, flushed
 
     def note(self, op: Any, hazard: str, count: int, largest: float = 0.0) -> None:

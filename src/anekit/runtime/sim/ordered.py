@@ -49,7 +49,7 @@ import numpy as np
 from anekit import jit
 from anekit.engine.generation import DECODE_WIDTH
 from anekit.mil import types as T
-from anekit.mil.ir import Function
+from anekit.mil.ir import Function, Var
 from anekit.mil.ops.activation import softmax
 from anekit.mil.ops.linear import conv, conv_nd, conv_operands, kernel_offsets, matmul, window_slices
 from anekit.mil.ops.reduction import reduce_mean, reduce_sum
@@ -62,8 +62,9 @@ _F32 = np.dtype(np.float32)
 
 def decode_width(fn: Function) -> int | None:
     """The width of a program shaped as a decode kernel: every output a tensor ending in one axis W, and
-    some input ending in W too (the others, a cache, end as they may); None for any other program (a
-    kernel whose weights travel in its input's columns has no input of its outputs' width)."""
+    some input ending in W too (the others, a cache, end as they may) or whose first W columns a slice
+    reads as one block (a kernel whose weights travel in its input's columns after its W activation
+    columns: ``dynamic_activations``); None for any other program."""
     ends = set()
     for v in fn.outputs:
         shape = getattr(v.type, "shape", None)
@@ -73,7 +74,29 @@ def decode_width(fn: Function) -> int | None:
     if len(ends) != 1:
         return None
     (width,) = ends
-    return width if width in input_widths(fn) else None
+    return width if width in input_widths(fn) or dynamic_activations(fn, width) else None
+
+
+def dynamic_activations(fn: Function, width: int) -> bool:
+    """Whether a slice reads a block of the first ``width`` columns of a wider input (rows of it, in any
+    other axes): the activation columns of a kernel whose weights follow them in the same input."""
+    inputs = {v.name: v for v in fn.inputs}
+    for op in fn.ops:
+        if op.op_type != "slice_by_size":
+            continue
+        x = op.inputs.get("x")
+        if not isinstance(x, Var) or x.name not in inputs:
+            continue
+        (out,) = op.outputs
+        shape_in, shape_out = getattr(x.type, "shape", None), getattr(out.type, "shape", None)
+        if not shape_in or not shape_out or shape_out[-1] != width or shape_in[-1] == width:
+            continue
+        begin = op.inputs.get("begin")
+        literal = begin.const if isinstance(begin, Var) else begin
+        value = getattr(literal, "value", None)
+        if isinstance(value, (np.ndarray, list, tuple)) and not np.asarray(value).reshape(-1)[-1:].any():
+            return True
+    return False
 
 
 def ordered_program(fn: Function) -> bool:
@@ -146,8 +169,9 @@ def ordered_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     xs = np.broadcast_to(x2, (*batch, m, k)).reshape(-1, m, k)
     ys = np.broadcast_to(y2, (*batch, k, n)).reshape(-1, k, n)
     flat = out.reshape(-1, m, n)
-    for b in range(flat.shape[0]):
-        ordered_into(np.ascontiguousarray(ys[b]), xs[b].T, flat[b])
+    if not jit.ordered_batched_product(np.ascontiguousarray(ys), xs.transpose(0, 2, 1), flat):
+        for b in range(flat.shape[0]):
+            ordered_into(np.ascontiguousarray(ys[b]), xs[b].T, flat[b])
     if vx:
         out = out[..., 0, :]
     if vy:

@@ -26,6 +26,7 @@ from anekit.runtime.base import WeightSource
 from anekit.runtime.sim.columns import input_widths
 from anekit.runtime.sim.engine_steps import engine_fast_step, engine_runner, engine_step
 from anekit.runtime.sim.fast import Runner, fused_reshape
+from anekit.runtime.sim.kept import KeptSteps, Source
 from anekit.runtime.sim.mac import MAC_OPS
 from anekit.runtime.sim.numerics import SLICE_OPS, EngineNumerics
 from anekit.runtime.sim.ordered import ORDERED_CONV, ORDERED_OPS, ordered_program, transposed_layout
@@ -113,6 +114,14 @@ class Plan:
         self.elided: set[int] = set()  # the slots of the steps fused away: never filled
         self._fuse_moves()
         self.dead_after = self._dead_after()
+        # The steps that move elements of constant columns of an input, kept between runs (``kept``):
+        # none under a sanitizer, which counts each run's hazards.
+        counting = self.numerics is not None and self.numerics.sanitizer is not None
+        self.kept = (
+            None
+            if counting
+            else KeptSteps(self.steps, self.input_slots, self.constants, self.elided, self.numerics)
+        )
         if self.numerics is not None:
             self.numerics.mac_only_slots = self._mac_only_slots()
         self.constant_ids = frozenset(id(v) for v in self.constants.values())  # never handed out as is
@@ -305,11 +314,14 @@ class Plan:
         inputs: list[np.ndarray],
         stored: frozenset[int] = frozenset(),
         peaks: dict[int, float] | None = None,
+        sources: dict[int, Source] | None = None,
     ) -> list[np.ndarray]:
         """Run the steps on ``inputs``; those at the indices in ``stored`` are already fp16 values held in
         C-contiguous float32 arrays the plan may keep, exactly what an fp16 input's store would make.
         ``peaks``: for some of those, their largest |value|, read where they were made, and no NaN among
-        them (the engine's input coercion then changes nothing and need not scan them)."""
+        them (the engine's input coercion then changes nothing and need not scan them). ``sources``: for
+        some of those, the mirror that keeps the array between runs and knows which of its columns changed
+        (``runtime.sim.kept``: the steps that only move elements of unchanged columns are not run again)."""
         if self._template is None or len(self._template) != self.n_slots:
             self._template = [None] * self.n_slots
             for slot, value in self.constants.items():
@@ -326,13 +338,26 @@ class Plan:
                 else:
                     env[slot] = self.numerics.coerce_input(env[slot], self.input_names[i], slot)
         runners, dead_after = self.runners, self.dead_after
+        kept = self.kept if sources and self.kept else None
         index = 0
         try:
             with np.errstate(all="ignore"):
-                for index in range(len(runners)):
-                    runners[index](env)
-                    for slot in dead_after[index]:
-                        env[slot] = None
+                if kept is None:
+                    for index in range(len(runners)):
+                        runners[index](env)
+                        for slot in dead_after[index]:
+                            env[slot] = None
+                else:
+                    assert sources is not None
+                    regions, steps = kept.regions, self.steps
+                    for index in range(len(runners)):
+                        if index not in regions:
+                            runners[index](env)
+                        elif not kept.reuse(index, steps[index].out_slots, env, sources):
+                            runners[index](env)
+                            kept.keep(index, steps[index].out_slots, env, sources)
+                        for slot in dead_after[index]:
+                            env[slot] = None
         except AnekitError:
             raise
         except Exception as e:  # a pre-bound runner's failure, named as run_step names a reference's
