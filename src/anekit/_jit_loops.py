@@ -588,6 +588,29 @@ def _add_scaled(acc: np.ndarray, row: np.ndarray, scale: np.float32) -> None:  #
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _add_scaled4(
+    acc: np.ndarray,
+    r0: np.ndarray,
+    r1: np.ndarray,
+    r2: np.ndarray,
+    r3: np.ndarray,
+    s0: np.float32,
+    s1: np.float32,
+    s2: np.float32,
+    s3: np.float32,
+) -> None:  # pragma: no cover - compiled
+    """``_add_scaled`` of four rows in turn, each element loaded and stored once: acc[i] + r0[i] s0, then
+    + r1[i] s1, + r2[i] s2, + r3[i] s3, each product and each sum rounded to float32 in that order."""
+    for i in range(acc.size):
+        v = acc[i]
+        v = v + r0[i] * s0
+        v = v + r1[i] * s1
+        v = v + r2[i] * s2
+        v = v + r3[i] * s3
+        acc[i] = v
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """out[n, i] = the float32 sum over k = 0, 1, ... K-1, in that order, of wt[k, i] * x[k, n], from +0:
     each product rounded to float32, then each sum. ``wt`` (K, M) and ``out`` (N, M) are C-contiguous
@@ -595,11 +618,16 @@ def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # 
     on how many columns ``x`` has; the chains of a block of rows run side by side (vectorised across rows)."""
     kk, m = wt.shape
     nn = x.shape[1]
+    k4 = kk - kk % 4
     for i0 in range(0, m, ORDERED_BLOCK):
         i1 = min(m, i0 + ORDERED_BLOCK)
         for n in range(nn):
             out[n, i0:i1] = np.float32(0.0)
-        for k in range(kk):
+        for k in range(0, k4, 4):  # four terms at a time, still in ascending order for every output
+            r0, r1, r2, r3 = wt[k, i0:i1], wt[k + 1, i0:i1], wt[k + 2, i0:i1], wt[k + 3, i0:i1]
+            for n in range(nn):
+                _add_scaled4(out[n, i0:i1], r0, r1, r2, r3, x[k, n], x[k + 1, n], x[k + 2, n], x[k + 3, n])
+        for k in range(k4, kk):
             row = wt[k, i0:i1]
             for n in range(nn):
                 _add_scaled(out[n, i0:i1], row, x[k, n])

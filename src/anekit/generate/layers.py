@@ -78,25 +78,24 @@ def read_columns(kernel: Kernel, n: int | None) -> None:
 
 
 class Compiled:
-    """One generation kernel compiled and loaded, with its "x", "cache" and output surfaces. A kernel with
-    dynamic weights (``GenKernel.columns``) runs on an input set of its own (``Kernel.input_set``), whose
-    "x" gets the weights written once, here; each call then writes only the activation columns, as a
-    block (``Surface.write_block``: the simulator's held surface rounds and keeps just those, and the
-    plan's moves of the weight columns are kept between runs, ``runtime.sim.kept``)."""
+    """One generation kernel compiled and loaded, running on an input set of its own
+    (``Kernel.input_set``) with its "x", "cache" and output surfaces. Each call writes the activation
+    columns of "x" as a block, and the chunk's keys and values into the cache as blocks
+    (``Surface.write_block``): in the simulator a held surface rounds and keeps just those, with no
+    decode or comparison of the rest. A kernel with dynamic weights (``GenKernel.columns``) gets them
+    written into its "x" once, here (the simulator's plan keeps its moves of those unchanged columns
+    between runs, ``runtime.sim.kept``)."""
 
     def __init__(self, gen: GenKernel, backend: Backend, weights: Mapping[Any, Any] | None = None) -> None:
         self.gen = gen
         self.kernel: Kernel = gen.compile(backend).load()
+        if gen.columns is not None and weights is None:
+            self.kernel.close()
+            raise AnekitError(f"[generate] {gen.name} takes its weights in its input: none were given")
         names = self.kernel.input_names
-        self.inputs: list[Surface] | None = None  # the input set a dynamic kernel runs on
-        surfaces = self.kernel.inputs
-        if gen.columns is not None:
-            if weights is None:
-                self.kernel.close()
-                raise AnekitError(f"[generate] {gen.name} takes its weights in its input: none were given")
-            surfaces = self.inputs = self.kernel.input_set()
-        self.x: Surface = surfaces[names.index("x")]
-        self.cache: Surface | None = surfaces[names.index("cache")] if "cache" in names else None
+        self.inputs: list[Surface] = self.kernel.input_set()  # the surfaces every run reads
+        self.x: Surface = self.inputs[names.index("x")]
+        self.cache: Surface | None = self.inputs[names.index("cache")] if "cache" in names else None
         self.out: Surface = self.kernel.outputs[0]
         self.columns = gen.x_shape
         self.act_start = 0
@@ -114,13 +113,7 @@ class Compiled:
         rows = np.zeros((act.channels, act.spatial), np.float32)
         for _, row, n, r in act.part_rows(parts):
             rows[row : row + n] = r
-        a = self.act_start
-        if self.inputs is not None:
-            self.x.write_block(rows, 0, a)
-        else:
-            c, cols = self.columns
-            with self.x.view() as buf, np.errstate(over="ignore"):
-                buf.reshape(c, cols)[: act.channels, a : a + act.spatial] = rows
+        self.x.write_block(rows, 0, self.act_start)
         read_columns(self.kernel, columns)
         self.kernel.run(self.inputs)
         if columns is None:
@@ -139,15 +132,8 @@ class Compiled:
         positions pos .. pos+n-1, in place: no other column is touched."""
         layout = self.gen.cache
         assert self.cache is not None and layout is not None
-        if self.inputs is not None:  # a held surface keeps the blocks written as they are
-            for name in layout.names:
-                self.cache.write_block(out[name][:, :n], layout.range(name)[0], pos)
-            return
-        with self.cache.view() as buf:
-            rows = buf.reshape(layout.channels, layout.spatial)
-            for name in layout.names:
-                off, c = layout.range(name)
-                rows[off : off + c, pos : pos + n] = out[name][:, :n]
+        for name in layout.names:
+            self.cache.write_block(out[name][:, :n], layout.range(name)[0], pos)
 
     def close(self) -> None:
         self.kernel.close()

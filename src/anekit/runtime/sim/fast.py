@@ -50,7 +50,13 @@ from anekit.mil.ops.linear import conv, conv_nd, matmul, window_slices
 from anekit.mil.ops.reduction import _ReduceAxes
 from anekit.mil.ops.tensor_ops import concat, reshape, slice_by_size, transpose
 from anekit.mil.registry import OpDef
-from anekit.runtime.sim.ordered import OrderedConv, ordered_into, pointwise_matrix_t
+from anekit.runtime.sim.ordered import (
+    OrderedConv,
+    OrderedMatmul,
+    ordered_batched,
+    ordered_into,
+    pointwise_matrix_t,
+)
 
 # Runs one step on the slot list: reads its input slots, writes its output slot.
 Runner = Callable[[list[Any]], None]
@@ -444,6 +450,43 @@ def _ordered_conv(b: Binding) -> Runner | None:
     return run
 
 
+def _ordered_matmul(b: Binding) -> Runner | None:
+    """``OrderedMatmul.reference`` with constant transpose flags and operands of the static shapes the plan
+    was built for, with one batch shape (an attention's heads): every batch item's ordered sums in one
+    compiled call (``jit.ordered_batched_product``), written into a fresh C-ordered array, as the
+    reference makes; anything else runs the plain way."""
+    if not b.is_const("transpose_x", "transpose_y"):
+        return None
+    xshape, yshape = b.shape("x"), b.shape("y")
+    if xshape is None or yshape is None or len(xshape) < 2 or len(yshape) < 2 or len(xshape) != len(yshape):
+        return None
+    tx, ty = b.bool("transpose_x"), b.bool("transpose_y")
+    xm = (*xshape[:-2], xshape[-1], xshape[-2]) if tx else xshape
+    ym = (*yshape[:-2], yshape[-1], yshape[-2]) if ty else yshape
+    if xm[:-2] != ym[:-2] or xm[-1] != ym[-2]:
+        return None  # broadcast batches: the reference's way
+    m, k, n = xm[-2], xm[-1], ym[-1]
+    batch = xm[:-2]
+    xs, ys, out, finish, plain = b.slots["x"], b.slots["y"], b.out, b.finish, b.plain
+    rest = b.others("x", "y")
+    swapaxes = np.swapaxes
+
+    def run(env: list[Any]) -> None:
+        x0, y0 = env[xs], env[ys]
+        if x0.shape != xshape or y0.shape != yshape or x0.dtype != _F32 or y0.dtype != _F32:
+            return plain(env)
+        x = swapaxes(x0, -1, -2) if tx else x0
+        y = swapaxes(y0, -1, -2) if ty else y0
+        result = np.empty((*batch, m, n), _F32)
+        rows = np.ascontiguousarray(y).reshape(-1, k, n)  # the loop's weight rows, (K, N) each
+        terms = x.reshape(-1, m, k).transpose(0, 2, 1)  # (B, K, M)
+        if not jit.ordered_batched_product(rows, terms, result.reshape(-1, m, n)):
+            result = ordered_batched(x, y)
+        env[out] = finish(result, (x0, y0, *rest))
+
+    return run
+
+
 # op name -> (the reference mirrored, binder)
 _NAMED: dict[str, tuple[Callable[..., Any], Callable[[Binding], Runner | None]]] = {
     "reshape": (reshape.reference, _copied(_reshape_view)),
@@ -460,6 +503,8 @@ def fast_runner(opdef: OpDef, b: Binding) -> Runner | None:
     reference = type(opdef).reference
     if type(opdef) is OrderedConv:
         return _ordered_conv(b) if reference is conv.reference else None
+    if type(opdef) is OrderedMatmul:
+        return _ordered_matmul(b)
     if isinstance(opdef, conv) and type(opdef).convolve is not conv.convolve:
         return None  # a conv that sums its products otherwise
     named = _NAMED.get(opdef.name)

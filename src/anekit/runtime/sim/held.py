@@ -26,6 +26,10 @@ from anekit.fp16 import round_to_fp16
 from anekit.runtime.base import Surface, _LockedView
 from anekit.runtime.sim.kept import ColumnLog
 
+# Blocks whose NaN counts and peaks are kept one by one: past this many (a generation cache written a
+# column at a time) they are counted again as one, from the values.
+MAX_BLOCKS = 64
+
 
 class HeldSurface(Surface):
     """An fp16 [1, C, 1, W] surface whose float32 values are held beside its bits (module docstring)."""
@@ -88,6 +92,8 @@ class HeldSurface(Surface):
                 found = _nan_peak(rounded)
                 grid[row : row + rows, column : column + cols] = rounded
             key = (row, column, rows, cols)
+            if len(self._blocks) >= MAX_BLOCKS:  # many small blocks (a cache's columns): one again
+                self._blocks = {(0, 0, self.channels, self.spatial): _nan_peak(self.values)}
             covered = [k for k in self._blocks if _inside(k, key)]
             for k in covered:  # blocks written over entirely no longer count
                 del self._blocks[k]

@@ -31,8 +31,8 @@ ROOTS = frozenset({"slice_by_size"})
 MOVES = frozenset({"reshape", "transpose", "squeeze", "expand_dims"})
 
 
-# Changes whose columns a log remembers (``ColumnLog``).
-LOG = 64
+# Changes whose columns a log remembers one by one (``ColumnLog``).
+LOG = 16
 
 
 class Source(Protocol):
@@ -45,24 +45,34 @@ class Source(Protocol):
 
 
 class ColumnLog:
-    """The columns each change of an array touched (the array read as rows of columns): a ``Source``."""
+    """The columns each change of an array touched (the array read as rows of columns): a ``Source``.
+
+    The last ``LOG`` changes are kept one by one; the older ones are merged into one span of columns (the
+    columns between the first and the last any of them touched), so a question about a version that far
+    back is still answered, conservatively: activation columns rewritten before every run never make
+    the weight columns after them look changed."""
 
     def __init__(self) -> None:
         self.version = 0  # how many changes there were
         self._log: list[tuple[int, int, int]] = []  # the last LOG: (version, first column, stop)
+        self._merged = (0, 0, 0)  # the older ones: (the last version merged, first column, stop)
 
     def changed(self, first: int, stop: int) -> None:
         """Elements in columns [first, stop) changed."""
         self.version += 1
         self._log.append((self.version, first, stop))
-        del self._log[:-LOG]
+        if len(self._log) > LOG:
+            v, lo, hi = self._log.pop(0)
+            _, mlo, mhi = self._merged
+            self._merged = (v, lo, hi) if mlo == mhi else (v, min(lo, mlo), max(hi, mhi))
 
     def changed_since(self, version: int, first: int, stop: int) -> bool:
-        """Whether a change after ``version`` touched columns [first, stop) (True when the log no longer
-        reaches back that far)."""
+        """Whether a change after ``version`` touched columns [first, stop) (of the merged older changes:
+        whether their span reaches those columns)."""
         if version == self.version:
             return False
-        if not self._log or self._log[0][0] > version + 1:
+        merged, lo, hi = self._merged
+        if version < merged and lo < stop and first < hi:
             return True
         return any(v > version and lo < stop and first < hi for v, lo, hi in self._log)
 
