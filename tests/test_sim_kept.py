@@ -135,22 +135,19 @@ def test_a_sanitizer_keeps_nothing() -> None:
 
 
 def test_the_log_says_what_changed_since_a_version() -> None:
-    log = kept.ColumnLog()
+    log = kept.ColumnLog(400)
+    log.changed(0, 400)  # the weights, once
     log.changed(0, 32)
     v = log.version
     assert not log.changed_since(v, 0, 32)
     log.changed(64, 80)
     assert log.changed_since(v, 70, 71) and log.changed_since(v, 0, 65)
     assert not log.changed_since(v, 0, 64) and not log.changed_since(v, 80, 200)
-    for _ in range(3 * kept.LOG):  # activation columns, rewritten before every run
-        log.changed(0, 1)
-    assert not log.changed_since(v, 100, 200)  # long merged: still known untouched
-    assert log.changed_since(v, 70, 71) and log.changed_since(v, 0, 1)
-    assert not log.changed_since(log.version - 1, 1, 200)
-    log.changed(300, 301)
-    for _ in range(2 * kept.LOG):
-        log.changed(0, 1)
-    assert log.changed_since(v, 100, 200)  # merged into the span 0 .. 301: conservatively, changed
+    for _ in range(1000):  # activation columns, rewritten before every run
+        log.changed(0, 32)
+    assert not log.changed_since(v, 100, 400)  # however many changes of other columns came since
+    assert log.changed_since(v, 70, 71) and log.changed_since(v, 31, 33)
+    assert not log.changed_since(log.version - 1, 32, 400)
 
 
 def test_a_held_surface_logs_its_writes() -> None:

@@ -46,7 +46,7 @@ class HeldSurface(Surface):
         self._blocks: dict[tuple[int, int, int, int], tuple[int, float]] = {}
         # the columns each write touched, for the plans that keep values moved out of columns of it
         # (``runtime.sim.kept``): a block's own columns, every column for a write through the bits
-        self.changes = ColumnLog()
+        self.changes = ColumnLog(self.spatial)
 
     # -- the held values ----------------------------------------------------------------------------
 

@@ -31,10 +31,6 @@ ROOTS = frozenset({"slice_by_size"})
 MOVES = frozenset({"reshape", "transpose", "squeeze", "expand_dims"})
 
 
-# Changes whose columns a log remembers one by one (``ColumnLog``).
-LOG = 16
-
-
 class Source(Protocol):
     """What a run knows of an input array between runs (``ColumnLog``: a mirror's, a held surface's)."""
 
@@ -45,36 +41,23 @@ class Source(Protocol):
 
 
 class ColumnLog:
-    """The columns each change of an array touched (the array read as rows of columns): a ``Source``.
+    """The version at which each column of an array (read as rows of columns) last changed: a ``Source``."""
 
-    The last ``LOG`` changes are kept one by one; the older ones are merged into one span of columns (the
-    columns between the first and the last any of them touched), so a question about a version that far
-    back is still answered, conservatively: activation columns rewritten before every run never make
-    the weight columns after them look changed."""
-
-    def __init__(self) -> None:
+    def __init__(self, columns: int) -> None:
         self.version = 0  # how many changes there were
-        self._log: list[tuple[int, int, int]] = []  # the last LOG: (version, first column, stop)
-        self._merged = (0, 0, 0)  # the older ones: (the last version merged, first column, stop)
+        self._last = np.zeros(max(columns, 1), np.int64)  # per column: the version that last changed it
 
     def changed(self, first: int, stop: int) -> None:
         """Elements in columns [first, stop) changed."""
         self.version += 1
-        self._log.append((self.version, first, stop))
-        if len(self._log) > LOG:
-            v, lo, hi = self._log.pop(0)
-            _, mlo, mhi = self._merged
-            self._merged = (v, lo, hi) if mlo == mhi else (v, min(lo, mlo), max(hi, mhi))
+        self._last[max(first, 0) : stop] = self.version
 
     def changed_since(self, version: int, first: int, stop: int) -> bool:
-        """Whether a change after ``version`` touched columns [first, stop) (of the merged older changes:
-        whether their span reaches those columns)."""
+        """Whether a change after ``version`` touched columns [first, stop)."""
         if version == self.version:
             return False
-        merged, lo, hi = self._merged
-        if version < merged and lo < stop and first < hi:
-            return True
-        return any(v > version and lo < stop and first < hi for v, lo, hi in self._log)
+        part = self._last[max(first, 0) : stop]
+        return bool(part.size) and int(part.max()) > version
 
 
 class Holder(Protocol):

@@ -55,7 +55,7 @@ class Mirror:
         self.worth = True  # whether keeping it pays (``refresh``)
         # the columns each refresh changed, for the plans that keep values moved out of columns of it
         # (``runtime.sim.kept``)
-        self.changes = ColumnLog()
+        self.changes = ColumnLog(int(buf.shape[-1]) if buf.ndim else 1)
 
     def refresh(self, buf: np.ndarray) -> bool:
         """Bring the values up to ``buf`` (the surface's buffer, of the mirrored shape); False when it holds
