@@ -19,11 +19,13 @@ Per shape it prints:
   plan's prefill width; a model whose float32 weights pass 1 GB prefills at the decode width, so the
   simulator holds one kernel set). Kernels whose caller reads only some of their columns compute only
   those, where that gives the same bits (``anekit.runtime.sim.columns``: every decode kernel is read for
-  the real tokens' columns; the attention kernels and the legacy route's fused layers run their causal
-  copies, ``anekit.runtime.sim.kernel.SimKernel.causal``; ``anekit.runtime.sim.ordered``: a decode
-  kernel's sums are taken in an order that keeps a column's bits at any width and any number of masked
-  keys); the first run that asks measures which narrow widths do, once per kernel, so the prefill
-  timed is the second of two and the decode steps timed follow one untimed step. ``--full-columns`` also
+  the real tokens' columns; the attention kernels, the legacy route's fused layers and a dynamic route's
+  every kernel run their copies, ``anekit.runtime.sim.kernel.SimKernel.causal``;
+  ``anekit.runtime.sim.ordered``: a decode kernel's sums are taken in an order that keeps a column's bits
+  at any width and any number of masked keys); the first run that asks measures which narrow widths do,
+  once per kernel, and a dynamic kernel's second run keeps its moves of the weight columns
+  (``anekit.runtime.sim.kept``), so the prefill timed is the second of two and the decode steps timed
+  follow two untimed steps. ``--full-columns`` also
   times every chip with every column computed (the simulator as it ran before column-lazy runs), for the
   ratio of the two in one run.
 
@@ -168,6 +170,7 @@ def sim_rates(
         ids = np.arange(prompt) % params.cfg.vocab_size
         dec.forward(ids, 0)  # untimed: the first run of each kernel (mirrors, narrow widths measured)
         dec.forward([int(ids[0])], prompt)
+        dec.forward([int(ids[1])], prompt + 1)
         t0 = clock()
         dec.forward(ids, 0)
         prefill = prompt / (clock() - t0)

@@ -31,7 +31,14 @@ layers kernel, an attention kernel) gets its copies from its caller, who vouches
 are masked (``SimKernel.causal``). ``SimBackend(lazy_columns=False)`` computes every column. A program
 shaped as a decode kernel at most 32 columns wide sums in one fixed order (``runtime.sim.ordered``: its
 convs, matmuls, softmax sums and one-axis reductions, ascending), with or without lazy runs, so that a
-column's sums depend neither on how many columns run nor on the masked keys a copy drops.
+column's sums depend neither on how many columns run nor on the masked keys a copy drops. A dynamic
+kernel (its weights in its input's columns after its activations) is such a program too; its copies read
+the kernel's own input.
+
+Kept steps (``runtime.sim.kept``): the steps that only move elements of columns of an input that did not
+change since the last run (a dynamic kernel's weight columns, written once) are not run again: the arrays
+they made are handed to the next run, read-only. A held surface's block writes and a mirror's refreshes
+say which columns changed.
 
 Strictness: by default compiling refuses, with ``CompilationFailed`` naming the rule, a program that
 breaks an ``error`` rule of the rule book (``anekit.rules``) for the target ``chip`` ("any": every
@@ -53,9 +60,11 @@ One module per job, each importing only those listed above it:
     fast          pre-bound runners for the frequent ops (the references' own numpy calls)
     steps         ``Step``, ``run_step`` and the runner each step is bound to
     engine_steps  steps under a chip's profile
+    kept          the moves of an input's unchanged columns, kept between runs
     weights       the weight files a program refers to, opened once
     plan          ``Plan``: a compiled function, its steps over numbered value slots
     mirror        a large fp16 input surface kept decoded between runs
+    held          an input surface whose float32 values are held beside its bits, written by blocks
     kernel        ``SimKernel``: a plan behind surfaces
     backend       ``SimBackend``: the options, then compile -> kernel
 """

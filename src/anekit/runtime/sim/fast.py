@@ -463,13 +463,22 @@ def _ordered_matmul(b: Binding) -> Runner | None:
     tx, ty = b.bool("transpose_x"), b.bool("transpose_y")
     xm = (*xshape[:-2], xshape[-1], xshape[-2]) if tx else xshape
     ym = (*yshape[:-2], yshape[-1], yshape[-2]) if ty else yshape
-    if xm[:-2] != ym[:-2] or xm[-1] != ym[-2]:
-        return None  # broadcast batches: the reference's way
+    shared_y = all(d == 1 for d in ym[:-2])  # one y for every batch item (a constant: RoPE's permutation)
+    if (xm[:-2] != ym[:-2] and not shared_y) or xm[-1] != ym[-2]:
+        return None  # other broadcasts: the reference's way
     m, k, n = xm[-2], xm[-1], ym[-1]
     batch = xm[:-2]
+    items = int(np.prod(batch, dtype=np.int64))
     xs, ys, out, finish, plain = b.slots["x"], b.slots["y"], b.out, b.finish, b.plain
     rest = b.others("x", "y")
     swapaxes = np.swapaxes
+    fixed: np.ndarray | None = None  # a constant y's rows for every batch item, made once
+    y_value: Any = None
+    if b.is_const("y") and shared_y:
+        y_value = np.asarray(b.value("y"))
+        if y_value.dtype == _F32 and y_value.shape == yshape:
+            y_eff = swapaxes(y_value, -1, -2) if ty else y_value
+            fixed = np.ascontiguousarray(np.broadcast_to(y_eff.reshape(k, n), (items, k, n)))
 
     def run(env: list[Any]) -> None:
         x0, y0 = env[xs], env[ys]
@@ -478,7 +487,12 @@ def _ordered_matmul(b: Binding) -> Runner | None:
         x = swapaxes(x0, -1, -2) if tx else x0
         y = swapaxes(y0, -1, -2) if ty else y0
         result = np.empty((*batch, m, n), _F32)
-        rows = np.ascontiguousarray(y).reshape(-1, k, n)  # the loop's weight rows, (K, N) each
+        if fixed is not None and y0 is y_value:
+            rows = fixed
+        elif shared_y:
+            rows = np.ascontiguousarray(np.broadcast_to(y.reshape(k, n), (items, k, n)))
+        else:
+            rows = np.ascontiguousarray(y).reshape(-1, k, n)  # the loop's weight rows, (K, N) each
         terms = x.reshape(-1, m, k).transpose(0, 2, 1)  # (B, K, M)
         if not jit.ordered_batched_product(rows, terms, result.reshape(-1, m, n)):
             result = ordered_batched(x, y)

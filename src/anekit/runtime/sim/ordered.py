@@ -12,8 +12,9 @@ columns wide and its caller reads one; the simulator runs it narrowed to the col
 gives the full run's bits.
 
 So in a program shaped as a decode kernel at most ``ORDERED_WIDTH`` columns wide (``decode_width``: its
-outputs end in one width W, and so does an input; the decode width is the engine's narrowest fp16
-surface), decided by its shapes alone:
+outputs end in one width W, and so does an input, or a slice reads an input's first W columns, a dynamic
+kernel's activations, its weights in the columns after them; the decode width is the engine's narrowest
+fp16 surface), decided by its shapes alone:
 
 - every conv and matmul sums each output over its terms in ascending order, starting from +0, each product
   rounded to float32 and then each sum (``ordered_matmul``, ``ordered_batched``);
@@ -28,9 +29,9 @@ narrowing). A chip whose MAC ties round away from zero (M5) sums in the same ord
 float32 sum away in the store (``backend.plan_ordering``). The products of two fp16 values are
 exact in float32, so a fused multiply-add would give the same bits; the loops do not fuse them, so that
 float32 operands that are not fp16 values (the fp32 precision of the order probe) get the numpy path's
-bits too. A wider program (training kernels, prefill) or one whose outputs end in no input's width (a
-dynamic kernel: its weights travel in its input's columns) keeps numpy's sums, whose speed matters there
-and whose bits it has always had.
+bits too. A wider program (training kernels, prefill) or one whose outputs end in no input's width and
+that reads no input's first W columns keeps numpy's sums, whose speed matters there and whose bits it has
+always had.
 
 The compiled loop (``anekit.jit.ordered_product``) reads the weight transposed, (K, M) C-contiguous: the
 plan stores the constant weight of such a conv in that layout (its Fortran order: ``transposed_layout``),
