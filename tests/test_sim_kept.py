@@ -159,3 +159,23 @@ def test_a_held_surface_logs_its_writes() -> None:
     with s.view():
         pass
     assert s.changes.changed_since(v, 95, 96)  # through the bits: anywhere
+
+
+def test_a_held_surface_written_a_column_at_a_time_keeps_its_counts() -> None:
+    """A cache written one column per step: past ``held.MAX_BLOCKS`` blocks their counts are taken again
+    as one, and the NaN count and peak stay those of the values."""
+    from anekit.runtime.sim import held
+
+    s = HeldSurface((1, 8, 1, 3 * held.MAX_BLOCKS))
+    rng = np.random.default_rng(3)
+    for col in range(3 * held.MAX_BLOCKS):
+        block = rng.standard_normal((8, 1)).astype(np.float32)
+        if col == 70:
+            block[2, 0] = 1000.0
+        s.write_block(block, 0, col)
+        assert len(s._blocks) <= held.MAX_BLOCKS
+    values, nans, peak = s.held()
+    assert nans == 0 and peak == 1000.0
+    s.write_block(np.full((1, 1), np.nan, np.float32), 5, 7)
+    _, nans, _ = s.held()
+    assert nans >= 1
