@@ -174,7 +174,7 @@ def test_a_held_surface_written_a_column_at_a_time_keeps_its_counts() -> None:
             block[2, 0] = 1000.0
         s.write_block(block, 0, col)
         assert len(s._blocks) <= held.MAX_BLOCKS
-    values, nans, peak = s.held()
+    _, nans, peak = s.held()
     assert nans == 0 and peak == 1000.0
     s.write_block(np.full((1, 1), np.nan, np.float32), 5, 7)
     _, nans, _ = s.held()

@@ -8,7 +8,8 @@ the chunk's positions, the cache mask (slot j visible to query i iff j < pos, ba
 runs the kernel, reads its one output's first n columns (x after the group, then each layer's new k and
 v) and writes the chunk's k / v columns pos .. pos+n-1 into the kernel's own "cache" input surface in place
 (``Surface.write_block``, on the kernel's own input set: ``Compiled``): the cache is never copied per token,
-and no surface is bound to two kernels (rule surface.shared-between-kernels). The next group reads the host's copy of x, its padding columns zeros.
+and no surface is bound to two kernels (rule surface.shared-between-kernels). The next group reads the
+host's copy of x, its padding columns zeros.
 
 A layers kernel attends over the cache and its own chunk, query i seeing the chunk's keys 0 .. i, so the
 padding columns feed no real one: each simulated layers kernel is handed its causal copies
