@@ -301,23 +301,29 @@ def count_nan(x: np.ndarray) -> int:  # pragma: no cover - compiled
     return n
 
 
-@njit(nogil=True, cache=True)
-def round_fp16_away_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``x`` rounded to binary16 values with ties away from zero (else exactly as ``_round``).
+@njit(cache=True)
+def _round_tie(v: np.float32, away: bool) -> np.float32:
+    """``v`` rounded to a binary16 value (``_round``), a tie away from zero when ``away``.
 
     Where ties-to-even rounded toward zero (|r| < |v|) and 2|v| - |r| is itself a half, v sat exactly
     halfway between |r| and that half (no half lies between them), so it goes there instead.
     """
-    for i in range(x.size):
-        v = x[i]
-        r = _round(v)
+    r = _round(v)
+    if away:
         a = abs(v)
         ra = abs(r)
         if ra < a and a < np.float32(65520.0):
             hc = np.float32(np.float32(a - ra) + a)
             if _round(hc) == hc:
                 r = hc if v > 0 else -hc
-        out[i] = r
+    return r
+
+
+@njit(nogil=True, cache=True)
+def round_fp16_away_into(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``x`` rounded to binary16 values with ties away from zero (``_round_tie``)."""
+    for i in range(x.size):
+        out[i] = _round_tie(x[i], True)
 
 
 @njit(nogil=True, cache=True)
@@ -345,15 +351,7 @@ def round_fp16_nan0_inplace(x: np.ndarray, away: bool) -> int:  # pragma: no cov
             x[i] = np.float32(0.0)
             n += 1
             continue
-        r = _round(v)
-        if away:
-            a = abs(v)
-            ra = abs(r)
-            if ra < a and a < np.float32(65520.0):
-                hc = np.float32(np.float32(a - ra) + a)
-                if _round(hc) == hc:
-                    r = hc if v > 0 else -hc
-        x[i] = r
+        x[i] = _round_tie(v, away)
     return n
 
 
@@ -362,19 +360,10 @@ def round_port_inplace(
     x: np.ndarray, ceiling: np.float32, flush: bool, away: bool
 ) -> tuple[int, int, float, int]:  # pragma: no cover - compiled
     """A MAC op's store and output port in one pass: round to binary16 values in place (ties away from zero
-    when ``away``, as ``round_fp16_away_into``), then ``mac_port``'s NaN -> +0, subnormals -> +0
+    when ``away``: ``_round_tie``), then ``mac_port``'s NaN -> +0, subnormals -> +0
     (``flush``) and |v| >= ceiling -> +/-inf."""
     for i in range(x.size):
-        v = x[i]
-        r = _round(v)
-        if away:
-            a = abs(v)
-            ra = abs(r)
-            if ra < a and a < np.float32(65520.0):
-                hc = np.float32(np.float32(a - ra) + a)
-                if _round(hc) == hc:
-                    r = hc if v > 0 else -hc
-        x[i] = r
+        x[i] = _round_tie(x[i], away)
     return mac_port(x, ceiling, flush)
 
 

@@ -374,19 +374,25 @@ def ordered_batched_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> b
     float32, ``x`` (B, K, N) float32 (any strides); False (nothing written) without the loops or for other
     arrays. The same bits as ``ordered_product`` of each item."""
     loops = _load()
-    if loops is None or wt.ndim != 3 or x.ndim != 3 or out.ndim != 3:
+    if loops is None or not _product_operands(wt, x, out, 3):
+        return False
+    b, k, m = wt.shape
+    if x.shape[:2] != (b, k) or out.shape != (b, x.shape[2], m):
+        return False
+    loops.ordered_batched_product(wt, x, out)
+    return True
+
+
+def _product_operands(wt: np.ndarray, x: np.ndarray, out: np.ndarray, ndim: int) -> bool:
+    """Whether the ordered products' loops take these arrays: each of ``ndim`` axes, float32, ``wt`` and
+    ``out`` C-contiguous, ``out`` writable and sharing no memory with the others."""
+    if wt.ndim != ndim or x.ndim != ndim or out.ndim != ndim:
         return False
     if wt.dtype != np.float32 or x.dtype != np.float32 or out.dtype != np.float32:
         return False
     if not (wt.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
         return False
-    b, k, m = wt.shape
-    if x.shape[:2] != (b, k) or out.shape != (b, x.shape[2], m):
-        return False
-    if np.may_share_memory(out, wt) or np.may_share_memory(out, x):
-        return False
-    loops.ordered_batched_product(wt, x, out)
-    return True
+    return not (np.may_share_memory(out, wt) or np.may_share_memory(out, x))
 
 
 def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> bool:
@@ -395,15 +401,9 @@ def ordered_product(wt: np.ndarray, x: np.ndarray, out: np.ndarray) -> bool:
     ``x`` (K, N); False (nothing written) without the loops or for other arrays. The same bits as the
     numpy path there (``runtime.sim.ordered.ordered_matmul``)."""
     loops = _load()
-    if loops is None or wt.ndim != 2 or x.ndim != 2 or out.ndim != 2:
-        return False
-    if wt.dtype != np.float32 or x.dtype != np.float32 or out.dtype != np.float32:
-        return False
-    if not (wt.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+    if loops is None or not _product_operands(wt, x, out, 2):
         return False
     if out.shape != (x.shape[1], wt.shape[1]) or x.shape[0] != wt.shape[0]:
-        return False
-    if np.may_share_memory(out, wt) or np.may_share_memory(out, x):
         return False
     loops.ordered_product(wt, x, out)
     return True
