@@ -7,9 +7,9 @@ positions pos .. pos+n-1 the host writes the kernel's "x" input — the residual
 the chunk's positions, the cache mask (slot j visible to query i iff j < pos, banded for sliding layers) —
 runs the kernel, reads its one output's first n columns (x after the group, then each layer's new k and
 v) and writes the chunk's k / v columns pos .. pos+n-1 into the kernel's own "cache" input surface in place
-(``Surface.write_block``, on the kernel's own input set: ``Compiled``): the cache is never copied per token,
-and no surface is bound to two kernels (rule surface.shared-between-kernels). The next group reads the
-host's copy of x, its padding columns zeros.
+(``Surface.write_block``; in the simulator on an input set of its own: ``Compiled``): the cache is never
+copied per token, and no surface is bound to two kernels (rule surface.shared-between-kernels). The next
+group reads the host's copy of x, its padding columns zeros.
 
 A layers kernel attends over the cache and its own chunk, query i seeing the chunk's keys 0 .. i, so the
 padding columns feed no real one: each simulated layers kernel is handed its causal copies
@@ -79,11 +79,11 @@ def read_columns(kernel: Kernel, n: int | None) -> None:
 
 
 class Compiled:
-    """One generation kernel compiled and loaded, running on an input set of its own
-    (``Kernel.input_set``) with its "x", "cache" and output surfaces. Each call writes the activation
-    columns of "x" as a block, and the chunk's keys and values into the cache as blocks
-    (``Surface.write_block``): in the simulator a held surface rounds and keeps just those, with no
-    decode or comparison of the rest. A kernel with dynamic weights (``GenKernel.columns``) gets them
+    """One generation kernel compiled and loaded, with its "x", "cache" and output surfaces (in the
+    simulator those of an input set of its own, ``Kernel.input_set``: held surfaces). Each call writes the
+    activation columns of "x" as a block, and the chunk's keys and values into the cache as blocks
+    (``Surface.write_block``): a held surface rounds and keeps just those, with no decode or comparison of
+    the rest. A kernel with dynamic weights (``GenKernel.columns``) gets them
     written into its "x" once, here (the simulator's plan keeps its moves of those unchanged columns
     between runs, ``runtime.sim.kept``)."""
 
@@ -94,9 +94,14 @@ class Compiled:
             self.kernel.close()
             raise AnekitError(f"[generate] {gen.name} takes its weights in its input: none were given")
         names = self.kernel.input_names
-        self.inputs: list[Surface] = self.kernel.input_set()  # the surfaces every run reads
-        self.x: Surface = self.inputs[names.index("x")]
-        self.cache: Surface | None = self.inputs[names.index("cache")] if "cache" in names else None
+        # the simulator's own input set (held surfaces); an engine kernel runs on its own surfaces, so its
+        # large "x" (a dynamic kernel's weights) is not allocated twice
+        self.inputs: list[Surface] | None = (
+            self.kernel.input_set() if isinstance(self.kernel, SimKernel) else None
+        )
+        surfaces = self.kernel.inputs if self.inputs is None else self.inputs
+        self.x: Surface = surfaces[names.index("x")]
+        self.cache: Surface | None = surfaces[names.index("cache")] if "cache" in names else None
         self.out: Surface = self.kernel.outputs[0]
         self.columns = gen.x_shape
         self.act_start = 0
