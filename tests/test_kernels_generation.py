@@ -747,3 +747,32 @@ def test_a_kernel_built_from_shapes_is_the_program_built_with_weights(route_id):
     for name in shapes:
         assert print_program(shapes[name].program) == print_program(built[name].program), name
         assert shapes[name].weight_bytes == built[name].weight_bytes, name
+
+
+def test_a_dynamic_copy_reads_the_kernels_own_input_or_is_refused() -> None:
+    """A dynamic kernel's copy for n tokens takes the kernel's "x" as it is: same shape, every weight
+    segment where the kernel has it (a width-repeated norm scale's first n columns); a layout that moves a
+    weight is refused naming the segment, and a copy as wide as the kernel is refused."""
+    from anekit.kernels.composable import Segment, SpatialLayout
+    from anekit.kernels.generation import GenerationError, attention_columns, same_weight_columns
+
+    cfg = preset("stories15M")
+    dynamic = KernelRoute("dynamic", "engine", "host", "matmul")
+    for n in (1, 5, 31):
+        same_weight_columns(attention_columns(cfg, 32, 480), attention_columns(cfg, n, 480))
+        copy = head_kernel(cfg, 0, 1000, width=32, route=dynamic, columns=n)
+        assert (
+            copy.columns is not None
+            and copy.columns.columns == head_kernel(cfg, 0, 1000, width=32, route=dynamic).columns.columns
+        )
+    full = SpatialLayout.of(8, [Segment("act", 8, 32), Segment("w", 8, 16, (("w", 8, True),))], align=64)
+    moved = SpatialLayout.of(8, [Segment("act", 8, 1), Segment("w", 8, 16, (("w", 8, True),))], align=1)
+    with pytest.raises(GenerationError, match="x is 8 x 17"):
+        same_weight_columns(full, moved)
+    shifted = SpatialLayout.of(  # the same 128 columns, the weight at column 112, not 64
+        8, [Segment("act", 8, 1), Segment("pad", 8, 111), Segment("w", 8, 16, (("w", 8, True),))], align=1
+    )
+    with pytest.raises(GenerationError, match="weight segment 'w'"):
+        same_weight_columns(full, shifted)
+    with pytest.raises(GenerationError, match="a copy of 32 columns of width 32"):
+        head_kernel(cfg, 0, 1000, width=32, route=dynamic, columns=32)
