@@ -84,7 +84,6 @@ from anekit.mil.verify import verify
 from anekit.rules.checks import MIN_ROW_BYTES  # rule surface.min-row-bytes
 from anekit.runtime.ane.objc import ObjCRuntime
 from anekit.runtime.sim import Plan
-from anekit.runtime.sim.backend import plan_ordering
 from anekit.runtime.sim.chip import bind
 from anekit.runtime.sim.numerics import EngineNumerics
 
@@ -864,7 +863,7 @@ class FakeObjC:
             v["fn"] = verify(parse_program(v["mil"], "<fake ANE>")).functions["main"]
             numerics = self._numerics()
             blobs = {k: blob for k, (_, blob) in v["weights"].items()}
-            Plan(v["fn"], blobs, "ane", numerics, ordered=plan_ordering(numerics))
+            Plan(v["fn"], blobs, "ane", numerics)
         except AnekitError as e:  # the engine answers a program it cannot compile with an NSError
             self._error(err, ANE_DOMAIN, 1, f"InvalidMILProgram: {e}")
             return False
@@ -917,9 +916,7 @@ class FakeObjC:
             return False
         fn = v["fn"] if text == v["mil"] else verify(parse_program(text, "<fake ANE>")).functions["main"]
         numerics = self._numerics()
-        v["plan"] = Plan(
-            fn, compiled, "ane", numerics, ordered=plan_ordering(numerics)
-        )  # the simulator's sums
+        v["plan"] = Plan(fn, compiled, "ane", numerics)  # the simulator's sums
         return True
 
     def _load(self, model: Obj, qos: int, options: int, err: Any) -> bool:

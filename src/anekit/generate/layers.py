@@ -103,7 +103,6 @@ class Compiled:
         self.x: Surface = surfaces[names.index("x")]
         self.cache: Surface | None = surfaces[names.index("cache")] if "cache" in names else None
         self.out: Surface = self.kernel.outputs[0]
-        self.columns = gen.x_shape
         self.act_start = 0
         if gen.columns is not None:
             assert weights is not None

@@ -19,15 +19,6 @@ PRECISIONS = ("ane", "fp32")
 NUMERICS = ("engine", "exact", "ieee")
 
 
-def plan_ordering(numerics: EngineNumerics | None) -> bool | None:
-    """The ``ordered`` a plan computed with ``numerics`` takes: None, decided by its program
-    (``runtime.sim.ordered.ordered_program``), on every chip. A chip whose MAC ties round away from zero
-    (M5) orders too: its wide MAC ops round the ordered float32 sum away from zero in their store
-    (``engine_steps.engine_mac_step``), so a narrowed run keeps their bits as it does elsewhere. The fake
-    engine of the tests compiles its plans with it too."""
-    return None
-
-
 class SimBackend(Backend):
     """Runs programs in the numerical simulator (``precision``: "ane" or "fp32").
 
@@ -99,11 +90,10 @@ class SimBackend(Backend):
         if self.strict:
             route = self.route or check_route(getattr(prog, "route", "direct"), "sim")  # a package's: coreml
             enforce(prog, fn, self.chip, weights, "strict simulator", route)
-        # Where a narrowed run may use the float32 product, a decode-shaped program's sums are taken in
-        # order (``runtime.sim.ordered``), whether or not this backend narrows: the bits are the same.
-        ordered = plan_ordering(self._engine())
+        # A decode-shaped program's sums are taken in order (``runtime.sim.ordered``) on every chip, whether
+        # or not this backend narrows: the bits are the same (a ties-away chip rounds each ordered sum away).
         try:
-            plan = Plan(fn, weights, self.precision, self._engine(), ordered=ordered)
+            plan = Plan(fn, weights, self.precision, self._engine())
         except EvalFailed as e:
             raise CompilationFailed(f"[compile] folding constants failed: {e}") from e
 

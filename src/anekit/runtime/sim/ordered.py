@@ -26,7 +26,7 @@ A column's sums are then the same whatever the number of columns, and a key a ca
 an exponential of exactly 0, its product 0, added after the kept ones) changes no sum: a run narrowed to
 one column gives the full run's bits (``NarrowRuns`` still measures the whole run before it trusts a
 narrowing). A chip whose MAC ties round away from zero (M5) sums in the same order and rounds each
-float32 sum away in the store (``backend.plan_ordering``). The products of two fp16 values are
+float32 sum away in the store (``engine_steps.engine_mac_step``). The products of two fp16 values are
 exact in float32, so a fused multiply-add would give the same bits; the loops do not fuse them, so that
 float32 operands that are not fp16 values (the fp32 precision of the order probe) get the numpy path's
 bits too. A wider program (training kernels, prefill) or one whose outputs end in no input's width and
